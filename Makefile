@@ -1,0 +1,156 @@
+# infergw - OpenAI-compatible LLM gateway with request coalescing.
+#
+#   make            build ./infergw and the tools (build/default/bin/)
+#   make run        install missing Debian packages, build, start the mock
+#                   upstream and ./infergw -c etc/gateway.conf
+#   make check      install missing Debian packages, then every test
+#   make asan       every test under AddressSanitizer + UBSan (build/asan/)
+#   make ubsan      every test under UBSan alone (build/ubsan/)
+#   make tsan       every test under ThreadSanitizer (build/tsan/)
+#   make fuzz       libFuzzer targets with clang (build/fuzz/)
+#   make install    PREFIX=/usr/local, DESTDIR honoured
+#
+# Users may override CC, CFLAGS, LDFLAGS, PREFIX, BINDIR and SYSCONFDIR.
+
+PREFIX ?= /usr/local
+BINDIR ?= $(PREFIX)/bin
+SYSCONFDIR ?= $(PREFIX)/etc
+CFLAGS ?= -O2
+LDFLAGS ?=
+SANITIZE ?=
+
+ifeq ($(SANITIZE),)
+VARIANT := default
+else ifeq ($(SANITIZE),thread)
+VARIANT := tsan
+else ifeq ($(SANITIZE),undefined)
+VARIANT := ubsan
+else
+VARIANT := asan
+endif
+BUILD ?= build/$(VARIANT)
+
+BASE_CFLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wformat=2 \
+               -g -pthread -MMD -MP -Icommon -Igateway
+ifneq ($(SANITIZE),)
+BASE_CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer \
+               -fno-sanitize-recover=all
+SAN_LDFLAGS := -fsanitize=$(SANITIZE)
+endif
+
+PKG_CFLAGS := $(shell pkg-config --cflags libcurl jansson 2>/dev/null)
+PKG_LIBS := $(shell pkg-config --libs libcurl jansson 2>/dev/null)
+CHECK_CFLAGS := $(shell pkg-config --cflags check 2>/dev/null)
+CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null)
+# Debian's mbedTLS 2.28 ships no .pc file.
+MBEDTLS_LIBS ?= -lmbedtls -lmbedx509 -lmbedcrypto
+
+ALL_CFLAGS = $(BASE_CFLAGS) $(PKG_CFLAGS) $(CFLAGS)
+ALL_LDFLAGS = -pthread $(SAN_LDFLAGS) $(LDFLAGS)
+
+COMMON_SRC := $(sort $(wildcard common/*.c))
+GATEWAY_SRC := $(sort $(wildcard gateway/*.c))
+GATEWAY_LIB_SRC := $(filter-out gateway/main.c,$(GATEWAY_SRC))
+TOOL_SRC := $(sort $(wildcard tools/*.c))
+UNIT_SRC := $(sort $(wildcard test/unit/check_*.c))
+
+COMMON_OBJ := $(COMMON_SRC:%.c=$(BUILD)/%.o)
+GATEWAY_OBJ := $(GATEWAY_SRC:%.c=$(BUILD)/%.o)
+# Unit tests link objects built with -DINFERGW_UNIT_TEST (GW_TESTABLE).
+UT_OBJ := $(COMMON_SRC:%.c=$(BUILD)/ut/%.o) $(GATEWAY_LIB_SRC:%.c=$(BUILD)/ut/%.o)
+TOOLS := $(TOOL_SRC:tools/%.c=$(BUILD)/bin/%)
+UNITS := $(UNIT_SRC:test/unit/%.c=$(BUILD)/test/%)
+LIB := $(BUILD)/libinfergw.a
+
+.PHONY: all deps run check unit integration asan ubsan tsan fuzz \
+        install uninstall clean format bench
+
+all: $(BUILD)/bin/infergw $(TOOLS)
+ifeq ($(VARIANT),default)
+all: infergw
+infergw: $(BUILD)/bin/infergw
+	cp $< $@
+endif
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+$(BUILD)/ut/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(CHECK_CFLAGS) -DINFERGW_UNIT_TEST -c $< -o $@
+
+$(LIB): $(COMMON_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@
+	$(AR) rcs $@ $^
+
+$(BUILD)/bin/infergw: $(GATEWAY_OBJ) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_LDFLAGS) -o $@ $(GATEWAY_OBJ) $(LIB) $(PKG_LIBS) \
+	    $(MBEDTLS_LIBS)
+
+# tools/ link common/ only.
+$(BUILD)/bin/%: $(BUILD)/tools/%.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_LDFLAGS) -o $@ $< $(LIB) $(PKG_LIBS) $(MBEDTLS_LIBS)
+
+$(BUILD)/test/check_%: test/unit/check_%.c $(UT_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(CHECK_CFLAGS) -DINFERGW_UNIT_TEST -o $@ $< \
+	    $(UT_OBJ) $(ALL_LDFLAGS) $(CHECK_LIBS) $(PKG_LIBS) $(MBEDTLS_LIBS)
+
+# Fresh-machine set-up: installs missing Debian packages (or says how).
+deps:
+	@sh tools/install-deps.sh
+
+unit: $(UNITS)
+	@sh test/unit/run.sh $(UNITS)
+
+integration: all
+	@python3 test/integration/run.py --bin $(BUILD)/bin
+
+check: deps
+	@$(MAKE) --no-print-directory unit
+	@$(MAKE) --no-print-directory integration
+
+asan:
+	@$(MAKE) --no-print-directory check SANITIZE=address,undefined
+ubsan:
+	@$(MAKE) --no-print-directory check SANITIZE=undefined
+tsan:
+	@$(MAKE) --no-print-directory check SANITIZE=thread
+
+run: deps
+	@$(MAKE) --no-print-directory all
+	@sh tools/run.sh
+
+bench: deps
+	@$(MAKE) --no-print-directory all
+	@sh tools/bench_proxy.sh
+
+# libFuzzer with clang; 'make check' replays the corpus through the same
+# targets with a small standalone driver instead.
+fuzz:
+	@mkdir -p build/fuzz
+	clang -std=c11 -D_GNU_SOURCE -g -O1 -Icommon \
+	    -fsanitize=fuzzer,address,undefined \
+	    -o build/fuzz/fuzz_http test/fuzz/fuzz_http.c $(COMMON_SRC)
+	@echo "run: build/fuzz/fuzz_http test/fuzz/corpus/http"
+
+install: all
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(SYSCONFDIR)/infergw
+	install -m 755 $(BUILD)/bin/infergw $(DESTDIR)$(BINDIR)/infergw
+	install -m 644 etc/gateway.conf $(DESTDIR)$(SYSCONFDIR)/infergw/gateway.conf
+
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/infergw
+	rm -f $(DESTDIR)$(SYSCONFDIR)/infergw/gateway.conf
+
+format:
+	clang-format -i common/*.[ch] gateway/*.[ch] tools/*.c test/unit/*.c
+
+clean:
+	rm -rf build infergw
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

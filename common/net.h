@@ -1,0 +1,78 @@
+/*
+ * net.h - sockets with deadlines: listen, connect, read, write.
+ *
+ * Sockets handed to these functions are non-blocking; "blocking" behaviour
+ * is poll() until a deadline (a gw_now_ms() value, -1 = none).  That one
+ * model serves both the blocking connection threads and the non-blocking
+ * flushes a coalescing leader does inside its upstream callback.
+ *
+ * 'wake_fd' arguments (or -1): a descriptor that becomes readable when the
+ * process starts draining; a wait that sees it readable returns GW_EABORTED.
+ */
+#ifndef INFERGW_COMMON_NET_H
+#define INFERGW_COMMON_NET_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "util.h"
+
+/*
+ * Listen on 'addr': "HOST:PORT", "[V6]:PORT" or ":PORT" (all interfaces).
+ * Port 0 picks a free port.  OUT *fd: the non-blocking, close-on-exec
+ * listening socket; OUT *port: the port actually bound.
+ * Returns 0, GW_EINVAL (bad address) or GW_EIO (logged).
+ */
+int net_listen(const char *addr, int backlog, int *fd, uint16_t *port);
+
+/*
+ * Accept one connection: OUT *cfd is non-blocking, close-on-exec, with
+ * TCP_NODELAY.  Returns 0, GW_EAGAIN (nothing pending) or GW_EIO.
+ */
+int net_accept(int lfd, int *cfd);
+
+/* Connect to "HOST:PORT" with a deadline; OUT *fd is non-blocking. */
+int net_connect(const char *addr, int64_t deadline, int *fd);
+
+/* Set O_NONBLOCK; 0 or GW_EIO. */
+int net_set_nonblock(int fd);
+
+/*
+ * Wait until 'fd' is readable (events POLLIN) or writable (POLLOUT).
+ * Returns 0, GW_ETIMEDOUT, GW_EABORTED (wake_fd readable) or GW_EIO.
+ */
+int net_wait(int fd, short events, int64_t deadline, int wake_fd);
+
+/*
+ * Read at most 'len' bytes.  OUT *n: bytes read, 0 only with GW_ECLOSED.
+ * Returns 0, GW_ECLOSED (orderly EOF), GW_ETIMEDOUT, GW_EABORTED or GW_EIO
+ * (connection reset and the like; not logged, it is the peer's doing).
+ */
+int net_read(int fd, void *p, size_t len, int64_t deadline, int wake_fd,
+             size_t *n);
+
+/*
+ * Write everything, waiting for the socket up to 'deadline'.
+ * Returns 0, GW_ETIMEDOUT, GW_ECLOSED (peer gone: EPIPE/ECONNRESET) or
+ * GW_EIO.  MSG_NOSIGNAL is used, so no SIGPIPE.
+ */
+int net_write_all(int fd, const void *p, size_t len, int64_t deadline);
+
+/* Same for an iovec array (the array is modified as it is consumed). */
+int net_writev_all(int fd, struct iovec *iov, int iovcnt, int64_t deadline);
+
+/*
+ * One non-blocking attempt: OUT *n gets what the kernel took (maybe 0).
+ * Returns 0, GW_ECLOSED or GW_EIO.
+ */
+int net_write_some(int fd, const void *p, size_t len, size_t *n);
+
+/*
+ * Has the peer gone?  Non-blocking check of a socket we are not reading
+ * from: 1 if it hung up or reset, 0 if it looks alive (pending input does
+ * not count as gone).
+ */
+int net_peer_gone(int fd);
+
+#endif

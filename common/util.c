@@ -1,0 +1,210 @@
+/*
+ * util.c - error strings, monotonic clocks and small string helpers.
+ */
+#include "util.h"
+
+#include <limits.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <stdint.h>
+#include <strings.h>
+#include <time.h>
+
+const char *
+gw_strerror(int rc)
+{
+    switch (rc) {
+    case 0:             return "success";
+    case GW_EAGAIN:     return "need more input";
+    case GW_ENOMEM:     return "out of memory";
+    case GW_EIO:        return "I/O error";
+    case GW_EPARSE:     return "malformed input";
+    case GW_ETOOBIG:    return "too large";
+    case GW_ETIMEDOUT:  return "timed out";
+    case GW_EUPSTREAM:  return "upstream error";
+    case GW_ECLOSED:    return "connection closed";
+    case GW_EINVAL:     return "invalid value";
+    case GW_EABORTED:   return "aborted";
+    default:            return "unknown error";
+    }
+}
+
+int64_t
+gw_now_us(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+int64_t
+gw_now_ms(void)
+{
+    return gw_now_us() / 1000;
+}
+
+int
+gw_ms_left(int64_t deadline_ms)
+{
+    int64_t left;
+
+    if (deadline_ms < 0)
+        return -1;
+    left = deadline_ms - gw_now_ms();
+    if (left < 0)
+        return 0;
+    if (left > INT_MAX)
+        return INT_MAX;
+    return (int)left;
+}
+
+int
+gw_strieq(const char *p, size_t n, const char *s)
+{
+    size_t i;
+
+    for (i = 0; i < n; i++) {
+        unsigned char a = (unsigned char)p[i], b = (unsigned char)s[i];
+
+        if (b == '\0')
+            return 0;
+        if (a >= 'A' && a <= 'Z')
+            a = (unsigned char)(a - 'A' + 'a');
+        if (b >= 'A' && b <= 'Z')
+            b = (unsigned char)(b - 'A' + 'a');
+        if (a != b)
+            return 0;
+    }
+    return s[n] == '\0';
+}
+
+int
+gw_add_overflows(size_t a, size_t b, size_t *out)
+{
+    if (a > SIZE_MAX - b)
+        return 1;
+    *out = a + b;
+    return 0;
+}
+
+void
+gw_random_hex(char *out, size_t n)
+{
+    static _Thread_local uint64_t state;
+    static const char hex[] = "0123456789abcdef";
+    size_t i;
+
+    if (state == 0) {
+        state = (uint64_t)gw_now_us() ^ ((uint64_t)(uintptr_t)&state << 16)
+                ^ (uint64_t)pthread_self();
+        if (state == 0)
+            state = 0x9e3779b97f4a7c15ULL;
+    }
+    for (i = 0; i < n; i++) {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        out[i] = hex[state & 15];
+    }
+    out[n] = '\0';
+}
+
+static void
+check(int rc, const char *what)
+{
+    if (rc != 0) {
+        fprintf(stderr, "infergw: %s failed: error %d\n", what, rc);
+        abort();
+    }
+}
+
+void
+gw_mutex_init(struct gw_mutex *mx)
+{
+    check(pthread_mutex_init(&mx->m, NULL), "pthread_mutex_init");
+    atomic_init(&mx->owner, 0);
+    atomic_init(&mx->held, 0);
+}
+
+void
+gw_mutex_destroy(struct gw_mutex *mx)
+{
+    check(pthread_mutex_destroy(&mx->m), "pthread_mutex_destroy");
+}
+
+static void
+mark_held(struct gw_mutex *mx)
+{
+    atomic_store_explicit(&mx->owner, (unsigned long)pthread_self(),
+                          memory_order_relaxed);
+    atomic_store_explicit(&mx->held, 1, memory_order_relaxed);
+}
+
+static void
+mark_free(struct gw_mutex *mx)
+{
+    atomic_store_explicit(&mx->held, 0, memory_order_relaxed);
+}
+
+void
+gw_mutex_lock(struct gw_mutex *mx)
+{
+    check(pthread_mutex_lock(&mx->m), "pthread_mutex_lock");
+    mark_held(mx);
+}
+
+void
+gw_mutex_unlock(struct gw_mutex *mx)
+{
+    mark_free(mx);
+    check(pthread_mutex_unlock(&mx->m), "pthread_mutex_unlock");
+}
+
+int
+gw_mutex_held(struct gw_mutex *mx)
+{
+    return atomic_load_explicit(&mx->held, memory_order_relaxed)
+           && atomic_load_explicit(&mx->owner, memory_order_relaxed)
+              == (unsigned long)pthread_self();
+}
+
+void
+gw_cond_init(pthread_cond_t *cv)
+{
+    pthread_condattr_t a;
+
+    check(pthread_condattr_init(&a), "pthread_condattr_init");
+    check(pthread_condattr_setclock(&a, CLOCK_MONOTONIC),
+          "pthread_condattr_setclock");
+    check(pthread_cond_init(cv, &a), "pthread_cond_init");
+    pthread_condattr_destroy(&a);
+}
+
+void
+gw_cond_wait(pthread_cond_t *cv, struct gw_mutex *mx)
+{
+    mark_free(mx);
+    check(pthread_cond_wait(cv, &mx->m), "pthread_cond_wait");
+    mark_held(mx);
+}
+
+int
+gw_cond_timedwait(pthread_cond_t *cv, struct gw_mutex *mx,
+                  int64_t deadline_ms)
+{
+    struct timespec ts;
+    int rc;
+
+    ts.tv_sec = (time_t)(deadline_ms / 1000);
+    ts.tv_nsec = (long)(deadline_ms % 1000) * 1000000;
+    mark_free(mx);
+    rc = pthread_cond_timedwait(cv, &mx->m, &ts);
+    mark_held(mx);
+    if (rc == ETIMEDOUT)
+        return GW_ETIMEDOUT;
+    check(rc, "pthread_cond_timedwait");
+    return 0;
+}

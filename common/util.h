@@ -1,0 +1,102 @@
+/*
+ * util.h - error codes, clocks and small helpers shared by every module.
+ *
+ * Error convention (STYLE.md section 3): a function that can fail returns
+ * int, 0 on success or one of the negative GW_E* codes below.  Incremental
+ * parsers return the bytes consumed (> 0), GW_EAGAIN or an error.
+ */
+#ifndef INFERGW_COMMON_UTIL_H
+#define INFERGW_COMMON_UTIL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum {
+    GW_EAGAIN = -1,         /* need more input; not an error */
+    GW_ENOMEM = -2,         /* allocation failed */
+    GW_EIO = -3,            /* I/O error; errno was logged where it happened */
+    GW_EPARSE = -4,         /* malformed input */
+    GW_ETOOBIG = -5,        /* a bound was exceeded */
+    GW_ETIMEDOUT = -6,      /* a deadline passed */
+    GW_EUPSTREAM = -7,      /* the upstream failed or answered badly */
+    GW_ECLOSED = -8,        /* the peer closed the connection */
+    GW_EINVAL = -9,         /* invalid argument or value */
+    GW_EABORTED = -10,      /* cancelled by the caller (drain, no readers) */
+};
+
+/* Text for a GW_E* code; never NULL. */
+const char *gw_strerror(int rc);
+
+/*
+ * GW_TESTABLE marks a static function that unit tests call: it expands to
+ * 'static' in normal builds and to nothing when INFERGW_UNIT_TEST is set
+ * (curl's UNITTEST).
+ */
+#ifdef INFERGW_UNIT_TEST
+#define GW_TESTABLE
+#else
+#define GW_TESTABLE static
+#endif
+
+#define GW_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+#if defined(__GNUC__)
+#define GW_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define GW_PRINTF(f, a)
+#endif
+
+/* Milliseconds on CLOCK_MONOTONIC; only differences are meaningful. */
+int64_t gw_now_ms(void);
+
+/* Microseconds on CLOCK_MONOTONIC; for latency measurements. */
+int64_t gw_now_us(void);
+
+/*
+ * Milliseconds left until 'deadline_ms' (a gw_now_ms() value), clamped to
+ * [0, INT32_MAX] so it fits poll()'s timeout.  A deadline of -1 means
+ * "never" and yields -1 (poll's infinite wait).
+ */
+int gw_ms_left(int64_t deadline_ms);
+
+/* Case-insensitive compare of a (pointer, length) view with a C string. */
+int gw_strieq(const char *p, size_t n, const char *s);
+
+/* Returns 1 when a + b would overflow size_t, else stores the sum in *out. */
+int gw_add_overflows(size_t a, size_t b, size_t *out);
+
+/*
+ * Fill 'out' with 'n' random lowercase hex digits and a NUL ('out' must hold
+ * n + 1 bytes).  Uses a per-thread xorshift seeded from the clock and thread;
+ * good for request ids, not for secrets.
+ */
+void gw_random_hex(char *out, size_t n);
+
+/*
+ * Mutex and condition-variable wrappers (Varnish cache_lck.c): any pthread
+ * error is a bug and aborts; the owner is recorded so that a *_locked
+ * function can assert(gw_mutex_held(m)).
+ */
+struct gw_mutex {
+    pthread_mutex_t m;
+    _Atomic unsigned long owner;    /* pthread_self() of the holder */
+    _Atomic int held;
+};
+
+void gw_mutex_init(struct gw_mutex *mx);
+void gw_mutex_destroy(struct gw_mutex *mx);
+void gw_mutex_lock(struct gw_mutex *mx);
+void gw_mutex_unlock(struct gw_mutex *mx);
+int gw_mutex_held(struct gw_mutex *mx);     /* by the calling thread */
+
+/* Condition variables on CLOCK_MONOTONIC, to match gw_now_ms(). */
+void gw_cond_init(pthread_cond_t *cv);
+void gw_cond_wait(pthread_cond_t *cv, struct gw_mutex *mx);
+
+/* Wait until 'deadline_ms' (gw_now_ms clock); 0, or GW_ETIMEDOUT. */
+int gw_cond_timedwait(pthread_cond_t *cv, struct gw_mutex *mx,
+                      int64_t deadline_ms);
+
+#endif
