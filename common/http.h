@@ -1,0 +1,154 @@
+/*
+ * http.h - strict, zero-copy HTTP/1.1 request parsing (RFC 9112) and the
+ * blocking request reader shared by the gateway and the mock upstream.
+ *
+ * Design: http_parse_request() is a pure function over a byte range, in the
+ * style of picohttpparser: it returns the length of a complete head, or
+ * GW_EAGAIN when more bytes are needed, or an error with the HTTP status the
+ * server should answer.  Parsed fields are (pointer, length) views into the
+ * caller's bytes.  Nothing here allocates except the readers, which append
+ * to caller-provided bounded buffers.
+ *
+ * Refused (with the status in r->error_status):
+ *   400  bad request line, method not a token, target not origin-form (the
+ *        absolute-form and CONNECT's authority-form are refused: we are not
+ *        a forward proxy) or "*" (asterisk-form), whitespace before a colon
+ *        (RFC 9112 5.1), obs-fold (5.2), NUL/CTL bytes in a field, bare CR,
+ *        Content-Length together with Transfer-Encoding (6.1), several or
+ *        differing Content-Length values, Content-Length not 1*DIGIT,
+ *        Transfer-Encoding not exactly "chunked" as the final coding,
+ *        HTTP/1.1 without Host or with several, malformed chunk size lines,
+ *        chunk extensions with bad syntax, missing CRLF after chunk data
+ *   414  request line longer than HTTP_MAX_REQUEST_LINE
+ *   431  head longer than 'max_head', or more than HTTP_MAX_HEADERS fields
+ *   501  a transfer coding other than chunked
+ *   505  a version other than HTTP/1.0 and HTTP/1.1
+ * Line endings must be CRLF; a bare LF is refused too (stricter than the
+ * RFC's "MAY accept", and the safe side against smuggling).
+ */
+#ifndef INFERGW_COMMON_HTTP_H
+#define INFERGW_COMMON_HTTP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "buf.h"
+#include "util.h"
+
+#define HTTP_MAX_HEADERS 64
+#define HTTP_MAX_REQUEST_LINE 8192
+
+struct http_header {
+    const char *name;
+    size_t name_len;
+    const char *value;          /* leading/trailing OWS removed */
+    size_t value_len;
+};
+
+enum http_body_kind {
+    HTTP_BODY_NONE = 0,
+    HTTP_BODY_LENGTH,           /* Content-Length: content_length bytes */
+    HTTP_BODY_CHUNKED,          /* Transfer-Encoding: chunked */
+};
+
+struct http_request {
+    const char *method;
+    size_t method_len;
+    const char *target;         /* origin-form: "/path?query" */
+    size_t target_len;
+    const char *path;           /* target without the query */
+    size_t path_len;
+    int minor;                  /* HTTP/1.<minor>: 0 or 1 */
+    struct http_header headers[HTTP_MAX_HEADERS];
+    size_t num_headers;
+
+    /* Derived from the headers by http_parse_request(). */
+    enum http_body_kind body_kind;
+    uint64_t content_length;    /* HTTP_BODY_LENGTH only */
+    int keep_alive;             /* 1.1 unless "close"; 1.0 only with
+                                   "keep-alive" in Connection */
+    int expect_continue;        /* Expect: 100-continue (case-insensitive) */
+
+    /* Set when a parse or read fails: status to answer, static message. */
+    int error_status;
+    const char *error_msg;
+};
+
+/*
+ * Parse a request head from p[0..len).  Borrows 'p'; on success 'r' holds
+ * views into it.  'max_head' bounds the head (request line, fields and the
+ * empty line).
+ * Returns the head length (> 0), GW_EAGAIN (incomplete, and nothing seen so
+ * far is wrong), GW_EPARSE or GW_ETOOBIG (r->error_status and r->error_msg
+ * set).  Errors are reported as early as the bytes allow: an over-long line
+ * or a bad byte is refused before the head is complete.
+ */
+int http_parse_request(const char *p, size_t len, size_t max_head,
+                       struct http_request *r);
+
+/* First field named 'name' (case-insensitive), or NULL. */
+const struct http_header *http_find_header(const struct http_request *r,
+                                           const char *name);
+
+/* Does the comma-separated field value contain 'token' (case-insensitive)? */
+int http_has_token(const char *value, size_t len, const char *token);
+
+/*
+ * Incremental chunked-body decoder (RFC 9112 section 7.1).  Chunk
+ * extensions are parsed and ignored, trailer fields are parsed and dropped.
+ */
+struct http_chunked {
+    int state;                  /* private */
+    uint64_t left;              /* private: bytes left in this chunk */
+    size_t line_len;            /* private: length of the current line */
+};
+
+void http_chunked_init(struct http_chunked *d);
+
+/*
+ * Decode from p[0..len), appending the data to 'out' (whose limit bounds
+ * the body).  OUT *consumed: bytes of 'p' used; bytes after the end of the
+ * message are not consumed.
+ * Returns 1 when the message is complete, 0 when more input is needed,
+ * GW_EPARSE (malformed), GW_ETOOBIG ('out' limit) or GW_ENOMEM.
+ */
+int http_chunked_feed(struct http_chunked *d, const char *p, size_t len,
+                      struct buf *out, size_t *consumed);
+
+/*
+ * Read one request head from 'fd' (non-blocking, see net.h).
+ *
+ * 'in' holds bytes already read (a pipelined request) and receives new
+ * ones; it is bounded by the caller.  When the head is complete it is
+ * copied into 'head' (reset first) and consumed from 'in', and 'r' is
+ * parsed from 'head': its views stay valid until 'head' changes, whatever
+ * happens to 'in' later (reading the body may move 'in').
+ *
+ * Deadlines: until the first byte arrives the wait ends at 'idle_deadline'
+ * (or when 'wake_fd' is readable: the process is draining); from the first
+ * byte the whole head must arrive within 'header_timeout_ms'.
+ * Returns 0; GW_ECLOSED (peer closed or reset before a complete head);
+ * GW_ETIMEDOUT (r->error_status 408 if some bytes had arrived, 0 if none);
+ * GW_EABORTED (drain while idle); GW_EPARSE / GW_ETOOBIG (error_status set);
+ * GW_ENOMEM; GW_EIO.
+ */
+int http_read_head(int fd, struct buf *in, struct buf *head,
+                   size_t max_head, int64_t idle_deadline,
+                   int header_timeout_ms, int wake_fd,
+                   struct http_request *r);
+
+/*
+ * Read the body 'r' announces into 'body' (reset first; its limit is the
+ * largest body accepted), first from 'in', then from 'fd', until 'deadline'.
+ * Bytes after the body stay in 'in' for the next request.
+ * Returns 0; GW_ETOOBIG (r->error_status 413); GW_EPARSE (bad chunked
+ * framing, 400); GW_ETIMEDOUT (408); GW_ECLOSED; GW_ENOMEM; GW_EIO.
+ * 'r' is not const only so that the error fields can be set.
+ */
+int http_read_body(int fd, struct buf *in, struct http_request *r,
+                   struct buf *body, int64_t deadline);
+
+/* Reason phrase for a status code ("OK", "Not Found", ...); never NULL. */
+const char *http_reason(int status);
+
+#endif

@@ -1,0 +1,37 @@
+/*
+ * jsonx.h - JSON helpers over jansson: bounded parsing of request bodies,
+ * OpenAI-shaped error bodies.
+ */
+#ifndef INFERGW_COMMON_JSONX_H
+#define INFERGW_COMMON_JSONX_H
+
+#include <stddef.h>
+
+#include <jansson.h>
+
+#include "buf.h"
+
+#define JSONX_MAX_DEPTH 64
+
+/*
+ * Parse p[0..len) as a JSON object nested at most 'max_depth' deep, with
+ * duplicate keys refused.  The depth is checked by a scan before jansson
+ * sees the bytes, so a hostile "[[[[..." costs no recursion.
+ * OUT *out: a new reference (json_decref) on success.
+ * Returns 0 or GW_EPARSE with a one-line reason in 'err' ("body is not
+ * valid JSON: ... at line 1 column 7", "body must be a JSON object",
+ * "body nests deeper than 64 levels").
+ */
+int jsonx_parse_object(const char *p, size_t len, int max_depth,
+                       json_t **out, char *err, size_t errlen);
+
+/*
+ * Append an OpenAI error body to 'b':
+ *   {"error":{"message":M,"type":T,"param":P|null,"code":C|null}}
+ * 'param' and 'code' may be NULL.  Strings are JSON-escaped.
+ * Returns 0, GW_ENOMEM or GW_ETOOBIG.
+ */
+int jsonx_error_body(struct buf *b, const char *message, const char *type,
+                     const char *param, const char *code);
+
+#endif
