@@ -1,0 +1,346 @@
+/*
+ * coalesce.c - eligibility, key and the map of flights.
+ */
+#include "coalesce.h"
+
+#include <assert.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <mbedtls/sha256.h>
+
+#include "alloc.h"
+#include "config.h"
+#include "log.h"
+
+struct coalescer {
+    const struct gw_config *cfg;    /* borrowed, immutable */
+    struct gw_mutex lock;           /* guards every field below */
+    struct flight **bucket;         /* chains through flight->next */
+    size_t nbuckets;                /* a power of two */
+    size_t count;                   /* linked flights */
+};
+
+struct coalescer *
+coalescer_new(const struct gw_config *cfg)
+{
+    struct coalescer *co = gw_calloc(1, sizeof(*co));
+    size_t n = 64;
+
+    if (co == NULL)
+        return NULL;
+    while (n < cfg->max_flights * 2 && n < ((size_t)1 << 24))
+        n *= 2;
+    co->bucket = gw_calloc(n, sizeof(*co->bucket));
+    if (co->bucket == NULL) {
+        gw_free(co);
+        return NULL;
+    }
+    co->nbuckets = n;
+    co->cfg = cfg;
+    gw_mutex_init(&co->lock);
+    return co;
+}
+
+void
+coalescer_free(struct coalescer *co)
+{
+    if (co == NULL)
+        return;
+    assert(co->count == 0);
+    gw_mutex_destroy(&co->lock);
+    gw_free(co->bucket);
+    gw_free(co);
+}
+
+/* ---- tenant and policy ---- */
+
+/* Constant-time equality, so a key's prefix cannot be probed by timing. */
+static int
+secret_eq(const char *a, size_t alen, const char *b)
+{
+    size_t blen = strlen(b);
+    unsigned char d = alen != blen;
+
+    for (size_t i = 0; i < alen; i++)
+        d |= (unsigned char)(a[i] ^ b[i < blen ? i : 0]);
+    return d == 0 && blen > 0;
+}
+
+size_t
+coalesce_tenant(const struct gw_config *cfg, const struct http_request *r)
+{
+    const struct http_header *h = http_find_header(r, "Authorization");
+    const char *key;
+    size_t len;
+
+    if (h == NULL || h->value_len < 7 || !gw_strieq(h->value, 7, "Bearer "))
+        return CONFIG_MAX_TENANTS;
+    key = h->value + 7;
+    len = h->value_len - 7;
+    for (size_t t = 0; t < cfg->num_tenants; t++)
+        for (size_t k = 0; k < cfg->tenants[t].num_keys; k++)
+            if (secret_eq(key, len, cfg->tenants[t].api_keys[k]))
+                return t;
+    return CONFIG_MAX_TENANTS;
+}
+
+const char *
+coalesce_tenant_name(const struct gw_config *cfg, size_t tenant)
+{
+    return tenant < cfg->num_tenants ? cfg->tenants[tenant].name
+                                     : "default";
+}
+
+static int
+opted_out(const struct http_request *r)
+{
+    const struct http_header *h;
+
+    h = http_find_header(r, "X-Infergw-Coalesce");
+    if (h != NULL && gw_strieq(h->value, h->value_len, "off"))
+        return 1;
+    h = http_find_header(r, "Cache-Control");
+    return h != NULL && (http_has_token(h->value, h->value_len, "no-cache")
+                         || http_has_token(h->value, h->value_len,
+                                           "no-store"));
+}
+
+int
+coalesce_eligible(const struct gw_config *cfg, size_t tenant,
+                  const struct http_request *r, const json_t *body,
+                  enum metrics_bypass *why)
+{
+    const json_t *t = json_object_get(body, "temperature");
+    const json_t *seed = json_object_get(body, "seed");
+    double temp;
+
+    if (!cfg->coalesce) {
+        *why = BYPASS_DISABLED;
+        return 0;
+    }
+    if (tenant < cfg->num_tenants && !cfg->tenants[tenant].coalesce) {
+        *why = BYPASS_TENANT;
+        return 0;
+    }
+    if (opted_out(r)) {
+        *why = BYPASS_OPT_OUT;
+        return 0;
+    }
+    /*
+     * The tutorial's rule: equal requests may share one answer only if
+     * the answer is reproducible.  Greedy decoding (temperature 0) is; a
+     * fixed integer seed makes any temperature so.  A temperature that is
+     * not a number is the upstream's to refuse: pass it through alone.
+     */
+    if (json_is_integer(seed))
+        return 1;
+    if (t == NULL || json_is_null(t))
+        temp = cfg->omitted_temperature;
+    else if (json_is_number(t))
+        temp = json_number_value(t);
+    else
+        temp = NAN;
+    if (temp == 0.0)
+        return 1;
+    *why = BYPASS_SAMPLING;
+    return 0;
+}
+
+/* ---- key ---- */
+
+static void
+hash_field(mbedtls_sha256_context *h, const void *p, size_t n)
+{
+    unsigned char len[8];
+
+    for (int i = 0; i < 8; i++)
+        len[i] = (unsigned char)((uint64_t)n >> (8 * i));
+    mbedtls_sha256_update_ret(h, len, sizeof(len));
+    mbedtls_sha256_update_ret(h, p, n);
+}
+
+void
+coalesce_key(const char *tenant, const char *method, size_t method_len,
+             const char *path, size_t path_len, const char *upstream,
+             const char *body, size_t body_len,
+             unsigned char key[FLIGHT_KEY_LEN])
+{
+    mbedtls_sha256_context h;
+
+    mbedtls_sha256_init(&h);
+    mbedtls_sha256_starts_ret(&h, 0);
+    hash_field(&h, "infergw-coalesce-v1", 19);
+    hash_field(&h, tenant, strlen(tenant));
+    hash_field(&h, method, method_len);
+    hash_field(&h, path, path_len);
+    hash_field(&h, upstream, strlen(upstream));
+    hash_field(&h, body, body_len);
+    mbedtls_sha256_finish_ret(&h, key);
+    mbedtls_sha256_free(&h);
+}
+
+void
+coalesce_key_hex(const unsigned char key[FLIGHT_KEY_LEN], char out[13])
+{
+    for (int i = 0; i < 6; i++)
+        snprintf(out + 2 * i, 3, "%02x", key[i]);
+}
+
+/* ---- the map ---- */
+
+static size_t
+bucket_of(const struct coalescer *co, const unsigned char *key)
+{
+    uint64_t h = 0;
+
+    memcpy(&h, key, sizeof(h));     /* SHA-256 bytes are already uniform */
+    return (size_t)(h & (co->nbuckets - 1));
+}
+
+static struct flight *
+find_locked(struct coalescer *co, const unsigned char *key)
+{
+    struct flight *f;
+
+    assert(gw_mutex_held(&co->lock));
+    for (f = co->bucket[bucket_of(co, key)]; f != NULL; f = f->next)
+        if (memcmp(f->key, key, FLIGHT_KEY_LEN) == 0)
+            return f;
+    return NULL;
+}
+
+/*
+ * Remove 'f' from the map if it is there; the map's reference is then the
+ * caller's to drop.  Returns 1 if it was unlinked.  Needs both locks.
+ */
+static int
+unlink_locked(struct coalescer *co, struct flight *f)
+{
+    struct flight **pp;
+
+    assert(gw_mutex_held(&co->lock));
+    assert(gw_mutex_held(&f->lock));
+    if (!f->linked)
+        return 0;
+    for (pp = &co->bucket[bucket_of(co, f->key)]; *pp != NULL;
+         pp = &(*pp)->next) {
+        if (*pp == f) {         /* identity, not key: never a successor */
+            *pp = f->next;
+            f->next = NULL;
+            f->linked = 0;
+            f->refs--;          /* the map's; others still hold theirs */
+            assert(f->refs > 0);
+            co->count--;
+            metrics_flights_add(-1);
+            return 1;
+        }
+    }
+    assert(!"linked flight missing from its bucket");
+    return 0;
+}
+
+enum coalesce_role
+coalescer_join(struct coalescer *co, const unsigned char key[FLIGHT_KEY_LEN],
+               struct flight **out, enum metrics_bypass *why)
+{
+    enum coalesce_role role = COALESCE_BYPASS;
+    struct flight *f;
+    size_t b;
+
+    *out = NULL;
+    gw_mutex_lock(&co->lock);
+    f = find_locked(co, key);
+    if (f != NULL) {
+        gw_mutex_lock(&f->lock);
+        if (!f->joinable) {
+            *why = BYPASS_MAX_FLIGHT_BYTES;
+        } else if (f->followers >= co->cfg->max_followers) {
+            *why = BYPASS_MAX_FOLLOWERS;
+        } else {
+            f->refs++;
+            f->readers++;
+            f->followers++;
+            *out = f;
+            role = COALESCE_FOLLOWER;
+        }
+        gw_mutex_unlock(&f->lock);
+        goto out;
+    }
+    if (co->count >= co->cfg->max_flights) {
+        *why = BYPASS_MAX_FLIGHTS;
+        goto out;
+    }
+    f = flight_new(key);
+    if (f == NULL) {
+        *why = BYPASS_NOMEM;
+        goto out;
+    }
+    /* Not yet visible to anyone: the fields need no lock here. */
+    f->refs = 3;                    /* map, driver, reader */
+    f->readers = 1;
+    f->linked = 1;
+    f->joinable = 1;
+    b = bucket_of(co, key);
+    f->next = co->bucket[b];
+    co->bucket[b] = f;
+    co->count++;
+    metrics_flights_add(1);
+    *out = f;
+    role = COALESCE_LEADER;
+
+out:
+    gw_mutex_unlock(&co->lock);
+    return role;
+}
+
+void
+coalescer_finish(struct coalescer *co, struct flight *f, int rc,
+                 const char *reason)
+{
+    gw_mutex_lock(&co->lock);
+    gw_mutex_lock(&f->lock);
+    unlink_locked(co, f);
+    flight_finish_locked(f, rc, reason);
+    assert(f->refs > 0);            /* the caller still holds its own */
+    gw_mutex_unlock(&f->lock);
+    gw_mutex_unlock(&co->lock);
+}
+
+void
+coalescer_detach(struct coalescer *co, struct flight *f)
+{
+    gw_mutex_lock(&co->lock);
+    gw_mutex_lock(&f->lock);
+    assert(f->readers > 0);
+    if (--f->readers == 0 && f->state == FLIGHT_RUNNING) {
+        f->joinable = 0;
+        unlink_locked(co, f);
+    }
+    gw_mutex_unlock(&f->lock);
+    gw_mutex_unlock(&co->lock);
+    flight_unref(f);
+}
+
+unsigned
+coalescer_readers(struct flight *f)
+{
+    unsigned n;
+
+    gw_mutex_lock(&f->lock);
+    n = f->readers;
+    gw_mutex_unlock(&f->lock);
+    return n;
+}
+
+size_t
+coalescer_count(struct coalescer *co)
+{
+    size_t n;
+
+    gw_mutex_lock(&co->lock);
+    n = co->count;
+    gw_mutex_unlock(&co->lock);
+    return n;
+}

@@ -1,0 +1,117 @@
+/*
+ * coalesce.h - request coalescing ("singleflight"): who may coalesce, the
+ * key that says two requests are the same, and the map of flights in
+ * flight.
+ *
+ * Design: a map from key to struct flight under one mutex.  The first
+ * eligible request with a key becomes the LEADER: it makes the upstream
+ * call and appends to the flight.  Requests with the same key that arrive
+ * while the flight is joinable become FOLLOWERS and read the flight from
+ * chunk 0.  Finishing a flight and removing it from the map happen in one
+ * step under the map lock, so a request that arrives after completion
+ * starts a fresh upstream call: this is coalescing, not a cache.
+ *
+ * Lock order: the map lock, then a flight's lock.  Never the reverse.
+ */
+#ifndef INFERGW_GATEWAY_COALESCE_H
+#define INFERGW_GATEWAY_COALESCE_H
+
+#include <stddef.h>
+
+#include <jansson.h>
+
+#include "flight.h"
+#include "http.h"
+#include "metrics.h"
+
+struct gw_config;
+struct coalescer;
+
+enum coalesce_role {
+    COALESCE_LEADER,
+    COALESCE_FOLLOWER,
+    COALESCE_BYPASS,
+};
+
+/* NULL on ENOMEM.  Borrows 'cfg' for its lifetime. */
+struct coalescer *coalescer_new(const struct gw_config *cfg);
+
+/* Frees the map; every flight must have finished.  NULL-safe. */
+void coalescer_free(struct coalescer *co);
+
+/*
+ * The tenant of a request: the [tenant] whose api_key equals the client's
+ * "Authorization: Bearer KEY" (compared in constant time), else the
+ * default tenant, CONFIG_MAX_TENANTS.  With no tenants configured every
+ * client is "default".
+ */
+size_t coalesce_tenant(const struct gw_config *cfg,
+                       const struct http_request *r);
+const char *coalesce_tenant_name(const struct gw_config *cfg, size_t tenant);
+
+/*
+ * May this request coalesce?  Returns 1, or 0 with OUT *why set.
+ * Refused: coalescing off (globally or for the tenant), opt-out headers
+ * (X-Infergw-Coalesce: off, Cache-Control: no-cache or no-store), and
+ * sampling that is not reproducible: a "temperature" above 0 without an
+ * integer "seed".  An omitted temperature counts as omitted_temperature.
+ * Borrows everything.
+ */
+int coalesce_eligible(const struct gw_config *cfg, size_t tenant,
+                      const struct http_request *r, const json_t *body,
+                      enum metrics_bypass *why);
+
+/*
+ * The key: SHA-256 over the tenant name, method, path, upstream URL and
+ * the raw body, each length-prefixed so that no two different field
+ * tuples hash the same bytes.  OUT key.
+ */
+void coalesce_key(const char *tenant, const char *method, size_t method_len,
+                  const char *path, size_t path_len, const char *upstream,
+                  const char *body, size_t body_len,
+                  unsigned char key[FLIGHT_KEY_LEN]);
+
+/* The first 6 key bytes in hex, for log lines ("a4f1c2..."). */
+void coalesce_key_hex(const unsigned char key[FLIGHT_KEY_LEN],
+                      char out[13]);
+
+/*
+ * Join the flight for 'key' or start it.
+ *  LEADER: OUT *f is a new flight, linked in the map; the caller holds
+ *          two references (one as the driver of the upstream call, one as
+ *          a reader) and is its first reader.
+ *  FOLLOWER: OUT *f is the running flight; the caller holds one reference
+ *          and is attached as a reader.
+ *  BYPASS: a bound was reached (max_followers, max_flights, the flight's
+ *          bytes past max_flight_bytes) or memory ran out; OUT *why says
+ *          which; *f is NULL.  The caller goes upstream alone, at once.
+ */
+enum coalesce_role coalescer_join(struct coalescer *co,
+                                  const unsigned char key[FLIGHT_KEY_LEN],
+                                  struct flight **f,
+                                  enum metrics_bypass *why);
+
+/*
+ * Leader: the upstream call ended (rc 0 = complete).  Unlinks the flight
+ * if the map still points at it (a stale flight never removes its
+ * successor), sets the final state and wakes every reader, in one step
+ * under the map lock.  Drops the map's reference, not the caller's.
+ */
+void coalescer_finish(struct coalescer *co, struct flight *f, int rc,
+                      const char *reason);
+
+/*
+ * A reader leaves (its client is done or gone) and drops its reference.
+ * When the last reader leaves a running flight, the flight stops taking
+ * joiners and is unlinked, so the next identical request starts afresh
+ * while the leader aborts the now useless upstream call.
+ */
+void coalescer_detach(struct coalescer *co, struct flight *f);
+
+/* Readers still attached (the leader's on_tick asks this). */
+unsigned coalescer_readers(struct flight *f);
+
+/* Flights in the map now (tests, /metrics). */
+size_t coalescer_count(struct coalescer *co);
+
+#endif

@@ -1,0 +1,820 @@
+/*
+ * upstream.c - blocking libcurl transfers to the upstream over a pool of
+ * reused easy handles.
+ *
+ * Design: the pool is a LIFO stack of idle handles under one mutex.  Each
+ * easy handle keeps its own connection cache (libcurl attaches a private
+ * one to a handle driven by curl_easy_perform()), so popping the most
+ * recently pushed handle hands out the connection that was used last and
+ * is the most likely to still be open.  That is simpler than a share handle
+ * with CURL_LOCK_DATA_CONNECT, which needs lock callbacks on every cache
+ * access.  Handles are made lazily; at most 'max_connections' idle ones are
+ * kept and any extra is cleaned up when it comes back.  The mutex guards
+ * only the push and the pop, never a transfer.
+ *
+ * Options are split in two (see handle_new() and prepare()):
+ *   - invariant ones (callbacks, timeouts, TCP_NODELAY, ...) are set once
+ *     when a handle is made and stay set, since a pooled handle is never
+ *     curl_easy_reset();
+ *   - per-request ones (URL, method and body, header list, the callbacks'
+ *     user data) are all set again before every transfer, so no pointer
+ *     from an earlier request is ever followed.
+ *
+ * Hot path: a transfer on a warm handle makes no allocation of its own.
+ * The URL and the header lines are formatted into a per-handle scratch
+ * buffer that keeps its memory, and the header list is a chain of struct
+ * curl_slist nodes on the stack instead of curl_slist_append()'s two
+ * mallocs per line.  libcurl only reads that list during the transfer.
+ * libcurl still allocates internally (it copies the URL, for one).
+ *
+ * Timers: libcurl enforces the connect and total timeouts.  The first byte
+ * and idle timeouts are ours, checked in the progress callback, which
+ * libcurl calls after every read and at least once a second while the
+ * transfer waits (curl_easy_perform() polls with a 1000 ms cap).  So those
+ * two fire up to about a second late; in return nothing makes libcurl wake
+ * up more often than it already does.
+ *
+ * Locking: 'lock' guards 'idle' and 'num_idle'; everything else in struct
+ * upstream is immutable after upstream_new() or atomic.  A struct
+ * up_handle and the per-call struct xfer belong to one thread at a time.
+ */
+#include "upstream.h"
+
+#include <assert.h>
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <curl/curl.h>
+#include <mbedtls/platform_util.h>
+
+#include "alloc.h"
+#include "buf.h"
+#include "config.h"
+#include "log.h"
+#include "util.h"
+
+/*
+ * The idle stack is sized once from max_connections, clamped to this.  An
+ * idle handle holds up to three descriptors: its kept-alive connection and
+ * the socketpair libcurl 7.88 makes to wake the private multi handle
+ * behind curl_easy_perform().
+ */
+#define UP_MAX_IDLE 65536
+
+/* Scratch for the URL and the request header lines (client-sized input). */
+#define UP_SCRATCH_LIMIT (256 * 1024)
+
+/* Longest Content-Type value we pass on; real ones are tens of bytes. */
+#define UP_CTYPE_LIMIT 4096
+
+/* Content-Type, Accept, X-Request-Id, Authorization, Expect. */
+#define UP_MAX_LINES 5
+
+#define REASON_ABORTED "aborted by client side"
+
+struct up_handle {
+    CURL *curl;
+    struct buf scratch;         /* URL and header lines, NUL-separated */
+    struct buf ctype;           /* final response's Content-Type value */
+    char errbuf[CURL_ERROR_SIZE];   /* libcurl's detail for the last error */
+};
+
+struct upstream {
+    const struct gw_config *cfg;    /* borrowed, immutable */
+    char *auth_line;            /* "Authorization: Bearer KEY" or NULL;
+                                   owned, wiped before free; immutable */
+    size_t max_idle;            /* immutable */
+    _Atomic uint64_t created;   /* handles made so far */
+
+    struct gw_mutex lock;
+    struct up_handle **idle;    /* guarded by lock: [0, num_idle) */
+    size_t num_idle;            /* guarded by lock; top is idle[num_idle-1] */
+};
+
+/* One transfer's state; lives on upstream_perform()'s stack. */
+struct xfer {
+    const struct gw_config *cfg;
+    const struct upstream_sink *sink;
+    struct upstream_result *res;
+    struct up_handle *h;
+    int64_t start_us;           /* just before curl_easy_perform() */
+    int64_t timeout_base_ms;    /* first byte timer origin; -1 not yet */
+    int request_sent;           /* whole body handed to the socket */
+    curl_off_t body_len;
+    uint64_t rx;                /* response bytes, head and body */
+    uint64_t rx_at_last_tick;
+    int64_t last_rx_ms;         /* when 'rx' last moved, seen at a tick */
+
+    /* The response head being read (reset by every status line). */
+    int want_status_line;
+    int status;
+    int has_ctype;
+    int has_te;                 /* Transfer-Encoding: length is unknown */
+    int64_t content_length;
+
+    /* Set by a callback that stops the transfer; read after perform. */
+    int fail_rc;
+    const char *fail_reason;
+};
+
+static size_t header_cb(char *p, size_t size, size_t n, void *arg);
+static size_t write_cb(char *p, size_t size, size_t n, void *arg);
+static int xferinfo_cb(void *arg, curl_off_t dltotal, curl_off_t dlnow,
+                       curl_off_t ultotal, curl_off_t ulnow);
+
+static void
+handle_free(struct up_handle *h)
+{
+    if (h == NULL)
+        return;
+    curl_easy_cleanup(h->curl);         /* closes its cached connections */
+    buf_release(&h->scratch);
+    buf_release(&h->ctype);
+    gw_free(h);
+}
+
+/*
+ * Make a handle with the invariant options set.  Borrows 'u'.  Returns an
+ * owned handle (free with handle_free()) or NULL.
+ */
+static struct up_handle *
+handle_new(struct upstream *u)
+{
+    const struct gw_config *cfg = u->cfg;
+    struct up_handle *h = NULL;
+    struct up_handle *ret = NULL;
+    CURL *c;
+
+    h = gw_calloc(1, sizeof(*h));
+    if (h == NULL)
+        goto out;
+    buf_init(&h->scratch, UP_SCRATCH_LIMIT);
+    buf_init(&h->ctype, UP_CTYPE_LIMIT);
+    h->curl = curl_easy_init();
+    if (h->curl == NULL)
+        goto out;
+    c = h->curl;
+
+    /*
+     * NOSIGNAL: we run on many threads; without it a resolver timeout uses
+     * SIGALRM and longjmp.  TCP_NODELAY: a request is written in one go,
+     * and Nagle would hold back a body sent after the head.  PROXY "": the
+     * upstream is named in our config, so a stray http_proxy variable must
+     * not reroute it (it also spares libcurl reading the proxy variables
+     * on every transfer).  HTTP/1.1: one request per handle gains nothing
+     * from HTTP/2, and 1.1 keeps the framing the same on http and https.
+     * No CURLOPT_ACCEPT_ENCODING: bodies pass through undecoded.
+     *
+     * CURLOPT_BUFFERSIZE stays at the default 16 KiB: SSE events are far
+     * smaller, and a bigger buffer per pooled handle would only help large
+     * non-streamed bodies while costing memory on every idle handle.
+     */
+    if (curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L) != CURLE_OK
+        || curl_easy_setopt(c, CURLOPT_TCP_NODELAY, 1L) != CURLE_OK
+        || curl_easy_setopt(c, CURLOPT_PROXY, "") != CURLE_OK
+        || curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https")
+           != CURLE_OK
+        || curl_easy_setopt(c, CURLOPT_HTTP_VERSION,
+                            (long)CURL_HTTP_VERSION_1_1) != CURLE_OK
+        || curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS,
+                            (long)cfg->connect_timeout_ms) != CURLE_OK
+        || curl_easy_setopt(c, CURLOPT_TIMEOUT_MS,
+                            (long)cfg->total_timeout_ms) != CURLE_OK
+        || curl_easy_setopt(c, CURLOPT_ERRORBUFFER, h->errbuf) != CURLE_OK
+        || curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, header_cb) != CURLE_OK
+        || curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, write_cb) != CURLE_OK
+        || curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, xferinfo_cb)
+           != CURLE_OK
+        || curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L) != CURLE_OK) {
+        /* Not memory: this libcurl lacks an option we rely on. */
+        log_msg(GW_LOG_ERROR, "upstream: libcurl refused an option");
+        goto out;
+    }
+
+    atomic_fetch_add_explicit(&u->created, 1, memory_order_relaxed);
+    ret = h;
+    h = NULL;
+
+out:
+    handle_free(h);
+    return ret;
+}
+
+/* Pop the most recently used idle handle, or make one.  NULL on failure. */
+static struct up_handle *
+pool_take(struct upstream *u)
+{
+    struct up_handle *h = NULL;
+
+    gw_mutex_lock(&u->lock);
+    if (u->num_idle > 0)
+        h = u->idle[--u->num_idle];
+    gw_mutex_unlock(&u->lock);
+    if (h == NULL)
+        h = handle_new(u);              /* outside the lock: it allocates */
+    return h;
+}
+
+/* Push 'h' (stolen; NULL is fine) back, or free it when the stack is full. */
+static void
+pool_put(struct upstream *u, struct up_handle *h)
+{
+    if (h == NULL)
+        return;
+    gw_mutex_lock(&u->lock);
+    if (u->num_idle < u->max_idle) {
+        u->idle[u->num_idle++] = h;
+        h = NULL;
+    }
+    gw_mutex_unlock(&u->lock);
+    handle_free(h);                     /* outside the lock: closes sockets */
+}
+
+/* A value we splice into a header line must not carry a line break. */
+static int
+header_value_ok(const char *v)
+{
+    return strpbrk(v, "\r\n") == NULL;
+}
+
+/*
+ * Append the line 'first' 'second' with its NUL to the scratch 'sb' and
+ * store where it starts in *off (an offset, not a pointer: a later append
+ * may move the buffer).  Plain copies rather than buf_printf(), whose two
+ * vsnprintf() passes per line showed up in profiles of this path.
+ */
+static int
+scratch_add(struct buf *sb, size_t *off, const char *first,
+            const char *second)
+{
+    size_t n1 = strlen(first), n2 = strlen(second), n;
+    char *dst;
+    int rc;
+
+    if (gw_add_overflows(n1, n2, &n) || gw_add_overflows(n, 1, &n))
+        return GW_ETOOBIG;
+    rc = buf_reserve(sb, n, &dst);
+    if (rc != 0)
+        return rc;
+    memcpy(dst, first, n1);
+    memcpy(dst + n1, second, n2 + 1);   /* with its NUL */
+    *off = sb->len;
+    buf_commit(sb, n);
+    return 0;
+}
+
+/*
+ * Set every per-request option on 'h' for 'req'.  Borrows all arguments;
+ * 'lines' (UP_MAX_LINES nodes, caller's storage) becomes the header list
+ * and must outlive the transfer.  OUT *wipe: the scratch now holds the
+ * client's credentials.  OUT *reason: static text on failure.  Returns 0,
+ * GW_EINVAL, GW_ETOOBIG or GW_ENOMEM.
+ */
+static int
+prepare(struct upstream *u, struct up_handle *h,
+        const struct upstream_request *req, struct curl_slist *lines,
+        int *wipe, const char **reason)
+{
+    struct buf *b = &h->scratch;
+    size_t off[UP_MAX_LINES];           /* header lines in the scratch */
+    char *shared_auth = NULL;           /* u->auth_line: read-only, shared */
+    size_t url_off, n = 0, i;
+    const char *body;
+    CURL *c = h->curl;
+    int is_post;
+    int rc = GW_EINVAL;
+
+    *wipe = 0;
+    *reason = NULL;
+    assert(req->path != NULL && req->path[0] == '/');
+    if (strcmp(req->method, "POST") == 0) {
+        is_post = 1;
+    } else if (strcmp(req->method, "GET") == 0) {
+        is_post = 0;
+    } else {
+        *reason = "unsupported method";
+        goto out;
+    }
+    if ((req->content_type != NULL && !header_value_ok(req->content_type))
+        || (req->accept != NULL && !header_value_ok(req->accept))
+        || (req->request_id != NULL && !header_value_ok(req->request_id))
+        || (req->client_auth != NULL && !header_value_ok(req->client_auth))) {
+        *reason = "invalid request header";
+        goto out;
+    }
+
+    buf_reset(b);
+    rc = scratch_add(b, &url_off, u->cfg->upstream_url, req->path);
+    if (rc != 0)
+        goto out;
+    /*
+     * "Name:" with nothing after the colon removes a header libcurl would
+     * add on its own: Content-Type (a POSTFIELDS body is otherwise labelled
+     * application/x-www-form-urlencoded) and Accept (otherwise any type).
+     * The upstream sees only what the client sent.
+     */
+    if (req->content_type != NULL)
+        rc = scratch_add(b, &off[n++], "Content-Type: ",
+                         req->content_type);
+    else
+        rc = scratch_add(b, &off[n++], "Content-Type:", "");
+    if (rc != 0)
+        goto out;
+    if (req->accept != NULL)
+        rc = scratch_add(b, &off[n++], "Accept: ", req->accept);
+    else
+        rc = scratch_add(b, &off[n++], "Accept:", "");
+    if (rc != 0)
+        goto out;
+    if (req->request_id != NULL) {
+        rc = scratch_add(b, &off[n++], "X-Request-Id: ", req->request_id);
+        if (rc != 0)
+            goto out;
+    }
+    /*
+     * libcurl 7.88 sends "Expect: 100-continue" for bodies over 1 KiB and
+     * then waits up to a second for the 100 (EXPECT_100_TIMEOUT_MS): a
+     * round trip wasted on an upstream that reads every body anyway.
+     */
+    rc = scratch_add(b, &off[n++], "Expect:", "");
+    if (rc != 0)
+        goto out;
+    /*
+     * With forward_client_auth the client's own credentials go upstream.
+     * A client that sent none is treated as if forwarding were off and
+     * gets the configured key (if any), like every other client.
+     */
+    if (u->cfg->forward_client_auth && req->client_auth != NULL) {
+        *wipe = 1;
+        rc = scratch_add(b, &off[n++], "Authorization: ", req->client_auth);
+        if (rc != 0)
+            goto out;
+    } else if (u->auth_line != NULL) {
+        shared_auth = u->auth_line;
+    }
+
+    /* The scratch no longer moves: turn offsets into the list. */
+    for (i = 0; i < n; i++)
+        lines[i].data = b->data + off[i];
+    if (shared_auth != NULL)
+        lines[n++].data = shared_auth;
+    assert(n <= UP_MAX_LINES);
+    for (i = 0; i < n; i++)
+        lines[i].next = i + 1 < n ? &lines[i + 1] : NULL;
+
+    /* CURLOPT_URL copies the string: the one setopt here that allocates. */
+    rc = GW_ENOMEM;
+    if (curl_easy_setopt(c, CURLOPT_URL, b->data + url_off) != CURLE_OK
+        || curl_easy_setopt(c, CURLOPT_HTTPHEADER, lines) != CURLE_OK)
+        goto out;
+    if (is_post) {
+        /*
+         * POSTFIELDS points at the caller's body, no copy.  The size is
+         * set, and first: without it libcurl would strlen() the body, and
+         * a zero-length POST would not be a POST at all.
+         */
+        body = req->body != NULL ? req->body : "";
+        if (curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE,
+                             (curl_off_t)req->body_len) != CURLE_OK
+            || curl_easy_setopt(c, CURLOPT_POSTFIELDS, body) != CURLE_OK)
+            goto out;
+    } else {
+        /* Turns a handle that last did a POST back into GET; the stale
+         * POSTFIELDS pointer is then never read. */
+        if (curl_easy_setopt(c, CURLOPT_HTTPGET, 1L) != CURLE_OK)
+            goto out;
+    }
+    rc = 0;
+
+out:
+    if (rc == GW_ENOMEM)
+        *reason = "out of memory";
+    else if (rc == GW_ETOOBIG)
+        *reason = "request headers too large";
+    return rc;
+}
+
+/* Stop the transfer from a callback with this outcome (first one wins). */
+static void
+xfer_fail(struct xfer *x, int rc, const char *reason)
+{
+    if (x->fail_rc == 0) {
+        x->fail_rc = rc;
+        x->fail_reason = reason;
+    }
+}
+
+/* Parse "HTTP/1.1 200 OK" (or "HTTP/2 200"): the status, or -1. */
+static int
+parse_status_line(const char *p, size_t n)
+{
+    const char *sp = memchr(p, ' ', n);
+    size_t i;
+    int status = 0;
+
+    if (n < 5 || memcmp(p, "HTTP/", 5) != 0 || sp == NULL)
+        return -1;
+    i = (size_t)(sp - p) + 1;
+    if (n - i < 3 || (n - i > 3 && p[i + 3] != ' '))
+        return -1;
+    for (size_t k = i; k < i + 3; k++) {
+        if (p[k] < '0' || p[k] > '9')
+            return -1;
+        status = status * 10 + (p[k] - '0');
+    }
+    return status >= 100 ? status : -1;
+}
+
+/* Content-Length value: 1*DIGIT (RFC 9110 8.6), else -1. */
+static int64_t
+parse_length(const char *p, size_t n)
+{
+    int64_t v = 0;
+    size_t i;
+
+    if (n == 0)
+        return -1;
+    for (i = 0; i < n; i++) {
+        if (p[i] < '0' || p[i] > '9' || v > (INT64_MAX - 9) / 10)
+            return -1;
+        v = v * 10 + (p[i] - '0');
+    }
+    return v;
+}
+
+/*
+ * CURLOPT_HEADERFUNCTION: libcurl hands over every line of every response
+ * head, one complete line per call with its CRLF: the status line, the
+ * fields, the empty line that ends the head; then again for the next head
+ * after a 1xx, and finally trailer lines of a chunked body.  The empty
+ * line of the final head is where on_head runs, so it precedes every
+ * on_data even when the body is empty.  Returning anything but 'n' aborts
+ * with CURLE_WRITE_ERROR.
+ */
+static size_t
+header_cb(char *p, size_t size, size_t n, void *arg)
+{
+    struct xfer *x = arg;
+    struct up_handle *h = x->h;
+    const struct upstream_sink *s = x->sink;
+    const char *colon, *v, *end;
+    size_t len = n, name_len;
+    int rc;
+
+    (void)size;                         /* always 1 */
+    x->rx += n;
+    if (x->res->head_seen)
+        return n;                       /* trailers: nothing we forward */
+    while (len > 0 && (p[len - 1] == '\n' || p[len - 1] == '\r'))
+        len--;
+
+    if (x->want_status_line) {
+        x->status = parse_status_line(p, len);
+        if (x->status < 0) {
+            xfer_fail(x, GW_EUPSTREAM, "bad response head");
+            return 0;
+        }
+        x->want_status_line = 0;
+        x->has_ctype = 0;
+        x->has_te = 0;
+        x->content_length = -1;
+        buf_reset(&h->ctype);
+        return n;
+    }
+
+    if (len == 0) {
+        /* RFC 9110 15.2: any number of 1xx heads may precede the final
+         * one; each is just skipped. */
+        if (x->status < 200) {
+            x->want_status_line = 1;
+            return n;
+        }
+        x->res->head_seen = 1;
+        x->res->status = x->status;
+        if (s->on_head(s->arg, x->status,
+                       x->has_ctype ? buf_ptr(&h->ctype) : NULL,
+                       x->has_te ? -1 : x->content_length) != 0) {
+            xfer_fail(x, GW_EABORTED, REASON_ABORTED);
+            return 0;
+        }
+        return n;
+    }
+
+    colon = memchr(p, ':', len);
+    if (colon == NULL)
+        return n;                       /* obs-fold or junk: libcurl's call */
+    name_len = (size_t)(colon - p);
+    v = colon + 1;
+    end = p + len;
+    while (v < end && (*v == ' ' || *v == '\t'))
+        v++;
+    while (end > v && (end[-1] == ' ' || end[-1] == '\t'))
+        end--;
+    if (gw_strieq(p, name_len, "content-type")) {
+        buf_reset(&h->ctype);
+        rc = buf_append(&h->ctype, v, (size_t)(end - v));
+        if (rc == GW_ENOMEM) {
+            xfer_fail(x, GW_ENOMEM, "out of memory");
+            return 0;
+        } else if (rc != 0) {
+            xfer_fail(x, GW_EUPSTREAM, "response header too large");
+            return 0;
+        }
+        x->has_ctype = 1;
+    } else if (gw_strieq(p, name_len, "content-length")) {
+        x->content_length = parse_length(v, (size_t)(end - v));
+    } else if (gw_strieq(p, name_len, "transfer-encoding")) {
+        x->has_te = 1;                  /* RFC 9112 6.3: overrides length */
+    }
+    return n;
+}
+
+/*
+ * CURLOPT_WRITEFUNCTION: de-chunked body bytes.  Returning anything but
+ * 'n' makes libcurl stop with CURLE_WRITE_ERROR.
+ */
+static size_t
+write_cb(char *p, size_t size, size_t n, void *arg)
+{
+    struct xfer *x = arg;
+    const struct upstream_sink *s = x->sink;
+
+    (void)size;                         /* always 1 */
+    if (n == 0)
+        return 0;
+    x->rx += n;
+    if (!x->res->head_seen) {
+        /* Cannot happen over HTTP/1.x (0.9 is refused by default); kept
+         * so that on_data can never precede on_head. */
+        xfer_fail(x, GW_EUPSTREAM, "bad response head");
+        return 0;
+    }
+    if (x->res->bytes == 0)
+        x->res->ttfb_us = gw_now_us() - x->start_us;
+    x->res->bytes += n;
+    if (s->on_data(s->arg, p, n) != 0) {
+        xfer_fail(x, GW_EABORTED, REASON_ABORTED);
+        return 0;
+    }
+    return n;
+}
+
+/*
+ * CURLOPT_XFERINFOFUNCTION: libcurl calls it after each read and write and
+ * about once a second while nothing moves.  Nonzero makes libcurl stop with
+ * CURLE_ABORTED_BY_CALLBACK.
+ *
+ * The first byte timer starts once the connection is up (pretransfer), and
+ * starts over when the whole body has been handed to the socket, which the
+ * upload counter shows: an upstream that never reads our body is caught
+ * too, not only one that never answers.  After the first response byte the
+ * idle timer takes over, fed by header and body bytes alike.
+ */
+static int
+xferinfo_cb(void *arg, curl_off_t dltotal, curl_off_t dlnow,
+            curl_off_t ultotal, curl_off_t ulnow)
+{
+    struct xfer *x = arg;
+    const struct gw_config *cfg;
+    const struct upstream_sink *s = x->sink;
+    curl_off_t pretransfer_us = 0;
+    int64_t now;
+
+    (void)dltotal;
+    (void)dlnow;
+    (void)ultotal;
+    if (s->on_tick != NULL && s->on_tick(s->arg) != 0) {
+        xfer_fail(x, GW_EABORTED, REASON_ABORTED);
+        return 1;
+    }
+    cfg = x->cfg;
+    now = gw_now_ms();
+    if (x->rx == 0) {
+        if (x->timeout_base_ms < 0) {
+            if (curl_easy_getinfo(x->h->curl, CURLINFO_PRETRANSFER_TIME_T,
+                                  &pretransfer_us) != CURLE_OK
+                || pretransfer_us <= 0)
+                return 0;               /* still connecting */
+            x->timeout_base_ms = x->start_us / 1000 + pretransfer_us / 1000;
+        }
+        if (!x->request_sent && ulnow >= x->body_len) {
+            x->request_sent = 1;
+            x->timeout_base_ms = now;
+        }
+        if (cfg->first_byte_timeout_ms > 0
+            && now - x->timeout_base_ms >= cfg->first_byte_timeout_ms) {
+            xfer_fail(x, GW_ETIMEDOUT, "first byte timeout");
+            return 1;
+        }
+        return 0;
+    }
+    if (x->rx != x->rx_at_last_tick) {
+        x->rx_at_last_tick = x->rx;
+        x->last_rx_ms = now;
+        return 0;
+    }
+    if (cfg->upstream_idle_timeout_ms > 0
+        && now - x->last_rx_ms >= cfg->upstream_idle_timeout_ms) {
+        xfer_fail(x, GW_ETIMEDOUT, "idle timeout");
+        return 1;
+    }
+    return 0;
+}
+
+/*
+ * Turn the libcurl outcome into our code.  OUT *reason: static text.
+ * Callback-made stops carry their own code and reason in 'x'.
+ */
+static int
+map_result(struct xfer *x, CURLcode cc, const char **reason)
+{
+    curl_off_t pretransfer_us = 0;
+
+    switch (cc) {
+    case CURLE_OK:
+        if (!x->res->head_seen)
+            break;                      /* ended without a final head */
+        *reason = "complete";
+        return 0;
+    case CURLE_WRITE_ERROR:             /* a header or write callback */
+    case CURLE_ABORTED_BY_CALLBACK:     /* the progress callback */
+        if (x->fail_rc != 0) {
+            *reason = x->fail_reason;
+            return x->fail_rc;
+        }
+        break;
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_COULDNT_CONNECT:
+        *reason = "connect failed";
+        return GW_EUPSTREAM;
+    case CURLE_OPERATION_TIMEDOUT:
+        /* Raised for CONNECTTIMEOUT and TIMEOUT alike; they differ in
+         * whether the connection (TLS included) was ever ready. */
+        curl_easy_getinfo(x->h->curl, CURLINFO_PRETRANSFER_TIME_T,
+                          &pretransfer_us);
+        *reason = pretransfer_us > 0 ? "total timeout" : "connect timeout";
+        return GW_ETIMEDOUT;
+    case CURLE_SSL_CONNECT_ERROR:
+    case CURLE_PEER_FAILED_VERIFICATION:
+    case CURLE_SSL_CACERT_BADFILE:
+    case CURLE_SSL_CERTPROBLEM:
+    case CURLE_SSL_CIPHER:
+    case CURLE_SSL_ISSUER_ERROR:
+        *reason = "tls failed";
+        return GW_EUPSTREAM;
+    case CURLE_GOT_NOTHING:
+        *reason = "empty reply";
+        return GW_EUPSTREAM;
+    case CURLE_WEIRD_SERVER_REPLY:
+        *reason = "bad response head";
+        return GW_EUPSTREAM;
+    case CURLE_URL_MALFORMAT:
+        *reason = "invalid request url";
+        return GW_EINVAL;
+    case CURLE_OUT_OF_MEMORY:
+        *reason = "out of memory";
+        return GW_ENOMEM;
+    default:
+        break;                          /* RECV_ERROR, PARTIAL_FILE, ... */
+    }
+    *reason = "connection broken";
+    return GW_EUPSTREAM;
+}
+
+struct upstream *
+upstream_new(const struct gw_config *cfg)
+{
+    struct upstream *u = NULL;
+    struct upstream *ret = NULL;
+    const char *key = cfg->upstream_api_key;
+    size_t len;
+
+    assert(cfg->upstream_url != NULL);
+    u = gw_calloc(1, sizeof(*u));
+    if (u == NULL)
+        goto out;
+    gw_mutex_init(&u->lock);            /* aborts on failure */
+    u->cfg = cfg;
+    u->max_idle = cfg->max_connections;
+    if (u->max_idle < 1)
+        u->max_idle = 1;
+    if (u->max_idle > UP_MAX_IDLE)
+        u->max_idle = UP_MAX_IDLE;
+    u->idle = gw_calloc(u->max_idle, sizeof(*u->idle));
+    if (u->idle == NULL)
+        goto out;
+    if (key != NULL && key[0] != '\0') {
+        if (!header_value_ok(key)) {
+            log_msg(GW_LOG_ERROR, "upstream: upstream_api_key contains a "
+                    "line break");
+            goto out;
+        }
+        /* Formatted once: every transfer points at this line. */
+        len = sizeof("Authorization: Bearer ") + strlen(key);
+        u->auth_line = gw_malloc(len);
+        if (u->auth_line == NULL)
+            goto out;
+        snprintf(u->auth_line, len, "Authorization: Bearer %s", key);
+    }
+    ret = u;
+    u = NULL;
+
+out:
+    upstream_free(u);
+    return ret;
+}
+
+void
+upstream_free(struct upstream *u)
+{
+    if (u == NULL)
+        return;
+    while (u->num_idle > 0)
+        handle_free(u->idle[--u->num_idle]);
+    gw_free(u->idle);
+    u->idle = NULL;
+    if (u->auth_line != NULL) {
+        mbedtls_platform_zeroize(u->auth_line, strlen(u->auth_line));
+        gw_free(u->auth_line);
+        u->auth_line = NULL;
+    }
+    gw_mutex_destroy(&u->lock);
+    gw_free(u);
+}
+
+int
+upstream_perform(struct upstream *u, const struct upstream_request *req,
+                 const struct upstream_sink *sink,
+                 struct upstream_result *res)
+{
+    struct curl_slist lines[UP_MAX_LINES];
+    struct up_handle *h = NULL;
+    struct xfer x;
+    const char *reason = "out of memory";
+    CURLcode cc = CURLE_OK;
+    int wipe = 0;
+    int rc = GW_ENOMEM;
+
+    res->rc = rc;
+    res->status = 0;
+    res->head_seen = 0;
+    res->reason = reason;
+    res->bytes = 0;
+    res->ttfb_us = -1;
+
+    h = pool_take(u);
+    if (h == NULL)
+        goto out;
+    rc = prepare(u, h, req, lines, &wipe, &reason);
+    if (rc != 0)
+        goto out;
+
+    memset(&x, 0, sizeof(x));
+    x.cfg = u->cfg;
+    x.sink = sink;
+    x.res = res;
+    x.h = h;
+    x.timeout_base_ms = -1;
+    x.body_len = (curl_off_t)req->body_len;
+    x.want_status_line = 1;
+    x.content_length = -1;
+    /* Pointer options cannot fail; set per call because 'x' is ours. */
+    curl_easy_setopt(h->curl, CURLOPT_HEADERDATA, &x);
+    curl_easy_setopt(h->curl, CURLOPT_WRITEDATA, &x);
+    curl_easy_setopt(h->curl, CURLOPT_XFERINFODATA, &x);
+
+    x.start_us = gw_now_us();
+    cc = curl_easy_perform(h->curl);
+    rc = map_result(&x, cc, &reason);
+
+out:
+    if (rc != 0) {
+        /* A client going away is routine; everything else is a warning. */
+        log_msg(rc == GW_EABORTED ? GW_LOG_INFO : GW_LOG_WARN,
+                "upstream: failed reason=\"%s\" error=\"%s\" curl=\"%s\" "
+                "detail=\"%s\" status=%d bytes=%" PRIu64 " path=%s",
+                reason, gw_strerror(rc),
+                cc != CURLE_OK ? curl_easy_strerror(cc) : "",
+                cc != CURLE_OK ? h->errbuf : "", res->status, res->bytes,
+                req->path);
+    }
+    /* Our copy of the client's key; libcurl's copy in its own request
+     * buffer is out of our reach. */
+    if (wipe)
+        mbedtls_platform_zeroize(h->scratch.data, h->scratch.cap);
+    /* Even after an error: libcurl has already closed a broken
+     * connection, and the handle itself is fine. */
+    pool_put(u, h);
+    res->rc = rc;
+    res->reason = reason;
+    return rc;
+}
+
+uint64_t
+upstream_handles_created(struct upstream *u)
+{
+    return atomic_load_explicit(&u->created, memory_order_relaxed);
+}

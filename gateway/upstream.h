@@ -1,0 +1,96 @@
+/*
+ * upstream.h - the libcurl side: one blocking transfer per call, reused
+ * connections, and a sink that receives the response as it arrives.
+ *
+ * Design: a pool of CURL easy handles (a LIFO stack under one mutex).  A
+ * handle keeps its own connection cache, so taking the most recently used
+ * handle reuses its warm keep-alive connection; handles move between
+ * threads, so connections are reused across requests and threads.  The
+ * mutex is held only to push or pop a handle, never across a transfer.
+ * A handle belongs to one thread between upstream_perform()'s pop and push.
+ *
+ * The sink's callbacks run on the calling thread, inside
+ * curl_easy_perform(): they must not block for long (a coalescing leader
+ * only appends to its flight and does a non-blocking flush there).
+ */
+#ifndef INFERGW_GATEWAY_UPSTREAM_H
+#define INFERGW_GATEWAY_UPSTREAM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct gw_config;
+struct upstream;
+
+struct upstream_request {
+    const char *method;         /* "GET" or "POST" */
+    const char *path;           /* NUL-terminated origin-form target */
+    const char *body;           /* POST body, sent byte-exact */
+    size_t body_len;
+    const char *content_type;   /* client's Content-Type value, or NULL */
+    const char *accept;         /* client's Accept value, or NULL */
+    const char *request_id;     /* sent as X-Request-Id */
+    const char *client_auth;    /* client's Authorization value, or NULL;
+                                   forwarded only if forward_client_auth */
+};
+
+struct upstream_sink {
+    void *arg;
+    /*
+     * The final response's status and headers are in (1xx skipped).
+     * 'content_type' is NULL when absent, 'content_length' -1 when
+     * unknown.  Called once, before any on_data.  Nonzero aborts.
+     */
+    int (*on_head)(void *arg, int status, const char *content_type,
+                   int64_t content_length);
+    /* A piece of the body (de-chunked).  Nonzero aborts the transfer. */
+    int (*on_data)(void *arg, const char *p, size_t n);
+    /*
+     * Called at least about once a second while the transfer waits (and
+     * often while it moves).  Nonzero aborts: the client went away, or
+     * nobody is listening any more.  May be NULL.
+     */
+    int (*on_tick)(void *arg);
+};
+
+struct upstream_result {
+    int rc;                 /* 0 complete; GW_EUPSTREAM, GW_ETIMEDOUT,
+                               GW_EABORTED (a sink callback said so),
+                               GW_ENOMEM */
+    int status;             /* upstream HTTP status; 0 if none came */
+    int head_seen;          /* on_head was called */
+    const char *reason;     /* static text for logs and error bodies:
+                               "connect failed", "first byte timeout",
+                               "idle timeout", "total timeout",
+                               "connection broken", ... */
+    uint64_t bytes;         /* body bytes received */
+    int64_t ttfb_us;        /* request start to first body byte; -1 none */
+};
+
+/*
+ * Create the pool for the [upstream] settings in 'cfg' (borrowed; must
+ * outlive the pool).  Call after curl_global_init().  NULL on failure.
+ */
+struct upstream *upstream_new(const struct gw_config *cfg);
+
+/* Free the pool and every handle; no transfer may be running.  NULL-safe. */
+void upstream_free(struct upstream *u);
+
+/*
+ * Run one transfer to completion (blocking).  Borrows 'req' and 'sink'.
+ * Request headers sent: Content-Type and Accept as given, X-Request-Id,
+ * Authorization (the configured upstream key as Bearer, or the client's
+ * when forward_client_auth is on), and nothing else from the client: no
+ * hop-by-hop field can leak through.  "Expect:" is suppressed.
+ * Timeouts come from the config: connect, first byte (request sent to the
+ * first response byte), idle (between body bytes) and total.
+ * OUT *res is always filled.  Returns res->rc.  Thread-safe.
+ */
+int upstream_perform(struct upstream *u, const struct upstream_request *req,
+                     const struct upstream_sink *sink,
+                     struct upstream_result *res);
+
+/* Handles created so far (for /metrics and tests). */
+uint64_t upstream_handles_created(struct upstream *u);
+
+#endif
