@@ -1,0 +1,830 @@
+/*
+ * check_buf.c - unit tests for common/buf.c, common/util.c and
+ * common/alloc.c: the bounded buffer, the small helpers and the fault
+ * injection that every other test relies on.
+ *
+ * The buffer's promises checked here: never past 'limit'; a failed append
+ * (GW_ETOOBIG or GW_ENOMEM) leaves it exactly as it was; a NUL always
+ * follows the bytes; views survive buf_consume() but not buf_compact().
+ */
+#include <check.h>
+
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "buf.h"
+#include "util.h"
+
+#define TEST_TIMEOUT 10
+
+/* The invariant every operation keeps: a NUL right after the bytes. */
+static void
+assert_terminated(const struct buf *b)
+{
+    ck_assert_uint_le(b->off, b->len);
+    ck_assert_uint_le(b->len, b->limit);
+    if (b->data != NULL) {
+        ck_assert_uint_lt(b->len, b->cap);
+        ck_assert_int_eq(b->data[b->len], '\0');
+    }
+    ck_assert_uint_eq(strlen(buf_ptr(b)), buf_len(b));
+}
+
+/* A snapshot to prove that a failed call changed nothing. */
+struct snap {
+    char *data;
+    size_t off, len, cap, limit;
+    char bytes[256];
+};
+
+static void
+take_snap(const struct buf *b, struct snap *s)
+{
+    s->data = b->data;
+    s->off = b->off;
+    s->len = b->len;
+    s->cap = b->cap;
+    s->limit = b->limit;
+    snprintf(s->bytes, sizeof(s->bytes), "%s", buf_ptr(b));
+}
+
+static void
+assert_unchanged(const struct buf *b, const struct snap *s)
+{
+    ck_assert_ptr_eq(b->data, s->data);
+    ck_assert_uint_eq(b->cap, s->cap);
+    ck_assert_uint_eq(b->limit, s->limit);
+    ck_assert_uint_eq(buf_len(b), s->len - s->off);
+    ck_assert_str_eq(buf_ptr(b), s->bytes);
+    assert_terminated(b);
+}
+
+/* ---- buf: lifecycle --------------------------------------------------- */
+
+START_TEST(test_init_release)
+{
+    struct buf b;
+
+    buf_init(&b, 100);
+    ck_assert_ptr_null(b.data);
+    ck_assert_uint_eq(buf_len(&b), 0);
+    ck_assert_str_eq(buf_ptr(&b), "");     /* usable before any append */
+    ck_assert_uint_eq(b.limit, 100);
+    buf_release(&b);                        /* nothing allocated: fine */
+    ck_assert_int_eq(buf_append_str(&b, "abc"), 0);
+    assert_terminated(&b);
+    buf_release(&b);
+    ck_assert_ptr_null(b.data);
+    ck_assert_uint_eq(b.len, 0);
+    ck_assert_uint_eq(b.cap, 0);
+    ck_assert_uint_eq(b.limit, 100);        /* the limit stays */
+    ck_assert_int_eq(buf_append_str(&b, "again"), 0);  /* reusable */
+    ck_assert_str_eq(buf_ptr(&b), "again");
+    buf_release(&b);
+}
+END_TEST
+
+START_TEST(test_new_free)
+{
+    struct buf *b = buf_new(16);
+
+    ck_assert_ptr_nonnull(b);
+    ck_assert_uint_eq(b->limit, 16);
+    ck_assert_int_eq(buf_append_str(b, "x"), 0);
+    buf_free(b);
+    buf_free(NULL);
+
+    alloc_fail_after(1, 0);
+    ck_assert_ptr_null(buf_new(16));
+    alloc_fail_after(0, 0);
+}
+END_TEST
+
+START_TEST(test_reset)
+{
+    struct buf b;
+    char *data;
+    size_t cap;
+
+    buf_init(&b, 100);
+    ck_assert_int_eq(buf_append_str(&b, "hello"), 0);
+    buf_consume(&b, 2);
+    data = b.data;
+    cap = b.cap;
+    buf_reset(&b);
+    ck_assert_uint_eq(buf_len(&b), 0);
+    ck_assert_ptr_eq(b.data, data);         /* memory kept */
+    ck_assert_uint_eq(b.cap, cap);
+    assert_terminated(&b);
+    buf_reset(&b);
+    ck_assert_int_eq(buf_append_str(&b, "x"), 0);
+    ck_assert_str_eq(buf_ptr(&b), "x");
+    buf_release(&b);
+
+    buf_init(&b, 10);
+    buf_reset(&b);                          /* never allocated: fine */
+    ck_assert_ptr_null(b.data);
+}
+END_TEST
+
+/* ---- buf: limits ------------------------------------------------------ */
+
+START_TEST(test_limit_exact)
+{
+    struct buf b;
+    struct snap s;
+
+    buf_init(&b, 10);
+    ck_assert_int_eq(buf_append(&b, "0123456789", 10), 0);
+    ck_assert_uint_eq(buf_len(&b), 10);
+    assert_terminated(&b);
+    ck_assert_uint_le(b.cap, 11);           /* never allocates past limit+1 */
+    take_snap(&b, &s);
+    ck_assert_int_eq(buf_append(&b, "x", 1), GW_ETOOBIG);
+    assert_unchanged(&b, &s);
+    ck_assert_int_eq(buf_append(&b, "", 0), 0);     /* nothing fits */
+    assert_unchanged(&b, &s);
+    ck_assert_int_eq(buf_printf(&b, "%d", 1), GW_ETOOBIG);
+    assert_unchanged(&b, &s);
+    buf_release(&b);
+}
+END_TEST
+
+START_TEST(test_limit_one_call)
+{
+    struct buf b;
+    struct snap s;
+
+    /* A single append past the limit is refused whole, not truncated. */
+    buf_init(&b, 10);
+    ck_assert_int_eq(buf_append_str(&b, "abc"), 0);
+    take_snap(&b, &s);
+    ck_assert_int_eq(buf_append(&b, "defghijkl", 9), GW_ETOOBIG);
+    assert_unchanged(&b, &s);
+    ck_assert_int_eq(buf_append(&b, "defghij", 7), 0);
+    ck_assert_str_eq(buf_ptr(&b), "abcdefghij");
+    buf_release(&b);
+
+    /* The first append can fail too, before anything is allocated. */
+    buf_init(&b, 4);
+    ck_assert_int_eq(buf_append_str(&b, "12345"), GW_ETOOBIG);
+    ck_assert_ptr_null(b.data);
+    ck_assert_str_eq(buf_ptr(&b), "");
+    buf_release(&b);
+}
+END_TEST
+
+START_TEST(test_limit_zero)
+{
+    struct buf b;
+
+    buf_init(&b, 0);
+    ck_assert_int_eq(buf_append(&b, "", 0), 0);
+    assert_terminated(&b);
+    ck_assert_int_eq(buf_append(&b, "x", 1), GW_ETOOBIG);
+    ck_assert_str_eq(buf_ptr(&b), "");
+    buf_release(&b);
+}
+END_TEST
+
+START_TEST(test_limit_huge_request)
+{
+    struct buf b;
+    struct snap s;
+    char *dst = NULL;
+
+    /* Sizes that would overflow len + n are refused, not wrapped. */
+    buf_init(&b, SIZE_MAX);
+    ck_assert_int_eq(buf_append_str(&b, "abc"), 0);
+    take_snap(&b, &s);
+    ck_assert_int_eq(buf_reserve(&b, SIZE_MAX, &dst), GW_ETOOBIG);
+    ck_assert_int_eq(buf_reserve(&b, SIZE_MAX - 3, &dst), GW_ETOOBIG);
+    ck_assert_ptr_null(dst);
+    assert_unchanged(&b, &s);
+    buf_release(&b);
+}
+END_TEST
+
+START_TEST(test_limit_counts_consumed)
+{
+    struct buf b;
+    struct snap s;
+
+    /* 'limit' bounds len, consumed bytes included, until buf_compact()
+     * (buf.h: "hard limit on len"); then the space is back. */
+    buf_init(&b, 10);
+    ck_assert_int_eq(buf_append_str(&b, "01234567"), 0);
+    buf_consume(&b, 5);
+    take_snap(&b, &s);
+    ck_assert_int_eq(buf_append_str(&b, "abcde"), GW_ETOOBIG);
+    assert_unchanged(&b, &s);
+    buf_compact(&b);
+    ck_assert_int_eq(buf_append_str(&b, "abcde"), 0);
+    ck_assert_str_eq(buf_ptr(&b), "567abcde");
+    buf_release(&b);
+}
+END_TEST
+
+START_TEST(test_toobig_after_consume_all)
+{
+    struct buf b;
+
+    /* All consumed, then a refused append: the buffer must still read as
+     * an empty C string (regression: the old bytes showed through). */
+    buf_init(&b, 10);
+    ck_assert_int_eq(buf_append_str(&b, "abc"), 0);
+    buf_consume(&b, 3);
+    ck_assert_int_eq(buf_append_str(&b, "0123456789x"), GW_ETOOBIG);
+    ck_assert_uint_eq(buf_len(&b), 0);
+    ck_assert_str_eq(buf_ptr(&b), "");
+    assert_terminated(&b);
+    /* And the whole limit is usable again. */
+    ck_assert_int_eq(buf_append_str(&b, "0123456789"), 0);
+    ck_assert_str_eq(buf_ptr(&b), "0123456789");
+    buf_release(&b);
+}
+END_TEST
+
+/* ---- buf: growth and allocation failure ------------------------------- */
+
+START_TEST(test_growth)
+{
+    struct buf b;
+    char expect[5001];
+    int i;
+
+    buf_init(&b, 1 << 20);
+    for (i = 0; i < 5000; i++) {
+        ck_assert_int_eq(buf_append(&b, &"abcdefghij"[i % 10], 1), 0);
+        expect[i] = (char)('a' + i % 10);
+    }
+    expect[5000] = '\0';
+    ck_assert_str_eq(buf_ptr(&b), expect);
+    assert_terminated(&b);
+    buf_release(&b);
+}
+END_TEST
+
+START_TEST(test_alloc_fail_unchanged)
+{
+    struct buf b;
+    struct snap s;
+    char big[300];
+
+    memset(big, 'z', sizeof(big));
+    buf_init(&b, 4096);
+    ck_assert_int_eq(buf_append_str(&b, "keep"), 0);
+    take_snap(&b, &s);
+    alloc_fail_after(1, 0);
+    ck_assert_int_eq(buf_append(&b, big, sizeof(big)), GW_ENOMEM);
+    alloc_fail_after(0, 0);
+    assert_unchanged(&b, &s);
+
+    alloc_fail_after(1, 0);
+    ck_assert_int_eq(buf_printf(&b, "%0300d", 7), GW_ENOMEM);
+    alloc_fail_after(0, 0);
+    assert_unchanged(&b, &s);
+
+    /* Appends that fit the current capacity need no allocation. */
+    alloc_fail_after(1, 1);
+    ck_assert_int_eq(buf_append_str(&b, "!"), 0);
+    alloc_fail_after(0, 0);
+    ck_assert_str_eq(buf_ptr(&b), "keep!");
+    buf_release(&b);
+
+    /* The first allocation failing leaves a never-allocated buffer. */
+    buf_init(&b, 4096);
+    alloc_fail_after(1, 0);
+    ck_assert_int_eq(buf_append_str(&b, "x"), GW_ENOMEM);
+    alloc_fail_after(0, 0);
+    ck_assert_ptr_null(b.data);
+    ck_assert_uint_eq(b.len, 0);
+    buf_release(&b);
+}
+END_TEST
+
+/* ---- buf: reserve / commit -------------------------------------------- */
+
+START_TEST(test_reserve_commit)
+{
+    struct buf b;
+    struct snap s;
+    char *dst;
+
+    buf_init(&b, 16);
+    ck_assert_int_eq(buf_append_str(&b, "ab"), 0);
+    ck_assert_int_eq(buf_reserve(&b, 10, &dst), 0);
+    ck_assert_ptr_eq(dst, b.data + 2);
+    memcpy(dst, "cdefghijkl", 10);
+    buf_commit(&b, 3);                      /* fewer than reserved */
+    ck_assert_str_eq(buf_ptr(&b), "abcde");
+    assert_terminated(&b);
+
+    ck_assert_int_eq(buf_reserve(&b, 11, &dst), 0);     /* up to limit */
+    buf_commit(&b, 0);
+    ck_assert_str_eq(buf_ptr(&b), "abcde");
+    take_snap(&b, &s);
+    ck_assert_int_eq(buf_reserve(&b, 12, &dst), GW_ETOOBIG);
+    assert_unchanged(&b, &s);
+
+    ck_assert_int_eq(buf_reserve(&b, 11, &dst), 0);
+    memcpy(dst, "fghijklmnop", 11);
+    buf_commit(&b, 11);
+    ck_assert_str_eq(buf_ptr(&b), "abcdefghijklmnop");
+    ck_assert_uint_eq(buf_len(&b), 16);
+    assert_terminated(&b);
+    buf_release(&b);
+}
+END_TEST
+
+START_TEST(test_reserve_reuses_consumed)
+{
+    struct buf b;
+    char *dst, *data;
+
+    /* Once everything is consumed, reserve writes from the start again,
+     * as a read() loop on a connection buffer wants. */
+    buf_init(&b, 8);
+    ck_assert_int_eq(buf_append_str(&b, "12345678"), 0);
+    data = b.data;
+    buf_consume(&b, 8);
+    ck_assert_int_eq(buf_reserve(&b, 8, &dst), 0);
+    ck_assert_ptr_eq(dst, data);
+    memcpy(dst, "abcdefgh", 8);
+    buf_commit(&b, 8);
+    ck_assert_str_eq(buf_ptr(&b), "abcdefgh");
+    buf_release(&b);
+}
+END_TEST
+
+/* ---- buf: consume / compact ------------------------------------------- */
+
+START_TEST(test_consume_compact)
+{
+    struct buf b;
+    const char *view;
+
+    buf_init(&b, 64);
+    ck_assert_int_eq(buf_append_str(&b, "GET / HTTP/1.1\r\nrest"), 0);
+    view = buf_ptr(&b);
+    buf_consume(&b, 16);
+    /* Consuming moves nothing: the earlier view still reads the same. */
+    ck_assert_int_eq(memcmp(view, "GET / HTTP/1.1\r\n", 16), 0);
+    ck_assert_str_eq(buf_ptr(&b), "rest");
+    ck_assert_uint_eq(buf_len(&b), 4);
+    assert_terminated(&b);
+
+    buf_compact(&b);
+    ck_assert_uint_eq(b.off, 0);
+    ck_assert_str_eq(b.data, "rest");
+    ck_assert_str_eq(buf_ptr(&b), "rest");
+    assert_terminated(&b);
+    buf_compact(&b);                        /* nothing to move */
+    ck_assert_str_eq(buf_ptr(&b), "rest");
+
+    buf_consume(&b, 4);
+    buf_compact(&b);
+    ck_assert_uint_eq(buf_len(&b), 0);
+    ck_assert_str_eq(buf_ptr(&b), "");
+    assert_terminated(&b);
+    ck_assert_int_eq(buf_append_str(&b, "next"), 0);
+    ck_assert_str_eq(buf_ptr(&b), "next");
+    buf_release(&b);
+
+    buf_init(&b, 8);
+    buf_compact(&b);                        /* never allocated: fine */
+    ck_assert_ptr_null(b.data);
+}
+END_TEST
+
+START_TEST(test_consume_zero)
+{
+    struct buf b;
+
+    buf_init(&b, 8);
+    ck_assert_int_eq(buf_append_str(&b, "ab"), 0);
+    buf_consume(&b, 0);
+    ck_assert_str_eq(buf_ptr(&b), "ab");
+    buf_release(&b);
+}
+END_TEST
+
+/* ---- buf: take -------------------------------------------------------- */
+
+START_TEST(test_take)
+{
+    struct buf b;
+    size_t len = 99;
+    char *s;
+
+    buf_init(&b, 64);
+    ck_assert_ptr_null(buf_take(&b, &len));    /* never allocated */
+    ck_assert_uint_eq(len, 0);
+
+    ck_assert_int_eq(buf_append_str(&b, "xxhello"), 0);
+    buf_consume(&b, 2);
+    s = buf_take(&b, &len);
+    ck_assert_str_eq(s, "hello");              /* compacted first */
+    ck_assert_uint_eq(len, 5);
+    ck_assert_ptr_null(b.data);
+    ck_assert_uint_eq(buf_len(&b), 0);
+    ck_assert_uint_eq(b.limit, 64);
+    gw_free(s);
+
+    /* Usable again after a take; NULL len is allowed. */
+    ck_assert_int_eq(buf_append_str(&b, "again"), 0);
+    s = buf_take(&b, NULL);
+    ck_assert_str_eq(s, "again");
+    gw_free(s);
+
+    /* An allocated but empty buffer hands over "". */
+    ck_assert_int_eq(buf_append_str(&b, "x"), 0);
+    buf_reset(&b);
+    s = buf_take(&b, &len);
+    ck_assert_ptr_nonnull(s);
+    ck_assert_str_eq(s, "");
+    ck_assert_uint_eq(len, 0);
+    gw_free(s);
+}
+END_TEST
+
+/* ---- buf: printf ------------------------------------------------------ */
+
+START_TEST(test_printf)
+{
+    struct buf b;
+    struct snap s;
+    int i;
+
+    buf_init(&b, 1 << 16);
+    ck_assert_int_eq(buf_printf(&b, "%s=%d", "a", 1), 0);
+    ck_assert_int_eq(buf_printf(&b, "%s", ""), 0);
+    ck_assert_int_eq(buf_printf(&b, " %05.1f|%c", 2.25, 'z'), 0);
+    ck_assert_str_eq(buf_ptr(&b), "a=1 002.2|z");
+    for (i = 0; i < 1000; i++)
+        ck_assert_int_eq(buf_printf(&b, "%04d", i), 0);
+    ck_assert_uint_eq(buf_len(&b), 11 + 4000);
+    ck_assert_int_eq(memcmp(buf_ptr(&b) + buf_len(&b) - 4, "0999", 4), 0);
+    assert_terminated(&b);
+    buf_release(&b);
+
+    /* Exactly to the limit, then one past it. */
+    buf_init(&b, 8);
+    ck_assert_int_eq(buf_printf(&b, "%08d", 42), 0);
+    ck_assert_str_eq(buf_ptr(&b), "00000042");
+    buf_reset(&b);
+    ck_assert_int_eq(buf_printf(&b, "%s", "abc"), 0);
+    take_snap(&b, &s);
+    ck_assert_int_eq(buf_printf(&b, "%06d", 1), GW_ETOOBIG);
+    assert_unchanged(&b, &s);
+    buf_release(&b);
+}
+END_TEST
+
+/* ---- util ------------------------------------------------------------- */
+
+static const struct {
+    const char *p;
+    size_t n;
+    const char *s;
+    int eq;
+} strieq_cases[] = {
+    { "Content-Length", 14, "content-length", 1 },
+    { "CONTENT-LENGTH", 14, "content-length", 1 },
+    { "content-length", 14, "Content-Length", 1 },
+    { "", 0, "", 1 },
+    { "abc", 0, "", 1 },                    /* only n bytes count */
+    { "hostname", 4, "host", 1 },
+    { "host", 4, "hostname", 0 },           /* s longer than the view */
+    { "hostname", 8, "host", 0 },           /* view longer than s */
+    { "abc", 3, "abd", 0 },
+    { "a\0c", 3, "a", 0 },                  /* NUL inside the view */
+    { "[", 1, "{", 0 },                     /* not folded: '[' is 'A'-6 */
+    { "@", 1, "`", 0 },                     /* 'A'-1 vs 'a'-1 */
+    { "\xc3\x89", 2, "\xc3\xa9", 0 },       /* ASCII folding only */
+};
+
+START_TEST(test_strieq)
+{
+    ck_assert_int_eq(gw_strieq(strieq_cases[_i].p, strieq_cases[_i].n,
+                               strieq_cases[_i].s), strieq_cases[_i].eq);
+}
+END_TEST
+
+START_TEST(test_ms_left)
+{
+    int64_t now = gw_now_ms();
+    int left;
+
+    ck_assert_int_eq(gw_ms_left(-1), -1);          /* never */
+    ck_assert_int_eq(gw_ms_left(0), 0);            /* long past */
+    ck_assert_int_eq(gw_ms_left(now - 1000), 0);
+    left = gw_ms_left(now + 5000);
+    ck_assert_int_le(left, 5000);
+    ck_assert_int_gt(left, 4000);
+    ck_assert_int_eq(gw_ms_left(now + (INT64_C(1) << 40)), INT_MAX);
+    ck_assert_int_eq(gw_ms_left(INT64_MAX), INT_MAX);
+}
+END_TEST
+
+START_TEST(test_clocks)
+{
+    int64_t a = gw_now_us(), b = gw_now_us();
+
+    ck_assert_int_ge(b, a);
+    ck_assert_int_ge(gw_now_ms(), a / 1000);
+}
+END_TEST
+
+static const struct {
+    size_t a, b;
+    int overflows;
+} add_cases[] = {
+    { 0, 0, 0 },
+    { 1, 2, 0 },
+    { SIZE_MAX, 0, 0 },
+    { 0, SIZE_MAX, 0 },
+    { SIZE_MAX - 1, 1, 0 },
+    { SIZE_MAX, 1, 1 },
+    { 1, SIZE_MAX, 1 },
+    { SIZE_MAX, SIZE_MAX, 1 },
+    { SIZE_MAX / 2 + 1, SIZE_MAX / 2 + 1, 1 },
+    { SIZE_MAX / 2, SIZE_MAX / 2 + 1, 0 },
+};
+
+START_TEST(test_add_overflows)
+{
+    size_t out = 12345;
+    int o = gw_add_overflows(add_cases[_i].a, add_cases[_i].b, &out);
+
+    ck_assert_int_eq(o, add_cases[_i].overflows);
+    if (o == 0)
+        ck_assert_uint_eq(out, add_cases[_i].a + add_cases[_i].b);
+    else
+        ck_assert_uint_eq(out, 12345);     /* untouched on overflow */
+}
+END_TEST
+
+START_TEST(test_strerror)
+{
+    int rc;
+
+    for (rc = 0; rc >= GW_EABORTED; rc--) {
+        ck_assert_ptr_nonnull(gw_strerror(rc));
+        ck_assert_str_ne(gw_strerror(rc), "unknown error");
+    }
+    ck_assert_str_eq(gw_strerror(GW_ENOMEM), "out of memory");
+    ck_assert_str_eq(gw_strerror(GW_ETOOBIG), "too large");
+    ck_assert_str_eq(gw_strerror(1), "unknown error");
+    ck_assert_str_eq(gw_strerror(-1000), "unknown error");
+}
+END_TEST
+
+START_TEST(test_random_hex)
+{
+    char a[33], b[33];
+    size_t i;
+
+    gw_random_hex(a, 32);
+    gw_random_hex(b, 32);
+    ck_assert_uint_eq(strlen(a), 32);
+    for (i = 0; i < 32; i++)
+        ck_assert_ptr_nonnull(strchr("0123456789abcdef", a[i]));
+    ck_assert_str_ne(a, b);
+    gw_random_hex(a, 0);
+    ck_assert_str_eq(a, "");
+}
+END_TEST
+
+/* ---- alloc ------------------------------------------------------------ */
+
+START_TEST(test_alloc_nth)
+{
+    void *p1, *p2, *p3;
+
+    alloc_fail_after(2, 0);
+    p1 = gw_malloc(8);
+    p2 = gw_malloc(8);
+    p3 = gw_malloc(8);
+    ck_assert_ptr_nonnull(p1);
+    ck_assert_ptr_null(p2);                 /* the 2nd from now */
+    ck_assert_ptr_nonnull(p3);              /* not sticky: back to normal */
+    ck_assert_int_eq(alloc_failures(), 1);
+    alloc_fail_after(0, 0);
+    ck_assert_int_eq(alloc_failures(), 0);  /* re-arming resets the count */
+    gw_free(p1);
+    gw_free(p3);
+}
+END_TEST
+
+START_TEST(test_alloc_sticky)
+{
+    char *s;
+    void *p;
+    int i;
+
+    alloc_fail_after(1, 1);
+    for (i = 0; i < 5; i++)
+        ck_assert_ptr_null(gw_malloc(1));
+    ck_assert_ptr_null(gw_calloc(1, 1));
+    ck_assert_ptr_null(gw_strdup("x"));
+    ck_assert_ptr_null(gw_strndup("xy", 1));
+    ck_assert_int_eq(alloc_failures(), 8);
+    alloc_fail_after(0, 0);
+    s = gw_strdup("ok");
+    ck_assert_str_eq(s, "ok");
+    gw_free(s);
+
+    /* gw_realloc failing keeps the old block, like realloc(). */
+    p = gw_malloc(4);
+    memcpy(p, "abc", 4);
+    alloc_fail_after(1, 0);
+    ck_assert_ptr_null(gw_realloc(p, 1 << 20));
+    alloc_fail_after(0, 0);
+    ck_assert_str_eq(p, "abc");
+    gw_free(p);
+}
+END_TEST
+
+START_TEST(test_alloc_off)
+{
+    int i;
+
+    alloc_fail_after(0, 0);
+    for (i = 0; i < 100; i++) {
+        void *p = gw_malloc(16);
+
+        ck_assert_ptr_nonnull(p);
+        gw_free(p);
+    }
+    ck_assert_int_eq(alloc_failures(), 0);
+}
+END_TEST
+
+START_TEST(test_alloc_funcs)
+{
+    unsigned char *z;
+    char *s;
+    void *p;
+    size_t i;
+
+    p = gw_malloc(0);                       /* non-NULL, like glibc */
+    ck_assert_ptr_nonnull(p);
+    gw_free(p);
+    gw_free(NULL);
+
+    z = gw_calloc(16, 4);
+    ck_assert_ptr_nonnull(z);
+    for (i = 0; i < 64; i++)
+        ck_assert_int_eq(z[i], 0);
+    gw_free(z);
+    ck_assert_ptr_null(gw_calloc(SIZE_MAX / 2, 3));     /* overflow */
+    ck_assert_ptr_null(gw_calloc(3, SIZE_MAX / 2));
+    p = gw_calloc(0, 8);
+    ck_assert_ptr_nonnull(p);
+    gw_free(p);
+
+    s = gw_strndup("hello world", 5);
+    ck_assert_str_eq(s, "hello");
+    gw_free(s);
+    s = gw_strndup("", 0);
+    ck_assert_str_eq(s, "");
+    gw_free(s);
+}
+END_TEST
+
+START_TEST(test_strndup_stops_at_nul)
+{
+    char *src = gw_malloc(3);
+    char *s;
+
+    /* Like strndup(): n is a maximum, the copy stops at the string's NUL
+     * (regression: it copied n bytes and read past the source). */
+    memcpy(src, "ab", 3);
+    s = gw_strndup(src, 100);
+    ck_assert_str_eq(s, "ab");
+    gw_free(s);
+    gw_free(src);
+}
+END_TEST
+
+/* ---- runner ----------------------------------------------------------- */
+
+static TCase *
+tcase(const char *name)
+{
+    TCase *tc = tcase_create(name);
+
+    tcase_set_timeout(tc, TEST_TIMEOUT);
+    return tc;
+}
+
+static Suite *
+buf_suite(void)
+{
+    Suite *s = suite_create("buf");
+    TCase *tc;
+
+    tc = tcase("lifecycle");
+    tcase_add_test(tc, test_init_release);
+    tcase_add_test(tc, test_new_free);
+    tcase_add_test(tc, test_reset);
+    suite_add_tcase(s, tc);
+
+    tc = tcase("limits");
+    tcase_add_test(tc, test_limit_exact);
+    tcase_add_test(tc, test_limit_one_call);
+    tcase_add_test(tc, test_limit_zero);
+    tcase_add_test(tc, test_limit_huge_request);
+    tcase_add_test(tc, test_limit_counts_consumed);
+    tcase_add_test(tc, test_toobig_after_consume_all);
+    suite_add_tcase(s, tc);
+
+    tc = tcase("growth_and_alloc_failure");
+    tcase_add_test(tc, test_growth);
+    tcase_add_test(tc, test_alloc_fail_unchanged);
+    suite_add_tcase(s, tc);
+
+    tc = tcase("reserve_commit");
+    tcase_add_test(tc, test_reserve_commit);
+    tcase_add_test(tc, test_reserve_reuses_consumed);
+    suite_add_tcase(s, tc);
+
+    tc = tcase("consume_compact");
+    tcase_add_test(tc, test_consume_compact);
+    tcase_add_test(tc, test_consume_zero);
+    suite_add_tcase(s, tc);
+
+    tc = tcase("take");
+    tcase_add_test(tc, test_take);
+    suite_add_tcase(s, tc);
+
+    tc = tcase("printf");
+    tcase_add_test(tc, test_printf);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+static Suite *
+util_suite(void)
+{
+    Suite *s = suite_create("util");
+    TCase *tc;
+
+    tc = tcase("strieq");
+    tcase_add_loop_test(tc, test_strieq, 0, (int)GW_ARRAY_LEN(strieq_cases));
+    suite_add_tcase(s, tc);
+
+    tc = tcase("clocks");
+    tcase_add_test(tc, test_ms_left);
+    tcase_add_test(tc, test_clocks);
+    suite_add_tcase(s, tc);
+
+    tc = tcase("add_overflows");
+    tcase_add_loop_test(tc, test_add_overflows, 0,
+                        (int)GW_ARRAY_LEN(add_cases));
+    suite_add_tcase(s, tc);
+
+    tc = tcase("misc");
+    tcase_add_test(tc, test_strerror);
+    tcase_add_test(tc, test_random_hex);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+static Suite *
+alloc_suite(void)
+{
+    Suite *s = suite_create("alloc");
+    TCase *tc;
+
+    tc = tcase("injection");
+    tcase_add_test(tc, test_alloc_nth);
+    tcase_add_test(tc, test_alloc_sticky);
+    tcase_add_test(tc, test_alloc_off);
+    suite_add_tcase(s, tc);
+
+    tc = tcase("functions");
+    tcase_add_test(tc, test_alloc_funcs);
+    tcase_add_test(tc, test_strndup_stops_at_nul);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int
+main(void)
+{
+    SRunner *sr = srunner_create(buf_suite());
+    int failed;
+
+    srunner_add_suite(sr, util_suite());
+    srunner_add_suite(sr, alloc_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

@@ -1,0 +1,433 @@
+/*
+ * check_coalesce.c - the flight (shared chunk vector) and the coalescer
+ * (eligibility, key, map) without any sockets.
+ */
+#include <check.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "coalesce.h"
+#include "config.h"
+#include "flight.h"
+#include "util.h"
+
+static struct gw_config cfg;
+
+static void
+setup(void)
+{
+    ck_assert_int_eq(config_defaults(&cfg), 0);
+}
+
+static void
+teardown(void)
+{
+    config_release(&cfg);
+}
+
+static void
+key_of(const char *body, unsigned char key[FLIGHT_KEY_LEN])
+{
+    coalesce_key("default", "POST", 4, "/v1/chat/completions", 20,
+                 "http://127.0.0.1:8000", body, strlen(body), key);
+}
+
+/* ---- the map ---- */
+
+START_TEST(test_leader_then_follower)
+{
+    struct coalescer *co = coalescer_new(&cfg);
+    unsigned char k[FLIGHT_KEY_LEN];
+    struct flight *a, *b;
+    enum metrics_bypass why;
+
+    key_of("{\"x\":1}", k);
+    ck_assert_int_eq(coalescer_join(co, k, &a, &why), COALESCE_LEADER);
+    ck_assert_int_eq(coalescer_join(co, k, &b, &why), COALESCE_FOLLOWER);
+    ck_assert_ptr_eq(a, b);
+    ck_assert_uint_eq(coalescer_readers(a), 2);
+    ck_assert_uint_eq(coalescer_count(co), 1);
+
+    coalescer_finish(co, a, 0, NULL);
+    ck_assert_uint_eq(coalescer_count(co), 0);      /* checkpoint 4 */
+    coalescer_detach(co, b);                        /* follower */
+    coalescer_detach(co, a);                        /* leader's client */
+    flight_unref(a);                                /* leader's driver */
+    coalescer_free(co);
+}
+END_TEST
+
+START_TEST(test_after_finish_is_fresh_call)
+{
+    struct coalescer *co = coalescer_new(&cfg);
+    unsigned char k[FLIGHT_KEY_LEN];
+    struct flight *a, *b;
+    enum metrics_bypass why;
+
+    key_of("{\"x\":1}", k);
+    ck_assert_int_eq(coalescer_join(co, k, &a, &why), COALESCE_LEADER);
+    coalescer_finish(co, a, 0, NULL);
+    /* Not a cache: the same key now leads a new flight. */
+    ck_assert_int_eq(coalescer_join(co, k, &b, &why), COALESCE_LEADER);
+    ck_assert_ptr_ne(a, b);
+    coalescer_finish(co, b, 0, NULL);
+    coalescer_detach(co, a);
+    flight_unref(a);
+    coalescer_detach(co, b);
+    flight_unref(b);
+    coalescer_free(co);
+}
+END_TEST
+
+START_TEST(test_stale_flight_keeps_successor)
+{
+    struct coalescer *co = coalescer_new(&cfg);
+    unsigned char k[FLIGHT_KEY_LEN];
+    struct flight *a, *b, *c;
+    enum metrics_bypass why;
+
+    key_of("{\"x\":1}", k);
+    ck_assert_int_eq(coalescer_join(co, k, &a, &why), COALESCE_LEADER);
+    /* A's only client leaves: A is unlinked while its leader still runs. */
+    coalescer_detach(co, a);
+    ck_assert_uint_eq(coalescer_count(co), 0);
+    ck_assert_int_eq(coalescer_join(co, k, &b, &why), COALESCE_LEADER);
+    ck_assert_ptr_ne(a, b);
+    /* A's leader finishes late: B must stay in the map. */
+    coalescer_finish(co, a, GW_EABORTED, "no readers");
+    flight_unref(a);
+    ck_assert_uint_eq(coalescer_count(co), 1);
+    ck_assert_int_eq(coalescer_join(co, k, &c, &why), COALESCE_FOLLOWER);
+    ck_assert_ptr_eq(c, b);
+    coalescer_finish(co, b, 0, NULL);
+    coalescer_detach(co, c);
+    coalescer_detach(co, b);
+    flight_unref(b);
+    coalescer_free(co);
+}
+END_TEST
+
+START_TEST(test_bounds_bypass)
+{
+    struct coalescer *co;
+    unsigned char k1[FLIGHT_KEY_LEN], k2[FLIGHT_KEY_LEN];
+    struct flight *a, *b, *x;
+    enum metrics_bypass why;
+
+    cfg.max_followers = 1;
+    cfg.max_flights = 1;
+    cfg.max_flight_bytes = 10;
+    co = coalescer_new(&cfg);
+    key_of("{\"x\":1}", k1);
+    key_of("{\"x\":2}", k2);
+    ck_assert_int_eq(coalescer_join(co, k1, &a, &why), COALESCE_LEADER);
+    ck_assert_int_eq(coalescer_join(co, k2, &x, &why), COALESCE_BYPASS);
+    ck_assert_int_eq(why, BYPASS_MAX_FLIGHTS);
+    ck_assert_ptr_null(x);
+    ck_assert_int_eq(coalescer_join(co, k1, &b, &why), COALESCE_FOLLOWER);
+    ck_assert_int_eq(coalescer_join(co, k1, &x, &why), COALESCE_BYPASS);
+    ck_assert_int_eq(why, BYPASS_MAX_FOLLOWERS);
+    coalescer_finish(co, a, 0, NULL);
+    coalescer_detach(co, b);
+    coalescer_detach(co, a);
+    flight_unref(a);
+
+    /* Past max_flight_bytes the flight stops taking joiners. */
+    ck_assert_int_eq(coalescer_join(co, k1, &a, &why), COALESCE_LEADER);
+    flight_set_head(a, 200, "text/event-stream", -1);
+    ck_assert_int_eq(flight_append(a, "0123456789ab", 12, 10), 0);
+    ck_assert_int_eq(coalescer_join(co, k1, &x, &why), COALESCE_BYPASS);
+    ck_assert_int_eq(why, BYPASS_MAX_FLIGHT_BYTES);
+    coalescer_finish(co, a, 0, NULL);
+    coalescer_detach(co, a);
+    flight_unref(a);
+    coalescer_free(co);
+}
+END_TEST
+
+/* ---- flight replay and waiting ---- */
+
+START_TEST(test_late_joiner_replays_everything)
+{
+    struct coalescer *co = coalescer_new(&cfg);
+    unsigned char k[FLIGHT_KEY_LEN];
+    struct flight *a, *b;
+    struct flight_view v;
+    enum metrics_bypass why;
+
+    key_of("{}", k);
+    ck_assert_int_eq(coalescer_join(co, k, &a, &why), COALESCE_LEADER);
+    flight_set_head(a, 200, "text/event-stream", -1);
+    ck_assert_int_eq(flight_append(a, "data: 1\n\n", 9, 1 << 20), 0);
+    ck_assert_int_eq(flight_append(a, "data: 2\n\n", 9, 1 << 20), 0);
+    ck_assert_int_eq(coalescer_join(co, k, &b, &why), COALESCE_FOLLOWER);
+    ck_assert_int_eq(flight_wait(b, 0, 1, gw_now_ms() + 1000, &v), 0);
+    ck_assert_int_eq(v.head_set, 1);
+    ck_assert_int_eq(v.status, 200);
+    ck_assert_str_eq(v.content_type, "text/event-stream");
+    ck_assert_uint_eq(v.count, 2);
+    ck_assert_int_eq(memcmp(v.chunk[0]->data, "data: 1\n\n", 9), 0);
+    ck_assert_int_eq(memcmp(v.chunk[1]->data, "data: 2\n\n", 9), 0);
+    ck_assert_int_eq(v.state, FLIGHT_RUNNING);
+    /* Nothing new past index 2: the wait times out, state unchanged. */
+    ck_assert_int_eq(flight_wait(b, 2, 0, gw_now_ms() + 50, &v),
+                     GW_ETIMEDOUT);
+    coalescer_finish(co, a, GW_EUPSTREAM, "connection broken");
+    ck_assert_int_eq(flight_wait(b, 2, 0, gw_now_ms() + 1000, &v), 0);
+    ck_assert_int_eq(v.state, FLIGHT_FAILED);
+    ck_assert_int_eq(v.err_rc, GW_EUPSTREAM);
+    ck_assert_str_eq(v.err_reason, "connection broken");
+    coalescer_detach(co, b);
+    coalescer_detach(co, a);
+    flight_unref(a);
+    coalescer_free(co);
+}
+END_TEST
+
+struct waiter {
+    struct flight *f;
+    size_t got;
+    int state;
+};
+
+static void *
+wait_all(void *p)
+{
+    struct waiter *w = p;
+    struct flight_view v;
+    size_t index = 0;
+
+    for (;;) {
+        flight_wait(w->f, index, 0, gw_now_ms() + 5000, &v);
+        index += v.count;
+        if (v.count == 0 && v.state != FLIGHT_RUNNING
+            && index >= v.nchunks)
+            break;
+    }
+    w->got = index;
+    w->state = v.state;
+    return NULL;
+}
+
+START_TEST(test_every_waiter_wakes_on_finish)
+{
+    struct coalescer *co = coalescer_new(&cfg);
+    unsigned char k[FLIGHT_KEY_LEN];
+    struct waiter w[8];
+    pthread_t t[8];
+    struct flight *a, *b;
+    enum metrics_bypass why;
+
+    key_of("{}", k);
+    ck_assert_int_eq(coalescer_join(co, k, &a, &why), COALESCE_LEADER);
+    flight_set_head(a, 200, NULL, -1);
+    for (int i = 0; i < 8; i++) {
+        ck_assert_int_eq(coalescer_join(co, k, &b, &why),
+                         COALESCE_FOLLOWER);
+        w[i].f = b;
+        ck_assert_int_eq(pthread_create(&t[i], NULL, wait_all, &w[i]), 0);
+    }
+    for (int i = 0; i < 100; i++)
+        ck_assert_int_eq(flight_append(a, "x", 1, 1 << 20), 0);
+    coalescer_finish(co, a, 0, NULL);
+    for (int i = 0; i < 8; i++) {
+        pthread_join(t[i], NULL);
+        ck_assert_uint_eq(w[i].got, 100);
+        ck_assert_int_eq(w[i].state, FLIGHT_DONE);
+        coalescer_detach(co, w[i].f);
+    }
+    coalescer_detach(co, a);
+    flight_unref(a);
+    coalescer_free(co);
+}
+END_TEST
+
+/* ---- key and eligibility ---- */
+
+START_TEST(test_key_separates_fields)
+{
+    unsigned char a[FLIGHT_KEY_LEN], b[FLIGHT_KEY_LEN];
+
+    coalesce_key("t1", "POST", 4, "/v1/completions", 15, "http://u",
+                 "{}", 2, a);
+    coalesce_key("t2", "POST", 4, "/v1/completions", 15, "http://u",
+                 "{}", 2, b);
+    ck_assert_int_ne(memcmp(a, b, FLIGHT_KEY_LEN), 0);     /* tenant */
+    coalesce_key("t1", "POST", 4, "/v1/chat/completions", 20, "http://u",
+                 "{}", 2, b);
+    ck_assert_int_ne(memcmp(a, b, FLIGHT_KEY_LEN), 0);     /* path */
+    coalesce_key("t1", "POST", 4, "/v1/completions", 15, "http://v",
+                 "{}", 2, b);
+    ck_assert_int_ne(memcmp(a, b, FLIGHT_KEY_LEN), 0);     /* upstream */
+    coalesce_key("t1", "POST", 4, "/v1/completions", 15, "http://u",
+                 "{ }", 3, b);
+    ck_assert_int_ne(memcmp(a, b, FLIGHT_KEY_LEN), 0);     /* body bytes */
+    /* Length prefixes: moving a byte between fields changes the key. */
+    coalesce_key("t", "1POST", 5, "/v1/completions", 15, "http://u",
+                 "{}", 2, b);
+    ck_assert_int_ne(memcmp(a, b, FLIGHT_KEY_LEN), 0);
+    coalesce_key("t1", "POST", 4, "/v1/completions", 15, "http://u",
+                 "{}", 2, b);
+    ck_assert_int_eq(memcmp(a, b, FLIGHT_KEY_LEN), 0);     /* stable */
+}
+END_TEST
+
+static const struct {
+    const char *body;
+    double omitted;
+    int eligible;
+    const char *note;
+} sampling[] = {
+    { "{}", 0, 1, "omitted temperature, default config: the seed's demo" },
+    { "{}", 1.0, 0, "omitted temperature, strict config (vLLM's 1.0)" },
+    { "{\"temperature\":0}", 1.0, 1, "greedy" },
+    { "{\"temperature\":0.0}", 1.0, 1, "greedy, real zero" },
+    { "{\"temperature\":0.7}", 0, 0, "random sampling, no seed" },
+    { "{\"temperature\":0.7,\"seed\":42}", 0, 1, "seed makes it repeatable" },
+    { "{\"temperature\":1.5,\"seed\":0}", 0, 1, "seed 0 is a seed" },
+    { "{\"temperature\":0.7,\"seed\":4.2}", 0, 0, "non-integer seed" },
+    { "{\"temperature\":0.7,\"seed\":\"42\"}", 0, 0, "string seed" },
+    { "{\"temperature\":\"0\"}", 0, 0, "string temperature: upstream's call" },
+    { "{\"temperature\":null}", 0, 1, "null means omitted" },
+    { "{}", 0.5, 0, "omitted counts as 0.5" },
+    { "{\"seed\":7}", 1.0, 1, "seed with omitted temperature" },
+};
+
+START_TEST(test_sampling_rule)
+{
+    struct http_request r;
+    enum metrics_bypass why = BYPASS_COUNT;
+    json_t *j;
+
+    memset(&r, 0, sizeof(r));
+    cfg.omitted_temperature = sampling[_i].omitted;
+    j = json_loads(sampling[_i].body, 0, NULL);
+    ck_assert_ptr_nonnull(j);
+    ck_assert_msg(coalesce_eligible(&cfg, CONFIG_MAX_TENANTS, &r, j, &why)
+                  == sampling[_i].eligible, "%s: %s", sampling[_i].body,
+                  sampling[_i].note);
+    if (!sampling[_i].eligible)
+        ck_assert_int_eq(why, BYPASS_SAMPLING);
+    json_decref(j);
+}
+END_TEST
+
+static int
+parse(const char *raw, struct http_request *r)
+{
+    return http_parse_request(raw, strlen(raw), 16384, r);
+}
+
+START_TEST(test_opt_out_and_switches)
+{
+    struct http_request r;
+    enum metrics_bypass why;
+    json_t *j = json_loads("{\"temperature\":0}", 0, NULL);
+
+    ck_assert_int_gt(parse("POST / HTTP/1.1\r\nHost: x\r\n"
+                           "X-Infergw-Coalesce: off\r\n\r\n", &r), 0);
+    ck_assert_int_eq(coalesce_eligible(&cfg, CONFIG_MAX_TENANTS, &r, j,
+                                       &why), 0);
+    ck_assert_int_eq(why, BYPASS_OPT_OUT);
+    ck_assert_int_gt(parse("POST / HTTP/1.1\r\nHost: x\r\n"
+                           "Cache-Control: max-age=0, no-cache\r\n\r\n",
+                           &r), 0);
+    ck_assert_int_eq(coalesce_eligible(&cfg, CONFIG_MAX_TENANTS, &r, j,
+                                       &why), 0);
+    ck_assert_int_eq(why, BYPASS_OPT_OUT);
+    ck_assert_int_gt(parse("POST / HTTP/1.1\r\nHost: x\r\n\r\n", &r), 0);
+    ck_assert_int_eq(coalesce_eligible(&cfg, CONFIG_MAX_TENANTS, &r, j,
+                                       &why), 1);
+    cfg.coalesce = 0;
+    ck_assert_int_eq(coalesce_eligible(&cfg, CONFIG_MAX_TENANTS, &r, j,
+                                       &why), 0);
+    ck_assert_int_eq(why, BYPASS_DISABLED);
+    json_decref(j);
+}
+END_TEST
+
+START_TEST(test_tenants)
+{
+    struct gw_config c;
+    struct http_request r;
+    enum metrics_bypass why;
+    char err[256];
+    json_t *j = json_loads("{}", 0, NULL);
+    static const char conf[] =
+        "[tenant acme]\napi_key = sk-acme\n"
+        "[tenant globex]\napi_key = sk-globex\napi_key = sk-g2\n"
+        "coalesce = off\n";
+
+    config_release(&cfg);
+    ck_assert_int_eq(config_load_text("t.conf", conf, &c, err, sizeof(err)),
+                     0);
+    ck_assert_int_gt(parse("POST / HTTP/1.1\r\nHost: x\r\n"
+                           "Authorization: Bearer sk-acme\r\n\r\n", &r), 0);
+    ck_assert_uint_eq(coalesce_tenant(&c, &r), 0);
+    ck_assert_str_eq(coalesce_tenant_name(&c, 0), "acme");
+    ck_assert_int_gt(parse("POST / HTTP/1.1\r\nHost: x\r\n"
+                           "Authorization: Bearer sk-g2\r\n\r\n", &r), 0);
+    ck_assert_uint_eq(coalesce_tenant(&c, &r), 1);
+    ck_assert_int_eq(coalesce_eligible(&c, 1, &r, j, &why), 0);
+    ck_assert_int_eq(why, BYPASS_TENANT);
+    ck_assert_int_gt(parse("POST / HTTP/1.1\r\nHost: x\r\n"
+                           "Authorization: Bearer sk-acm\r\n\r\n", &r), 0);
+    ck_assert_uint_eq(coalesce_tenant(&c, &r), CONFIG_MAX_TENANTS);
+    ck_assert_str_eq(coalesce_tenant_name(&c, CONFIG_MAX_TENANTS),
+                     "default");
+    ck_assert_int_gt(parse("POST / HTTP/1.1\r\nHost: x\r\n\r\n", &r), 0);
+    ck_assert_uint_eq(coalesce_tenant(&c, &r), CONFIG_MAX_TENANTS);
+    json_decref(j);
+    config_release(&c);
+    config_defaults(&cfg);          /* for teardown */
+}
+END_TEST
+
+static Suite *
+coalesce_suite(void)
+{
+    Suite *s = suite_create("coalesce");
+    TCase *tc;
+
+    tc = tcase_create("map");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 10);
+    tcase_add_test(tc, test_leader_then_follower);
+    tcase_add_test(tc, test_after_finish_is_fresh_call);
+    tcase_add_test(tc, test_stale_flight_keeps_successor);
+    tcase_add_test(tc, test_bounds_bypass);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("flight");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 20);
+    tcase_add_test(tc, test_late_joiner_replays_everything);
+    tcase_add_test(tc, test_every_waiter_wakes_on_finish);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("policy");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 10);
+    tcase_add_test(tc, test_key_separates_fields);
+    tcase_add_loop_test(tc, test_sampling_rule, 0,
+                        (int)(sizeof(sampling) / sizeof(sampling[0])));
+    tcase_add_test(tc, test_opt_out_and_switches);
+    tcase_add_test(tc, test_tenants);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int
+main(void)
+{
+    SRunner *sr = srunner_create(coalesce_suite());
+    int failed;
+
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

@@ -1,0 +1,1867 @@
+/*
+ * mock_upstream.c - a mock vLLM server speaking the OpenAI-compatible API,
+ * with knobs for tests, demos and benchmarks.  docs/MOCK_UPSTREAM.md is its
+ * specification.
+ *
+ * Design: the main thread accepts; each connection gets a detached thread
+ * that owns a heap-allocated struct conn and serves requests on it until
+ * the client closes or asks to (keep-alive).  Requests are read with
+ * common/http.c, the parser the gateway uses for its own clients, so every
+ * test also runs that parser against libcurl's requests.
+ *
+ * Responses copy vLLM's wire format: compact JSON with vLLM's key order,
+ * one SSE event per HTTP chunk, "data: [DONE]" last.  The words of a
+ * completion are picked by a hash of the whole request body, so identical
+ * bodies get identical text, while the id and "created" are fresh per call
+ * as vLLM's are (the gateway's coalescing is what makes clients of one
+ * upstream call see the same bytes).
+ *
+ * Every wait (first-byte delay, inter-chunk delay, stall) is a poll() for
+ * POLLRDHUP on the client socket, so a client that goes away ends the wait
+ * at once and is counted in "aborted".  A hold waits on the shared
+ * condition variable in short slices and checks the socket between them:
+ * the cost is up to MOCK_HOLD_SLICE_MS of delay in noticing a hang-up.
+ *
+ * Locking: one mutex, st.mu, guards every counter, the list of held
+ * requests, the released tags and last_headers.  It is never held across
+ * socket I/O and there is no other lock, so there is no lock order.  The
+ * options are set in main() before the first thread starts and never
+ * change afterwards.
+ *
+ * Signals: SIGTERM and SIGINT are blocked in every thread; the accept loop
+ * waits in ppoll() with them unblocked, so the main thread alone takes
+ * them.  It then exits 0 without waiting for connection threads: a mock
+ * has nothing to drain, and tests want it gone promptly.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "alloc.h"
+#include "buf.h"
+#include "http.h"
+#include "jsonx.h"
+#include "log.h"
+#include "net.h"
+#include "util.h"
+
+#define MOCK_MODEL "mock-model"
+#define MOCK_MAX_HEAD (64 * 1024)           /* request line + fields */
+#define MOCK_IN_LIMIT (256 * 1024)          /* read ahead of the parser */
+#define MOCK_MAX_BODY (64 * 1024 * 1024)    /* request body */
+#define MOCK_HDR_LIMIT (128 * 1024)         /* response head (big_headers) */
+#define MOCK_OUT_LIMIT (16 * 1024 * 1024)   /* one response body or event */
+#define MOCK_IDLE_MS 60000          /* keep-alive wait for the next request */
+#define MOCK_HEADER_MS 10000        /* a whole head, from its first byte */
+#define MOCK_BODY_MS 60000          /* a whole body */
+#define MOCK_SEND_MS 30000          /* a client that stops reading */
+#define MOCK_HOLD_MS 30000          /* longest mock_hold */
+#define MOCK_HOLD_SLICE_MS 20       /* socket check interval while held */
+#define MOCK_STALL_MS 60000         /* longest stall */
+#define MOCK_PIECE_GAP_MS 20        /* between chunked_json pieces */
+#define MOCK_LINGER_MS 1000         /* lingering close after an error */
+#define MOCK_LINGER_BYTES (1024 * 1024)
+#define MOCK_MAX_CHUNKS 100000
+#define MOCK_MAX_MS 3600000
+#define MOCK_MAX_TAG 256
+#define MOCK_BIG_HEADER (64 * 1024)
+#define MOCK_STACK_SIZE (512 * 1024)
+#define MOCK_EMBED_DIM 8
+
+/* Command-line options; written by main() before any thread starts. */
+static struct options {
+    const char *listen;
+    long chunks;
+    long first_ms;
+    long delay_ms;
+    int quiet;
+} opt = { "127.0.0.1:8000", 8, 0, 0, 0 };
+
+/*
+ * A request waiting on a mock_hold.  It lives on the waiting thread's stack
+ * and is linked into st.holders only while that thread waits, under st.mu;
+ * /release reaches it only under st.mu, so it never outlives its frame.
+ */
+struct holder {
+    const char *tag;            /* borrowed from the held request's body */
+    int released;
+    struct holder *next;
+};
+
+/* Everything shared between connection threads; all fields under mu. */
+static struct mock_state {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;          /* CLOCK_MONOTONIC; broadcast on release */
+    uint64_t requests;
+    uint64_t completions;
+    uint64_t connections_total;
+    uint64_t aborted;
+    uint64_t connections_open;  /* gauges: not zeroed by /stats/reset */
+    uint64_t in_progress;
+    uint64_t held;
+    struct holder *holders;
+    json_t *released;           /* object used as a set of released tags */
+    json_t *last_headers;       /* of the last /v1 request */
+    int stopping;
+} st;
+
+static volatile sig_atomic_t stop_signal;
+
+struct conn {
+    int fd;
+    int counted;                /* in connections_open/_total (below) */
+    int linger;                 /* input may be unread: linger_close() */
+    struct buf in;              /* bytes read ahead of the parser */
+    struct buf head;            /* the request head; views point here */
+    struct buf body;            /* the request body */
+    struct buf hdr;             /* the response head being written */
+    struct buf out;             /* the response body or SSE event */
+};
+
+enum route {
+    R_NOT_FOUND = 0,
+    R_BAD_METHOD,
+    R_CHAT,
+    R_TEXT,
+    R_EMBED,
+    R_MODELS,
+    R_HEALTH,
+    R_STATS,
+    R_RESET,
+    R_RELEASE,
+};
+
+static const struct route_def {
+    const char *method;
+    const char *path;
+    enum route route;
+    int control;                /* not counted in "requests" */
+} routes[] = {
+    { "POST", "/v1/chat/completions", R_CHAT, 0 },
+    { "POST", "/v1/completions", R_TEXT, 0 },
+    { "POST", "/v1/embeddings", R_EMBED, 0 },
+    { "GET", "/v1/models", R_MODELS, 0 },
+    { "GET", "/health", R_HEALTH, 0 },
+    { "GET", "/stats", R_STATS, 1 },
+    { "POST", "/stats/reset", R_RESET, 1 },
+    { "POST", "/release", R_RELEASE, 1 },
+};
+
+enum fault {
+    FAULT_NONE = 0,
+    FAULT_RESET,
+    FAULT_STALL,
+    FAULT_DIE,
+    FAULT_STALL_MID,
+    FAULT_BIG_HEADERS,
+    FAULT_CHUNKED_JSON,
+};
+
+static const char *const fault_names[] = {
+    "", "reset", "stall", "die_mid_stream", "stall_mid_stream",
+    "big_headers", "chunked_json",
+};
+
+/* One request and what has been answered so far. */
+struct req {
+    struct conn *c;
+    struct http_request *r;
+    enum route route;
+    const char *allow;          /* Allow field of a 405 */
+    int close;                  /* send Connection: close, then close */
+    int chunked;                /* streamed bodies use chunked framing */
+    int head_only;              /* HEAD: the answer has no body */
+    int gone;                   /* the client went away mid-response */
+    int status;                 /* status sent; 0 while none */
+    uint64_t bytes;             /* body bytes written */
+    int64_t t0_us;
+
+    /* From the body of a /v1 POST; 'json' owns the strings. */
+    json_t *json;
+    const char *model;
+    const char *hold;
+    enum fault fault;
+    long chunks;
+    long first_ms;
+    long delay_ms;
+    long mock_status;
+    int stream;
+    int include_usage;
+    const char *finish;         /* "stop", or "length" when max_tokens cut */
+    long prompt_tokens;
+    uint64_t hash;              /* of the whole body: picks the words */
+    char id[48];
+    json_int_t created;
+};
+
+/*
+ * Words for completions.  Any list works; these read vaguely like text so
+ * that demo output looks like a model answering.
+ */
+static const char *const words[] = {
+    "the", "model", "streams", "tokens", "from", "a", "mock", "server",
+    "that", "speaks", "like", "vLLM", "and", "never", "thinks", "about",
+    "what", "it", "says", "but", "every", "word", "is", "chosen",
+    "by", "hashing", "your", "request", "so", "same", "prompts", "get",
+    "answers", "quick", "brown", "fox", "jumps", "over", "lazy", "dog",
+    "gateway", "coalesces", "identical", "calls", "into", "one", "upstream",
+    "flight", "followers", "replay", "chunks", "in", "order", "while",
+    "leader", "drives", "stream", "to", "its", "end", "with", "done",
+    "again", "today",
+};
+
+static void
+usage(FILE *f)
+{
+    fprintf(f,
+            "usage: mock_upstream [-l ADDR] [-n CHUNKS] [-f FIRST_MS] "
+            "[-d DELAY_MS] [-q] [-h]\n"
+            "A mock vLLM OpenAI-compatible server for tests, demos and "
+            "benchmarks.\n"
+            "  -l ADDR  listen on HOST:PORT, port 0 picks one "
+            "(default 127.0.0.1:8000)\n"
+            "  -n N     content chunks per completion (default 8)\n"
+            "  -f MS    delay before the first byte of a completion "
+            "(default 0)\n"
+            "  -d MS    delay between streamed chunks (default 0)\n"
+            "  -q       quiet: no log line per request\n"
+            "  -h       this help\n"
+            "Prints \"mock_upstream listening port=N\" when ready.  "
+            "Endpoints and the\nrequest-body knobs (mock_chunks, mock_hold, "
+            "mock_fault, ...) are in\ndocs/MOCK_UPSTREAM.md.\n");
+}
+
+static void
+on_signal(int sig)
+{
+    stop_signal = sig;
+}
+
+/*
+ * Lock wrappers: a pthread error here is a programming error (or memory
+ * corruption), never something to carry on from.
+ */
+static void
+lock(void)
+{
+    int err = pthread_mutex_lock(&st.mu);
+
+    if (err != 0) {
+        log_errno(GW_LOG_ERROR, err, "mock: pthread_mutex_lock");
+        abort();
+    }
+}
+
+static void
+unlock(void)
+{
+    int err = pthread_mutex_unlock(&st.mu);
+
+    if (err != 0) {
+        log_errno(GW_LOG_ERROR, err, "mock: pthread_mutex_unlock");
+        abort();
+    }
+}
+
+/*
+ * Count the connection in connections_open and connections_total, once,
+ * at its first request that is not a control request: a test asking
+ * /stats then sees only the connections the gateway made.
+ */
+static void
+count_conn(struct conn *c)
+{
+    if (c->counted)
+        return;
+    c->counted = 1;
+    lock();
+    st.connections_open++;
+    st.connections_total++;
+    unlock();
+}
+
+/* Add 'delta' to the counter or gauge '*field' (a member of st). */
+static void
+count(uint64_t *field, int delta)
+{
+    lock();
+    *field += (uint64_t)(int64_t)delta;     /* wraps back for delta < 0 */
+    unlock();
+}
+
+/* Parse a decimal in [lo, hi] from the whole of 's'; 0 or GW_EINVAL. */
+static int
+parse_long(const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    long v;
+
+    errno = 0;
+    v = strtol(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0' || v < lo || v > hi)
+        return GW_EINVAL;
+    *out = v;
+    return 0;
+}
+
+/* Is the view p[0..n) exactly the C string 's' (case-sensitive)? */
+static int
+view_eq(const char *p, size_t n, const char *s)
+{
+    return strlen(s) == n && memcmp(p, s, n) == 0;
+}
+
+/* FNV-1a, 64 bit: a fast, stable hash; nothing here needs more. */
+static uint64_t
+fnv1a(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *s = p;
+    size_t i;
+
+    for (i = 0; i < n; i++) {
+        h ^= s[i];
+        h *= 0x100000001b3ULL;
+    }
+    return h;
+}
+
+#define FNV_OFFSET 0xcbf29ce484222325ULL
+
+/* splitmix64's finalizer: spreads a hash over all 64 bits. */
+static uint64_t
+mix64(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+/* Word 'i' of the completion for body hash 'h'. */
+static const char *
+word_at(uint64_t h, long i)
+{
+    return words[mix64(h ^ mix64((uint64_t)i)) % GW_ARRAY_LEN(words)];
+}
+
+/* json_dump_callback() sink appending to a struct buf. */
+static int
+dump_to_buf(const char *p, size_t n, void *arg)
+{
+    return buf_append(arg, p, n) == 0 ? 0 : -1;
+}
+
+/* json_dump_callback() sink hashing the bytes into a uint64_t. */
+static int
+dump_to_hash(const char *p, size_t n, void *arg)
+{
+    uint64_t *h = arg;
+
+    *h = fnv1a(*h, p, n);
+    return 0;
+}
+
+/*
+ * Copy at most 'size - 1' bytes of s[0..n) into 'out' for a log line,
+ * replacing anything that is not printable ASCII with '?'.
+ */
+static void
+log_safe(char *out, size_t size, const char *s, size_t n)
+{
+    size_t i;
+
+    if (n > size - 1)
+        n = size - 1;
+    for (i = 0; i < n; i++)
+        out[i] = s[i] >= 0x20 && s[i] < 0x7f ? s[i] : '?';
+    out[n] = '\0';
+}
+
+/*
+ * Sleep 'ms' milliseconds while watching the client.  Returns 0 when the
+ * time is up, or GW_ECLOSED as soon as the client hangs up or resets (and
+ * marks the request gone).  Only POLLRDHUP is asked for, so bytes the
+ * client sends meanwhile (a pipelined request) do not end the wait;
+ * POLLHUP and POLLERR are always reported.  A client that half-closes
+ * after its request counts as gone: libcurl never does that.
+ */
+static int
+wait_client(struct req *q, int64_t ms)
+{
+    int64_t deadline = gw_now_ms() + ms;
+    struct pollfd pfd;
+    int n, err;
+
+    for (;;) {
+        pfd.fd = q->c->fd;
+        pfd.events = POLLRDHUP;
+        pfd.revents = 0;
+        n = poll(&pfd, 1, gw_ms_left(deadline));
+        if (n == 0)
+            return 0;
+        if (n == -1) {
+            err = errno;
+            if (err == EINTR)
+                continue;
+            log_errno(GW_LOG_ERROR, err, "mock: poll");
+            q->close = 1;
+            return GW_EIO;
+        }
+        q->gone = 1;
+        q->close = 1;
+        return GW_ECLOSED;
+    }
+}
+
+/* Append a 64 KiB header field, for the big_headers fault. */
+static int
+append_big_header(struct buf *h)
+{
+    char *p;
+    int rc;
+
+    rc = buf_append_str(h, "X-Mock-Big: ");
+    if (rc == 0)
+        rc = buf_reserve(h, MOCK_BIG_HEADER, &p);
+    if (rc != 0)
+        return rc;
+    memset(p, 'x', MOCK_BIG_HEADER);
+    buf_commit(h, MOCK_BIG_HEADER);
+    return buf_append_str(h, "\r\n");
+}
+
+/*
+ * Write the response head and the first 'n' body bytes at 'p' in one go.
+ * 'clen' is the Content-Length to announce, or -1 for a streamed body:
+ * chunked for HTTP/1.1, delimited by closing the connection for HTTP/1.0
+ * (RFC 9112 section 6.3 rule 8; 1.0 clients know no chunked coding).
+ * For chunked bodies 'n' must be 0: pieces go through write_piece().
+ * Returns 0, or an error with q->close set (and q->gone on a write error).
+ */
+static int
+send_head(struct req *q, int status, const char *ctype, int64_t clen,
+          const char *p, size_t n)
+{
+    struct buf *h = &q->c->hdr;
+    struct iovec iov[2];
+    int rc;
+
+    if (clen < 0 && !q->chunked)
+        q->close = 1;
+    buf_reset(h);
+    rc = buf_printf(h, "HTTP/1.1 %d %s\r\n", status, http_reason(status));
+    if (rc == 0 && ctype != NULL)
+        rc = buf_printf(h, "Content-Type: %s\r\n", ctype);
+    if (rc == 0 && clen >= 0)
+        rc = buf_printf(h, "Content-Length: %" PRId64 "\r\n", clen);
+    if (rc == 0 && clen < 0 && q->chunked)
+        rc = buf_append_str(h, "Transfer-Encoding: chunked\r\n");
+    if (rc == 0 && q->allow != NULL)
+        rc = buf_printf(h, "Allow: %s\r\n", q->allow);
+    if (rc == 0 && q->close)
+        rc = buf_append_str(h, "Connection: close\r\n");
+    else if (rc == 0 && q->r->minor == 0)
+        rc = buf_append_str(h, "Connection: keep-alive\r\n");
+    if (rc == 0 && q->fault == FAULT_BIG_HEADERS)
+        rc = append_big_header(h);
+    if (rc == 0)
+        rc = buf_append_str(h, "\r\n");
+    if (rc != 0) {
+        log_msg(GW_LOG_ERROR, "mock: response head: %s", gw_strerror(rc));
+        q->close = 1;
+        return rc;
+    }
+    q->status = status;
+    iov[0].iov_base = h->data + h->off;
+    iov[0].iov_len = buf_len(h);
+    iov[1].iov_base = (void *)p;
+    iov[1].iov_len = q->head_only ? 0 : n;  /* RFC 9110 9.3.2 */
+    rc = net_writev_all(q->c->fd, iov, 2, gw_now_ms() + MOCK_SEND_MS);
+    if (rc != 0) {
+        q->gone = 1;
+        q->close = 1;
+        return rc;
+    }
+    q->bytes += n;
+    return 0;
+}
+
+/*
+ * Write one piece of a streamed body: its own HTTP chunk when chunked
+ * (so each SSE event is one chunk, as vLLM sends them), else raw.
+ * Empty pieces are skipped: a zero-size chunk would end the body.
+ */
+static int
+write_piece(struct req *q, const char *p, size_t n)
+{
+    char size[24];
+    struct iovec iov[3];
+    int cnt = 0, k, rc;
+
+    if (n == 0)
+        return 0;
+    if (q->chunked) {
+        k = snprintf(size, sizeof(size), "%zx\r\n", n);
+        iov[cnt].iov_base = size;
+        iov[cnt++].iov_len = (size_t)k;
+    }
+    iov[cnt].iov_base = (void *)p;
+    iov[cnt++].iov_len = n;
+    if (q->chunked) {
+        iov[cnt].iov_base = (void *)"\r\n";
+        iov[cnt++].iov_len = 2;
+    }
+    rc = net_writev_all(q->c->fd, iov, cnt, gw_now_ms() + MOCK_SEND_MS);
+    if (rc != 0) {
+        q->gone = 1;
+        q->close = 1;
+        return rc;
+    }
+    q->bytes += n;
+    return 0;
+}
+
+/* End a streamed body: the last chunk, or the close that ends 1.0 ones. */
+static int
+write_end(struct req *q)
+{
+    int rc;
+
+    if (!q->chunked) {
+        q->close = 1;
+        return 0;
+    }
+    rc = net_write_all(q->c->fd, "0\r\n\r\n", 5, gw_now_ms() + MOCK_SEND_MS);
+    if (rc != 0) {
+        q->gone = 1;
+        q->close = 1;
+    }
+    return rc;
+}
+
+/* A complete response with Content-Length.  'ctype' may be NULL. */
+static int
+send_simple(struct req *q, int status, const char *ctype, const char *p,
+            size_t n)
+{
+    return send_head(q, status, ctype, (int64_t)n, p, n);
+}
+
+/*
+ * An OpenAI error body: {"error":{"message":...,"type":...,"param":...,
+ * "code":...}}.  'type' is "invalid_request_error" below 500, else
+ * "server_error", as the gateway's own errors are.  'param' and 'code'
+ * may be NULL.
+ */
+static int
+send_error(struct req *q, int status, const char *msg, const char *param,
+           const char *code)
+{
+    struct buf *b = &q->c->out;
+    const char *type = status < 500 ? "invalid_request_error"
+                                     : "server_error";
+
+    buf_reset(b);
+    if (jsonx_error_body(b, msg, type, param, code) != 0) {
+        buf_reset(b);
+        q->close = 1;           /* out of memory: say as little as we can */
+    }
+    return send_simple(q, status, "application/json", buf_ptr(b),
+                       buf_len(b));
+}
+
+/* Send 'o' (stolen) as a JSON body with 'status'; 500 if it is NULL. */
+static int
+send_json(struct req *q, int status, json_t *o, size_t flags)
+{
+    struct buf *b = &q->c->out;
+    int rc;
+
+    buf_reset(b);
+    rc = o != NULL ? json_dump_callback(o, dump_to_buf, b,
+                                        JSON_COMPACT | flags)
+                   : -1;
+    json_decref(o);
+    if (rc != 0)
+        return send_error(q, 500, "mock: cannot build the response",
+                          NULL, "internal_error");
+    return send_simple(q, status, "application/json", buf_ptr(b),
+                       buf_len(b));
+}
+
+/* Send 'o' (stolen) as one SSE event "data: {json}\n\n". */
+static int
+send_event(struct req *q, json_t *o)
+{
+    struct buf *b = &q->c->out;
+    int rc = -1;
+
+    buf_reset(b);
+    if (o != NULL && buf_append_str(b, "data: ") == 0
+        && json_dump_callback(o, dump_to_buf, b, JSON_COMPACT) == 0)
+        rc = buf_append_str(b, "\n\n");
+    json_decref(o);
+    if (rc != 0) {
+        log_msg(GW_LOG_ERROR, "mock: cannot build an SSE event");
+        q->close = 1;           /* the body cannot end cleanly now */
+        return GW_ENOMEM;
+    }
+    return write_piece(q, buf_ptr(b), buf_len(b));
+}
+
+/* Count whitespace-separated words in 's'. */
+static long
+count_words(const char *s)
+{
+    long n = 0;
+    int in_word = 0;
+
+    for (; *s != '\0'; s++) {
+        if (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r') {
+            in_word = 0;
+        } else if (!in_word) {
+            in_word = 1;
+            n++;
+        }
+    }
+    return n;
+}
+
+/*
+ * Words of prompt text in 'v': a string, an array of them, chat messages
+ * ({"content": ...}) or content parts ({"text": ...}).  Recursion is
+ * bounded by the JSONX_MAX_DEPTH the body was parsed with.
+ */
+static long
+count_text(const json_t *v)
+{
+    size_t i;
+    long n = 0;
+
+    if (json_is_string(v))
+        return count_words(json_string_value(v));
+    if (json_is_array(v)) {
+        for (i = 0; i < json_array_size(v); i++)
+            n += count_text(json_array_get(v, i));
+        return n;
+    }
+    if (json_is_object(v))
+        return count_text(json_object_get(v, "content"))
+               + count_text(json_object_get(v, "text"));
+    return 0;
+}
+
+/*
+ * Read the optional integer member 'key' of 'o' into *out, unless it is
+ * absent or null.  Returns 0, or GW_EINVAL with a message in 'err' when
+ * it is not an integer in [lo, hi].
+ */
+static int
+knob_int(const json_t *o, const char *key, long lo, long hi, long *out,
+         char *err, size_t errlen)
+{
+    const json_t *v = json_object_get(o, key);
+
+    if (v == NULL || json_is_null(v))
+        return 0;
+    if (!json_is_integer(v) || json_integer_value(v) < lo
+        || json_integer_value(v) > hi) {
+        snprintf(err, errlen, "%s must be an integer from %ld to %ld", key,
+                 lo, hi);
+        return GW_EINVAL;
+    }
+    *out = (long)json_integer_value(v);
+    return 0;
+}
+
+/*
+ * Read the mock_* knobs of the body, over the command-line defaults.
+ * A knob of the wrong type or out of range is refused rather than
+ * ignored, so a test with a typo fails loudly.
+ * Returns 0, or GW_EINVAL with a message in 'err' and OUT *param naming
+ * the knob.
+ */
+static int
+read_knobs(struct req *q, char *err, size_t errlen, const char **param)
+{
+    const json_t *v;
+    size_t i;
+    int completion = q->route == R_CHAT || q->route == R_TEXT;
+
+    q->chunks = opt.chunks;
+    q->first_ms = completion ? opt.first_ms : 0;
+    q->delay_ms = opt.delay_ms;
+    *param = "mock_chunks";
+    if (knob_int(q->json, *param, 0, MOCK_MAX_CHUNKS, &q->chunks, err,
+                 errlen) != 0)
+        return GW_EINVAL;
+    *param = "mock_first_ms";
+    if (knob_int(q->json, *param, 0, MOCK_MAX_MS, &q->first_ms, err,
+                 errlen) != 0)
+        return GW_EINVAL;
+    *param = "mock_delay_ms";
+    if (knob_int(q->json, *param, 0, MOCK_MAX_MS, &q->delay_ms, err,
+                 errlen) != 0)
+        return GW_EINVAL;
+    *param = "mock_status";
+    if (knob_int(q->json, *param, 400, 599, &q->mock_status, err,
+                 errlen) != 0)
+        return GW_EINVAL;
+
+    *param = "mock_hold";
+    v = json_object_get(q->json, *param);
+    if (v != NULL && !json_is_null(v)) {
+        if (!json_is_string(v) || json_string_length(v) == 0
+            || json_string_length(v) > MOCK_MAX_TAG) {
+            snprintf(err, errlen, "mock_hold must be a tag of 1 to %d "
+                     "bytes", MOCK_MAX_TAG);
+            return GW_EINVAL;
+        }
+        q->hold = json_string_value(v);
+    }
+
+    *param = "mock_fault";
+    v = json_object_get(q->json, *param);
+    if (v != NULL && !json_is_null(v)) {
+        for (i = 1; i < GW_ARRAY_LEN(fault_names); i++)
+            if (json_is_string(v)
+                && strcmp(json_string_value(v), fault_names[i]) == 0)
+                q->fault = (enum fault)i;
+        if (q->fault == FAULT_NONE) {
+            snprintf(err, errlen, "mock_fault must be one of reset, stall, "
+                     "die_mid_stream, stall_mid_stream, big_headers, "
+                     "chunked_json");
+            return GW_EINVAL;
+        }
+    }
+    *param = NULL;
+    return 0;
+}
+
+/*
+ * The OpenAI parameters the answer depends on: model, stream,
+ * stream_options.include_usage and max_tokens.  Nothing here is refused:
+ * vLLM's validation is not what the gateway's tests exercise.
+ */
+static void
+read_params(struct req *q)
+{
+    const json_t *v;
+    const char *prefix;
+
+    v = json_object_get(q->json, "model");
+    q->model = json_is_string(v) ? json_string_value(v) : MOCK_MODEL;
+    q->stream = q->route != R_EMBED
+                && json_is_true(json_object_get(q->json, "stream"));
+    v = json_object_get(q->json, "stream_options");
+    q->include_usage = json_is_object(v)
+                       && json_is_true(json_object_get(v, "include_usage"));
+
+    q->finish = "stop";
+    v = json_object_get(q->json, "max_tokens");
+    if (!json_is_integer(v) && q->route == R_CHAT)
+        v = json_object_get(q->json, "max_completion_tokens");
+    if (json_is_integer(v) && json_integer_value(v) >= 0
+        && json_integer_value(v) < q->chunks) {
+        q->chunks = (long)json_integer_value(v);
+        q->finish = "length";
+    }
+
+    if (q->route == R_CHAT)
+        q->prompt_tokens = count_text(json_object_get(q->json, "messages"));
+    else if (q->route == R_TEXT)
+        q->prompt_tokens = count_text(json_object_get(q->json, "prompt"));
+    else
+        q->prompt_tokens = count_text(json_object_get(q->json, "input"));
+    if (q->prompt_tokens < 1)
+        q->prompt_tokens = 1;   /* vLLM always counts at least BOS */
+
+    q->hash = fnv1a(FNV_OFFSET, buf_ptr(&q->c->body), buf_len(&q->c->body));
+    /* vLLM's ids: a prefix and a random UUID's 32 hex digits. */
+    prefix = q->route == R_CHAT ? "chatcmpl-"
+             : q->route == R_TEXT ? "cmpl-" : "embd-";
+    snprintf(q->id, sizeof(q->id), "%s", prefix);
+    gw_random_hex(q->id + strlen(prefix), 32);
+    q->created = (json_int_t)time(NULL);
+}
+
+/* {"prompt_tokens":P,"total_tokens":T,"completion_tokens":C}, vLLM's order */
+static json_t *
+usage_new(const struct req *q, long completion_tokens)
+{
+    return json_pack("{s:I, s:I, s:I}",
+                     "prompt_tokens", (json_int_t)q->prompt_tokens,
+                     "total_tokens",
+                     (json_int_t)(q->prompt_tokens + completion_tokens),
+                     "completion_tokens", (json_int_t)completion_tokens);
+}
+
+/*
+ * One streamed chunk carrying 'choices' (stolen; a NULL one fails) and,
+ * unless NULL, 'usage' (stolen).  Returns a new reference or NULL.
+ */
+static json_t *
+chunk_new(const struct req *q, json_t *choices, json_t *usage)
+{
+    const char *object = q->route == R_CHAT ? "chat.completion.chunk"
+                                            : "text_completion";
+    json_t *o;
+
+    /* "o" steals its argument even when the pack fails (jansson 2.11+). */
+    o = json_pack("{s:s, s:s, s:I, s:s, s:o}", "id", q->id,
+                  "object", object, "created", q->created, "model", q->model,
+                  "choices", choices);
+    if (usage != NULL) {
+        if (o == NULL)
+            json_decref(usage);
+        else if (json_object_set_new(o, "usage", usage) != 0) {
+            json_decref(o);     /* set_new stole 'usage' */
+            o = NULL;
+        }
+    }
+    return o;
+}
+
+/*
+ * The choices array of a streamed chunk.  Chat: 'role' set gives the role
+ * chunk's delta, 'text' set a content delta, neither the finish chunk's
+ * empty delta.  Completions carry "text" instead of a delta.
+ * 'finish' is the finish_reason, NULL for null.
+ */
+static json_t *
+choices_new(const struct req *q, const char *role, const char *text,
+            const char *finish)
+{
+    json_t *delta, *fin = finish != NULL ? json_string(finish) : json_null();
+
+    if (q->route == R_TEXT)
+        return json_pack("[{s:i, s:s, s:n, s:o}]", "index", 0, "text",
+                         text != NULL ? text : "", "logprobs",
+                         "finish_reason", fin);
+    if (role != NULL)
+        delta = json_pack("{s:s, s:s}", "role", role, "content", "");
+    else if (text != NULL)
+        delta = json_pack("{s:s}", "content", text);
+    else
+        delta = json_object();
+    return json_pack("[{s:i, s:o, s:n, s:o}]", "index", 0, "delta", delta,
+                     "logprobs", "finish_reason", fin);
+}
+
+/*
+ * A streamed completion: the role chunk (chat only: vLLM's completions
+ * stream has none), the content chunks, the finish chunk, the usage chunk
+ * when asked for, [DONE].  The faults die_mid_stream and stall_mid_stream
+ * stop after two content chunks.
+ */
+static void
+stream_completion(struct req *q)
+{
+    char text[64];
+    long n = q->chunks, i;
+
+    if (q->fault == FAULT_DIE || q->fault == FAULT_STALL_MID)
+        n = 2;
+    if (send_head(q, 200, "text/event-stream", -1, NULL, 0) != 0)
+        return;
+    if (q->route == R_CHAT
+        && send_event(q, chunk_new(q, choices_new(q, "assistant", NULL,
+                                                  NULL), NULL)) != 0)
+        return;
+    for (i = 0; i < n; i++) {
+        if (q->delay_ms > 0 && wait_client(q, q->delay_ms) != 0)
+            return;
+        snprintf(text, sizeof(text), "%s ", word_at(q->hash, i));
+        if (send_event(q, chunk_new(q, choices_new(q, NULL, text, NULL),
+                                    NULL)) != 0)
+            return;
+    }
+    if (q->fault == FAULT_DIE) {
+        q->close = 1;           /* no last chunk: the body is cut short */
+        return;
+    }
+    if (q->fault == FAULT_STALL_MID) {
+        wait_client(q, MOCK_STALL_MS);
+        q->close = 1;
+        return;
+    }
+    if (send_event(q, chunk_new(q, choices_new(q, NULL, NULL, q->finish),
+                                NULL)) != 0)
+        return;
+    if (q->include_usage
+        && send_event(q, chunk_new(q, json_array(),
+                                   usage_new(q, q->chunks))) != 0)
+        return;
+    if (write_piece(q, "data: [DONE]\n\n", 14) != 0)
+        return;
+    write_end(q);
+}
+
+/*
+ * Send a complete JSON body p[0..n) as a 200, applying the non-stream
+ * faults: die_mid_stream announces the full length, sends half and
+ * closes; stall_mid_stream sends half and stalls; chunked_json sends
+ * three chunks a little apart, so that they reach the client in separate
+ * reads.
+ */
+static void
+send_json_body(struct req *q, const char *p, size_t n)
+{
+    size_t third = n / 3, off = 0, len;
+    int i;
+
+    if (q->fault == FAULT_DIE || q->fault == FAULT_STALL_MID) {
+        if (send_head(q, 200, "application/json", (int64_t)n, p, n / 2) == 0
+            && q->fault == FAULT_STALL_MID)
+            wait_client(q, MOCK_STALL_MS);
+        q->close = 1;           /* the body is cut short */
+        return;
+    }
+    if (q->fault != FAULT_CHUNKED_JSON || !q->chunked) {
+        send_simple(q, 200, "application/json", p, n);
+        return;
+    }
+    if (send_head(q, 200, "application/json", -1, NULL, 0) != 0)
+        return;
+    for (i = 0; i < 3; i++) {
+        len = i < 2 ? third : n - off;
+        if (i > 0 && wait_client(q, MOCK_PIECE_GAP_MS) != 0)
+            return;
+        if (write_piece(q, p + off, len) != 0)
+            return;
+        off += len;
+    }
+    write_end(q);
+}
+
+/*
+ * A non-streamed completion.  It waits as long as the stream would have
+ * taken (chunks x delay) before answering, as vLLM does when it generates
+ * the whole answer first.
+ */
+static void
+answer_completion(struct req *q)
+{
+    struct buf text;
+    struct buf *b = &q->c->out;
+    json_t *o = NULL;
+    long i;
+    int rc = 0;
+
+    buf_init(&text, MOCK_OUT_LIMIT);
+    if (wait_client(q, (int64_t)q->chunks * q->delay_ms) != 0)
+        goto out;
+    for (i = 0; i < q->chunks && rc == 0; i++)
+        rc = buf_printf(&text, "%s ", word_at(q->hash, i));
+    if (rc != 0)
+        goto out;
+    if (q->route == R_CHAT)
+        o = json_pack("{s:s, s:s, s:I, s:s, s:[{s:i, s:{s:s, s:s}, s:n, "
+                      "s:s}], s:o}", "id", q->id, "object",
+                      "chat.completion", "created", q->created, "model",
+                      q->model, "choices", "index", 0, "message", "role",
+                      "assistant", "content", buf_ptr(&text), "logprobs",
+                      "finish_reason", q->finish, "usage",
+                      usage_new(q, q->chunks));
+    else
+        o = json_pack("{s:s, s:s, s:I, s:s, s:[{s:i, s:s, s:n, s:s}], "
+                      "s:o}", "id", q->id, "object", "text_completion",
+                      "created", q->created, "model", q->model, "choices",
+                      "index", 0, "text", buf_ptr(&text), "logprobs",
+                      "finish_reason", q->finish, "usage",
+                      usage_new(q, q->chunks));
+    buf_reset(b);
+    if (o == NULL || json_dump_callback(o, dump_to_buf, b, JSON_COMPACT)
+        != 0) {
+        rc = GW_ENOMEM;
+        goto out;
+    }
+    send_json_body(q, buf_ptr(b), buf_len(b));
+
+out:
+    if (rc != 0)
+        send_error(q, 500, "mock: cannot build the response", NULL,
+                   "internal_error");
+    json_decref(o);
+    buf_release(&text);
+}
+
+/* MOCK_EMBED_DIM numbers in [-1, 1) with 6 decimals, from hash 'h'. */
+static json_t *
+embedding_new(uint64_t h)
+{
+    json_t *a = json_array();
+    int i;
+    long k;
+
+    for (i = 0; a != NULL && i < MOCK_EMBED_DIM; i++) {
+        k = (long)(mix64(h + (uint64_t)i) % 2000000) - 1000000;
+        if (json_array_append_new(a, json_real((double)k / 1e6)) != 0) {
+            json_decref(a);
+            a = NULL;
+        }
+    }
+    return a;
+}
+
+/* One data[] entry: the embedding of the hash 'h'. */
+static int
+append_embedding(json_t *data, uint64_t h)
+{
+    return json_array_append_new(data, json_pack(
+               "{s:s, s:I, s:o}", "object", "embedding", "index",
+               (json_int_t)json_array_size(data), "embedding",
+               embedding_new(h)));
+}
+
+/*
+ * /v1/embeddings: one vector per string when "input" is an array of
+ * strings, else one vector for the whole input.
+ */
+static void
+answer_embeddings(struct req *q)
+{
+    const json_t *in = json_object_get(q->json, "input");
+    json_t *data = json_array(), *o;
+    uint64_t h;
+    size_t i;
+    int rc = data != NULL ? 0 : -1;
+    int strings = json_is_array(in) && json_array_size(in) > 0;
+
+    for (i = 0; strings && i < json_array_size(in); i++)
+        strings = json_is_string(json_array_get(in, i));
+    for (i = 0; strings && rc == 0 && i < json_array_size(in); i++) {
+        const json_t *s = json_array_get(in, i);
+
+        rc = append_embedding(data, fnv1a(FNV_OFFSET, json_string_value(s),
+                                          json_string_length(s)));
+    }
+    if (!strings && rc == 0) {
+        h = FNV_OFFSET;
+        if (in != NULL)
+            json_dump_callback(in, dump_to_hash, &h,
+                               JSON_COMPACT | JSON_ENCODE_ANY);
+        rc = append_embedding(data, h);
+    }
+    if (rc != 0) {
+        json_decref(data);
+        send_error(q, 500, "mock: cannot build the response", NULL,
+                   "internal_error");
+        return;
+    }
+    o = json_pack("{s:s, s:s, s:I, s:s, s:o, s:o}", "id", q->id, "object",
+                  "list", "created", q->created, "model", q->model, "data",
+                  data, "usage", usage_new(q, 0));
+    if (q->fault == FAULT_DIE || q->fault == FAULT_STALL_MID
+        || q->fault == FAULT_CHUNKED_JSON) {
+        struct buf *b = &q->c->out;
+
+        buf_reset(b);
+        if (o == NULL || json_dump_callback(o, dump_to_buf, b, JSON_COMPACT
+                                            | JSON_REAL_PRECISION(6)) != 0)
+            send_error(q, 500, "mock: cannot build the response", NULL,
+                       "internal_error");
+        else
+            send_json_body(q, buf_ptr(b), buf_len(b));
+        json_decref(o);
+        return;
+    }
+    send_json(q, 200, o, JSON_REAL_PRECISION(6));
+}
+
+/*
+ * Wait until /release?tag=<q->hold> (or an earlier one), the client goes
+ * away, MOCK_HOLD_MS passes or the process stops.
+ * Returns 0 (released), GW_ECLOSED (client gone, q->gone set),
+ * GW_ETIMEDOUT or GW_EABORTED (stopping).
+ * Takes st.mu; releases it around each socket check and while waiting.
+ */
+static int
+hold_wait(struct req *q)
+{
+    struct holder h = { q->hold, 0, NULL };
+    struct holder **pp;
+    struct timespec ts;
+    int64_t deadline = gw_now_ms() + MOCK_HOLD_MS;
+    int gone = 0, rc;
+
+    lock();
+    if (json_object_get(st.released, q->hold) != NULL) {
+        unlock();
+        return 0;               /* released before it arrived */
+    }
+    h.next = st.holders;
+    st.holders = &h;
+    st.held++;
+    while (!h.released && !st.stopping && !gone
+           && gw_now_ms() < deadline) {
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_nsec += MOCK_HOLD_SLICE_MS * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        /* ETIMEDOUT is the usual outcome: time to look at the socket. */
+        rc = pthread_cond_timedwait(&st.cv, &st.mu, &ts);
+        if (rc != 0 && rc != ETIMEDOUT) {
+            log_errno(GW_LOG_ERROR, rc, "mock: pthread_cond_timedwait");
+            abort();
+        }
+        if (h.released || st.stopping)
+            break;
+        unlock();
+        gone = net_peer_gone(q->c->fd);
+        lock();
+    }
+    for (pp = &st.holders; *pp != &h; pp = &(*pp)->next)
+        ;
+    *pp = h.next;
+    st.held--;
+    if (h.released)
+        rc = 0;
+    else if (st.stopping)
+        rc = GW_EABORTED;
+    else if (gone)
+        rc = GW_ECLOSED;
+    else
+        rc = GW_ETIMEDOUT;
+    unlock();
+    if (rc == GW_ECLOSED)
+        q->gone = 1;
+    if (rc == GW_ECLOSED || rc == GW_EABORTED)
+        q->close = 1;           /* a timeout is answered and kept alive */
+    return rc;
+}
+
+/*
+ * POST /v1/chat/completions, /v1/completions, /v1/embeddings: parse the
+ * body, then hold, delay, fail or answer as the knobs say.
+ */
+static void
+handle_v1_post(struct req *q)
+{
+    char err[256], msg[MOCK_MAX_TAG + 64];
+    const char *param = NULL;
+    int rc;
+
+    count(&st.in_progress, 1);
+    rc = jsonx_parse_object(buf_ptr(&q->c->body), buf_len(&q->c->body),
+                            JSONX_MAX_DEPTH, &q->json, err, sizeof(err));
+    if (rc != 0) {
+        send_error(q, 400, err, NULL, "invalid_json");
+        goto out;
+    }
+    if (read_knobs(q, err, sizeof(err), &param) != 0) {
+        send_error(q, 400, err, param, "invalid_mock_knob");
+        goto out;
+    }
+    read_params(q);
+
+    if (q->hold != NULL) {
+        rc = hold_wait(q);
+        if (rc == GW_ETIMEDOUT) {
+            snprintf(msg, sizeof(msg), "mock_hold \"%s\" was not released "
+                     "within %d s", q->hold, MOCK_HOLD_MS / 1000);
+            send_error(q, 503, msg, "mock_hold", "hold_timeout");
+        }
+        if (rc != 0)
+            goto out;
+    }
+    if (q->first_ms > 0 && wait_client(q, q->first_ms) != 0)
+        goto out;
+
+    if (q->fault == FAULT_RESET) {
+        /* SO_LINGER 0: close() sends a TCP RST instead of a FIN. */
+        struct linger lg = { 1, 0 };
+
+        setsockopt(q->c->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+        q->close = 1;
+        goto out;
+    }
+    if (q->fault == FAULT_STALL) {
+        wait_client(q, MOCK_STALL_MS);
+        q->close = 1;
+        goto out;
+    }
+    if (q->mock_status != 0) {
+        snprintf(msg, sizeof(msg), "mock_status %ld requested",
+                 q->mock_status);
+        send_error(q, (int)q->mock_status, msg, NULL, "mock_status");
+        goto out;
+    }
+    if (q->route == R_EMBED)
+        answer_embeddings(q);
+    else if (q->stream)
+        stream_completion(q);
+    else
+        answer_completion(q);
+
+out:
+    lock();
+    st.in_progress--;
+    if (q->gone)
+        st.aborted++;
+    unlock();
+}
+
+/* GET /v1/models: the one model, in vLLM's shape. */
+static void
+handle_models(struct req *q)
+{
+    send_json(q, 200, json_pack("{s:s, s:[{s:s, s:s, s:I, s:s, s:s, s:n, "
+                                "s:i}]}", "object", "list", "data", "id",
+                                MOCK_MODEL, "object", "model", "created",
+                                (json_int_t)time(NULL), "owned_by", "vllm",
+                                "root", MOCK_MODEL, "parent",
+                                "max_model_len", 4096), 0);
+}
+
+/* GET /stats: the counters, copied under the lock and sent without it. */
+static void
+handle_stats(struct req *q)
+{
+    uint64_t v[7];
+    json_t *hdrs;
+
+    lock();
+    v[0] = st.requests;
+    v[1] = st.completions;
+    v[2] = st.connections_open;
+    v[3] = st.connections_total;
+    v[4] = st.aborted;
+    v[5] = st.in_progress;
+    v[6] = st.held;
+    hdrs = json_deep_copy(st.last_headers);
+    unlock();
+    send_json(q, 200, json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}",
+                                "requests", (json_int_t)v[0],
+                                "completions", (json_int_t)v[1],
+                                "connections_open", (json_int_t)v[2],
+                                "connections_total", (json_int_t)v[3],
+                                "aborted", (json_int_t)v[4],
+                                "in_progress", (json_int_t)v[5],
+                                "held", (json_int_t)v[6],
+                                "last_headers", hdrs), 0);
+}
+
+/*
+ * POST /stats/reset: zero the counters, forget released tags and
+ * last_headers.  The gauges (connections_open, in_progress, held) describe
+ * the present and stay.
+ */
+static void
+handle_reset(struct req *q)
+{
+    json_t *fresh = json_object(), *old;
+
+    if (fresh == NULL) {
+        send_error(q, 500, "mock: out of memory", NULL, "internal_error");
+        return;
+    }
+    lock();
+    st.requests = 0;
+    st.completions = 0;
+    st.connections_total = 0;
+    st.aborted = 0;
+    json_object_clear(st.released);
+    old = st.last_headers;
+    st.last_headers = fresh;
+    unlock();
+    json_decref(old);
+    send_json(q, 200, json_pack("{s:b}", "reset", 1), 0);
+}
+
+static int
+hex_val(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/*
+ * Find 'name' in the query of 'r' and percent-decode its value
+ * (form-style: '+' is a space) into out[0..size).
+ * Returns 0, GW_EINVAL (absent), GW_EPARSE (bad escape) or GW_ETOOBIG.
+ */
+static int
+query_param(const struct http_request *r, const char *name, char *out,
+            size_t size)
+{
+    const char *p = r->target + r->path_len;
+    const char *end = r->target + r->target_len;
+    const char *amp;
+    size_t nl = strlen(name), k;
+    int hi, lo;
+
+    if (p == end || *p != '?')
+        return GW_EINVAL;
+    for (p++; p < end; p = amp + 1) {
+        amp = memchr(p, '&', (size_t)(end - p));
+        if (amp == NULL)
+            amp = end;
+        if ((size_t)(amp - p) <= nl || memcmp(p, name, nl) != 0
+            || p[nl] != '=')
+            continue;
+        for (p += nl + 1, k = 0; p < amp; p++, k++) {
+            if (k + 1 >= size)
+                return GW_ETOOBIG;
+            if (*p == '%') {
+                if (amp - p < 3 || (hi = hex_val(p[1])) < 0
+                    || (lo = hex_val(p[2])) < 0)
+                    return GW_EPARSE;
+                out[k] = (char)(hi * 16 + lo);
+                p += 2;
+            } else {
+                out[k] = *p == '+' ? ' ' : *p;
+            }
+        }
+        out[k] = '\0';
+        return 0;
+    }
+    return GW_EINVAL;
+}
+
+/* POST /release?tag=T: release every request held on T, now and later. */
+static void
+handle_release(struct req *q)
+{
+    char tag[MOCK_MAX_TAG + 1];
+    struct holder *h;
+    json_int_t n = 0;
+    int rc;
+
+    rc = query_param(q->r, "tag", tag, sizeof(tag));
+    if (rc != 0 || tag[0] == '\0' || strlen(tag) > MOCK_MAX_TAG) {
+        send_error(q, 400, "use POST /release?tag=T with a tag of 1 to 256 "
+                   "bytes", "tag", "invalid_tag");
+        return;
+    }
+    lock();
+    /* Keys must be UTF-8: a tag that is not cannot match a JSON string. */
+    rc = json_object_set_new(st.released, tag, json_true());
+    for (h = st.holders; rc == 0 && h != NULL; h = h->next) {
+        if (!h->released && strcmp(h->tag, tag) == 0) {
+            h->released = 1;
+            n++;
+        }
+    }
+    pthread_cond_broadcast(&st.cv);
+    unlock();
+    if (rc != 0) {
+        send_error(q, 400, "tag must be UTF-8", "tag", "invalid_tag");
+        return;
+    }
+    send_json(q, 200, json_pack("{s:I}", "released", n), 0);
+}
+
+/*
+ * Remember the fields of a /v1 request for /stats, names lower-cased.
+ * Repeated fields are joined with ", " (RFC 9110 section 5.3).  Bytes
+ * that are not UTF-8 (obs-text) become '?': JSON strings cannot hold them.
+ */
+static void
+record_headers(const struct http_request *r)
+{
+    json_t *o = json_object(), *old;
+    struct buf v;
+    char *name = NULL;
+    const json_t *prev;
+    size_t i, k;
+    int rc = o != NULL ? 0 : GW_ENOMEM;
+
+    buf_init(&v, MOCK_MAX_HEAD);
+    for (i = 0; rc == 0 && i < r->num_headers; i++) {
+        const struct http_header *f = &r->headers[i];
+
+        gw_free(name);
+        name = gw_strndup(f->name, f->name_len);
+        if (name == NULL) {
+            rc = GW_ENOMEM;
+            break;
+        }
+        for (k = 0; name[k] != '\0'; k++)
+            if (name[k] >= 'A' && name[k] <= 'Z')
+                name[k] = (char)(name[k] - 'A' + 'a');
+        buf_reset(&v);
+        prev = json_object_get(o, name);
+        if (prev != NULL)
+            rc = buf_printf(&v, "%s, ", json_string_value(prev));
+        if (rc == 0)
+            rc = buf_append(&v, f->value, f->value_len);
+        if (rc != 0)
+            break;
+        if (json_object_set_new(o, name, json_stringn(buf_ptr(&v),
+                                                      buf_len(&v))) != 0) {
+            for (k = 0; k < buf_len(&v); k++)
+                if ((unsigned char)v.data[v.off + k] >= 0x80)
+                    v.data[v.off + k] = '?';
+            rc = json_object_set_new(o, name, json_stringn(buf_ptr(&v),
+                                                           buf_len(&v)));
+        }
+    }
+    gw_free(name);
+    buf_release(&v);
+    if (rc != 0) {
+        json_decref(o);
+        return;                 /* keep the previous ones; only a test aid */
+    }
+    lock();
+    old = st.last_headers;
+    st.last_headers = o;
+    unlock();
+    json_decref(old);
+}
+
+/* One access-log line per request (-q turns them off). */
+static void
+access_log(const struct req *q)
+{
+    const struct http_request *r = q->r;
+    char model[65];
+
+    if (opt.quiet)
+        return;
+    log_safe(model, sizeof(model), q->model != NULL ? q->model : "-",
+             strlen(q->model != NULL ? q->model : "-"));
+    log_msg(GW_LOG_INFO, "mock: method=%.*s path=%.*s model=%s stream=%d "
+            "status=%d chunks=%ld bytes=%" PRIu64 " ms=%" PRId64 "%s%s%s",
+            r->method != NULL ? (int)r->method_len : 1,
+            r->method != NULL ? r->method : "-",
+            r->path != NULL ? (int)r->path_len : 1,
+            r->path != NULL ? r->path : "-", model, q->stream, q->status,
+            q->json != NULL ? q->chunks : 0L, q->bytes,
+            (gw_now_us() - q->t0_us) / 1000,
+            q->fault != FAULT_NONE ? " fault=" : "", fault_names[q->fault],
+            q->gone ? " aborted=1" : "");
+}
+
+static void
+req_init(struct req *q, struct conn *c, struct http_request *r)
+{
+    memset(q, 0, sizeof(*q));
+    q->c = c;
+    q->r = r;
+    q->close = !r->keep_alive;
+    q->chunked = r->minor >= 1;
+    q->head_only = r->method != NULL && view_eq(r->method, r->method_len,
+                                                "HEAD");
+    q->t0_us = gw_now_us();
+}
+
+/* Answer a head that could not be parsed; the connection then closes. */
+static void
+refuse(struct conn *c, struct http_request *r)
+{
+    struct req q;
+
+    req_init(&q, c, r);
+    q.close = 1;
+    c->linger = 1;
+    count_conn(c);
+    count(&st.requests, 1);
+    send_error(&q, r->error_status,
+               r->error_msg != NULL ? r->error_msg : "bad request", NULL,
+               "invalid_request");
+    access_log(&q);
+}
+
+/* Which route, by path then method; sets q->allow for a 405. */
+static void
+route_find(struct req *q, int *control)
+{
+    const struct http_request *r = q->r;
+    size_t i;
+
+    q->route = R_NOT_FOUND;
+    *control = 0;
+    for (i = 0; i < GW_ARRAY_LEN(routes); i++) {
+        if (!view_eq(r->path, r->path_len, routes[i].path))
+            continue;
+        *control = routes[i].control;
+        if (view_eq(r->method, r->method_len, routes[i].method)) {
+            q->route = routes[i].route;
+        } else {
+            q->route = R_BAD_METHOD;
+            q->allow = routes[i].method;
+        }
+        return;
+    }
+}
+
+/*
+ * Serve one request whose head is parsed: read its body, answer it.
+ * Returns 1 when the connection must close afterwards, else 0.
+ */
+static int
+handle_request(struct conn *c, struct http_request *r)
+{
+    const struct http_header *h;
+    struct req q;
+    char rid[65];
+    int control, rc;
+
+    req_init(&q, c, r);
+    h = http_find_header(r, "x-request-id");
+    if (h != NULL) {
+        log_safe(rid, sizeof(rid), h->value, h->value_len);
+        log_set_request_id(rid);
+    }
+    route_find(&q, &control);
+    if (!control) {
+        count_conn(c);
+        lock();
+        st.requests++;
+        if (q.route == R_CHAT || q.route == R_TEXT)
+            st.completions++;
+        unlock();
+    }
+    if (r->path_len >= 4 && memcmp(r->path, "/v1/", 4) == 0)
+        record_headers(r);
+
+    buf_reset(&c->body);
+    if (r->body_kind != HTTP_BODY_NONE) {
+        /* RFC 9110 10.1.1: a client that asked may wait for this. */
+        if (r->expect_continue && r->minor >= 1
+            && net_write_all(c->fd, "HTTP/1.1 100 Continue\r\n\r\n", 25,
+                             gw_now_ms() + MOCK_SEND_MS) != 0) {
+            q.close = 1;
+            goto out;
+        }
+        rc = http_read_body(c->fd, &c->in, r, &c->body,
+                            gw_now_ms() + MOCK_BODY_MS);
+        if (rc != 0) {
+            q.close = 1;        /* the framing is lost */
+            c->linger = 1;
+            if (r->error_status != 0)
+                send_error(&q, r->error_status,
+                           r->error_msg != NULL ? r->error_msg
+                                                : "bad request body",
+                           NULL, "invalid_request");
+            goto out;
+        }
+    }
+
+    switch (q.route) {
+    case R_CHAT:
+    case R_TEXT:
+    case R_EMBED:
+        handle_v1_post(&q);
+        break;
+    case R_MODELS:
+        handle_models(&q);
+        break;
+    case R_HEALTH:
+        send_simple(&q, 200, NULL, "", 0);
+        break;
+    case R_STATS:
+        handle_stats(&q);
+        break;
+    case R_RESET:
+        handle_reset(&q);
+        break;
+    case R_RELEASE:
+        handle_release(&q);
+        break;
+    case R_BAD_METHOD:
+        send_error(&q, 405, "method not allowed on this route", NULL,
+                   "method_not_allowed");
+        break;
+    case R_NOT_FOUND:
+        send_error(&q, 404, "no such route on the mock upstream", NULL,
+                   "not_found");
+        break;
+    }
+
+out:
+    access_log(&q);
+    log_set_request_id(NULL);
+    json_decref(q.json);
+    return q.close;
+}
+
+/*
+ * Close after an error answer while the client may still be sending (a
+ * refused head, a body not read to its end).  Closing a socket that holds
+ * unread input sends an RST, and the client's kernel may then drop our
+ * answer before the client reads it (RFC 9112 section 9.6).  So half-close
+ * and discard input until the client closes, MOCK_LINGER_MS pass or
+ * MOCK_LINGER_BYTES arrive.
+ */
+static void
+linger_close(int fd)
+{
+    int64_t deadline = gw_now_ms() + MOCK_LINGER_MS;
+    char sink[4096];
+    size_t n, total = 0;
+
+    shutdown(fd, SHUT_WR);
+    while (total < MOCK_LINGER_BYTES
+           && net_read(fd, sink, sizeof(sink), deadline, -1, &n) == 0)
+        total += n;
+    close(fd);
+}
+
+static void
+conn_free(struct conn *c)
+{
+    if (c == NULL)
+        return;
+    buf_release(&c->in);
+    buf_release(&c->head);
+    buf_release(&c->body);
+    buf_release(&c->hdr);
+    buf_release(&c->out);
+    gw_free(c);
+}
+
+/* A connection thread: requests until close, error or idle timeout. */
+static void *
+conn_main(void *arg)
+{
+    struct conn *c = arg;
+    struct http_request r;
+    int rc;
+
+    for (;;) {
+        memset(&r, 0, sizeof(r));
+        buf_compact(&c->in);
+        rc = http_read_head(c->fd, &c->in, &c->head, MOCK_MAX_HEAD,
+                            gw_now_ms() + MOCK_IDLE_MS, MOCK_HEADER_MS, -1,
+                            &r);
+        if (rc != 0) {
+            /* A close or idle timeout between requests is no error. */
+            if (r.error_status != 0)
+                refuse(c, &r);
+            break;
+        }
+        if (handle_request(c, &r) != 0)
+            break;
+    }
+    if (c->linger)
+        linger_close(c->fd);
+    else
+        close(c->fd);
+    if (c->counted)
+        count(&st.connections_open, -1);
+    conn_free(c);
+    return NULL;
+}
+
+/* Hand the accepted socket 'fd' to a new detached thread. */
+static void
+spawn(int fd, const pthread_attr_t *attr)
+{
+    struct conn *c;
+    pthread_t tid;
+    int err;
+
+    c = gw_calloc(1, sizeof(*c));
+    if (c == NULL) {
+        log_msg(GW_LOG_ERROR, "mock: out of memory for a connection");
+        close(fd);
+        return;
+    }
+    c->fd = fd;
+    buf_init(&c->in, MOCK_IN_LIMIT);
+    buf_init(&c->head, MOCK_MAX_HEAD);
+    buf_init(&c->body, MOCK_MAX_BODY);
+    buf_init(&c->hdr, MOCK_HDR_LIMIT);
+    buf_init(&c->out, MOCK_OUT_LIMIT);
+    err = pthread_create(&tid, attr, conn_main, c);
+    if (err != 0) {
+        log_errno(GW_LOG_ERROR, err, "mock: pthread_create");
+        close(fd);
+        conn_free(c);
+    }
+}
+
+static int
+state_init(void)
+{
+    pthread_condattr_t ca;
+    int err;
+
+    err = pthread_mutex_init(&st.mu, NULL);
+    if (err == 0)
+        err = pthread_condattr_init(&ca);
+    if (err == 0) {
+        /* Hold deadlines are monotonic; a clock step must not move them. */
+        err = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        if (err == 0)
+            err = pthread_cond_init(&st.cv, &ca);
+        pthread_condattr_destroy(&ca);
+    }
+    if (err != 0) {
+        log_errno(GW_LOG_ERROR, err, "mock: pthread init");
+        return GW_EIO;
+    }
+    st.released = json_object();
+    st.last_headers = json_object();
+    if (st.released == NULL || st.last_headers == NULL)
+        return GW_ENOMEM;
+    return 0;
+}
+
+/*
+ * Install the handlers and block SIGTERM/SIGINT; OUT *waitmask is the mask
+ * the accept loop's ppoll() waits with (the same, with both unblocked).
+ */
+static int
+signals_init(sigset_t *waitmask)
+{
+    struct sigaction sa;
+    sigset_t block;
+    int err;
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = SIG_IGN;
+    if (sigaction(SIGPIPE, &sa, NULL) == -1)
+        return GW_EIO;
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = 0;            /* no SA_RESTART: ppoll must return EINTR */
+    if (sigaction(SIGTERM, &sa, NULL) == -1
+        || sigaction(SIGINT, &sa, NULL) == -1)
+        return GW_EIO;
+    sigemptyset(&block);
+    sigaddset(&block, SIGTERM);
+    sigaddset(&block, SIGINT);
+    err = pthread_sigmask(SIG_BLOCK, &block, waitmask);
+    if (err != 0)
+        return GW_EIO;
+    sigdelset(waitmask, SIGTERM);
+    sigdelset(waitmask, SIGINT);
+    return 0;
+}
+
+/* Parse the command line into 'opt'; returns -1 to go on, else an exit. */
+static int
+parse_args(int argc, char **argv)
+{
+    int ch;
+
+    while ((ch = getopt(argc, argv, "l:n:f:d:qh")) != -1) {
+        switch (ch) {
+        case 'l':
+            opt.listen = optarg;
+            break;
+        case 'n':
+            if (parse_long(optarg, 0, MOCK_MAX_CHUNKS, &opt.chunks) != 0) {
+                fprintf(stderr, "mock_upstream: -n wants 0..%d\n",
+                        MOCK_MAX_CHUNKS);
+                return 2;
+            }
+            break;
+        case 'f':
+        case 'd':
+            if (parse_long(optarg, 0, MOCK_MAX_MS,
+                           ch == 'f' ? &opt.first_ms : &opt.delay_ms) != 0) {
+                fprintf(stderr, "mock_upstream: -%c wants 0..%d ms\n", ch,
+                        MOCK_MAX_MS);
+                return 2;
+            }
+            break;
+        case 'q':
+            opt.quiet = 1;
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (optind != argc) {
+        usage(stderr);
+        return 2;
+    }
+    return -1;
+}
+
+int
+main(int argc, char **argv)
+{
+    pthread_attr_t attr;
+    struct pollfd pfd;
+    sigset_t waitmask;
+    uint16_t port = 0;
+    int lfd = -1, cfd, rc, n, err;
+
+    rc = parse_args(argc, argv);
+    if (rc >= 0)
+        return rc;
+    rc = 1;
+    json_object_seed(0);        /* before any thread uses jansson */
+    if (state_init() != 0 || signals_init(&waitmask) != 0) {
+        fprintf(stderr, "mock_upstream: cannot initialise\n");
+        return 1;
+    }
+    if (pthread_attr_init(&attr) != 0)
+        return 1;
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    /* Plenty for jansson at depth 64 and a 2 KiB log line, even under
+     * ASan; thousands of benchmark connections stay cheap. */
+    pthread_attr_setstacksize(&attr, MOCK_STACK_SIZE);
+
+    if (net_listen(opt.listen, 1024, &lfd, &port) != 0)
+        goto out;               /* net_listen logged why */
+    printf("mock_upstream listening port=%u\n", (unsigned)port);
+    fflush(stdout);
+
+    while (!stop_signal) {
+        pfd.fd = lfd;
+        pfd.events = POLLIN;
+        pfd.revents = 0;
+        n = ppoll(&pfd, 1, NULL, &waitmask);
+        if (n == -1) {
+            err = errno;
+            if (err == EINTR)
+                continue;
+            log_errno(GW_LOG_ERROR, err, "mock: ppoll");
+            goto out;
+        }
+        for (;;) {
+            rc = net_accept(lfd, &cfd);
+            if (rc == GW_EAGAIN)
+                break;
+            if (rc != 0) {
+                /* EMFILE and friends: back off instead of spinning. */
+                err = errno;
+                log_errno(GW_LOG_ERROR, err, "mock: accept");
+                poll(NULL, 0, 100);
+                break;
+            }
+            spawn(cfd, &attr);
+        }
+    }
+    if (!opt.quiet)
+        log_msg(GW_LOG_INFO, "mock: signal %d, exiting", (int)stop_signal);
+    lock();
+    st.stopping = 1;
+    pthread_cond_broadcast(&st.cv);
+    unlock();
+    rc = 0;
+
+out:
+    if (lfd != -1)
+        close(lfd);
+    pthread_attr_destroy(&attr);
+    return rc;
+}
