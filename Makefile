@@ -31,7 +31,8 @@ endif
 BUILD ?= build/$(VARIANT)
 
 BASE_CFLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wformat=2 \
-               -g -pthread -MMD -MP -Icommon -Igateway
+               -g -pthread -MMD -MP -Icommon -Igateway \
+               -DINFERGW_DEFAULT_CONF='"$(SYSCONFDIR)/infergw/gateway.conf"'
 ifneq ($(SANITIZE),)
 BASE_CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer \
                -fno-sanitize-recover=all
@@ -100,12 +101,21 @@ $(BUILD)/test/check_%: test/unit/check_%.c $(UT_OBJ)
 	$(CC) $(ALL_CFLAGS) $(CHECK_CFLAGS) -DINFERGW_UNIT_TEST -o $@ $< \
 	    $(UT_OBJ) $(ALL_LDFLAGS) $(CHECK_LIBS) $(PKG_LIBS) $(MBEDTLS_LIBS)
 
+# The fuzz target built with a small corpus-replay main() instead of
+# libFuzzer, so 'make check' runs every corpus file through it under gcc.
+FUZZ_REPLAY := $(BUILD)/test/fuzz_http_replay
+$(FUZZ_REPLAY): test/fuzz/fuzz_http.c test/fuzz/replay.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -o $@ test/fuzz/fuzz_http.c test/fuzz/replay.c \
+	    $(LIB) $(ALL_LDFLAGS)
+
 # Fresh-machine set-up: installs missing Debian packages (or says how).
 deps:
 	@sh tools/install-deps.sh
 
-unit: $(UNITS)
+unit: $(UNITS) $(FUZZ_REPLAY)
 	@sh test/unit/run.sh $(UNITS)
+	@$(FUZZ_REPLAY) test/fuzz/corpus/http
 
 integration: all
 	@python3 test/integration/run.py --bin $(BUILD)/bin
@@ -135,8 +145,9 @@ fuzz:
 	@mkdir -p build/fuzz
 	clang -std=c11 -D_GNU_SOURCE -g -O1 -Icommon \
 	    -fsanitize=fuzzer,address,undefined \
-	    -o build/fuzz/fuzz_http test/fuzz/fuzz_http.c $(COMMON_SRC)
-	@echo "run: build/fuzz/fuzz_http test/fuzz/corpus/http"
+	    -o build/fuzz/fuzz_http test/fuzz/fuzz_http.c $(COMMON_SRC) \
+	    $(PKG_LIBS) $(MBEDTLS_LIBS)
+	@echo "run: mkdir -p build/fuzz/corpus && build/fuzz/fuzz_http build/fuzz/corpus test/fuzz/corpus/http"
 
 install: all
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(SYSCONFDIR)/infergw

@@ -334,6 +334,7 @@ reset_request(struct conn *c)
     c->event_stream = 0;
     c->broken = 0;
     c->role = NULL;
+    c->tenant = CONFIG_MAX_TENANTS;
     c->model[0] = '\0';
     buf_reset(&c->out);
 }

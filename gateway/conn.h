@@ -51,6 +51,8 @@ struct conn {
     int event_stream;           /* response is text/event-stream */
     int broken;                 /* body ended uncleanly: must close */
     const char *role;           /* coalescing role for header and log */
+    size_t tenant;              /* config index, CONFIG_MAX_TENANTS for
+                                   "default" */
     char model[64];             /* for the access log */
 };
 

@@ -423,7 +423,7 @@ proxy_forward(struct conn *c, const json_t *json, int coalescable)
         forward_direct(c);
         return;
     }
-    tenant = coalesce_tenant(cfg, &c->req);
+    tenant = c->tenant;
     if (!coalesce_eligible(cfg, tenant, &c->req, json, &why)) {
         bypass(c, why, "-");
         return;

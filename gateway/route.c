@@ -10,6 +10,7 @@
 #include <jansson.h>
 
 #include "alloc.h"
+#include "coalesce.h"
 #include "config.h"
 #include "conn.h"
 #include "jsonx.h"
@@ -130,6 +131,23 @@ route_request(struct conn *c)
             c->keep_alive = 0;
         send_405(c, r->method);
         return;
+    }
+    if (r->kind == KIND_COMPLETION || r->kind == KIND_JSON
+        || r->kind == KIND_PROXY_GET) {
+        /*
+         * With tenants configured, a client must present one of their
+         * keys; without, everyone is tenant "default".  Checked before
+         * the body is read, so a stranger cannot make us buffer it.
+         */
+        c->tenant = coalesce_tenant(c->srv->cfg, &c->req);
+        if (c->srv->cfg->num_tenants > 0 && c->tenant >= CONFIG_MAX_TENANTS) {
+            if (c->req.body_kind != HTTP_BODY_NONE)
+                c->keep_alive = 0;
+            conn_send_error(c, 401, "authentication_error",
+                            "invalid_api_key",
+                            "missing or unknown API key");
+            return;
+        }
     }
     if (conn_read_body(c) != 0)
         return;

@@ -103,15 +103,16 @@ static void
 reject(struct server *s, int fd)
 {
     struct buf body;
-    char drain[4096];
+    char drain[4096], id[17];
     size_t n;
 
-    (void)s;
     metrics_connection_rejected();
     buf_init(&body, 2048);
-    if (buf_append_str(&body, "HTTP/1.1 503 Service Unavailable\r\n"
-                       "Content-Type: application/json\r\n"
-                       "Retry-After: 1\r\nConnection: close\r\n") == 0) {
+    gw_random_hex(id, 16);
+    if (buf_printf(&body, "HTTP/1.1 503 Service Unavailable\r\n"
+                   "Content-Type: application/json\r\n"
+                   "X-Request-Id: %s\r\n"
+                   "Retry-After: 1\r\nConnection: close\r\n", id) == 0) {
         struct buf json;
 
         buf_init(&json, 1024);
@@ -128,7 +129,8 @@ reject(struct server *s, int fd)
         ;
     close(fd);
     log_msg(GW_LOG_WARN, "server: rejected connection reason=max_connections"
-            " max=%llu", (unsigned long long)s->cfg->max_connections);
+            " max=%llu req=%s", (unsigned long long)s->cfg->max_connections,
+            id);
 }
 
 static void

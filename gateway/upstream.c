@@ -75,6 +75,13 @@
 
 #define REASON_ABORTED "aborted by client side"
 
+/*
+ * Largest upstream response head we accept, like nginx's
+ * proxy_buffer_size: a vLLM head is a few hundred bytes, so anything near
+ * this is broken or hostile, and a 502 beats relaying it.
+ */
+#define UP_MAX_HEAD (32 * 1024)
+
 struct up_handle {
     CURL *curl;
     struct buf scratch;         /* URL and header lines, NUL-separated */
@@ -110,6 +117,7 @@ struct xfer {
 
     /* The response head being read (reset by every status line). */
     int want_status_line;
+    size_t head_bytes;          /* of the current head, for UP_MAX_HEAD */
     int status;
     int has_ctype;
     int has_te;                 /* Transfer-Encoding: length is unknown */
@@ -468,6 +476,11 @@ header_cb(char *p, size_t size, size_t n, void *arg)
     x->rx += n;
     if (x->res->head_seen)
         return n;                       /* trailers: nothing we forward */
+    x->head_bytes += n;
+    if (x->head_bytes > UP_MAX_HEAD) {
+        xfer_fail(x, GW_EUPSTREAM, "response head too large");
+        return 0;
+    }
     while (len > 0 && (p[len - 1] == '\n' || p[len - 1] == '\r'))
         len--;
 
@@ -478,6 +491,7 @@ header_cb(char *p, size_t size, size_t n, void *arg)
             return 0;
         }
         x->want_status_line = 0;
+        x->head_bytes = n;
         x->has_ctype = 0;
         x->has_te = 0;
         x->content_length = -1;
