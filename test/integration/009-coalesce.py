@@ -9,7 +9,6 @@ client has joined, and only then releases it.
 
 import json
 import re
-import time
 
 from gwtest import chat_body, metric, normalise, sse_data, wait_for
 

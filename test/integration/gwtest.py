@@ -601,7 +601,8 @@ class Stream:
                               method)
         if self.resp is None:
             raise HttpError("connection closed before a response")
-        self.body = b""
+        self._parts = []                # joined once, on demand: a long
+        self._joined = b""              # stream must not be quadratic
         self._it = None
         self._method = method
         self._pending = b""             # SSE bytes not yet a whole event
@@ -618,9 +619,17 @@ class Stream:
     def chunks(self):
         """Yield body data as it arrives (de-chunked)."""
         for piece in self._body_iter():
-            self.body += piece
+            self._parts.append(piece)
             yield piece
         self.done = True
+
+    @property
+    def body(self):
+        """Everything read so far."""
+        if self._parts:
+            self._joined += b"".join(self._parts)
+            self._parts = []
+        return self._joined
 
     def next_data(self):
         """The next piece of body data, or None at the end."""

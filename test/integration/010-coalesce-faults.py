@@ -1,0 +1,240 @@
+"""010 - coalescing when things go wrong: clients that leave, upstream
+errors and failures shared by every client, and the bounds past which a
+request bypasses coalescing (DESIGN.md "Threads and data flow",
+"Responses and errors").
+
+As in 009, concurrency comes from "mock_hold": the upstream call is parked
+until the test has seen every client join, then released.
+"""
+
+import json
+
+from gwtest import chat_body, normalise, sse_data, wait_for
+
+from coalesce_util import (assert_complete_stream, assert_same_bodies,
+                           events_of, expect_state, finish, finish_all,
+                           held_trio, new_tag, role, send, start,
+                           wait_state)
+
+
+def read_events(s, n):
+    """Read n SSE events from a Stream (fails if it ends first)."""
+    got = []
+    for ev in s.events():
+        got.append(ev)
+        if len(got) >= n:
+            break
+    assert len(got) == n, "stream ended after %d events: %r" % (
+        len(got), got)
+    return got
+
+
+def access_line(g, role_name):
+    """The access-log lines of completion requests with that role."""
+    return [l for l in g.log_lines() if " access " in " %s " % l
+            and "path=/v1/chat/completions" in l
+            and "coalesce=%s" % role_name in l]
+
+
+# ---- clients that leave ----------------------------------------------------
+
+def test_leader_client_disconnects_followers_complete(t):
+    m = t.mock()
+    g = t.gateway(m)
+    tag = new_tag()
+    body = chat_body("leader leaves", stream=True, mock_chunks=10,
+                     mock_delay_ms=100, mock_hold=tag)
+    lead_c, f1, f2 = held_trio(g, m, body)
+    lead = start(lead_c)
+    assert role(lead) == "leader", role(lead)
+    got = read_events(lead, 2)
+    expect_state(g, m, in_progress=1, flights=1)    # mid-stream
+    lead.close()                                    # the leader's client
+    streams = finish_all([f1, f2])
+    for i, s in enumerate(streams):
+        assert role(s) == "follower", role(s)
+        assert_complete_stream(s, "follower %d" % i)
+    assert_same_bodies(streams, "followers")
+    assert streams[0].body.startswith(b"".join(e + b"\n\n" for e in got)), \
+        "followers' bodies do not start with what the leader had"
+    docs = [sse_data(e) for e in events_of(streams[0].body)[:-1]]
+    assert len(docs) == 1 + 10 + 1, len(docs)
+    # The upstream call was never cut: one call, nothing aborted.
+    wait_state(g, m, completions=1, upstream=1, in_progress=0, flights=0)
+    expect_state(g, m, aborted=0)
+    # The gateway did see the leader's client go (not a late no-op).
+    lines = wait_for(lambda: access_line(g, "leader"),
+                     msg="the leader's access line")
+    assert "broken=1" in lines[0], lines[0]
+
+
+def test_all_clients_disconnect_aborts_upstream(t):
+    m = t.mock()
+    g = t.gateway(m)
+    tag = new_tag()
+    body = chat_body("everybody leaves", stream=True, mock_chunks=40,
+                     mock_delay_ms=100, mock_hold=tag)
+    lead_c, f1, f2 = held_trio(g, m, body)
+    streams = [start(c) for c in (lead_c, f1, f2)]
+    for s in streams:
+        read_events(s, 2)
+    expect_state(g, m, in_progress=1, flights=1, aborted=0)
+    for s in streams:
+        s.close()
+    # Nobody listens any more: the upstream transfer is aborted and the
+    # flight is gone.
+    wait_state(g, m, aborted=1, in_progress=0, flights=0)
+    expect_state(g, m, completions=1, upstream=1)
+    # An identical request afterwards is a new leader with a new call.
+    fresh = finish(send(g, body), timeout=15)
+    assert role(fresh) == "leader", role(fresh)
+    assert_complete_stream(fresh, "fresh request")
+    docs = [sse_data(e) for e in events_of(fresh.body)[:-1]]
+    assert len(docs) == 1 + 40 + 1, len(docs)
+    wait_state(g, m, completions=2, upstream=2, leaders=2, aborted=1,
+               flights=0)
+
+
+# ---- upstream errors --------------------------------------------------------
+
+def test_upstream_500_shared_by_all(t):
+    m = t.mock()
+    g = t.gateway(m)
+    tag = new_tag()
+    body = chat_body("server error", stream=True, mock_status=500,
+                     mock_hold=tag)
+    streams = finish_all(held_trio(g, m, body))
+    assert [role(s) for s in streams] == ["leader", "follower",
+                                          "follower"], \
+        [role(s) for s in streams]
+    for i, s in enumerate(streams):
+        r = s.resp
+        assert r.status == 500, "client %d: %r" % (i, r)
+        ct = r.headers.get("Content-Type", "")
+        assert ct.split(";")[0].strip() == "application/json", ct
+        assert s.clean_end, "client %d: error body cut short" % i
+    assert_same_bodies(streams, "500 bodies")
+    doc = json.loads(streams[0].body)
+    assert doc["error"]["type"] == "server_error", doc
+    direct = m.call("POST", "/v1/chat/completions", body)
+    assert direct.status == 500 and direct.body == streams[0].body, \
+        "not the upstream's own error body: %r" % streams[0].body
+    wait_state(g, m, completions=2, upstream=1, flights=0)
+
+
+def test_upstream_dies_mid_stream_same_error_for_all(t):
+    m = t.mock()
+    g = t.gateway(m)
+    tag = new_tag()
+    body = chat_body("dies", stream=True, mock_fault="die_mid_stream",
+                     mock_chunks=8, mock_hold=tag)
+    streams = finish_all(held_trio(g, m, body))
+    assert [role(s) for s in streams] == ["leader", "follower",
+                                          "follower"], \
+        [role(s) for s in streams]
+    for i, s in enumerate(streams):
+        what = "client %d" % i
+        assert s.resp.status == 200, "%s: %r" % (what, s.resp)
+        assert s.resp.headers.get("Content-Type", "").startswith(
+            "text/event-stream"), s.resp
+        assert not s.clean_end, \
+            "%s: stream ended cleanly after an upstream failure" % what
+        assert b"[DONE]" not in s.body, "%s: fake [DONE]" % what
+        evs = events_of(s.body)
+        docs = [sse_data(e) for e in evs]
+        # role chunk, 2 content chunks, then the error event, last.
+        assert len(docs) == 4, "%s: %r" % (what, evs)
+        assert all("choices" in d for d in docs[:3]), docs[:3]
+        err = docs[-1]
+        assert set(err) == {"error"}, "%s: last event %r" % (what, err)
+        assert set(err["error"]) == {"message", "type", "param", "code"}, \
+            err
+        assert err["error"]["param"] is None, err
+        assert isinstance(err["error"]["message"], str) and \
+            err["error"]["message"], err
+    assert_same_bodies(streams, "failed streams")
+    wait_state(g, m, completions=1, upstream=1, flights=0)
+
+
+# ---- bounds: past them a request bypasses ----------------------------------
+
+def test_max_followers_bypass(t):
+    m = t.mock()
+    g = t.gateway(m, {"coalesce": {"max_followers": "1"}})
+    tag = new_tag()
+    body = chat_body("only one follower", stream=True, mock_hold=tag)
+    lead = send(g, body)
+    wait_state(g, m, leaders=1, held=1)
+    fol = send(g, body)
+    wait_state(g, m, followers=1, held=1)
+    third = send(g, body)
+    # The third goes upstream alone: a second parked call.
+    wait_state(g, m, bypass_max_followers=1, held=2, followers=1)
+    assert m.release(tag) == 2
+    streams = finish_all([lead, fol, third])
+    assert [role(s) for s in streams] == ["leader", "follower", "bypass"], \
+        [role(s) for s in streams]
+    for s in streams:
+        assert_complete_stream(s)
+    assert_same_bodies(streams[:2], "leader and follower")
+    assert streams[2].body != streams[0].body, "bypass shared the flight"
+    assert normalise(streams[2].body) == normalise(streams[0].body)
+    wait_state(g, m, completions=2, upstream=2, flights=0)
+
+
+def test_max_flights_bypass(t):
+    m = t.mock()
+    g = t.gateway(m, {"coalesce": {"max_flights": "1"}})
+    tag = new_tag()
+    a = chat_body("flight A", stream=True, mock_hold=tag)
+    b = chat_body("flight B", stream=True, mock_hold=tag)
+    ca = send(g, a)
+    wait_state(g, m, leaders=1, held=1, flights=1)
+    cb = send(g, b)
+    wait_state(g, m, bypass_max_flights=1, held=2, flights=1)
+    # Control: the one flight still takes followers.
+    ca2 = send(g, a)
+    wait_state(g, m, followers=1, held=2)
+    assert m.release(tag) == 2
+    streams = finish_all([ca, cb, ca2])
+    assert [role(s) for s in streams] == ["leader", "bypass", "follower"], \
+        [role(s) for s in streams]
+    for s in streams:
+        assert_complete_stream(s)
+    assert_same_bodies([streams[0], streams[2]])
+    wait_state(g, m, completions=2, upstream=2, flights=0)
+
+
+def test_max_flight_bytes_bypass(t):
+    m = t.mock()
+    g = t.gateway(m, {"coalesce": {"max_flight_bytes": "1k"}})
+    tag = new_tag()
+    body = chat_body("a long answer", stream=True, mock_chunks=60,
+                     mock_delay_ms=50, mock_hold=tag)
+    lead_c = send(g, body)
+    wait_state(g, m, leaders=1, held=1)
+    early = send(g, body)          # joins while the flight is empty
+    wait_state(g, m, followers=1, held=1)
+    assert m.release(tag) == 1
+    lead = start(lead_c)
+    assert role(lead) == "leader", role(lead)
+    got = 0
+    for ev in lead.events():
+        got += len(ev) + 2
+        if got > 1024:
+            break
+    assert got > 1024, "stream ended after %d bytes" % got
+    expect_state(g, m, flights=1, in_progress=1)    # still streaming
+    late = finish(send(g, body), timeout=15)
+    assert role(late) == "bypass", \
+        "late request to a flight past max_flight_bytes is %r" % role(late)
+    assert_complete_stream(late, "late bypass")
+    wait_state(g, m, bypass_max_flight_bytes=1, followers=1)
+    rest = finish(early)
+    lead.read_all()
+    for s, what in ((lead, "leader"), (rest, "early follower")):
+        assert_complete_stream(s, what)
+    assert role(rest) == "follower"
+    assert rest.body == lead.body, "follower was cut at max_flight_bytes"
+    assert normalise(late.body) == normalise(lead.body)
+    wait_state(g, m, completions=2, upstream=2, flights=0)

@@ -1,0 +1,289 @@
+"""coalesce_util - helpers for the request-coalescing integration tests
+(009-coalesce.py, 010-coalesce-faults.py), on top of gwtest.
+
+The pattern every coalescing test follows, so that nothing depends on
+timing luck:
+
+    tag = new_tag()
+    conns = [send(g, body_with(mock_hold=tag)) for ...]   # heads not read
+    wait_state(g, m, followers=2, held=1)                 # real signals
+    m.release(tag)
+    streams = [finish(c) for c in conns]                  # read it all
+
+The mock holds the leader's upstream request until /release, so followers
+join a flight that is certainly still running; the waits poll the
+gateway's /metrics and the mock's /stats with deadlines (gwtest.wait_for).
+"""
+
+import os
+import re
+import socket
+import threading
+import time
+
+import gwtest
+from gwtest import (JSON_HEADERS, Connection, Stream, budget, build_request,
+                    metric, parse_metrics, sse_data, sse_events, wait_for)
+
+CHAT = "/v1/chat/completions"
+COMPLETIONS = "/v1/completions"
+ROLE_HEADER = "X-Infergw-Coalesce"
+
+# Metric names.
+LEADERS = "infergw_coalesce_leaders_total"
+FOLLOWERS = "infergw_coalesce_followers_total"
+BY_TENANT = "infergw_coalesce_followers_by_tenant_total"
+BYPASS = "infergw_coalesce_bypass_total"
+FLIGHTS = "infergw_flights_active"
+UPSTREAM = "infergw_upstream_requests_total"
+REQUESTS = "infergw_requests_total"
+
+
+def new_tag():
+    """A hold tag no other request (or test) uses."""
+    return "co-" + os.urandom(8).hex()
+
+
+class RcvbufConnection(Connection):
+    """A client connection whose receive buffer is set small before
+    connect (so the TCP window is small from the start): a client that
+    stops reading makes the sender block soon."""
+
+    def __init__(self, port, rcvbuf, timeout=10.0):
+        self.port = port
+        self.timeout = timeout
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+            s.settimeout(budget(5))
+            s.connect(("127.0.0.1", port))
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except Exception:
+            s.close()
+            raise
+        self.sock = gwtest._register(s)
+        self.reader = gwtest._Reader(s)
+
+
+def send(g, body, path=CHAT, headers=None, timeout=15.0, rcvbuf=None):
+    """Open a connection and send one POST; the response is not read.
+    Returns the Connection (read it with finish())."""
+    h = dict(JSON_HEADERS)
+    h.update(headers or {})
+    if rcvbuf is None:
+        c = Connection(g.port, timeout)
+    else:
+        c = RcvbufConnection(g.port, rcvbuf, timeout)
+    c.send(build_request("POST", path, h, body))
+    return c
+
+
+def held_trio(g, m, body, path=CHAT, headers=None):
+    """Three identical requests made concurrent with a hold: the first is
+    sent, and once it leads a flight parked at the mock, two more join;
+    then the hold is released.  'body' must carry a "mock_hold" tag no
+    earlier request used.  Returns the three connections, leader's
+    first (responses unread)."""
+    tag = re.search(rb'"mock_hold":"([^"]+)"', body).group(1).decode()
+    base = _state(g, m, {"leaders": 0, "followers": 0})
+    lead = send(g, body, path, headers)
+    wait_state(g, m, leaders=base["leaders"] + 1, held=1)
+    rest = [send(g, body, path, headers) for _ in range(2)]
+    wait_state(g, m, followers=base["followers"] + 2, held=1)
+    assert m.release(tag) == 1
+    return [lead] + rest
+
+
+def start(conn, timeout=None):
+    """Read the response head of a sent request: a gwtest.Stream."""
+    return Stream(conn, "POST", timeout)
+
+
+def read_rest(s):
+    """Read a Stream to its end; returns its whole body."""
+    return s.read_all()
+
+
+def finish(conn, timeout=None):
+    """Read the whole response of a sent request: a gwtest.Stream with
+    .resp (status, headers), .body (de-chunked) and .clean_end."""
+    s = start(conn, timeout)
+    read_rest(s)
+    return s
+
+
+def hold_invariant(pred, seconds, interval=0.05, msg=None):
+    """Assert pred() stays truthy, checked every 'interval', for 'seconds'
+    (a scenario duration, e.g. how long a client stalls; not scaled)."""
+    end = time.monotonic() + seconds
+    n = 0
+    while True:
+        v = pred()
+        assert v, "%s broke after %d checks (value %r)" % (
+            msg or getattr(pred, "__name__", pred), n, v)
+        n += 1
+        if time.monotonic() >= end:
+            return
+        time.sleep(interval)
+
+
+def finish_all(conns, timeout=None, workers=32):
+    """finish() every connection, concurrently (bounded threads), in the
+    order given.  Re-raises the first failure."""
+    out = [None] * len(conns)
+    errors = []
+    lock = threading.Lock()
+    todo = list(range(len(conns)))
+
+    def worker():
+        while True:
+            with lock:
+                if not todo or errors:
+                    return
+                i = todo.pop(0)
+            try:
+                out[i] = finish(conns[i], timeout)
+            except BaseException as e:          # noqa: B902
+                with lock:
+                    errors.append((i, e))
+                return
+
+    threads = [threading.Thread(target=worker, daemon=True)
+               for _ in range(min(workers, len(conns)))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(budget(60))
+    if errors:
+        i, e = errors[0]
+        raise AssertionError("response %d of %d: %s" % (i, len(conns), e))
+    assert all(s is not None for s in out), "a reader thread hung"
+    return out
+
+
+def role(s):
+    """The X-Infergw-Coalesce header of a Stream (or Response)."""
+    resp = s.resp if isinstance(s, Stream) else s
+    return resp.headers.get(ROLE_HEADER)
+
+
+def roles(streams):
+    return sorted(str(role(s)) for s in streams)
+
+
+# ---- signals -------------------------------------------------------------
+
+def counter(g, name, **labels):
+    return metric(g.metrics(), name, **labels)
+
+
+def _state(g, m, want):
+    """The current values of the names in 'want' (see wait_state)."""
+    have = {}
+    gm = None
+    st = None
+    for k in want:
+        if k in ("held", "completions", "aborted", "in_progress"):
+            if st is None:
+                st = m.stats()
+            have[k] = st[k]
+        else:
+            if gm is None:
+                gm = parse_metrics(g.get("/metrics").body.decode())
+            have[k] = _gateway_value(gm, k)
+    return have
+
+
+def _gateway_value(gm, k):
+    if k == "leaders":
+        return metric(gm, LEADERS)
+    if k == "followers":
+        return metric(gm, FOLLOWERS)
+    if k == "flights":
+        return metric(gm, FLIGHTS)
+    if k == "upstream":
+        return metric(gm, UPSTREAM)
+    if k.startswith("bypass_"):
+        return metric(gm, BYPASS, reason=k[len("bypass_"):])
+    if k.startswith("tenant_"):
+        return metric(gm, BY_TENANT, tenant=k[len("tenant_"):])
+    raise KeyError(k)
+
+
+def wait_state(g, m, timeout=10.0, **want):
+    """Poll the gateway's /metrics and the mock's /stats until every named
+    value equals the wanted one.  Names: held, completions, aborted,
+    in_progress (mock); leaders, followers, flights, upstream,
+    bypass_<reason>, tenant_<name> (gateway).  Fails at once if a
+    monotonic counter overshoots (more calls than wanted can never come
+    back down)."""
+    monotonic = {"completions", "aborted", "leaders", "followers",
+                 "upstream"}
+    last = {}
+
+    def check():
+        have = _state(g, m, want)
+        last.clear()
+        last.update(have)
+        for k, v in want.items():
+            if (k in monotonic or k.startswith("bypass_")
+                    or k.startswith("tenant_")) and have[k] > v:
+                raise AssertionError("%s is %r, want %r (overshot): %r"
+                                     % (k, have[k], v, have))
+        return all(have[k] == v for k, v in want.items())
+
+    try:
+        wait_for(check, timeout, msg="state %r" % (want,))
+    except AssertionError as e:
+        raise AssertionError("%s; last seen %r" % (e, last))
+    return last
+
+
+def expect_state(g, m, **want):
+    """Assert, once, that every named value equals the wanted one."""
+    have = _state(g, m, want)
+    assert have == want, "state %r, want %r" % (have, want)
+
+
+# ---- bodies ----------------------------------------------------------------
+
+def events_of(body):
+    """The SSE events of a complete stream body."""
+    return sse_events(body)
+
+
+def assert_complete_stream(s, what="stream"):
+    """A 200 SSE stream that ended cleanly with exactly one [DONE], last."""
+    r = s.resp
+    assert r.status == 200, "%s: status %r" % (what, r)
+    ct = r.headers.get("Content-Type", "")
+    assert ct.split(";")[0].strip() == "text/event-stream", \
+        "%s: Content-Type %r" % (what, ct)
+    assert s.clean_end, "%s: no clean end (no zero-length chunk): %r" % (
+        what, s.body[-200:])
+    assert s.body.count(b"data: [DONE]") == 1, \
+        "%s: %d [DONE] events" % (what, s.body.count(b"data: [DONE]"))
+    assert s.body.endswith(b"data: [DONE]\n\n"), \
+        "%s: does not end with [DONE]: %r" % (what, s.body[-120:])
+    evs = events_of(s.body)
+    for ev in evs[:-1]:
+        d = sse_data(ev)
+        assert isinstance(d, dict) and "error" not in d, \
+            "%s: unexpected event %r" % (what, ev[:200])
+    return evs
+
+
+def assert_same_bodies(streams, what="bodies"):
+    """Every stream's de-chunked body is byte-identical to the first."""
+    first = streams[0].body
+    for i, s in enumerate(streams[1:], 1):
+        if s.body != first:
+            n = 0
+            while n < min(len(s.body), len(first)) and s.body[n] == first[n]:
+                n += 1
+            raise AssertionError(
+                "%s: body %d differs from body 0 at byte %d (lengths %d, "
+                "%d):\n  0: %r\n  %d: %r" % (
+                    what, i, n, len(first), len(s.body),
+                    first[max(0, n - 40):n + 80], i,
+                    s.body[max(0, n - 40):n + 80]))
