@@ -4,7 +4,8 @@
  * Every line is written with a single write() so lines from concurrent
  * threads never interleave:
  *
- *   ts=2026-11-29T10:33:35.123Z level=info req=9f2c01ab coalesce: leader key=a4f1c2...
+ *   ts=2026-11-29T10:33:35.123Z level=info req=9f2c01ab \
+ *       coalesce: leader key=a4f1c2d07b9e
  *
  * The logger is the one mutable global in common/: configure it in main()
  * before any thread starts (log_set_level, log_set_fd), and leave it alone
