@@ -327,6 +327,7 @@ reset_request(struct conn *c)
     c->upstream_status = 0;
     c->bytes_out = 0;
     c->ttfb_us = -1;
+    c->peer_check_ms = 0;
     c->head_sent = 0;
     c->framing = FRAMING_LENGTH;
     c->content_length = -1;

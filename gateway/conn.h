@@ -44,6 +44,7 @@ struct conn {
     int upstream_status;        /* 0 if none */
     uint64_t bytes_out;         /* body bytes sent */
     int64_t ttfb_us;            /* start to first body byte; -1 none */
+    int64_t peer_check_ms;      /* last net_peer_gone() during a relay */
     int head_sent;
     enum conn_framing framing;
     int64_t content_length;     /* FRAMING_LENGTH: bytes promised */
