@@ -1,0 +1,376 @@
+#!/bin/sh
+# tools/bench_proxy.sh - proxy overhead of infergw against nginx (issue 2).
+#
+# One run measures, with wrk and keep-alive connections, the same tiny
+# non-streaming request sent
+#   direct   straight to a fast origin,
+#   infergw  through the gateway,
+#   nginx    through Debian's nginx as a reverse proxy,
+# at 1, 10 and 50 connections, and prints a markdown table of medians
+# (requests/s, p50, p99) and the ratios the issue sets targets for:
+#   - at 1 connection, infergw p50 - direct p50 <= 50 us
+#     (nginx p50 - direct p50 is printed beside it for reference);
+#   - at 50 connections, infergw req/s >= 0.75 x nginx req/s.
+#
+# The origin is a second nginx answering POST /v1/chat/completions and
+# GET /v1/models with a fixed small JSON body ('return 200'): event-driven,
+# zero think time, no parsing of the body, and the same server for all
+# three paths, so the origin's own cost cancels out of every comparison.
+# (The bundled mock_upstream is thread-per-connection and parses every
+# body with jansson: slower than nginx and noisier, so it would blur the
+# difference between the two proxies.)
+#
+# Fairness, on a machine where wrk, the proxy and the origin share the
+# cores (2 on the reference machine):
+#   - the proxy nginx runs 'worker_processes auto' (one per core), the
+#     same CPU budget the gateway's threads can use;
+#   - the origin nginx runs ORIGIN_WORKERS (default 1) worker, identical
+#     for all three paths;
+#   - nginx keeps upstream connections alive (HTTP/1.1, Connection "",
+#     keepalive 64) as infergw's libcurl pool does, and logs nothing;
+#   - infergw runs with access_log = off and log_level = warn;
+#   - the request carries "temperature":0.7, so the gateway's coalescing
+#     is bypassed (reproducible requests would be coalesced): this
+#     measures the proxy path, not coalescing;
+#   - the three targets are interleaved for every connection count and the
+#     whole sweep is repeated REPS times; the table shows medians.
+#
+# On a VM whose guest does not halt-poll, latency at 1 connection is mostly
+# the time to wake idle vCPUs, which every proxy pays twice per request;
+# docs/BENCHMARKS.md has the numbers and the profile.
+#
+# Usage: sh tools/bench_proxy.sh        (make bench builds first)
+# Environment:
+#   BIN=build/default/bin   where infergw is (INFERGW= overrides the file)
+#   DURATION=10s            one wrk run (POST)
+#   CONNS="1 10 50"         connection counts (POST)
+#   REPS=3                  repetitions of the interleaved sweep
+#   GET_CONNS="1 50"        connection counts of the GET /v1/models
+#                           variant; empty skips it
+#   GET_DURATION=3s         one wrk run (GET)
+#   ORIGIN_WORKERS=1        origin nginx workers
+#   PROXY_WORKERS=auto      proxy nginx workers
+#   QUIET_PCT=30 QUIET_MAX=10   before each interleaved triple, wait up
+#                           to QUIET_MAX s for the machine to be under
+#                           QUIET_PCT % busy (other work skews the numbers;
+#                           the busy share seen is reported)
+#   OUT=FILE                also write the table to FILE
+#   KEEP=1                  keep the temp dir (configs, logs, raw wrk output)
+# Defaults take about 5.5 minutes on a quiet machine.
+set -eu
+
+ORIG=$(pwd)
+cd "$(dirname "$0")/.."
+BIN=${BIN:-build/default/bin}
+INFERGW=${INFERGW:-$BIN/infergw}
+# Paths given relative to where the script was started from still work.
+case $INFERGW in /*) ;; *) [ -e "$ORIG/$INFERGW" ] && INFERGW=$ORIG/$INFERGW ;; esac
+DURATION=${DURATION:-10s}
+CONNS=${CONNS:-1 10 50}
+REPS=${REPS:-3}
+GET_CONNS=${GET_CONNS-1 50}
+GET_DURATION=${GET_DURATION:-3s}
+ORIGIN_WORKERS=${ORIGIN_WORKERS:-1}
+PROXY_WORKERS=${PROXY_WORKERS:-auto}
+OUT=${OUT:-}
+case $OUT in ''|/*) ;; *) OUT=$ORIG/$OUT ;; esac
+KEEP=${KEEP:-}
+QUIET_PCT=${QUIET_PCT:-30}
+QUIET_MAX=${QUIET_MAX:-10}
+
+die() { echo "bench_proxy: $*" >&2; exit 1; }
+
+if ! command -v wrk >/dev/null 2>&1 || ! [ -x /usr/sbin/nginx ] \
+    || ! command -v curl >/dev/null 2>&1; then
+    sh tools/install-deps.sh wrk nginx-light curl iproute2 \
+        || die "cannot install wrk, nginx-light, curl"
+fi
+NGINX=$(command -v nginx || true)
+[ -n "$NGINX" ] || NGINX=/usr/sbin/nginx
+for t in wrk "$NGINX" python3 curl ss; do
+    command -v "$t" >/dev/null 2>&1 \
+        || die "$t not found: sh tools/install-deps.sh wrk nginx-light curl"
+done
+[ -x "$INFERGW" ] || die "$INFERGW not built (make, or set BIN=)"
+
+TMP=$(mktemp -d /tmp/bench_proxy.XXXXXX)
+PIDS=""
+cleanup() {
+    for p in $PIDS; do
+        kill "$p" 2>/dev/null || true
+    done
+    for p in $PIDS; do
+        wait "$p" 2>/dev/null || true
+    done
+    if [ -z "$KEEP" ]; then rm -rf "$TMP"; else echo "kept $TMP" >&2; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# A free loopback port (the kernel's pick; released before use, so a tiny
+# race with other programs is possible and shows as a start-up failure).
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+# wait_http URL: until it answers 200 (5 s at most).
+wait_http() {
+    i=0
+    while [ $i -lt 100 ]; do
+        if [ "$(curl -s -o /dev/null -w '%{http_code}' "$1" 2>/dev/null)" = 200 ]; then
+            return 0
+        fi
+        i=$((i + 1))
+        sleep 0.05
+    done
+    return 1
+}
+
+CHAT_BODY='{"id":"chatcmpl-bench","object":"chat.completion","created":1700000000,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"hello"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}'
+MODELS_BODY='{"object":"list","data":[{"id":"m","object":"model","created":1700000000,"owned_by":"bench"}]}'
+REQ_BODY='{"model":"m","messages":[{"role":"user","content":"hi"}],"temperature":0.7}'
+
+# nginx_start NAME WORKERS SERVER_BLOCK [HTTP_EXTRA]: run an nginx under
+# $TMP/NAME as the current user, in the foreground of a background job.
+nginx_start() {
+    d=$TMP/$1
+    mkdir -p "$d/logs" "$d/tmp"
+    cat >"$d/nginx.conf" <<EOF
+worker_processes $2;
+pid $d/nginx.pid;
+error_log $d/logs/error.log warn;
+events { worker_connections 4096; multi_accept on; }
+http {
+    access_log off;
+    client_body_temp_path $d/tmp/body;
+    proxy_temp_path $d/tmp/proxy;
+    fastcgi_temp_path $d/tmp/fastcgi;
+    uwsgi_temp_path $d/tmp/uwsgi;
+    scgi_temp_path $d/tmp/scgi;
+    keepalive_requests 1000000;
+    keepalive_timeout 120s;
+    $4
+    server {
+        listen 127.0.0.1:$3;
+$5
+    }
+}
+EOF
+    "$NGINX" -p "$d" -e "$d/logs/error.log" -c "$d/nginx.conf" \
+        -g 'daemon off;' >"$d/logs/stdout.log" 2>&1 &
+    PIDS="$PIDS $!"
+}
+
+ORIGIN_PORT=$(free_port)
+nginx_start origin "$ORIGIN_WORKERS" "$ORIGIN_PORT" "" "
+        default_type application/json;
+        location = /v1/chat/completions {
+            client_body_buffer_size 16k;
+            return 200 '$CHAT_BODY';
+        }
+        location = /v1/models { return 200 '$MODELS_BODY'; }"
+wait_http "http://127.0.0.1:$ORIGIN_PORT/v1/models" \
+    || die "origin nginx did not start: $(cat "$TMP/origin/logs/"*.log)"
+
+PROXY_PORT=$(free_port)
+nginx_start proxy "$PROXY_WORKERS" "$PROXY_PORT" "
+    upstream origin {
+        server 127.0.0.1:$ORIGIN_PORT;
+        keepalive 64;
+        keepalive_requests 1000000;
+    }" "
+        location / {
+            proxy_pass http://origin;
+            proxy_http_version 1.1;
+            proxy_set_header Connection \"\";
+        }"
+wait_http "http://127.0.0.1:$PROXY_PORT/v1/models" \
+    || die "proxy nginx did not start: $(cat "$TMP/proxy/logs/"*.log)"
+
+cat >"$TMP/gateway.conf" <<EOF
+[server]
+listen = 127.0.0.1:0
+log_level = warn
+access_log = off
+[upstream]
+url = http://127.0.0.1:$ORIGIN_PORT
+EOF
+"$INFERGW" -c "$TMP/gateway.conf" >"$TMP/infergw.log" 2>&1 &
+GW_PID=$!
+PIDS="$PIDS $GW_PID"
+# log_level = warn keeps the "server: listening ... port=N" line quiet, so
+# the port is read from the kernel's socket table instead.
+GW_PORT=""
+i=0
+while [ -z "$GW_PORT" ] && [ $i -lt 100 ]; do
+    kill -0 "$GW_PID" 2>/dev/null || die "infergw exited: $(cat "$TMP/infergw.log")"
+    GW_PORT=$(ss -Hltnp 2>/dev/null | awk -v p="pid=$GW_PID," \
+        'index($0, p) { n = split($4, a, ":"); print a[n]; exit }')
+    [ -n "$GW_PORT" ] || sleep 0.05
+    i=$((i + 1))
+done
+[ -n "$GW_PORT" ] || die "cannot find infergw's port"
+wait_http "http://127.0.0.1:$GW_PORT/readyz" || die "infergw not ready"
+
+# Every path answers the chat request with 200 and the same body.
+for port in "$ORIGIN_PORT" "$GW_PORT" "$PROXY_PORT"; do
+    got=$(curl -s -w ' %{http_code}' -H 'Content-Type: application/json' \
+        -d "$REQ_BODY" "http://127.0.0.1:$port/v1/chat/completions")
+    [ "$got" = "$CHAT_BODY 200" ] || die "port $port answered: $got"
+done
+
+cat >"$TMP/post.lua" <<EOF
+wrk.method = "POST"
+wrk.body = '$REQ_BODY'
+wrk.headers["Content-Type"] = "application/json"
+EOF
+cat >"$TMP/get.lua" <<EOF
+wrk.method = "GET"
+wrk.path = "/v1/models"
+EOF
+
+RAW=$TMP/results.tsv
+: >"$RAW"
+BUSY=$TMP/busy.txt
+: >"$BUSY"
+
+# busy_pct: how busy the whole machine is over one second (0-100).
+busy_pct() {
+    a=$(awk '/^cpu /{print $2+$3+$4+$7+$8, $5+$6}' /proc/stat)
+    sleep 1
+    b=$(awk '/^cpu /{print $2+$3+$4+$7+$8, $5+$6}' /proc/stat)
+    echo "$a $b" | awk '{ t = ($3 - $1) + ($4 - $2);
+        print (t > 0 ? int(100 * ($3 - $1) / t) : 0) }'
+}
+
+# wait_quiet: before a triple, up to QUIET_MAX s for other work to calm
+# down; records what it saw (our own servers are idle at that point).
+wait_quiet() {
+    waited=0
+    while :; do
+        pct=$(busy_pct)
+        if [ "$pct" -lt "$QUIET_PCT" ] || [ "$waited" -ge "$QUIET_MAX" ]; then
+            break
+        fi
+        waited=$((waited + 1))
+    done
+    echo "$pct" >>"$BUSY"
+}
+
+# run VARIANT TARGET PORT CONNS DURATION REP
+run() {
+    threads=2
+    [ "$4" -lt 2 ] && threads=1
+    path=/v1/chat/completions
+    [ "$1" = GET ] && path=/v1/models
+    lua=$TMP/post.lua
+    [ "$1" = GET ] && lua=$TMP/get.lua
+    f=$TMP/wrk-$1-$2-c$4-r$6.txt
+    wrk -t"$threads" -c"$4" -d"$5" --latency -s "$lua" \
+        "http://127.0.0.1:$3$path" >"$f" 2>&1 || die "wrk failed: $(cat "$f")"
+    python3 - "$f" "$1" "$2" "$4" "$6" >>"$RAW" <<'EOF'
+import re, sys
+f, variant, target, conns, rep = sys.argv[1:]
+t = open(f).read()
+unit = {"us": 1.0, "ms": 1e3, "s": 1e6}
+def pct(p):
+    m = re.search(r"^\s+%s%%\s+([\d.]+)(us|ms|s)\s*$" % p, t, re.M)
+    return float(m.group(1)) * unit[m.group(2)]
+rps = float(re.search(r"Requests/sec:\s+([\d.]+)", t).group(1))
+m = re.search(r"(\d+) requests in", t)
+reqs = int(m.group(1))
+bad = re.search(r"Non-2xx or 3xx responses: (\d+)", t)
+err = re.search(r"Socket errors: (.*)", t)
+errs = int(bad.group(1)) if bad else 0
+if err:
+    errs += sum(int(x) for x in re.findall(r"\d+", err.group(1)))
+print("\t".join([variant, target, conns, rep, "%.1f" % rps, "%.1f" % pct(50),
+                 "%.1f" % pct(99), str(reqs), str(errs)]))
+EOF
+    tail -n 1 "$RAW" | awk -F'\t' '{ printf "  %-4s %-8s c=%-3s rep %s: %9.0f req/s  p50 %7.1f us  p99 %8.1f us%s\n", $1, $2, $3, $4, $5, $6, $7, ($9 > 0 ? "  ERRORS " $9 : "") }' >&2
+}
+
+# Warm-up: opens the upstream connections of both proxies.
+for port in "$ORIGIN_PORT" "$GW_PORT" "$PROXY_PORT"; do
+    wrk -t2 -c50 -d2s -s "$TMP/post.lua" \
+        "http://127.0.0.1:$port/v1/chat/completions" >/dev/null 2>&1
+done
+
+LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
+echo "bench_proxy: origin :$ORIGIN_PORT, infergw :$GW_PORT, nginx :$PROXY_PORT;" \
+     "$REPS x POST c=[$CONNS] ${DURATION}, GET c=[$GET_CONNS] ${GET_DURATION}" >&2
+rep=1
+while [ "$rep" -le "$REPS" ]; do
+    for c in $CONNS; do
+        wait_quiet
+        run POST direct "$ORIGIN_PORT" "$c" "$DURATION" "$rep"
+        run POST infergw "$GW_PORT" "$c" "$DURATION" "$rep"
+        run POST nginx "$PROXY_PORT" "$c" "$DURATION" "$rep"
+    done
+    for c in $GET_CONNS; do
+        wait_quiet
+        run GET direct "$ORIGIN_PORT" "$c" "$GET_DURATION" "$rep"
+        run GET infergw "$GW_PORT" "$c" "$GET_DURATION" "$rep"
+        run GET nginx "$PROXY_PORT" "$c" "$GET_DURATION" "$rep"
+    done
+    rep=$((rep + 1))
+done
+kill -0 "$GW_PID" 2>/dev/null || die "infergw died: $(cat "$TMP/infergw.log")"
+LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
+
+python3 - "$RAW" "$DURATION" "$GET_DURATION" "$REPS" "$ORIGIN_WORKERS" \
+    "$PROXY_WORKERS" "$(nproc)" "$LOAD_BEFORE" "$LOAD_AFTER" "$BUSY" \
+    >"$TMP/table.md" <<'EOF'
+import statistics, sys
+from collections import defaultdict
+raw, dur, gdur, reps, ow, pw, ncpu, lb, la, busyf = sys.argv[1:]
+busy = [int(x) for x in open(busyf).read().split()] or [0]
+rows = defaultdict(list)
+order = []
+for line in open(raw):
+    v, t, c, r, rps, p50, p99, n, e = line.rstrip("\n").split("\t")
+    key = (v, int(c))
+    if key not in order:
+        order.append(key)
+    rows[key + (t,)].append((float(rps), float(p50), float(p99), int(e)))
+def med(k, i):
+    return statistics.median(x[i] for x in rows[k])
+print("| request | conns | direct req/s | infergw req/s | nginx req/s "
+      "| infergw/nginx req/s | direct p50 / p99 µs | infergw p50 / p99 µs "
+      "| nginx p50 / p99 µs | infergw − direct p50 µs "
+      "| nginx − direct p50 µs |")
+print("|" + "---|" * 11)
+verdict = []
+for v, c in order:
+    d, g, n = ((v, c, t) for t in ("direct", "infergw", "nginx"))
+    ratio = med(g, 0) / med(n, 0)
+    gd = med(g, 1) - med(d, 1)
+    nd = med(n, 1) - med(d, 1)
+    name = "POST chat" if v == "POST" else "GET models"
+    print("| %s | %d | %.0f | %.0f | %.0f | %.2f | %.0f / %.0f | %.0f / %.0f "
+          "| %.0f / %.0f | %+.0f | %+.0f |" % (
+              name, c, med(d, 0), med(g, 0), med(n, 0), ratio,
+              med(d, 1), med(d, 2), med(g, 1), med(g, 2),
+              med(n, 1), med(n, 2), gd, nd))
+    if v == "POST" and c == 1:
+        verdict.append("- 1 connection: infergw adds %+.0f µs p50 over direct "
+                       "(target ≤ 50; nginx adds %+.0f): %s" % (
+                           gd, nd, "met" if gd <= 50 else "MISSED"))
+    if v == "POST" and c == 50:
+        verdict.append("- 50 connections: infergw %.2f× nginx's throughput "
+                       "(target ≥ 0.75): %s" % (
+                           ratio, "met" if ratio >= 0.75 else "MISSED"))
+errs = sum(x[3] for k in rows for x in rows[k])
+print()
+print("Medians of %s interleaved runs (direct, infergw, nginx per connection "
+      "count); POST %s, GET %s per run; %s CPUs; origin nginx %s worker(s), "
+      "proxy nginx worker_processes %s.  wrk errors or non-2xx: %d.  "
+      "Other work on the machine before each triple: median %d %% busy "
+      "(max %d %%); load average before/after: %s / %s." % (
+          reps, dur, gdur, ncpu, ow, pw, errs, statistics.median(busy),
+          max(busy), lb, la))
+print()
+print("\n".join(verdict))
+EOF
+cat "$TMP/table.md"
+[ -z "$OUT" ] || cp "$TMP/table.md" "$OUT"
