@@ -9,6 +9,7 @@
 #   make tsan       every test under ThreadSanitizer (build/tsan/)
 #   make fuzz       libFuzzer targets with clang (build/fuzz/)
 #   make install    PREFIX=/usr/local, DESTDIR honoured
+#   make bench      the benchmark scripts (docs/BENCHMARKS.md)
 #
 # Users may override CC, CFLAGS, LDFLAGS, PREFIX, BINDIR and SYSCONFDIR.
 
@@ -135,9 +136,11 @@ run: deps
 	@$(MAKE) --no-print-directory all
 	@sh tools/run.sh
 
+# Benchmarks behind docs/BENCHMARKS.md (not tests: they report numbers).
 bench: deps
 	@$(MAKE) --no-print-directory all
-	@sh tools/bench_proxy.sh
+	@BIN=$(BUILD)/bin sh tools/bench_proxy.sh
+	@BUILD=$(BUILD) sh tools/bench_coalesce.sh
 
 # libFuzzer with clang; 'make check' replays the corpus through the same
 # targets with a small standalone driver instead.

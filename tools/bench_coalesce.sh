@@ -31,7 +31,7 @@
 #
 # Usage: sh tools/bench_coalesce.sh
 # Environment:
-#   BUILD=build/h_bench  build directory (make BUILD=... is run first)
+#   BUILD=build/default  build directory (make BUILD=... is run first)
 #   LOOP_S=10 LOOP_C=50 LOOP_REPS=3     stretch test
 #   FAN_N=1000 FAN_REPS=3               fan-out
 #   BIG_N=10000 BIG_REPS=3              big fan-out
@@ -45,7 +45,7 @@
 set -eu
 
 cd "$(dirname "$0")/.."
-BUILD=${BUILD:-build/h_bench}
+BUILD=${BUILD:-build/default}
 BIN=$BUILD/bin
 LOOP_S=${LOOP_S:-10}
 LOOP_C=${LOOP_C:-50}
