@@ -65,7 +65,9 @@ request_init(struct upstream_request *ur, const struct conn *c,
              const struct fwd_fields *f)
 {
     memset(ur, 0, sizeof(*ur));
-    ur->method = c->req.method_len == 4 ? "POST" : "GET";
+    /* route.c lets only GET and POST through to here */
+    ur->method = gw_strieq(c->req.method, c->req.method_len, "POST")
+                 ? "POST" : "GET";
     ur->path = f->path;
     ur->body = buf_ptr(&c->body);
     ur->body_len = buf_len(&c->body);
@@ -317,10 +319,18 @@ relay_flight(struct conn *c, struct flight *f, size_t index)
     int64_t deadline = gw_now_ms() + limit;
     int begun = c->status != 0;
     struct flight_view v;
+    int64_t jitter;
     int rc;
 
+    /*
+     * The slice is jittered per connection (1 to 2 s): thousands of
+     * followers that joined together must not all time out, wake and
+     * re-take the flight's mutex in the same instant every second.
+     */
+    jitter = (int64_t)(((unsigned)c->fd * 2654435761u) % 1000u);
+
     for (;;) {
-        int64_t slice = gw_now_ms() + 1000;
+        int64_t slice = gw_now_ms() + 1000 + jitter;
 
         rc = flight_wait(f, index, !begun, slice < deadline ? slice
                                                             : deadline, &v);
