@@ -111,7 +111,7 @@ stop() {
     wait "$1" 2>/dev/null || true
 }
 
-TMP=$(mktemp -d /tmp/bench_coalesce.XXXXXX)
+TMP=$(mktemp -d)
 PIDS=""
 cleanup() {
     for p in $PIDS; do

@@ -93,7 +93,7 @@ for t in wrk "$NGINX" python3 curl ss; do
 done
 [ -x "$INFERGW" ] || die "$INFERGW not built (make, or set BIN=)"
 
-TMP=$(mktemp -d /tmp/bench_proxy.XXXXXX)
+TMP=$(mktemp -d)
 PIDS=""
 cleanup() {
     for p in $PIDS; do
