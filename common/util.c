@@ -82,6 +82,20 @@ gw_strieq(const char *p, size_t n, const char *s)
 }
 
 int
+gw_parse_long(const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    long v;
+
+    errno = 0;
+    v = strtol(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0' || v < lo || v > hi)
+        return GW_EINVAL;
+    *out = v;
+    return 0;
+}
+
+int
 gw_add_overflows(size_t a, size_t b, size_t *out)
 {
     if (a > SIZE_MAX - b)

@@ -64,6 +64,12 @@ int gw_ms_left(int64_t deadline_ms);
 /* Case-insensitive compare of a (pointer, length) view with a C string. */
 int gw_strieq(const char *p, size_t n, const char *s);
 
+/*
+ * Parse a decimal long in [lo, hi] from the whole of 's' (no sign-only,
+ * no trailing bytes).  OUT *out.  0 or GW_EINVAL.
+ */
+int gw_parse_long(const char *s, long lo, long hi, long *out);
+
 /* Returns 1 when a + b would overflow size_t, else stores the sum in *out. */
 int gw_add_overflows(size_t a, size_t b, size_t *out);
 

@@ -216,21 +216,6 @@ usage(FILE *out)
             LG_MAX_CLIENTS, LG_MAX_HEADERS);
 }
 
-/* strtol with a range; 0 or GW_EINVAL. */
-static int
-parse_long(const char *s, long lo, long hi, long *out)
-{
-    char *end;
-    long v;
-
-    errno = 0;
-    v = strtol(s, &end, 10);
-    if (errno != 0 || end == s || *end != '\0' || v < lo || v > hi)
-        return GW_EINVAL;
-    *out = v;
-    return 0;
-}
-
 /*
  * Split "http://HOST[:PORT][/PATH]".  OUT: 'hostport' ("HOST:PORT", port
  * 80 by default) and 'path' ("/" when absent).  Only plain http: a load
@@ -1145,7 +1130,7 @@ parse_args(int argc, char **argv)
                              NULL)) != -1) {
         switch (ch) {
         case 'c':
-            if (parse_long(optarg, 1, LG_MAX_CLIENTS, &opt.clients) != 0)
+            if (gw_parse_long(optarg, 1, LG_MAX_CLIENTS, &opt.clients) != 0)
                 goto bad;
             break;
         case 'u':
@@ -1162,7 +1147,7 @@ parse_args(int argc, char **argv)
             opt.headers[opt.num_headers++] = optarg;
             break;
         case 't':
-            if (parse_long(optarg, 1, 86400, &opt.timeout_s) != 0)
+            if (gw_parse_long(optarg, 1, 86400, &opt.timeout_s) != 0)
                 goto bad;
             break;
         case 'o':
@@ -1179,7 +1164,7 @@ parse_args(int argc, char **argv)
             opt.ready_url = optarg;
             break;
         case 'S':
-            if (parse_long(optarg, 0, 600000, &opt.settle_ms) != 0)
+            if (gw_parse_long(optarg, 0, 600000, &opt.settle_ms) != 0)
                 goto bad;
             break;
         case 'h':

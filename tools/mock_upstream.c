@@ -300,21 +300,6 @@ count(uint64_t *field, int delta)
     unlock();
 }
 
-/* Parse a decimal in [lo, hi] from the whole of 's'; 0 or GW_EINVAL. */
-static int
-parse_long(const char *s, long lo, long hi, long *out)
-{
-    char *end;
-    long v;
-
-    errno = 0;
-    v = strtol(s, &end, 10);
-    if (errno != 0 || end == s || *end != '\0' || v < lo || v > hi)
-        return GW_EINVAL;
-    *out = v;
-    return 0;
-}
-
 /* Is the view p[0..n) exactly the C string 's' (case-sensitive)? */
 static int
 view_eq(const char *p, size_t n, const char *s)
@@ -1762,7 +1747,7 @@ parse_args(int argc, char **argv)
             opt.listen = optarg;
             break;
         case 'n':
-            if (parse_long(optarg, 0, MOCK_MAX_CHUNKS, &opt.chunks) != 0) {
+            if (gw_parse_long(optarg, 0, MOCK_MAX_CHUNKS, &opt.chunks) != 0) {
                 fprintf(stderr, "mock_upstream: -n wants 0..%d\n",
                         MOCK_MAX_CHUNKS);
                 return 2;
@@ -1770,7 +1755,7 @@ parse_args(int argc, char **argv)
             break;
         case 'f':
         case 'd':
-            if (parse_long(optarg, 0, MOCK_MAX_MS,
+            if (gw_parse_long(optarg, 0, MOCK_MAX_MS,
                            ch == 'f' ? &opt.first_ms : &opt.delay_ms) != 0) {
                 fprintf(stderr, "mock_upstream: -%c wants 0..%d ms\n", ch,
                         MOCK_MAX_MS);

@@ -515,6 +515,38 @@ START_TEST(test_strieq)
 }
 END_TEST
 
+static const struct {
+    const char *s;
+    long lo, hi;
+    int rc;
+    long v;
+    const char *note;
+} long_cases[] = {
+    { "0", 0, 10, 0, 0, "lower bound" },
+    { "10", 0, 10, 0, 10, "upper bound" },
+    { "11", 0, 10, GW_EINVAL, 0, "above range" },
+    { "-1", 0, 10, GW_EINVAL, 0, "below range" },
+    { "-5", -10, 10, 0, -5, "negative in range" },
+    { "", 0, 10, GW_EINVAL, 0, "empty" },
+    { "3x", 0, 10, GW_EINVAL, 0, "trailing bytes" },
+    { "-", -10, 10, GW_EINVAL, 0, "sign only" },
+    { "99999999999999999999", 0, 10, GW_EINVAL, 0, "overflow" },
+};
+
+START_TEST(test_parse_long)
+{
+    long v = -12345;
+
+    ck_assert_msg(gw_parse_long(long_cases[_i].s, long_cases[_i].lo,
+                                long_cases[_i].hi, &v) == long_cases[_i].rc,
+                  "%s", long_cases[_i].note);
+    if (long_cases[_i].rc == 0)
+        ck_assert_int_eq(v, long_cases[_i].v);
+    else
+        ck_assert_int_eq(v, -12345);        /* untouched on failure */
+}
+END_TEST
+
 START_TEST(test_ms_left)
 {
     int64_t now = gw_now_ms();
@@ -777,6 +809,11 @@ util_suite(void)
 
     tc = tcase("strieq");
     tcase_add_loop_test(tc, test_strieq, 0, (int)GW_ARRAY_LEN(strieq_cases));
+    suite_add_tcase(s, tc);
+
+    tc = tcase("parse_long");
+    tcase_add_loop_test(tc, test_parse_long, 0,
+                        (int)GW_ARRAY_LEN(long_cases));
     suite_add_tcase(s, tc);
 
     tc = tcase("clocks");
