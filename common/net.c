@@ -268,13 +268,17 @@ write_error(int err)
 }
 
 int
-net_write_some(int fd, const void *p, size_t len, size_t *n)
+net_writev_some(int fd, const struct iovec *iov, int iovcnt, size_t *n)
 {
+    struct msghdr msg;
     ssize_t w;
 
     *n = 0;
+    memset(&msg, 0, sizeof(msg));
+    msg.msg_iov = (struct iovec *)iov;
+    msg.msg_iovlen = (size_t)iovcnt;
     for (;;) {
-        w = send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+        w = sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (w >= 0) {
             *n = (size_t)w;
             return 0;
@@ -285,6 +289,16 @@ net_write_some(int fd, const void *p, size_t len, size_t *n)
             return 0;
         return write_error(errno);
     }
+}
+
+int
+net_write_some(int fd, const void *p, size_t len, size_t *n)
+{
+    struct iovec iov;
+
+    iov.iov_base = (void *)p;
+    iov.iov_len = len;
+    return net_writev_some(fd, &iov, 1, n);
 }
 
 int
@@ -337,14 +351,31 @@ net_writev_all(int fd, struct iovec *iov, int iovcnt, int64_t deadline)
 }
 
 int
+net_peers_gone(struct pollfd *pfd, size_t n)
+{
+    int k, gone = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        pfd[i].events = POLLRDHUP;
+        pfd[i].revents = 0;
+    }
+    do
+        k = poll(pfd, n, 0);
+    while (k == -1 && errno == EINTR);
+    for (size_t i = 0; i < n; i++) {
+        pfd[i].revents = k > 0 && (pfd[i].revents
+                                   & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+        gone += pfd[i].revents;
+    }
+    return gone;
+}
+
+int
 net_peer_gone(int fd)
 {
     struct pollfd pfd;
 
     pfd.fd = fd;
-    pfd.events = POLLRDHUP;
-    pfd.revents = 0;
-    if (poll(&pfd, 1, 0) <= 0)
-        return 0;
-    return (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+    net_peers_gone(&pfd, 1);
+    return pfd.revents;
 }

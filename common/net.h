@@ -12,6 +12,7 @@
 #ifndef INFERGW_COMMON_NET_H
 #define INFERGW_COMMON_NET_H
 
+#include <poll.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/uio.h>
@@ -68,11 +69,20 @@ int net_writev_all(int fd, struct iovec *iov, int iovcnt, int64_t deadline);
  */
 int net_write_some(int fd, const void *p, size_t len, size_t *n);
 
+/* Same for an iovec array (not modified). */
+int net_writev_some(int fd, const struct iovec *iov, int iovcnt, size_t *n);
+
 /*
  * Has the peer gone?  Non-blocking check of a socket we are not reading
  * from: 1 if it hung up or reset, 0 if it looks alive (pending input does
  * not count as gone).
  */
 int net_peer_gone(int fd);
+
+/*
+ * The same for many sockets in one poll(): set each pfd[i].fd; OUT each
+ * pfd[i].revents is 1 (gone) or 0.  Returns how many look gone.
+ */
+int net_peers_gone(struct pollfd *pfd, size_t n);
 
 #endif

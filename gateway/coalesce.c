@@ -213,7 +213,7 @@ find_locked(struct coalescer *co, const unsigned char *key)
 
 /*
  * Remove 'f' from the map if it is there; the map's reference is then the
- * caller's to drop.  Returns 1 if it was unlinked.  Needs both locks.
+ * caller's to drop.  Returns 1 if it was unlinked.  Map lock held.
  */
 static int
 unlink_locked(struct coalescer *co, struct flight *f)
@@ -221,7 +221,6 @@ unlink_locked(struct coalescer *co, struct flight *f)
     struct flight **pp;
 
     assert(gw_mutex_held(&co->lock));
-    assert(gw_mutex_held(&f->lock));
     if (!f->linked)
         return 0;
     for (pp = &co->bucket[bucket_of(co, f->key)]; *pp != NULL;
@@ -230,8 +229,9 @@ unlink_locked(struct coalescer *co, struct flight *f)
             *pp = f->next;
             f->next = NULL;
             f->linked = 0;
-            f->refs--;          /* the map's; others still hold theirs */
-            assert(f->refs > 0);
+            /* The map's reference; others still hold theirs. */
+            atomic_fetch_sub(&f->refs, 1);
+            assert(atomic_load(&f->refs) > 0);
             co->count--;
             metrics_flights_add(-1);
             return 1;
@@ -253,19 +253,18 @@ coalescer_join(struct coalescer *co, const unsigned char key[FLIGHT_KEY_LEN],
     gw_mutex_lock(&co->lock);
     f = find_locked(co, key);
     if (f != NULL) {
-        gw_mutex_lock(&f->lock);
-        if (!f->joinable) {
+        /* Membership is the map lock's: no flight lock to wait for. */
+        if (!atomic_load(&f->joinable)) {
             *why = BYPASS_MAX_FLIGHT_BYTES;
         } else if (f->followers >= co->cfg->max_followers) {
             *why = BYPASS_MAX_FOLLOWERS;
         } else {
-            f->refs++;
-            f->readers++;
+            flight_ref(f);
+            atomic_fetch_add(&f->readers, 1);
             f->followers++;
             *out = f;
             role = COALESCE_FOLLOWER;
         }
-        gw_mutex_unlock(&f->lock);
         goto out;
     }
     if (co->count >= co->cfg->max_flights) {
@@ -278,10 +277,10 @@ coalescer_join(struct coalescer *co, const unsigned char key[FLIGHT_KEY_LEN],
         goto out;
     }
     /* Not yet visible to anyone: the fields need no lock here. */
-    f->refs = 3;                    /* map, driver, reader */
-    f->readers = 1;
+    atomic_store(&f->refs, 3);      /* map, driver, reader */
+    atomic_store(&f->readers, 1);
     f->linked = 1;
-    f->joinable = 1;
+    atomic_store(&f->joinable, 1);
     b = bucket_of(co, key);
     f->next = co->bucket[b];
     co->bucket[b] = f;
@@ -303,22 +302,23 @@ coalescer_finish(struct coalescer *co, struct flight *f, int rc,
     gw_mutex_lock(&f->lock);
     unlink_locked(co, f);
     flight_finish_locked(f, rc, reason);
-    assert(f->refs > 0);            /* the caller still holds its own */
+    assert(atomic_load(&f->refs) > 0);  /* the caller still holds its own */
     gw_mutex_unlock(&f->lock);
     gw_mutex_unlock(&co->lock);
+    /* Outside the map lock: waking thousands of readers takes a while. */
+    flight_wake_all(f);
 }
 
 void
 coalescer_detach(struct coalescer *co, struct flight *f)
 {
     gw_mutex_lock(&co->lock);
-    gw_mutex_lock(&f->lock);
-    assert(f->readers > 0);
-    if (--f->readers == 0 && f->state == FLIGHT_RUNNING) {
-        f->joinable = 0;
+    assert(atomic_load(&f->readers) > 0);
+    /* Still linked means still running: finishing unlinks. */
+    if (atomic_fetch_sub(&f->readers, 1) == 1 && f->linked) {
+        atomic_store(&f->joinable, 0);
         unlink_locked(co, f);
     }
-    gw_mutex_unlock(&f->lock);
     gw_mutex_unlock(&co->lock);
     flight_unref(f);
 }
@@ -326,12 +326,7 @@ coalescer_detach(struct coalescer *co, struct flight *f)
 unsigned
 coalescer_readers(struct flight *f)
 {
-    unsigned n;
-
-    gw_mutex_lock(&f->lock);
-    n = f->readers;
-    gw_mutex_unlock(&f->lock);
-    return n;
+    return atomic_load(&f->readers);
 }
 
 size_t

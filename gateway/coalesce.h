@@ -94,8 +94,9 @@ enum coalesce_role coalescer_join(struct coalescer *co,
 /*
  * Leader: the upstream call ended (rc 0 = complete).  Unlinks the flight
  * if the map still points at it (a stale flight never removes its
- * successor), sets the final state and wakes every reader, in one step
- * under the map lock.  Drops the map's reference, not the caller's.
+ * successor) and sets the final state, in one step under the map lock;
+ * then wakes every parked reader.  Drops the map's reference, not the
+ * caller's.
  */
 void coalescer_finish(struct coalescer *co, struct flight *f, int rc,
                       const char *reason);

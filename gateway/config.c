@@ -118,6 +118,7 @@ static const struct setting settings[] = {
       1, 1000000 },
     { "coalesce", "follower_timeout", T_DURATION, C(follower_timeout_ms),
       "10m", 1, DAY_MS },
+    { "coalesce", "leader_writes", T_BOOL, C(leader_writes), "on", 0, 0 },
 
     { "tenant", "api_key", T_TENANT_KEY, TN(api_keys), NULL, 1, 0 },
     { "tenant", "coalesce", T_BOOL, TN(coalesce), "on", 0, 0 },

@@ -54,6 +54,7 @@ struct gw_config {
     uint64_t max_flight_bytes;  /* 8m */
     uint64_t max_flights;       /* 1024 */
     int64_t follower_timeout_ms;    /* 10m: a follower's longest wait */
+    int leader_writes;          /* on: the leader writes to caught-up readers */
 
     /* [tenant NAME] */
     struct config_tenant tenants[CONFIG_MAX_TENANTS];

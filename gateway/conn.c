@@ -114,19 +114,25 @@ note_first_byte(struct conn *c)
 }
 
 int
-conn_frame(const struct conn *c, const char *p, size_t n, struct buf *out)
+conn_frame_iov(const struct conn *c, const char *p, size_t n,
+               struct iovec iov[3], char size_line[CONN_SIZE_LINE])
 {
-    int rc = 0;
+    int cnt = 0;
 
     if (n == 0)
         return 0;               /* an empty chunk would end the body */
-    if (c->framing == FRAMING_CHUNKED)
-        rc = buf_printf(out, "%zx\r\n", n);
-    if (rc == 0)
-        rc = buf_append(out, p, n);
-    if (rc == 0 && c->framing == FRAMING_CHUNKED)
-        rc = buf_append(out, "\r\n", 2);
-    return rc;
+    if (c->framing == FRAMING_CHUNKED) {
+        iov[cnt].iov_base = size_line;
+        iov[cnt++].iov_len = (size_t)snprintf(size_line, CONN_SIZE_LINE,
+                                              "%zx\r\n", n);
+    }
+    iov[cnt].iov_base = (void *)p;
+    iov[cnt++].iov_len = n;
+    if (c->framing == FRAMING_CHUNKED) {
+        iov[cnt].iov_base = (void *)"\r\n";
+        iov[cnt++].iov_len = 2;
+    }
+    return cnt;
 }
 
 void
@@ -143,7 +149,7 @@ int
 conn_body(struct conn *c, const char *p, size_t n, int64_t deadline)
 {
     struct iovec iov[4];
-    char size_line[24];
+    char size_line[CONN_SIZE_LINE];
     int cnt = 0, rc;
 
     if (c->broken)
@@ -154,19 +160,7 @@ conn_body(struct conn *c, const char *p, size_t n, int64_t deadline)
         iov[cnt].iov_base = (void *)buf_ptr(&c->out);
         iov[cnt++].iov_len = buf_len(&c->out);
     }
-    if (n > 0 && c->framing == FRAMING_CHUNKED) {
-        iov[cnt].iov_base = size_line;
-        iov[cnt++].iov_len = (size_t)snprintf(size_line, sizeof(size_line),
-                                              "%zx\r\n", n);
-    }
-    if (n > 0) {
-        iov[cnt].iov_base = (void *)p;
-        iov[cnt++].iov_len = n;
-    }
-    if (n > 0 && c->framing == FRAMING_CHUNKED) {
-        iov[cnt].iov_base = (void *)"\r\n";
-        iov[cnt++].iov_len = 2;
-    }
+    cnt += conn_frame_iov(c, p, n, &iov[cnt], size_line);
     rc = net_writev_all(c->fd, iov, cnt, deadline);
     if (rc != 0) {
         c->broken = 1;

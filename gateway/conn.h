@@ -14,6 +14,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 #include "buf.h"
 #include "http.h"
@@ -84,15 +85,18 @@ int conn_begin(struct conn *c, int status, const char *content_type,
 int conn_body(struct conn *c, const char *p, size_t n, int64_t deadline);
 
 /*
- * Chunk-frame p[0..n) into 'out' as the wire bytes conn_body() would
- * send (for callers that write at their own pace).  GW_ENOMEM or 0.
+ * The wire bytes conn_body() would send for p[0..n), as iovecs for a
+ * caller that writes at its own pace: for chunked framing the size line
+ * (formatted into 'size_line'), the data and CRLF; else the data alone.
+ * Returns how many of iov[0..3) it filled (0 when n is 0).
  */
-int conn_frame(const struct conn *c, const char *p, size_t n,
-               struct buf *out);
+#define CONN_SIZE_LINE 24
+int conn_frame_iov(const struct conn *c, const char *p, size_t n,
+                   struct iovec iov[3], char size_line[CONN_SIZE_LINE]);
 
 /*
  * Note that the held-back head and 'n' body bytes were written by the
- * caller (after conn_frame()), for accounting.
+ * caller (after conn_frame_iov()), for accounting.
  */
 void conn_note_sent(struct conn *c, size_t n);
 

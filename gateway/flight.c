@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "metrics.h"
 
 struct flight *
 flight_new(const unsigned char key[FLIGHT_KEY_LEN])
@@ -18,39 +19,34 @@ flight_new(const unsigned char key[FLIGHT_KEY_LEN])
         return NULL;
     memcpy(f->key, key, FLIGHT_KEY_LEN);
     gw_mutex_init(&f->lock);
-    gw_cond_init(&f->cv);
     f->content_length = -1;
     f->state = FLIGHT_RUNNING;
-    f->refs = 1;
+    atomic_init(&f->refs, 1);
     return f;
 }
 
 void
 flight_ref(struct flight *f)
 {
-    gw_mutex_lock(&f->lock);
-    f->refs++;
-    gw_mutex_unlock(&f->lock);
+    atomic_fetch_add_explicit(&f->refs, 1, memory_order_relaxed);
 }
 
 void
 flight_unref(struct flight *f)
 {
-    unsigned left;
+    unsigned before;
 
     if (f == NULL)
         return;
-    gw_mutex_lock(&f->lock);
-    assert(f->refs > 0);
-    left = --f->refs;
-    gw_mutex_unlock(&f->lock);
-    if (left > 0)
+    /* Release our writes; the last one acquires everyone's. */
+    before = atomic_fetch_sub_explicit(&f->refs, 1, memory_order_acq_rel);
+    assert(before > 0);
+    if (before > 1)
         return;
     /* Nobody else can reach the flight any more: no lock needed. */
     for (size_t i = 0; i < f->nchunks; i++)
         gw_free(f->chunks[i]);
     gw_free(f->chunks);
-    pthread_cond_destroy(&f->cv);
     gw_mutex_destroy(&f->lock);
     gw_free(f);
 }
@@ -66,7 +62,6 @@ flight_set_head(struct flight *f, int status, const char *content_type,
              content_type != NULL ? content_type : "");
     f->content_length = content_length;
     f->head_set = 1;
-    pthread_cond_broadcast(&f->cv);
     gw_mutex_unlock(&f->lock);
 }
 
@@ -102,22 +97,53 @@ flight_append(struct flight *f, const char *p, size_t n, size_t max_bytes)
     f->chunks[f->nchunks++] = c;
     f->bytes += n;
     if (f->bytes > max_bytes)
-        f->joinable = 0;            /* too big to replay to newcomers */
-    pthread_cond_broadcast(&f->cv);
+        atomic_store(&f->joinable, 0);  /* too big to replay to newcomers */
     gw_mutex_unlock(&f->lock);
     return 0;
 }
 
-const struct flight_chunk *
-flight_leader_chunk(const struct flight *f, size_t i)
+void
+flight_leader_span(const struct flight *f, struct flight_span *s)
 {
-    return f->chunks[i];
+    s->v = f->chunks;
+    s->lo = 0;
+    s->hi = f->nchunks;
+    s->copy = NULL;
 }
 
-size_t
-flight_leader_nchunks(const struct flight *f)
+int
+flight_copy_span(struct flight *f, size_t lo, struct flight_head *h,
+                 struct flight_span *s)
 {
-    return f->nchunks;
+    size_t n;
+
+    memset(s, 0, sizeof(*s));
+    gw_mutex_lock(&f->lock);
+    h->status = f->status;
+    h->content_length = f->content_length;
+    memcpy(h->content_type, f->content_type, sizeof(h->content_type));
+    s->lo = s->hi = lo;
+    n = f->nchunks > lo ? f->nchunks - lo : 0;
+    if (n > 0) {
+        s->copy = gw_malloc(n * sizeof(*s->copy));
+        if (s->copy == NULL) {
+            gw_mutex_unlock(&f->lock);
+            return GW_ENOMEM;
+        }
+        memcpy(s->copy, f->chunks + lo, n * sizeof(*s->copy));
+        s->hi = lo + n;
+    }
+    s->v = s->copy;
+    gw_mutex_unlock(&f->lock);
+    return 0;
+}
+
+void
+flight_span_release(struct flight_span *s)
+{
+    gw_free(s->copy);
+    s->copy = NULL;
+    s->v = NULL;
 }
 
 void
@@ -129,33 +155,177 @@ flight_finish_locked(struct flight *f, int rc, const char *reason)
     f->err_rc = rc;
     snprintf(f->err_reason, sizeof(f->err_reason), "%s",
              reason != NULL ? reason : "");
-    f->joinable = 0;
-    pthread_cond_broadcast(&f->cv);
+    atomic_store(&f->joinable, 0);
+}
+
+/* ---- readers ---- */
+
+void
+flight_reader_init(struct flight_reader *r)
+{
+    memset(r, 0, sizeof(*r));
+    gw_cond_init(&r->cv);
+    r->where = FLIGHT_READER_RUNNING;
+}
+
+void
+flight_reader_destroy(struct flight_reader *r)
+{
+    assert(r->where == FLIGHT_READER_RUNNING && r->batch == NULL);
+    pthread_cond_destroy(&r->cv);
+}
+
+static void
+park_locked(struct flight *f, struct flight_reader *r)
+{
+    r->where = FLIGHT_READER_PARKED;
+    r->next = NULL;
+    r->prev = f->parked_tail;
+    if (f->parked_tail != NULL)
+        f->parked_tail->next = r;
+    else
+        f->parked = r;
+    f->parked_tail = r;
+    f->nparked++;
+}
+
+static void
+unpark_locked(struct flight *f, struct flight_reader *r)
+{
+    assert(r->where == FLIGHT_READER_PARKED);
+    if (r->prev != NULL)
+        r->prev->next = r->next;
+    else
+        f->parked = r->next;
+    if (r->next != NULL)
+        r->next->prev = r->prev;
+    else
+        f->parked_tail = r->prev;
+    r->next = r->prev = NULL;
+    r->where = FLIGHT_READER_RUNNING;
+    f->nparked--;
+    metrics_parked_add(-1);
+}
+
+/* Hand a parked or claimed reader back to its thread.  Lock held. */
+static void
+hand_back_locked(struct flight_reader *r)
+{
+    r->where = FLIGHT_READER_RUNNING;
+    r->next = r->prev = NULL;
+    metrics_parked_add(-1);
+    pthread_cond_signal(&r->cv);
+}
+
+struct flight_reader *
+flight_claim(struct flight *f, size_t *count)
+{
+    struct flight_reader *list, *r;
+
+    gw_mutex_lock(&f->lock);
+    list = f->parked;
+    for (r = list; r != NULL; r = r->next)
+        r->where = FLIGHT_READER_CLAIMED;   /* 'next' links the batch */
+    *count = f->nparked;
+    f->parked = f->parked_tail = NULL;
+    f->nparked = 0;
+    gw_mutex_unlock(&f->lock);
+    return list;
+}
+
+void
+flight_delegate(struct flight *f, struct flight_reader *d,
+                struct flight_reader *batch)
+{
+    gw_mutex_lock(&f->lock);
+    assert(d->where == FLIGHT_READER_CLAIMED);
+    d->batch = batch;
+    hand_back_locked(d);
+    gw_mutex_unlock(&f->lock);
+}
+
+void
+flight_release(struct flight *f, struct flight_reader *list)
+{
+    struct flight_reader *r, *next;
+
+    if (list == NULL)
+        return;
+    gw_mutex_lock(&f->lock);
+    for (r = list; r != NULL; r = next) {
+        next = r->next;
+        assert(r->where == FLIGHT_READER_CLAIMED);
+        if (r->parkable && f->state == FLIGHT_RUNNING
+            && r->index == f->nchunks) {
+            park_locked(f, r);          /* caught up: sleeps on */
+        } else {
+            hand_back_locked(r);
+        }
+    }
+    gw_mutex_unlock(&f->lock);
+}
+
+void
+flight_wake_all(struct flight *f)
+{
+    struct flight_reader *r, *next;
+
+    gw_mutex_lock(&f->lock);
+    for (r = f->parked; r != NULL; r = next) {
+        next = r->next;
+        hand_back_locked(r);
+    }
+    f->parked = f->parked_tail = NULL;
+    f->nparked = 0;
+    gw_mutex_unlock(&f->lock);
 }
 
 /* Is there anything for a reader at 'index'?  Caller holds the lock. */
 static int
-ready_locked(const struct flight *f, size_t index, int need_head)
+ready_locked(const struct flight *f, size_t index)
 {
-    if (f->state != FLIGHT_RUNNING)
-        return 1;
-    if (need_head)
-        return f->head_set;
-    return f->nchunks > index;
+    return f->state != FLIGHT_RUNNING || f->nchunks > index;
+}
+
+/*
+ * Park 'r' until it is handed back or 'deadline' passes.  A wait that
+ * times out while the leader holds the reader starts over, as long
+ * again: the leader is writing to the client at that moment (progress,
+ * or a write error it will report), and the reader may not run before
+ * the release anyway.  Lock held.
+ */
+static int
+park_wait_locked(struct flight *f, struct flight_reader *r, int64_t deadline)
+{
+    int64_t span = deadline - gw_now_ms();
+
+    park_locked(f, r);
+    metrics_parked_add(1);
+    while (r->where != FLIGHT_READER_RUNNING) {     /* until handed back */
+        if (gw_cond_timedwait(&r->cv, &f->lock, deadline) == 0)
+            continue;
+        if (r->where == FLIGHT_READER_PARKED) {
+            unpark_locked(f, r);
+            return GW_ETIMEDOUT;
+        }
+        if (r->where == FLIGHT_READER_CLAIMED)
+            deadline = gw_now_ms() + (span > 0 ? span : 0);
+    }
+    return 0;
 }
 
 int
-flight_wait(struct flight *f, size_t index, int need_head, int64_t deadline,
+flight_wait(struct flight *f, struct flight_reader *r, int64_t deadline,
             struct flight_view *v)
 {
+    size_t index;
     int rc = 0;
 
     gw_mutex_lock(&f->lock);
-    while (!ready_locked(f, index, need_head)) {
-        rc = gw_cond_timedwait(&f->cv, &f->lock, deadline);
-        if (rc != 0)
-            break;
-    }
+    assert(r->where == FLIGHT_READER_RUNNING && r->batch == NULL);
+    if (!ready_locked(f, r->index))
+        rc = park_wait_locked(f, r, deadline);
+    index = r->index;               /* the leader may have moved it */
     v->head_set = f->head_set;
     v->status = f->status;
     memcpy(v->content_type, f->content_type, sizeof(v->content_type));

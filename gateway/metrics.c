@@ -36,6 +36,8 @@ static struct {
     _Atomic uint64_t followers_by_tenant[CONFIG_MAX_TENANTS + 1];
     _Atomic uint64_t bypass[BYPASS_COUNT];
     _Atomic int64_t flights;
+    _Atomic int64_t parked;
+    _Atomic uint64_t pushed;
 } m;
 
 static const char *const route_names[ROUTE_COUNT] = {
@@ -138,6 +140,18 @@ metrics_flights_add(int delta)
     atomic_fetch_add_explicit(&m.flights, delta, memory_order_relaxed);
 }
 
+void
+metrics_parked_add(int delta)
+{
+    atomic_fetch_add_explicit(&m.parked, delta, memory_order_relaxed);
+}
+
+void
+metrics_pushed(uint64_t chunks)
+{
+    atomic_fetch_add_explicit(&m.pushed, chunks, memory_order_relaxed);
+}
+
 int64_t
 metrics_connections_active(void)
 {
@@ -226,14 +240,24 @@ metrics_render(struct buf *out, const struct gw_config *cfg)
             "infergw_coalesce_followers_total %llu\n"
             "# HELP infergw_flights_active Coalescing flights in flight.\n"
             "# TYPE infergw_flights_active gauge\n"
-            "infergw_flights_active %lld\n",
+            "infergw_flights_active %lld\n"
+            "# HELP infergw_coalesce_parked Clients that have been sent "
+            "everything so far and wait for the next chunk.\n"
+            "# TYPE infergw_coalesce_parked gauge\n"
+            "infergw_coalesce_parked %lld\n"
+            "# HELP infergw_coalesce_pushed_chunks_total Chunks the upstream "
+            "thread (or a delegate) wrote for parked clients.\n"
+            "# TYPE infergw_coalesce_pushed_chunks_total counter\n"
+            "infergw_coalesce_pushed_chunks_total %llu\n",
             (unsigned long long)LOAD(m.upstream_calls),
             (long long)LOAD(m.connections),
             (unsigned long long)LOAD(m.connections_total),
             (unsigned long long)LOAD(m.rejected),
             (unsigned long long)LOAD(m.leaders),
             (unsigned long long)LOAD(m.followers),
-            (long long)LOAD(m.flights));
+            (long long)LOAD(m.flights),
+            (long long)LOAD(m.parked),
+            (unsigned long long)LOAD(m.pushed));
     if (rc == 0)
         rc = buf_append_str(out,
             "# HELP infergw_coalesce_followers_by_tenant_total Followers by "

@@ -185,18 +185,201 @@ out:
 
 /* ---- coalescing ---- */
 
+/*
+ * One client reading a flight.  Whoever holds the reader (flight.h,
+ * "where") owns the connection and 'pending'.
+ */
+struct relay {
+    struct flight_reader fr;    /* fr.index: the next chunk to send */
+    struct conn *c;
+    struct buf pending;         /* framed bytes the socket did not take */
+};
+
+enum push_result {
+    PUSH_CAUGHT_UP,             /* everything written */
+    PUSH_BLOCKED,               /* the socket is full; rest in 'pending' */
+    PUSH_GONE,                  /* the client is gone */
+};
+
+/* Chunks framed into one writev() by push(). */
+#define PUSH_BATCH 16
+
+/*
+ * A claimed list is shared out between the leader and delegates when it
+ * holds at least this many readers per part (one part per CPU).
+ */
+#define PUSH_PART_MIN 64
+
+static void
+relay_init(struct relay *r, struct conn *c)
+{
+    flight_reader_init(&r->fr);
+    r->c = c;
+    buf_init(&r->pending, SIZE_MAX);
+}
+
+static void
+relay_release(struct relay *r)
+{
+    flight_reader_destroy(&r->fr);
+    buf_release(&r->pending);
+}
+
+/* Keep the bytes of iov[0..cnt) past the first 'skip' in r->pending. */
+static int
+keep_unsent(struct relay *r, const struct iovec *iov, int cnt, size_t skip)
+{
+    for (int i = 0; i < cnt; i++) {
+        const char *p = iov[i].iov_base;
+        size_t n = iov[i].iov_len;
+
+        if (skip >= n) {
+            skip -= n;
+            continue;
+        }
+        if (buf_append(&r->pending, p + skip, n - skip) != 0)
+            return GW_ENOMEM;
+        skip = 0;
+    }
+    return 0;
+}
+
+/*
+ * Write what the client of 'r' can take now of the chunks
+ * [r->fr.index, span->hi), never waiting: the upstream loop must not
+ * block on any client socket, or one stalled client would stall every
+ * other.  The head goes with the first bytes (conn_begin() from 'h' if
+ * the reader has not begun).  What the socket does not take of a batch
+ * stays in r->pending, for the reader's own thread (or a later push).
+ * The caller holds the reader (the leader, a delegate, or its thread).
+ */
+static enum push_result
+push(struct relay *r, const struct flight_span *span,
+     const struct flight_head *h)
+{
+    struct conn *c = r->c;
+    struct iovec iov[1 + 3 * PUSH_BATCH];
+    char size_line[PUSH_BATCH][CONN_SIZE_LINE];
+    size_t w, total, k, first;
+    int cnt;
+
+    if (c->broken)
+        return PUSH_GONE;
+    if (buf_len(&r->pending) > 0) {
+        if (net_write_some(c->fd, buf_ptr(&r->pending),
+                           buf_len(&r->pending), &w) != 0)
+            goto gone;
+        buf_consume(&r->pending, w);
+        if (buf_len(&r->pending) > 0)
+            return PUSH_BLOCKED;
+    }
+    while (r->fr.index < span->hi) {
+        if (r->fr.index < span->lo)
+            return PUSH_BLOCKED;    /* not in this span: its thread's job */
+        cnt = 0;
+        if (!c->head_sent) {
+            if (c->status == 0) {
+                c->upstream_status = h->status;
+                if (conn_begin(c, h->status, h->content_type[0] != '\0'
+                               ? h->content_type : NULL,
+                               h->content_length, NULL) != 0)
+                    goto gone;
+            }
+            iov[cnt].iov_base = (void *)buf_ptr(&c->out);
+            iov[cnt++].iov_len = buf_len(&c->out);
+        }
+        first = r->fr.index;
+        for (k = 0; k < PUSH_BATCH && first + k < span->hi; k++) {
+            const struct flight_chunk *ch = span->v[first + k - span->lo];
+
+            cnt += conn_frame_iov(c, ch->data, ch->len, &iov[cnt],
+                                  size_line[k]);
+        }
+        total = 0;
+        for (int i = 0; i < cnt; i++)
+            total += iov[i].iov_len;
+        w = 0;
+        if (cnt > 0 && net_writev_some(c->fd, iov, cnt, &w) != 0)
+            goto gone;
+        if (w < total && keep_unsent(r, iov, cnt, w) != 0)
+            goto gone;
+        /* Every byte of the batch is now the client's: sent or pending. */
+        conn_note_sent(c, 0);
+        for (size_t i = first; i < first + k; i++)
+            conn_note_sent(c, span->v[i - span->lo]->len);
+        r->fr.index = first + k;
+        if (w < total)
+            return PUSH_BLOCKED;
+    }
+    return PUSH_CAUGHT_UP;
+
+gone:
+    c->broken = 1;
+    c->keep_alive = 0;
+    return PUSH_GONE;
+}
+
+/*
+ * Push to every reader of a claimed list and give the list back: a
+ * reader that took everything sleeps on, the others go back to their
+ * threads.  'writes' 0 ([coalesce] leader_writes = off): push to nobody.
+ */
+static void
+push_list(struct flight *f, struct flight_reader *list,
+          const struct flight_span *span, const struct flight_head *h,
+          int writes)
+{
+    uint64_t pushed = 0;
+
+    for (struct flight_reader *fr = list; fr != NULL; fr = fr->next) {
+        struct relay *r = (struct relay *)fr;   /* fr is its first member */
+        size_t before = fr->index;
+
+        fr->parkable = writes && push(r, span, h) == PUSH_CAUGHT_UP;
+        pushed += fr->index - before;
+    }
+    flight_release(f, list);
+    metrics_pushed(pushed);
+}
+
+/*
+ * A delegate's job (flight_delegate): push the flight to the readers
+ * the leader handed over, then give them back.
+ */
+static void
+push_delegated(struct relay *d, struct flight *f)
+{
+    struct flight_reader *list = d->fr.batch, *fr;
+    struct flight_span span;
+    struct flight_head h;
+    size_t lo = SIZE_MAX;
+
+    d->fr.batch = NULL;
+    for (fr = list; fr != NULL; fr = fr->next)
+        if (fr->index < lo)
+            lo = fr->index;
+    if (flight_copy_span(f, lo, &h, &span) != 0) {
+        push_list(f, list, &span, &h, 0);   /* each on its own, then */
+        return;
+    }
+    push_list(f, list, &span, &h, 1);
+    flight_span_release(&span);
+}
+
 /* The leader's state inside its upstream callbacks. */
 struct leader {
-    struct conn *c;
+    struct relay self;          /* the leader's own client */
     struct coalescer *co;
     struct flight *f;
     int attached;               /* the leader's client is still a reader */
-    size_t next;                /* next chunk to frame for the client */
-    struct buf pending;         /* framed bytes not yet written */
+    int writes;                 /* [coalesce] leader_writes */
+    unsigned ncpu;              /* parts to share a claimed list into */
+    int64_t parked_check_ms;    /* last look for parked clients gone */
+    struct flight_head head;
 };
 
-/* Bytes framed ahead for the leader's client before writing. */
-#define LEADER_FRAME_AHEAD 65536
+/* How often the leader looks for parked clients that hung up. */
+#define PARKED_CHECK_MS 1000
 
 static void
 leader_detach_client(struct leader *l)
@@ -204,59 +387,95 @@ leader_detach_client(struct leader *l)
     if (!l->attached)
         return;
     l->attached = 0;
-    l->c->broken = 1;
-    l->c->keep_alive = 0;
+    l->self.c->broken = 1;
+    l->self.c->keep_alive = 0;
     coalescer_detach(l->co, l->f);
     log_msg(GW_LOG_INFO, "coalesce: leader client gone, flight continues "
             "for followers");
 }
 
 /*
- * Write what the leader's client can take now, never waiting: the
- * upstream loop must not block on any client socket, or one stalled
- * client would stall every follower.  What the socket does not take stays
- * in the flight (and in 'pending'), to be written after the transfer.
+ * After an append: the leader's own client first, then every parked
+ * follower, each as far as its socket takes without waiting.  A long
+ * list is shared out: one part per CPU, each further part handed to the
+ * thread of its first reader (a delegate), so that the writes run on
+ * every core.  A follower that could not take everything, or is gone,
+ * goes back to its own thread.
  */
 static void
 leader_flush(struct leader *l)
 {
-    struct conn *c = l->c;
-    size_t n;
+    struct flight_reader *list, *part, *fr;
+    struct flight_span span;
+    size_t n, parts, per;
 
-    while (l->attached) {
-        if (buf_len(&l->pending) == 0) {
-            if (l->next >= flight_leader_nchunks(l->f))
-                return;         /* the head waits for the first bytes */
-            if (!c->head_sent) {
-                if (buf_append(&l->pending, buf_ptr(&c->out),
-                               buf_len(&c->out)) != 0)
-                    goto gone;
-                conn_note_sent(c, 0);
-            }
-            while (l->next < flight_leader_nchunks(l->f)
-                   && buf_len(&l->pending) < LEADER_FRAME_AHEAD) {
-                const struct flight_chunk *ch;
+    flight_leader_span(l->f, &span);
+    if (l->attached && push(&l->self, &span, &l->head) == PUSH_GONE)
+        leader_detach_client(l);
+    list = flight_claim(l->f, &n);
+    parts = l->writes ? n / PUSH_PART_MIN : 1;
+    if (parts > l->ncpu)
+        parts = l->ncpu;
+    if (parts > 1) {
+        /* The leader keeps the first part; the others go to delegates. */
+        per = (n + parts - 1) / parts;
+        part = list;
+        for (size_t k = 0; part != NULL; k++) {
+            struct flight_reader *next_part;
 
-                ch = flight_leader_chunk(l->f, l->next);
-                if (conn_frame(c, ch->data, ch->len, &l->pending) != 0)
-                    goto gone;
-                conn_note_sent(c, ch->len);
-                l->next++;
-            }
-            if (buf_len(&l->pending) == 0)
-                return;
+            fr = part;
+            for (size_t i = 1; i < per && fr->next != NULL; i++)
+                fr = fr->next;
+            next_part = fr->next;
+            fr->next = NULL;
+            if (k > 0)
+                flight_delegate(l->f, part, part->next);
+            part = next_part;
         }
-        if (net_write_some(c->fd, buf_ptr(&l->pending),
-                           buf_len(&l->pending), &n) != 0)
-            goto gone;
-        buf_consume(&l->pending, n);
-        if (buf_len(&l->pending) > 0)
-            return;             /* the socket is full: later */
     }
-    return;
+    push_list(l->f, list, &span, &l->head, l->writes);
+}
 
-gone:
-    leader_detach_client(l);
+/*
+ * Parked followers sleep until there is something to write, so a client
+ * that hangs up while the flight is quiet (a long wait for the first
+ * token) would go unnoticed, and keep the upstream call alive for
+ * nobody.  So the leader, at most once a PARKED_CHECK_MS, claims them
+ * and polls all their sockets in one system call; the gone ones go back
+ * to their threads, which detach.
+ */
+static void
+leader_check_parked(struct leader *l)
+{
+    struct flight_reader *list, *fr;
+    struct pollfd *pfd;
+    int64_t now = gw_now_ms();
+    size_t n, i;
+
+    if (now - l->parked_check_ms < PARKED_CHECK_MS)
+        return;
+    l->parked_check_ms = now;
+    list = flight_claim(l->f, &n);
+    if (list == NULL)
+        return;
+    pfd = gw_malloc(n * sizeof(*pfd));
+    if (pfd != NULL) {
+        for (fr = list, i = 0; fr != NULL; fr = fr->next, i++)
+            pfd[i].fd = ((struct relay *)fr)->c->fd;
+        net_peers_gone(pfd, n);
+    }
+    for (fr = list, i = 0; fr != NULL; fr = fr->next, i++) {
+        struct conn *c = ((struct relay *)fr)->c;
+
+        fr->parkable = 1;
+        if (pfd != NULL && pfd[i].revents) {
+            c->broken = 1;
+            c->keep_alive = 0;
+            fr->parkable = 0;
+        }
+    }
+    gw_free(pfd);
+    flight_release(l->f, list);
 }
 
 static int
@@ -264,11 +483,16 @@ lead_head(void *arg, int status, const char *content_type,
           int64_t content_length)
 {
     struct leader *l = arg;
+    struct conn *c = l->self.c;
 
     flight_set_head(l->f, status, content_type, content_length);
-    l->c->upstream_status = status;
+    l->head.status = status;
+    l->head.content_length = content_length;
+    snprintf(l->head.content_type, sizeof(l->head.content_type), "%s",
+             content_type != NULL ? content_type : "");
+    c->upstream_status = status;
     if (l->attached
-        && conn_begin(l->c, status, content_type, content_length, NULL) != 0)
+        && conn_begin(c, status, content_type, content_length, NULL) != 0)
         leader_detach_client(l);
     return 0;
 }
@@ -286,7 +510,7 @@ lead_data(void *arg, const char *p, size_t n)
     struct leader *l = arg;
 
     if (flight_append(l->f, p, n,
-                      (size_t)l->c->srv->cfg->max_flight_bytes) != 0)
+                      (size_t)l->self.c->srv->cfg->max_flight_bytes) != 0)
         return 1;
     leader_flush(l);
     return lead_nobody(l);
@@ -296,46 +520,65 @@ static int
 lead_tick(void *arg)
 {
     struct leader *l = arg;
-    int done = conn_body_complete(l->c) && buf_len(&l->pending) == 0;
+    struct conn *c = l->self.c;
+    int done = conn_body_complete(c) && buf_len(&l->self.pending) == 0;
 
-    if (l->attached && !done && peer_check_due(l->c)
-        && net_peer_gone(l->c->fd))
+    if (l->attached && !done && peer_check_due(c) && net_peer_gone(c->fd))
         leader_detach_client(l);
-    leader_flush(l);
+    leader_check_parked(l);
+    if (l->attached && buf_len(&l->self.pending) > 0) {
+        struct flight_span span;
+
+        flight_leader_span(l->f, &span);
+        if (push(&l->self, &span, &l->head) == PUSH_GONE)
+            leader_detach_client(l);
+    }
     return lead_nobody(l);
 }
 
 /*
- * Relay the flight to this client from chunk 'index' on, at the client's
+ * Relay the flight to this client from r->fr.index on, at the client's
  * own pace, until the flight ends.  Used by followers from the start and
- * by the leader once its transfer is over.  The wait is sliced so that a
- * client that goes away while the flight is quiet is noticed; a flight
- * that makes no progress for follower_timeout ends the wait with 504.
+ * by the leader once its transfer is over.  While the client has sent
+ * everything it parks in the flight: the leader writes the next chunks
+ * for it, or hands it back to write them itself, and notices when its
+ * client hangs up (leader_check_parked).  A flight that makes no progress
+ * for follower_timeout ends the wait with 504.
  */
 static void
-relay_flight(struct conn *c, struct flight *f, size_t index)
+relay_flight(struct relay *r, struct flight *f)
 {
+    struct conn *c = r->c;
     int64_t limit = c->srv->cfg->follower_timeout_ms;
     int64_t deadline = gw_now_ms() + limit;
-    int begun = c->status != 0;
     struct flight_view v;
-    int64_t jitter;
+    size_t before;
     int rc;
 
-    /*
-     * The slice is jittered per connection (1 to 2 s): thousands of
-     * followers that joined together must not all time out, wake and
-     * re-take the flight's mutex in the same instant every second.
-     */
-    jitter = (int64_t)(((unsigned)c->fd * 2654435761u) % 1000u);
-
     for (;;) {
-        int64_t slice = gw_now_ms() + 1000 + jitter;
-
-        rc = flight_wait(f, index, !begun, slice < deadline ? slice
-                                                            : deadline, &v);
-        if (!begun && v.head_set && !(v.state == FLIGHT_FAILED
-                                      && v.nchunks == 0)) {
+        if (c->broken)
+            return;             /* the leader found the client gone */
+        if (buf_len(&r->pending) > 0) {
+            /* Handed back with bytes its socket did not take. */
+            if (net_write_all(c->fd, buf_ptr(&r->pending),
+                              buf_len(&r->pending),
+                              conn_send_deadline(c)) != 0) {
+                c->broken = 1;
+                c->keep_alive = 0;
+                return;
+            }
+            buf_reset(&r->pending);
+        }
+        before = r->fr.index;
+        rc = flight_wait(f, &r->fr, deadline, &v);
+        if (r->fr.batch != NULL)
+            push_delegated(r, f);               /* others' turn first */
+        if (r->fr.index != before)
+            deadline = gw_now_ms() + limit;     /* the leader wrote some */
+        if (c->broken || buf_len(&r->pending) > 0)
+            continue;
+        if (c->status == 0 && v.head_set && !(v.state == FLIGHT_FAILED
+                                              && v.nchunks == 0)) {
             c->upstream_status = v.status;
             if (conn_begin(c, v.status, v.content_type[0] != '\0'
                            ? v.content_type : NULL, v.content_length,
@@ -343,36 +586,28 @@ relay_flight(struct conn *c, struct flight *f, size_t index)
                 c->broken = 1;
                 return;
             }
-            begun = 1;
         }
         for (size_t i = 0; i < v.count; i++) {
             if (conn_body(c, v.chunk[i]->data, v.chunk[i]->len,
                           conn_send_deadline(c)) != 0)
                 return;         /* client gone or stuck: broken */
-            index++;
+            r->fr.index++;
         }
         if (v.count > 0) {
             deadline = gw_now_ms() + limit;
             continue;
         }
-        if (v.state == FLIGHT_DONE && index >= v.nchunks) {
+        if (v.state == FLIGHT_DONE && r->fr.index >= v.nchunks) {
             conn_end(c, conn_send_deadline(c));
             return;
         }
-        if (v.state == FLIGHT_FAILED && index >= v.nchunks) {
+        if (v.state == FLIGHT_FAILED && r->fr.index >= v.nchunks) {
             upstream_error(c, v.err_rc, v.err_reason);
             return;
         }
-        if (rc == GW_ETIMEDOUT) {
-            if (net_peer_gone(c->fd)) {
-                c->broken = 1;
-                c->keep_alive = 0;
-                return;
-            }
-            if (gw_now_ms() >= deadline) {
-                upstream_error(c, GW_ETIMEDOUT, "follower wait timeout");
-                return;
-            }
+        if (rc == GW_ETIMEDOUT && gw_now_ms() >= deadline) {
+            upstream_error(c, GW_ETIMEDOUT, "follower wait timeout");
+            return;
         }
     }
 }
@@ -380,17 +615,22 @@ relay_flight(struct conn *c, struct flight *f, size_t index)
 static void
 lead(struct conn *c, struct flight *f, const char *keyhex)
 {
-    struct leader l = { c, c->srv->co, f, 1, 0, { 0 } };
+    struct leader l;
     struct upstream_sink sink = { &l, lead_head, lead_data, lead_tick };
     struct upstream_request ur;
     struct upstream_result res;
     struct fwd_fields fw;
-    int rc;
 
+    memset(&l, 0, sizeof(l));
+    relay_init(&l.self, c);
+    l.co = c->srv->co;
+    l.f = f;
+    l.attached = 1;
+    l.writes = c->srv->cfg->leader_writes;
+    l.ncpu = c->srv->ncpu;
     c->role = "leader";
     metrics_coalesce_leader();
     log_msg(GW_LOG_INFO, "coalesce: leader key=%s", keyhex);
-    buf_init(&l.pending, LEADER_FRAME_AHEAD * 2 + 4096);
     if (fields_init(&fw, c) != 0) {
         res.rc = GW_ENOMEM;
         res.reason = "out of memory";
@@ -408,31 +648,25 @@ lead(struct conn *c, struct flight *f, const char *keyhex)
 
     if (l.attached) {
         /* The transfer is over: now the client may take its time. */
-        rc = 0;
-        if (buf_len(&l.pending) > 0) {
-            rc = net_write_all(c->fd, buf_ptr(&l.pending),
-                               buf_len(&l.pending), conn_send_deadline(c));
-            if (rc != 0) {
-                c->broken = 1;
-                c->keep_alive = 0;
-            }
-        }
-        if (rc == 0)
-            relay_flight(c, f, l.next);
+        relay_flight(&l.self, f);
         coalescer_detach(c->srv->co, f);
     }
-    buf_release(&l.pending);
+    relay_release(&l.self);
     flight_unref(f);            /* the driver's reference */
 }
 
 static void
 follow(struct conn *c, struct flight *f, size_t tenant, const char *keyhex)
 {
+    struct relay r;
+
     c->role = "follower";
     metrics_coalesce_follower(tenant);
     log_msg(GW_LOG_INFO, "coalesce: follower key=%s tenant=%s", keyhex,
             coalesce_tenant_name(c->srv->cfg, tenant));
-    relay_flight(c, f, 0);
+    relay_init(&r, c);
+    relay_flight(&r, f);
+    relay_release(&r);
     coalescer_detach(c->srv->co, f);
 }
 

@@ -34,12 +34,15 @@ server_init(struct server *s, const struct gw_config *cfg,
             struct upstream *up, struct coalescer *co)
 {
     int p[2], d[2];
+    long ncpu;
     int rc;
 
     memset(s, 0, sizeof(*s));
     s->cfg = cfg;
     s->up = up;
     s->co = co;
+    ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    s->ncpu = ncpu >= 1 && ncpu <= 1024 ? (unsigned)ncpu : 1;
     s->listen_fd = s->wake_rd = s->wake_wr = s->done_rd = s->done_wr = -1;
     if (pipe2(p, O_CLOEXEC) == -1 || pipe2(d, O_CLOEXEC | O_NONBLOCK) == -1) {
         log_errno(GW_LOG_ERROR, errno, "server: pipe");

@@ -36,6 +36,7 @@ struct server {
     _Atomic int draining;
     _Atomic long active;            /* connection threads alive */
     pthread_attr_t attr;            /* detached, configured stack size */
+    unsigned ncpu;                  /* CPUs online at start, >= 1 */
 };
 
 /* Prepare 's'; borrows everything.  0, GW_EIO or GW_EINVAL (logged). */

@@ -16,7 +16,10 @@
 #   b. fan-out FAN_N: FAN_N connections opened first, then the identical
 #      streaming request written on all of them at once.  Targets: one
 #      upstream call, byte-identical bodies, follower TTFB p99 within
-#      10 ms of the leader's TTFB.  Also the gateway's peak RSS.
+#      10 ms of the leader's TTFB.  Also the gateway's peak RSS.  Run
+#      once per [coalesce] leader_writes value in FAN_WRITES, interleaved
+#      (on: the upstream thread writes each chunk to parked followers;
+#      off: every follower's own thread does), to show the difference.
 #   c. fan-out BIG_N (10,000): no errors; RSS per attached client =
 #      (VmHWM - VmRSS after a warm-up request) / BIG_N.
 #
@@ -34,14 +37,16 @@
 #   BUILD=build/default  build directory (make BUILD=... is run first)
 #   LOOP_S=10 LOOP_C=50 LOOP_REPS=3     stretch test
 #   FAN_N=1000 FAN_REPS=3               fan-out
+#   FAN_WRITES="on off"                 leader_writes values for fan-out
 #   BIG_N=10000 BIG_REPS=3              big fan-out
+#   BIG_WRITES=on                       leader_writes values for big fan-out
 #   SKIP="a b c"         scenarios to skip, e.g. SKIP=c
 #   LOG_LEVEL=info       gateway log level
 #   QUIET_PCT=30 QUIET_MAX=60   before each run, wait up to QUIET_MAX s
 #                        for the machine to be under QUIET_PCT % busy
 #   OUT=FILE             also write the markdown tables to FILE
 #   KEEP=1               keep the temp dir (configs, logs, raw JSON)
-# Defaults take about 4 minutes on a quiet machine.
+# Defaults take about 5 minutes on a quiet machine.
 set -eu
 
 cd "$(dirname "$0")/.."
@@ -54,6 +59,8 @@ FAN_N=${FAN_N:-1000}
 FAN_REPS=${FAN_REPS:-3}
 BIG_N=${BIG_N:-10000}
 BIG_REPS=${BIG_REPS:-3}
+FAN_WRITES=${FAN_WRITES:-on off}
+BIG_WRITES=${BIG_WRITES:-on}
 SKIP=${SKIP:-}
 LOG_LEVEL=${LOG_LEVEL:-info}
 QUIET_PCT=${QUIET_PCT:-30}
@@ -144,7 +151,8 @@ start_mock() {
     [ -n "$MOCK_PORT" ] || die "mock did not start: $(cat "$1/mock.err")"
 }
 
-# gw_conf COALESCE(on|off): the gateway's config on stdout.
+# gw_conf COALESCE(on|off) [LEADER_WRITES(on|off)]: the gateway's config
+# on stdout.
 gw_conf() {
     cat <<EOF
 [server]
@@ -158,12 +166,13 @@ url = http://127.0.0.1:$MOCK_PORT
 [coalesce]
 enabled = $1
 max_followers = 20000
+leader_writes = ${2:-on}
 EOF
 }
 
-# start_gw DIR on|off: sets GW_PID and GW_PORT.
+# start_gw DIR on|off [LEADER_WRITES]: sets GW_PID and GW_PORT.
 start_gw() {
-    gw_conf "$2" >"$1/gateway.conf"
+    gw_conf "$2" "${3:-on}" >"$1/gateway.conf"
     "$BIN/infergw" -c "$1/gateway.conf" 2>"$1/gateway.log" &
     GW_PID=$!
     PIDS="$PIDS $GW_PID"
@@ -334,6 +343,24 @@ skipped() {
 
 ready_url() { echo "http://127.0.0.1:$GW_PORT/metrics"; }
 
+# fanout_runs LETTER SCENARIO N REPS WRITES: REPS rounds of one fan-out
+# run of N clients per leader_writes value in WRITES (interleaved).
+fanout_runs() {
+    f_rep=1
+    while [ $f_rep -le "$4" ]; do
+        for lw in $5; do
+            d=$TMP/$1-$lw-$f_rep
+            mkdir -p "$d"
+            start_mock "$d"
+            start_gw "$d" on "$lw"
+            run_case "$d" "$2-$lw" "$f_rep" -c "$3" -t 120 \
+                --ready "$(ready_url)"
+            stop_all
+        done
+        f_rep=$((f_rep + 1))
+    done
+}
+
 if ! skipped a; then
     note "a. stretch: $LOOP_C clients x ${LOOP_S}s, coalescing on and off"
     rep=1
@@ -353,32 +380,12 @@ fi
 
 if ! skipped b; then
     note "b. fan-out: $FAN_N identical streaming clients"
-    rep=1
-    while [ $rep -le "$FAN_REPS" ]; do
-        d=$TMP/b-$rep
-        mkdir -p "$d"
-        start_mock "$d"
-        start_gw "$d" on
-        run_case "$d" fanout "$rep" -c "$FAN_N" -t 120 \
-            --ready "$(ready_url)"
-        stop_all
-        rep=$((rep + 1))
-    done
+    fanout_runs b fanout "$FAN_N" "$FAN_REPS" "$FAN_WRITES"
 fi
 
 if ! skipped c; then
     note "c. fan-out: $BIG_N identical streaming clients"
-    rep=1
-    while [ $rep -le "$BIG_REPS" ]; do
-        d=$TMP/c-$rep
-        mkdir -p "$d"
-        start_mock "$d"
-        start_gw "$d" on
-        run_case "$d" fanout-big "$rep" -c "$BIG_N" -t 120 \
-            --ready "$(ready_url)"
-        stop_all
-        rep=$((rep + 1))
-    done
+    fanout_runs c fanout-big "$BIG_N" "$BIG_REPS" "$BIG_WRITES"
 fi
 
 # ---- report -----------------------------------------------------------
@@ -464,12 +471,16 @@ if on:
     out.append("- " + noise(on + off))
     out.append("")
 
-for scen, n, title in (("fanout", fan_n, "b"), ("fanout-big", big_n, "c")):
+cases = [(s + lw, n, t, lw)
+         for s, n, t in (("fanout-", fan_n, "b"), ("fanout-big-", big_n, "c"))
+         for lw in ("on", "off")]
+for scen, n, title, lw in cases:
     rs = pick(scen)
     if not rs:
         continue
-    out.append("### %s. Fan-out: %d concurrent identical streaming clients "
-               "(%d runs, medians)\n" % (title, n, len(rs)))
+    out.append("### %s. Fan-out: %d concurrent identical streaming clients, "
+               "leader_writes = %s (%d runs, medians)\n"
+               % (title, n, lw, len(rs)))
     out.append("| run | ok | errors | upstream calls | distinct bodies | "
                "leader TTFB | follower TTFB p50 / p99 / max | "
                "p99 - leader | completion p50 / p99 | send spread | "
@@ -529,7 +540,7 @@ for scen, n, title in (("fanout", fan_n, "b"), ("fanout-big", big_n, "c")):
                    ok(allok), good, len(rs), ok(one),
                    ", ".join(str(r["upstream_calls"]) for r in rs),
                    ok(same)))
-    if title == "b":
+    if title == "b" and lw == "on":
         out.append("- follower TTFB p99 within 10 ms of the leader's TTFB: "
                    "%s (median gap %.1f ms)" % (ok(gap <= 10.0), gap))
     out.append("- requests the gateway had routed through coalescing when "

@@ -12,7 +12,7 @@ import re
 
 from gwtest import chat_body, metric, normalise, sse_data, wait_for
 
-from coalesce_util import (BY_TENANT, CHAT, COMPLETIONS, REQUESTS,
+from coalesce_util import (BY_TENANT, CHAT, COMPLETIONS, PUSHED, REQUESTS,
                            assert_complete_stream, assert_same_bodies,
                            counter, events_of, expect_state, finish,
                            finish_all, held_trio, hold_invariant, new_tag,
@@ -162,7 +162,7 @@ def test_200_concurrent_identical_one_call(t):
     lead = send(g, body)
     wait_state(g, m, leaders=1, held=1)
     conns = [lead] + [send(g, body) for _ in range(n - 1)]
-    wait_state(g, m, followers=n - 1, held=1, timeout=20)
+    wait_state(g, m, followers=n - 1, held=1, parked=n - 1, timeout=20)
     assert m.release(tag) == 1
     streams = finish_all(conns, timeout=30)
     for i, s in enumerate(streams):
@@ -171,7 +171,46 @@ def test_200_concurrent_identical_one_call(t):
     assert role(streams[0]) == "leader"
     assert [role(s) for s in streams[1:]] == ["follower"] * (n - 1)
     wait_state(g, m, completions=1, upstream=1, leaders=1,
-               followers=n - 1, flights=0)
+               followers=n - 1, flights=0, parked=0)
+    # Every follower was parked when the first chunk came: the upstream
+    # thread and its delegates (the list is shared out per CPU) wrote it.
+    assert counter(g, PUSHED) >= n - 1, counter(g, PUSHED)
+
+
+def test_leader_writes_for_parked_followers(t):
+    m = t.mock()
+    g = t.gateway(m)
+    tag = new_tag()
+    body = demo_body(tag, "written by the upstream thread", mock_chunks=6)
+    conns = [send(g, body) for _ in range(3)]
+    # Both followers have sent everything there is (nothing yet): parked.
+    wait_state(g, m, leaders=1, followers=2, held=1, parked=2)
+    expect_state(g, m, pushed=0)
+    m.release(tag)
+    streams = finish_all(conns)
+    for i, s in enumerate(streams):
+        assert_complete_stream(s, "client %d" % i)
+    assert_same_bodies(streams, "leader vs followers")
+    wait_state(g, m, completions=1, flights=0, parked=0)
+    assert counter(g, PUSHED) >= 2, counter(g, PUSHED)
+
+
+def test_leader_writes_off_followers_write_their_own(t):
+    m = t.mock()
+    g = t.gateway(m, {"coalesce": {"leader_writes": "off"}})
+    tag = new_tag()
+    body = demo_body(tag, "each follower writes its own", mock_chunks=6)
+    conns = [send(g, body) for _ in range(3)]
+    wait_state(g, m, leaders=1, followers=2, held=1, parked=2)
+    m.release(tag)
+    streams = finish_all(conns)
+    for i, s in enumerate(streams):
+        assert_complete_stream(s, "client %d" % i)
+    assert_same_bodies(streams, "leader vs followers")
+    assert roles(streams) == ["follower", "follower", "leader"], \
+        roles(streams)
+    wait_state(g, m, completions=1, upstream=1, flights=0, parked=0)
+    expect_state(g, m, pushed=0)
 
 
 def test_non_streaming_coalesced(t):

@@ -95,6 +95,28 @@ def test_all_clients_disconnect_aborts_upstream(t):
                flights=0)
 
 
+def test_parked_clients_leave_quiet_flight_aborted(t):
+    """Everybody hangs up while the upstream has not sent a byte: the
+    parked followers' threads sleep, so only the leader's look at their
+    sockets notices; the flight must end without waiting for the upstream."""
+    m = t.mock()
+    g = t.gateway(m)
+    tag = new_tag()
+    body = chat_body("nobody waits", stream=True, mock_hold=tag)
+    conns = [send(g, body) for _ in range(3)]
+    wait_state(g, m, leaders=1, followers=2, held=1, parked=2)
+    for c in conns:
+        c.close()
+    wait_state(g, m, flights=0, parked=0, timeout=10)
+    # The hold is still in place: the upstream never answered.
+    expect_state(g, m, upstream=1)
+    m.release(tag)
+    fresh = finish(send(g, chat_body("nobody waits", stream=True)),
+                   timeout=15)
+    assert role(fresh) == "leader", role(fresh)
+    assert_complete_stream(fresh, "fresh request")
+
+
 # ---- upstream errors --------------------------------------------------------
 
 def test_upstream_500_shared_by_all(t):

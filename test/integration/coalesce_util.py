@@ -35,6 +35,8 @@ FOLLOWERS = "infergw_coalesce_followers_total"
 BY_TENANT = "infergw_coalesce_followers_by_tenant_total"
 BYPASS = "infergw_coalesce_bypass_total"
 FLIGHTS = "infergw_flights_active"
+PARKED = "infergw_coalesce_parked"
+PUSHED = "infergw_coalesce_pushed_chunks_total"
 UPSTREAM = "infergw_upstream_requests_total"
 REQUESTS = "infergw_requests_total"
 
@@ -201,6 +203,10 @@ def _gateway_value(gm, k):
         return metric(gm, FOLLOWERS)
     if k == "flights":
         return metric(gm, FLIGHTS)
+    if k == "parked":
+        return metric(gm, PARKED)
+    if k == "pushed":
+        return metric(gm, PUSHED)
     if k == "upstream":
         return metric(gm, UPSTREAM)
     if k.startswith("bypass_"):
@@ -213,12 +219,12 @@ def _gateway_value(gm, k):
 def wait_state(g, m, timeout=10.0, **want):
     """Poll the gateway's /metrics and the mock's /stats until every named
     value equals the wanted one.  Names: held, completions, aborted,
-    in_progress (mock); leaders, followers, flights, upstream,
-    bypass_<reason>, tenant_<name> (gateway).  Fails at once if a
+    in_progress (mock); leaders, followers, flights, upstream, parked,
+    pushed, bypass_<reason>, tenant_<name> (gateway).  Fails at once if a
     monotonic counter overshoots (more calls than wanted can never come
     back down)."""
     monotonic = {"completions", "aborted", "leaders", "followers",
-                 "upstream"}
+                 "upstream", "pushed"}
     last = {}
 
     def check():

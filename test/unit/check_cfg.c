@@ -642,6 +642,7 @@ START_TEST(test_defaults)
     ck_assert_uint_eq(c.max_flight_bytes, 8 * 1024 * 1024);
     ck_assert_uint_eq(c.max_flights, 1024);
     ck_assert_int_eq(c.follower_timeout_ms, 600000);
+    ck_assert_int_eq(c.leader_writes, 1);
     ck_assert_uint_eq(c.num_tenants, 0);
     config_release(&c);
     ck_assert(config_is_empty(&c));
@@ -703,6 +704,7 @@ static const char full_config[] =
     "max_flight_bytes = 1024\n"
     "max_flights = 7\n"
     "follower_timeout = 90s\n"
+    "leader_writes = off\n"
     "[tenant acme]\n"
     "api_key = sk-acme-1\n"
     "api_key = sk-acme-2\n"
@@ -744,6 +746,7 @@ START_TEST(test_load_full)
     ck_assert_uint_eq(c.max_flight_bytes, 1024);
     ck_assert_uint_eq(c.max_flights, 7);
     ck_assert_int_eq(c.follower_timeout_ms, 90000);
+    ck_assert_int_eq(c.leader_writes, 0);
     ck_assert_uint_eq(c.num_tenants, 2);
     ck_assert_str_eq(c.tenants[0].name, "acme");
     ck_assert_uint_eq(c.tenants[0].num_keys, 2);

@@ -4,6 +4,8 @@
  */
 #include <check.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -155,6 +157,7 @@ START_TEST(test_late_joiner_replays_everything)
     struct coalescer *co = coalescer_new(&cfg);
     unsigned char k[FLIGHT_KEY_LEN];
     struct flight *a, *b;
+    struct flight_reader r;
     struct flight_view v;
     enum metrics_bypass why;
 
@@ -164,7 +167,8 @@ START_TEST(test_late_joiner_replays_everything)
     ck_assert_int_eq(flight_append(a, "data: 1\n\n", 9, 1 << 20), 0);
     ck_assert_int_eq(flight_append(a, "data: 2\n\n", 9, 1 << 20), 0);
     ck_assert_int_eq(coalescer_join(co, k, &b, &why), COALESCE_FOLLOWER);
-    ck_assert_int_eq(flight_wait(b, 0, 1, gw_now_ms() + 1000, &v), 0);
+    flight_reader_init(&r);
+    ck_assert_int_eq(flight_wait(b, &r, gw_now_ms() + 1000, &v), 0);
     ck_assert_int_eq(v.head_set, 1);
     ck_assert_int_eq(v.status, 200);
     ck_assert_str_eq(v.content_type, "text/event-stream");
@@ -173,13 +177,16 @@ START_TEST(test_late_joiner_replays_everything)
     ck_assert_int_eq(memcmp(v.chunk[1]->data, "data: 2\n\n", 9), 0);
     ck_assert_int_eq(v.state, FLIGHT_RUNNING);
     /* Nothing new past index 2: the wait times out, state unchanged. */
-    ck_assert_int_eq(flight_wait(b, 2, 0, gw_now_ms() + 50, &v),
-                     GW_ETIMEDOUT);
+    r.index = 2;
+    ck_assert_int_eq(flight_wait(b, &r, gw_now_ms() + 50, &v), GW_ETIMEDOUT);
+    ck_assert_int_eq(r.where, FLIGHT_READER_RUNNING);
+    ck_assert_uint_eq(v.count, 0);
     coalescer_finish(co, a, GW_EUPSTREAM, "connection broken");
-    ck_assert_int_eq(flight_wait(b, 2, 0, gw_now_ms() + 1000, &v), 0);
+    ck_assert_int_eq(flight_wait(b, &r, gw_now_ms() + 1000, &v), 0);
     ck_assert_int_eq(v.state, FLIGHT_FAILED);
     ck_assert_int_eq(v.err_rc, GW_EUPSTREAM);
     ck_assert_str_eq(v.err_reason, "connection broken");
+    flight_reader_destroy(&r);
     coalescer_detach(co, b);
     coalescer_detach(co, a);
     flight_unref(a);
@@ -189,7 +196,14 @@ END_TEST
 
 struct waiter {
     struct flight *f;
+    struct flight_reader r;
+    int64_t deadline;           /* of one wait; 0: +5 s */
+    int once;                   /* return after one wait */
+    _Atomic int returned;
+    int delegated;              /* batch sizes it wrote for */
+    int rc;
     size_t got;
+    size_t count;
     int state;
 };
 
@@ -198,18 +212,93 @@ wait_all(void *p)
 {
     struct waiter *w = p;
     struct flight_view v;
-    size_t index = 0;
 
     for (;;) {
-        flight_wait(w->f, index, 0, gw_now_ms() + 5000, &v);
-        index += v.count;
-        if (v.count == 0 && v.state != FLIGHT_RUNNING
-            && index >= v.nchunks)
+        w->rc = flight_wait(w->f, &w->r, w->deadline != 0 ? w->deadline
+                                                      : gw_now_ms() + 5000,
+                            &v);
+        if (w->r.batch != NULL) {
+            /* A delegate: "write" everything to the batch, release it. */
+            for (struct flight_reader *fr = w->r.batch; fr != NULL;
+                 fr = fr->next) {
+                fr->index = v.nchunks;
+                fr->parkable = 1;
+                w->delegated++;
+            }
+            flight_release(w->f, w->r.batch);
+            w->r.batch = NULL;
+        }
+        w->count = v.count;
+        w->r.index += v.count;
+        if (w->once || (v.count == 0 && v.state != FLIGHT_RUNNING
+                        && w->r.index >= v.nchunks))
             break;
     }
-    w->got = index;
+    w->got = w->r.index;
     w->state = v.state;
+    atomic_store(&w->returned, 1);
     return NULL;
+}
+
+static size_t
+parked_count(struct flight *f)
+{
+    size_t n;
+
+    gw_mutex_lock(&f->lock);
+    n = f->nparked;
+    gw_mutex_unlock(&f->lock);
+    return n;
+}
+
+/* Poll (2 s at most) until 'n' readers of 'f' are parked. */
+static int
+await_parked(struct flight *f, size_t n)
+{
+    int64_t end = gw_now_ms() + 2000;
+
+    while (parked_count(f) != n) {
+        if (gw_now_ms() > end)
+            return 0;
+        sched_yield();
+    }
+    return 1;
+}
+
+/*
+ * Join 'n' followers to the flight for 'k', each waiting in a thread;
+ * 'once' and 'deadline' as in struct waiter.
+ */
+static void
+spawn_followers(struct coalescer *co, const unsigned char *k,
+                struct waiter *w, pthread_t *t, int n, int once,
+                int64_t deadline)
+{
+    enum metrics_bypass why;
+    struct flight *b;
+
+    memset(w, 0, (size_t)n * sizeof(*w));
+    for (int i = 0; i < n; i++) {
+        ck_assert_int_eq(coalescer_join(co, k, &b, &why),
+                         COALESCE_FOLLOWER);
+        w[i].f = b;
+        w[i].once = once;
+        w[i].deadline = deadline;
+        flight_reader_init(&w[i].r);
+        ck_assert_int_eq(pthread_create(&t[i], NULL, wait_all, &w[i]), 0);
+    }
+}
+
+/* Tear down a test with leader flight 'a' and one returned waiter. */
+static void
+finish_one(struct coalescer *co, struct flight *a, struct waiter *w)
+{
+    flight_reader_destroy(&w->r);
+    coalescer_finish(co, a, 0, NULL);
+    coalescer_detach(co, w->f);
+    coalescer_detach(co, a);
+    flight_unref(a);
+    coalescer_free(co);
 }
 
 START_TEST(test_every_waiter_wakes_on_finish)
@@ -218,27 +307,168 @@ START_TEST(test_every_waiter_wakes_on_finish)
     unsigned char k[FLIGHT_KEY_LEN];
     struct waiter w[8];
     pthread_t t[8];
-    struct flight *a, *b;
+    struct flight *a;
     enum metrics_bypass why;
 
     key_of("{}", k);
     ck_assert_int_eq(coalescer_join(co, k, &a, &why), COALESCE_LEADER);
     flight_set_head(a, 200, NULL, -1);
-    for (int i = 0; i < 8; i++) {
-        ck_assert_int_eq(coalescer_join(co, k, &b, &why),
-                         COALESCE_FOLLOWER);
-        w[i].f = b;
-        ck_assert_int_eq(pthread_create(&t[i], NULL, wait_all, &w[i]), 0);
-    }
+    spawn_followers(co, k, w, t, 8, 0, 0);
+    ck_assert(await_parked(a, 8));
+    /* Appends alone wake nobody: the leader hands readers back. */
     for (int i = 0; i < 100; i++)
         ck_assert_int_eq(flight_append(a, "x", 1, 1 << 20), 0);
+    ck_assert_uint_eq(parked_count(a), 8);
     coalescer_finish(co, a, 0, NULL);
     for (int i = 0; i < 8; i++) {
         pthread_join(t[i], NULL);
         ck_assert_uint_eq(w[i].got, 100);
         ck_assert_int_eq(w[i].state, FLIGHT_DONE);
+        flight_reader_destroy(&w[i].r);
         coalescer_detach(co, w[i].f);
     }
+    ck_assert_uint_eq(parked_count(a), 0);
+    coalescer_detach(co, a);
+    flight_unref(a);
+    coalescer_free(co);
+}
+END_TEST
+
+/*
+ * The leader claims parked readers, "writes" for them (moves their
+ * index) and releases them: a caught-up one sleeps on, one that is not
+ * is handed back to its thread with the rest of the flight to send.
+ */
+START_TEST(test_claim_release_hands_back_only_the_blocked)
+{
+    struct coalescer *co = coalescer_new(&cfg);
+    unsigned char k[FLIGHT_KEY_LEN];
+    struct waiter w;
+    pthread_t t;
+    struct flight *a;
+    struct flight_reader *list;
+    enum metrics_bypass why;
+    size_t n;
+
+    key_of("{}", k);
+    ck_assert_int_eq(coalescer_join(co, k, &a, &why), COALESCE_LEADER);
+    spawn_followers(co, k, &w, &t, 1, 1, 0);
+    ck_assert(await_parked(a, 1));
+    ck_assert_int_eq(flight_append(a, "one", 3, 1 << 20), 0);
+    ck_assert_uint_eq(parked_count(a), 1);      /* an append wakes nobody */
+    ck_assert_int_eq(atomic_load(&w.returned), 0);
+    list = flight_claim(a, &n);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_ptr_eq(list, &w.r);
+    ck_assert_ptr_null(list->next);
+    ck_assert_int_eq(list->where, FLIGHT_READER_CLAIMED);
+    list->index = 1;                            /* "sent" chunk 0 */
+    list->parkable = 1;
+    flight_release(a, list);
+    ck_assert_uint_eq(parked_count(a), 1);
+    ck_assert_int_eq(atomic_load(&w.returned), 0);  /* still asleep */
+    ck_assert_int_eq(flight_append(a, "two", 3, 1 << 20), 0);
+    list = flight_claim(a, &n);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_ptr_eq(list, &w.r);
+    list->parkable = 0;                         /* its socket was full */
+    flight_release(a, list);
+    pthread_join(t, NULL);
+    ck_assert_int_eq(w.rc, 0);
+    ck_assert_uint_eq(w.count, 1);              /* chunk 1, from index 1 */
+    ck_assert_uint_eq(w.got, 2);
+    ck_assert_int_eq(w.r.where, FLIGHT_READER_RUNNING);
+    finish_one(co, a, &w);
+}
+END_TEST
+
+/*
+ * A reader whose wait times out while the leader holds it must not run
+ * (the leader may be writing to its client): its wait starts over, and
+ * once it is released (parked again) the new wait times out as usual.
+ */
+START_TEST(test_timeout_while_claimed_waits_for_release)
+{
+    struct coalescer *co = coalescer_new(&cfg);
+    unsigned char k[FLIGHT_KEY_LEN];
+    struct waiter w;
+    pthread_t t;
+    struct flight *a;
+    struct flight_reader *list;
+    enum metrics_bypass why;
+    int64_t end;
+    size_t n;
+
+    key_of("{}", k);
+    ck_assert_int_eq(coalescer_join(co, k, &a, &why), COALESCE_LEADER);
+    spawn_followers(co, k, &w, &t, 1, 1, gw_now_ms() + 100);
+    ck_assert(await_parked(a, 1));
+    ck_assert_int_eq(flight_append(a, "one", 3, 1 << 20), 0);
+    list = flight_claim(a, &n);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_ptr_eq(list, &w.r);
+    /* Well past its deadline, it is still waiting. */
+    end = w.deadline + 300;
+    while (gw_now_ms() < end) {
+        ck_assert_int_eq(atomic_load(&w.returned), 0);
+        sched_yield();
+    }
+    list->index = 1;
+    list->parkable = 1;
+    flight_release(a, list);
+    ck_assert_uint_eq(parked_count(a), 1);
+    /* The restarted wait (100 ms again) ends it. */
+    pthread_join(t, NULL);
+    ck_assert_int_eq(w.rc, GW_ETIMEDOUT);
+    ck_assert_uint_eq(w.got, 1);
+    ck_assert_int_eq(w.r.where, FLIGHT_READER_RUNNING);
+    ck_assert_uint_eq(parked_count(a), 0);
+    finish_one(co, a, &w);
+}
+END_TEST
+
+/*
+ * The leader shares a claimed list out: the first reader's thread gets
+ * the rest as its batch, writes for them and parks them again; nobody
+ * else wakes.
+ */
+START_TEST(test_delegate_writes_for_its_batch)
+{
+    struct coalescer *co = coalescer_new(&cfg);
+    unsigned char k[FLIGHT_KEY_LEN];
+    struct waiter w[3];
+    pthread_t t[3];
+    struct flight *a;
+    struct flight_reader *list;
+    enum metrics_bypass why;
+    int delegates = 0, delegated = 0;
+    size_t n;
+
+    key_of("{}", k);
+    ck_assert_int_eq(coalescer_join(co, k, &a, &why), COALESCE_LEADER);
+    flight_set_head(a, 200, NULL, -1);
+    spawn_followers(co, k, w, t, 3, 0, 0);
+    ck_assert(await_parked(a, 3));
+    ck_assert_int_eq(flight_append(a, "x", 1, 1 << 20), 0);
+    list = flight_claim(a, &n);
+    ck_assert_uint_eq(n, 3);
+    flight_delegate(a, list, list->next);
+    /* The delegate parks its batch and then itself, all at index 1. */
+    ck_assert(await_parked(a, 3));
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(atomic_load(&w[i].returned), 0);
+    coalescer_finish(co, a, 0, NULL);
+    for (int i = 0; i < 3; i++) {
+        pthread_join(t[i], NULL);
+        ck_assert_uint_eq(w[i].got, 1);
+        ck_assert_int_eq(w[i].state, FLIGHT_DONE);
+        delegates += w[i].delegated > 0;
+        delegated += w[i].delegated;
+        flight_reader_destroy(&w[i].r);
+        coalescer_detach(co, w[i].f);
+    }
+    ck_assert_int_eq(delegates, 1);
+    ck_assert_int_eq(delegated, 2);
     coalescer_detach(co, a);
     flight_unref(a);
     coalescer_free(co);
@@ -406,6 +636,9 @@ coalesce_suite(void)
     tcase_set_timeout(tc, 20);
     tcase_add_test(tc, test_late_joiner_replays_everything);
     tcase_add_test(tc, test_every_waiter_wakes_on_finish);
+    tcase_add_test(tc, test_claim_release_hands_back_only_the_blocked);
+    tcase_add_test(tc, test_timeout_while_claimed_waits_for_release);
+    tcase_add_test(tc, test_delegate_writes_for_its_batch);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("policy");
