@@ -18,13 +18,16 @@
  *    each one's socket itself, without ever blocking (proxy.c), and
  *    RELEASES them: a reader that took everything stays parked and asleep;
  *    one whose socket was full (or gone) is handed back to its own thread
- *    and signalled, and goes on at its own pace.  With [coalesce]
- *    leader_writes = off the leader hands every parked reader back at
- *    once, and each writes its own bytes: the design card's shape.
- *    Why: a thread wake-up costs two context switches and a turn at the
- *    flight's mutex; with 1,000 followers that was most of 25 ms per
- *    chunk on two cores, where 1,000 non-blocking writes from one thread
- *    take a few ms (docs/BENCHMARKS.md).
+ *    and signalled, and goes on at its own pace.  A long claimed list
+ *    is shared out: the leader hands parts of it to the threads of some
+ *    of the readers in it (DELEGATES), one part per CPU.  With
+ *    [coalesce] leader_writes = off the leader hands every parked reader
+ *    back at once, and each writes its own bytes: the design card's
+ *    shape.  Why: a thread wake-up costs two context switches and a turn
+ *    at the flight's mutex; with 1,000 followers on two cores that made
+ *    the first chunk reach the last follower 29 ms after the leader, and
+ *    the writes from the leader and a delegate halve that, for half the
+ *    CPU (docs/BENCHMARKS.md).
  *  - The flight's end hands every parked reader back.
  *  - Memory lives until the last reference is dropped (an atomic
  *    count): the coalescer's map holds one, the leader thread one, and

@@ -41,6 +41,9 @@
 #   BIG_N=10000 BIG_REPS=3              big fan-out
 #   BIG_WRITES=on                       leader_writes values for big fan-out
 #   SKIP="a b c"         scenarios to skip, e.g. SKIP=c
+#   HOGS=0               busy loops run beside each measured run for its
+#                        first 15 s: the gateway on CPUs it must share
+#                        (their CPU shows as "others")
 #   LOG_LEVEL=info       gateway log level
 #   QUIET_PCT=30 QUIET_MAX=60   before each run, wait up to QUIET_MAX s
 #                        for the machine to be under QUIET_PCT % busy
@@ -62,6 +65,7 @@ BIG_REPS=${BIG_REPS:-3}
 FAN_WRITES=${FAN_WRITES:-on off}
 BIG_WRITES=${BIG_WRITES:-on}
 SKIP=${SKIP:-}
+HOGS=${HOGS:-0}
 LOG_LEVEL=${LOG_LEVEL:-info}
 QUIET_PCT=${QUIET_PCT:-30}
 QUIET_MAX=${QUIET_MAX:-60}
@@ -269,11 +273,22 @@ run_case() {
     gw0=$(cpu_ticks "$GW_PID")
     mk0=$(cpu_ticks "$MOCK_PID")
     busy0=$(busy_ticks)
+    hogs=""
+    h=0
+    while [ $h -lt "$HOGS" ]; do
+        timeout 15 sh -c 'while :; do :; done' &
+        hogs="$hogs $!"
+        h=$((h + 1))
+    done
     t0=$(date +%s.%N)
     rc=0
     loadgen -u "$url" -d "$BODY" -o "$d/records.json" "$@" \
         >"$d/loadgen.json" 2>"$d/loadgen.err" || rc=$?
     t1=$(date +%s.%N)
+    for h in $hogs; do
+        kill "$h" 2>/dev/null || true
+        wait "$h" 2>/dev/null || true
+    done
     busy1=$(busy_ticks)
     gw1=$(cpu_ticks "$GW_PID")
     mk1=$(cpu_ticks "$MOCK_PID")

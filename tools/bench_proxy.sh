@@ -6,6 +6,9 @@
 #   direct   straight to a fast origin,
 #   infergw  through the gateway,
 #   nginx    through Debian's nginx as a reverse proxy,
+#   floor    through tools/relay_floor: one blocking thread per client
+#            and nothing else (no parsing, libcurl, logs, limits), the
+#            most infergw's thread-per-connection design could reach,
 # at 1, 10 and 50 connections, and prints a markdown table of medians
 # (requests/s, p50, p99) and the ratios the issue sets targets for:
 #   - at 1 connection, infergw p50 - direct p50 <= 50 us
@@ -32,7 +35,7 @@
 #   - the request carries "temperature":0.7, so the gateway's coalescing
 #     is bypassed (reproducible requests would be coalesced): this
 #     measures the proxy path, not coalescing;
-#   - the three targets are interleaved for every connection count and the
+#   - the four targets are interleaved for every connection count and the
 #     whole sweep is repeated REPS times; the table shows medians.
 #
 # On a VM whose guest does not halt-poll, latency at 1 connection is mostly
@@ -56,7 +59,7 @@
 #                           the busy share seen is reported)
 #   OUT=FILE                also write the table to FILE
 #   KEEP=1                  keep the temp dir (configs, logs, raw wrk output)
-# Defaults take about 5.5 minutes on a quiet machine.
+# Defaults take about 7 minutes on a quiet machine.
 set -eu
 
 ORIG=$(pwd)
@@ -92,6 +95,8 @@ for t in wrk "$NGINX" python3 curl ss; do
         || die "$t not found: sh tools/install-deps.sh wrk nginx-light curl"
 done
 [ -x "$INFERGW" ] || die "$INFERGW not built (make, or set BIN=)"
+FLOOR=${FLOOR:-$(dirname "$INFERGW")/relay_floor}
+[ -x "$FLOOR" ] || die "$FLOOR not built (make, or set FLOOR=)"
 
 TMP=$(mktemp -d)
 PIDS=""
@@ -212,8 +217,20 @@ done
 [ -n "$GW_PORT" ] || die "cannot find infergw's port"
 wait_http "http://127.0.0.1:$GW_PORT/readyz" || die "infergw not ready"
 
+"$FLOOR" -l 127.0.0.1:0 -u "127.0.0.1:$ORIGIN_PORT" >"$TMP/floor.out" 2>&1 &
+PIDS="$PIDS $!"
+FLOOR_PORT=""
+i=0
+while [ -z "$FLOOR_PORT" ] && [ $i -lt 100 ]; do
+    FLOOR_PORT=$(sed -n 's/^relay_floor listening port=//p' \
+        "$TMP/floor.out" 2>/dev/null || true)
+    [ -n "$FLOOR_PORT" ] || sleep 0.05
+    i=$((i + 1))
+done
+[ -n "$FLOOR_PORT" ] || die "relay_floor did not start: $(cat "$TMP/floor.out")"
+
 # Every path answers the chat request with 200 and the same body.
-for port in "$ORIGIN_PORT" "$GW_PORT" "$PROXY_PORT"; do
+for port in "$ORIGIN_PORT" "$GW_PORT" "$PROXY_PORT" "$FLOOR_PORT"; do
     got=$(curl -s -w ' %{http_code}' -H 'Content-Type: application/json' \
         -d "$REQ_BODY" "http://127.0.0.1:$port/v1/chat/completions")
     [ "$got" = "$CHAT_BODY 200" ] || die "port $port answered: $got"
@@ -290,14 +307,15 @@ EOF
     tail -n 1 "$RAW" | awk -F'\t' '{ printf "  %-4s %-8s c=%-3s rep %s: %9.0f req/s  p50 %7.1f us  p99 %8.1f us%s\n", $1, $2, $3, $4, $5, $6, $7, ($9 > 0 ? "  ERRORS " $9 : "") }' >&2
 }
 
-# Warm-up: opens the upstream connections of both proxies.
-for port in "$ORIGIN_PORT" "$GW_PORT" "$PROXY_PORT"; do
+# Warm-up: opens the upstream connections of the proxies.
+for port in "$ORIGIN_PORT" "$GW_PORT" "$PROXY_PORT" "$FLOOR_PORT"; do
     wrk -t2 -c50 -d2s -s "$TMP/post.lua" \
         "http://127.0.0.1:$port/v1/chat/completions" >/dev/null 2>&1
 done
 
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
-echo "bench_proxy: origin :$ORIGIN_PORT, infergw :$GW_PORT, nginx :$PROXY_PORT;" \
+echo "bench_proxy: origin :$ORIGIN_PORT, infergw :$GW_PORT," \
+     "nginx :$PROXY_PORT, floor :$FLOOR_PORT;" \
      "$REPS x POST c=[$CONNS] ${DURATION}, GET c=[$GET_CONNS] ${GET_DURATION}" >&2
 rep=1
 while [ "$rep" -le "$REPS" ]; do
@@ -306,12 +324,14 @@ while [ "$rep" -le "$REPS" ]; do
         run POST direct "$ORIGIN_PORT" "$c" "$DURATION" "$rep"
         run POST infergw "$GW_PORT" "$c" "$DURATION" "$rep"
         run POST nginx "$PROXY_PORT" "$c" "$DURATION" "$rep"
+        run POST floor "$FLOOR_PORT" "$c" "$DURATION" "$rep"
     done
     for c in $GET_CONNS; do
         wait_quiet
         run GET direct "$ORIGIN_PORT" "$c" "$GET_DURATION" "$rep"
         run GET infergw "$GW_PORT" "$c" "$GET_DURATION" "$rep"
         run GET nginx "$PROXY_PORT" "$c" "$GET_DURATION" "$rep"
+        run GET floor "$FLOOR_PORT" "$c" "$GET_DURATION" "$rep"
     done
     rep=$((rep + 1))
 done
@@ -336,22 +356,24 @@ for line in open(raw):
 def med(k, i):
     return statistics.median(x[i] for x in rows[k])
 print("| request | conns | direct req/s | infergw req/s | nginx req/s "
-      "| infergw/nginx req/s | direct p50 / p99 µs | infergw p50 / p99 µs "
-      "| nginx p50 / p99 µs | infergw − direct p50 µs "
-      "| nginx − direct p50 µs |")
-print("|" + "---|" * 11)
+      "| floor req/s | infergw/nginx req/s | floor/nginx req/s "
+      "| direct p50 / p99 µs | infergw p50 / p99 µs | nginx p50 / p99 µs "
+      "| floor p50 / p99 µs | infergw − direct p50 µs "
+      "| nginx − direct p50 µs | floor − direct p50 µs |")
+print("|" + "---|" * 15)
 verdict = []
 for v, c in order:
-    d, g, n = ((v, c, t) for t in ("direct", "infergw", "nginx"))
+    d, g, n, f = ((v, c, t) for t in ("direct", "infergw", "nginx", "floor"))
     ratio = med(g, 0) / med(n, 0)
     gd = med(g, 1) - med(d, 1)
     nd = med(n, 1) - med(d, 1)
     name = "POST chat" if v == "POST" else "GET models"
-    print("| %s | %d | %.0f | %.0f | %.0f | %.2f | %.0f / %.0f | %.0f / %.0f "
-          "| %.0f / %.0f | %+.0f | %+.0f |" % (
-              name, c, med(d, 0), med(g, 0), med(n, 0), ratio,
-              med(d, 1), med(d, 2), med(g, 1), med(g, 2),
-              med(n, 1), med(n, 2), gd, nd))
+    print("| %s | %d | %.0f | %.0f | %.0f | %.0f | %.2f | %.2f | %.0f / %.0f "
+          "| %.0f / %.0f | %.0f / %.0f | %.0f / %.0f | %+.0f | %+.0f | %+.0f |"
+          % (name, c, med(d, 0), med(g, 0), med(n, 0), med(f, 0), ratio,
+             med(f, 0) / med(n, 0), med(d, 1), med(d, 2), med(g, 1),
+             med(g, 2), med(n, 1), med(n, 2), med(f, 1), med(f, 2), gd, nd,
+             med(f, 1) - med(d, 1)))
     if v == "POST" and c == 1:
         verdict.append("- 1 connection: infergw adds %+.0f µs p50 over direct "
                        "(target ≤ 50; nginx adds %+.0f): %s" % (
@@ -362,8 +384,8 @@ for v, c in order:
                            ratio, "met" if ratio >= 0.75 else "MISSED"))
 errs = sum(x[3] for k in rows for x in rows[k])
 print()
-print("Medians of %s interleaved runs (direct, infergw, nginx per connection "
-      "count); POST %s, GET %s per run; %s CPUs; origin nginx %s worker(s), "
+print("Medians of %s interleaved runs (direct, infergw, nginx, floor per "
+      "connection count); POST %s, GET %s per run; %s CPUs; origin nginx %s worker(s), "
       "proxy nginx worker_processes %s.  wrk errors or non-2xx: %d.  "
       "Other work on the machine before each triple: median %d %% busy "
       "(max %d %%); load average before/after: %s / %s." % (
