@@ -258,6 +258,8 @@ flight_release(struct flight *f, struct flight_reader *list)
         if (r->parkable && f->state == FLIGHT_RUNNING
             && r->index == f->nchunks) {
             park_locked(f, r);          /* caught up: sleeps on */
+            if (r->waiting)
+                pthread_cond_signal(&r->cv);    /* its wait timed out */
         } else {
             hand_back_locked(r);
         }
@@ -289,29 +291,32 @@ ready_locked(const struct flight *f, size_t index)
 
 /*
  * Park 'r' until it is handed back or 'deadline' passes.  A wait that
- * times out while the leader holds the reader starts over, as long
- * again: the leader is writing to the client at that moment (progress,
- * or a write error it will report), and the reader may not run before
- * the release anyway.  Lock held.
+ * times out while the leader (or a delegate) holds the reader must not
+ * run before the release: it asks to be signalled then, and if it was
+ * parked again it leaves with GW_ETIMEDOUT all the same (the caller sees
+ * from r->index whether the holder wrote anything meanwhile).  Lock held.
  */
 static int
 park_wait_locked(struct flight *f, struct flight_reader *r, int64_t deadline)
 {
-    int64_t span = deadline - gw_now_ms();
+    int timed_out = 0;
 
     park_locked(f, r);
     metrics_parked_add(1);
     while (r->where != FLIGHT_READER_RUNNING) {     /* until handed back */
-        if (gw_cond_timedwait(&r->cv, &f->lock, deadline) == 0)
-            continue;
-        if (r->where == FLIGHT_READER_PARKED) {
+        if (timed_out && r->where == FLIGHT_READER_PARKED) {
             unpark_locked(f, r);
-            return GW_ETIMEDOUT;
+            break;
         }
-        if (r->where == FLIGHT_READER_CLAIMED)
-            deadline = gw_now_ms() + (span > 0 ? span : 0);
+        if (timed_out) {
+            r->waiting = 1;         /* claimed: flight_release signals */
+            gw_cond_wait(&r->cv, &f->lock);
+        } else if (gw_cond_timedwait(&r->cv, &f->lock, deadline) != 0) {
+            timed_out = 1;
+        }
     }
-    return 0;
+    r->waiting = 0;
+    return timed_out ? GW_ETIMEDOUT : 0;
 }
 
 int

@@ -78,6 +78,7 @@ struct flight_reader {
     struct flight_reader *prev;     /* (L) parked list */
     pthread_cond_t cv;              /* signalled when handed back */
     enum flight_where where;        /* (L) */
+    int waiting;                    /* (L) timed out while claimed */
     int parkable;                   /* set by the claimer: caught up */
     size_t index;                   /* next chunk to send (see 'where') */
     struct flight_reader *batch;    /* claimed readers this reader's
@@ -237,8 +238,8 @@ void flight_wake_all(struct flight *f);
  * chunk pointers from r->index on; they stay valid while the caller holds
  * its reference.  Call only with nothing of the reader's own left to
  * write, and with r->batch handled (a delegate's first job after the
- * wait).  A wait that times out while the leader is writing for the
- * reader starts over (the client is making progress).
+ * wait).  A wait that times out while the leader holds the reader ends
+ * when the leader releases it.
  * Returns 0, or GW_ETIMEDOUT (v is still filled).
  */
 int flight_wait(struct flight *f, struct flight_reader *r, int64_t deadline,
