@@ -19,7 +19,10 @@
 #      10 ms of the leader's TTFB.  Also the gateway's peak RSS.  Run
 #      once per [coalesce] leader_writes value in FAN_WRITES, interleaved
 #      (on: the upstream thread writes each chunk to parked followers;
-#      off: every follower's own thread does), to show the difference.
+#      off: every follower's own thread does), to show the difference;
+#      and, with FAN_FLOOR=1, once against tools/fanout_floor, a server
+#      that does nothing but write the first bytes to all clients at
+#      once from one thread per CPU: the gap this machine allows.
 #   c. fan-out BIG_N (10,000): no errors; RSS per attached client =
 #      (VmHWM - VmRSS after a warm-up request) / BIG_N.
 #
@@ -38,6 +41,7 @@
 #   LOOP_S=10 LOOP_C=50 LOOP_REPS=3     stretch test
 #   FAN_N=1000 FAN_REPS=3               fan-out
 #   FAN_WRITES="on off"                 leader_writes values for fan-out
+#   FAN_FLOOR=1                         also fan out against fanout_floor
 #   BIG_N=10000 BIG_REPS=3              big fan-out
 #   BIG_WRITES=on                       leader_writes values for big fan-out
 #   SKIP="a b c"         scenarios to skip, e.g. SKIP=c
@@ -63,6 +67,7 @@ FAN_REPS=${FAN_REPS:-3}
 BIG_N=${BIG_N:-10000}
 BIG_REPS=${BIG_REPS:-3}
 FAN_WRITES=${FAN_WRITES:-on off}
+FAN_FLOOR=${FAN_FLOOR:-1}
 BIG_WRITES=${BIG_WRITES:-on}
 SKIP=${SKIP:-}
 HOGS=${HOGS:-0}
@@ -84,7 +89,7 @@ note() { echo "bench_coalesce: $*" >&2; }
 sh tools/install-deps.sh curl
 # Name the three programs: plain 'make' would also copy ./infergw.
 make --no-print-directory BUILD="$BUILD" -j2 \
-    "$BIN/infergw" "$BIN/mock_upstream" "$BIN/loadgen" >&2
+    "$BIN/infergw" "$BIN/mock_upstream" "$BIN/loadgen" "$BIN/fanout_floor" >&2
 for t in curl python3 ss timeout; do
     command -v "$t" >/dev/null 2>&1 || die "$t not found"
 done
@@ -137,21 +142,27 @@ RESULTS=$TMP/results.jsonl
 
 # ---- processes --------------------------------------------------------
 
+# port_from FILE NAME: the port in the "NAME listening port=N" line a
+# server started in the background prints to FILE (5 s at most; empty if
+# none).  The background job opens FILE itself: it may not exist yet.
+port_from() {
+    pf_port=""
+    pf_i=0
+    while [ -z "$pf_port" ] && [ $pf_i -lt 100 ]; do
+        pf_port=$(sed -n "s/^$2 listening port=//p" "$1" 2>/dev/null || true)
+        [ -n "$pf_port" ] || sleep 0.05
+        pf_i=$((pf_i + 1))
+    done
+    echo "$pf_port"
+}
+
 # start_mock DIR: sets MOCK_PID and MOCK_PORT.
 start_mock() {
     "$BIN/mock_upstream" -l 127.0.0.1:0 -n 16 -f 100 -d 45 -q \
         >"$1/mock.out" 2>"$1/mock.err" &
     MOCK_PID=$!
     PIDS="$PIDS $MOCK_PID"
-    MOCK_PORT=""
-    i=0
-    while [ -z "$MOCK_PORT" ] && [ $i -lt 100 ]; do
-        # The background job opens mock.out itself: it may not exist yet.
-        MOCK_PORT=$(sed -n 's/^mock_upstream listening port=//p' \
-            "$1/mock.out" 2>/dev/null || true)
-        [ -n "$MOCK_PORT" ] || sleep 0.05
-        i=$((i + 1))
-    done
+    MOCK_PORT=$(port_from "$1/mock.out" mock_upstream)
     [ -n "$MOCK_PORT" ] || die "mock did not start: $(cat "$1/mock.err")"
 }
 
@@ -358,11 +369,48 @@ skipped() {
 
 ready_url() { echo "http://127.0.0.1:$GW_PORT/metrics"; }
 
-# fanout_runs LETTER SCENARIO N REPS WRITES: REPS rounds of one fan-out
-# run of N clients per leader_writes value in WRITES (interleaved).
+# floor_case DIR REP N: one fan-out of N clients against fanout_floor
+# (the mock's 100 ms first-token delay); appends a JSON line to RESULTS.
+floor_case() {
+    "$BIN/fanout_floor" -c "$3" -f 100 >"$1/floor.out" 2>"$1/floor.err" &
+    fl_pid=$!
+    fl_port=$(port_from "$1/floor.out" fanout_floor)
+    [ -n "$fl_port" ] || die "fanout_floor did not start: $(cat "$1/floor.err")"
+    wait_quiet
+    rc=0
+    loadgen -c "$3" -t 120 -u "http://127.0.0.1:$fl_port$PATH_V1" \
+        -d "$BODY" >"$1/loadgen.json" 2>"$1/loadgen.err" || rc=$?
+    wait "$fl_pid" 2>/dev/null || true
+    [ -s "$1/loadgen.json" ] \
+        || die "loadgen failed (rc $rc): $(cat "$1/loadgen.err")"
+    python3 - "$1" "$2" >>"$RESULTS" <<'EOF'
+import json, sys
+d, rep = sys.argv[1:]
+print(json.dumps({"scenario": "fanout-floor", "rep": int(rep),
+                  "loadgen": json.load(open(d + "/loadgen.json"))}))
+EOF
+    python3 - "$RESULTS" <<'EOF'
+import json, sys
+r = [json.loads(l) for l in open(sys.argv[1])][-1]
+t = r["loadgen"]["ttfb_ms"]
+print("  %-9s #%d  ok %d/%d  leader ttfb %.1f  follower ttfb p99 %.1f"
+      % (r["scenario"], r["rep"], r["loadgen"]["ok"],
+         r["loadgen"]["requests"], t["leader"]["p50"],
+         t["follower"]["p99"]), file=sys.stderr)
+EOF
+}
+
+# fanout_runs LETTER SCENARIO N REPS WRITES [FLOOR]: REPS rounds of one
+# fan-out run of N clients per leader_writes value in WRITES (and, with
+# FLOOR 1, one against fanout_floor), interleaved.
 fanout_runs() {
     f_rep=1
     while [ $f_rep -le "$4" ]; do
+        if [ "${6:-0}" = 1 ]; then
+            d=$TMP/$1-floor-$f_rep
+            mkdir -p "$d"
+            floor_case "$d" "$f_rep" "$3"
+        fi
         for lw in $5; do
             d=$TMP/$1-$lw-$f_rep
             mkdir -p "$d"
@@ -395,7 +443,7 @@ fi
 
 if ! skipped b; then
     note "b. fan-out: $FAN_N identical streaming clients"
-    fanout_runs b fanout "$FAN_N" "$FAN_REPS" "$FAN_WRITES"
+    fanout_runs b fanout "$FAN_N" "$FAN_REPS" "$FAN_WRITES" "$FAN_FLOOR"
 fi
 
 if ! skipped c; then
@@ -558,6 +606,16 @@ for scen, n, title, lw in cases:
     if title == "b" and lw == "on":
         out.append("- follower TTFB p99 within 10 ms of the leader's TTFB: "
                    "%s (median gap %.1f ms)" % (ok(gap <= 10.0), gap))
+        fl = pick("fanout-floor")
+        if fl:
+            out.append("- the same fan-out against tools/fanout_floor (no "
+                       "gateway: all first bytes written at once, one "
+                       "thread per CPU): median gap %.1f ms (per run: %s)"
+                       % (med([ttfb(r, "follower", "p99")
+                               - ttfb(r, "leader", "p50") for r in fl]),
+                          ", ".join("%.1f" % (ttfb(r, "follower", "p99")
+                                              - ttfb(r, "leader", "p50"))
+                                    for r in fl)))
     out.append("- requests the gateway had routed through coalescing when "
                "loadgen finished (leaders + followers from /metrics, the "
                "warm-up request included): %s" % ", ".join(
