@@ -10,7 +10,8 @@ client has joined, and only then releases it.
 import json
 import re
 
-from gwtest import chat_body, metric, normalise, sse_data, wait_for
+from gwtest import (JSON_HEADERS, Connection, build_request, chat_body,
+                    metric, normalise, sse_data, wait_for)
 
 from coalesce_util import (BY_TENANT, CHAT, COMPLETIONS, PUSHED, REQUESTS,
                            assert_complete_stream, assert_same_bodies,
@@ -193,6 +194,32 @@ def test_leader_writes_for_parked_followers(t):
     assert_same_bodies(streams, "leader vs followers")
     wait_state(g, m, completions=1, flights=0, parked=0)
     assert counter(g, PUSHED) >= 2, counter(g, PUSHED)
+
+
+def test_http10_follower_pushed_close_delimited(t):
+    """An HTTP/1.0 client knows no chunked framing: parked on a flight, it
+    is written the same bytes as the leader, delimited by the close."""
+    m = t.mock()
+    g = t.gateway(m)
+    tag = new_tag()
+    body = demo_body(tag, "an HTTP/1.0 follower", mock_chunks=6)
+    lead = send(g, body)
+    wait_state(g, m, leaders=1, held=1)
+    old = Connection(g.port, 15.0)
+    old.send(build_request("POST", CHAT, JSON_HEADERS, body,
+                           version="HTTP/1.0"))
+    wait_state(g, m, followers=1, held=1, parked=1)
+    m.release(tag)
+    sl, so = finish_all([lead, old])
+    assert_complete_stream(sl, "leader")
+    assert role(so) == "follower", role(so)
+    assert so.resp.status == 200, so.resp
+    assert so.resp.framing == "close", so.resp
+    assert "Transfer-Encoding" not in so.resp.headers, so.resp
+    assert so.body == sl.body, "HTTP/1.0 follower got other bytes"
+    assert old.wait_closed(5), "HTTP/1.0 connection left open"
+    assert counter(g, PUSHED) >= 1, counter(g, PUSHED)
+    wait_state(g, m, completions=1, upstream=1, flights=0, parked=0)
 
 
 def test_leader_writes_off_followers_write_their_own(t):
