@@ -18,8 +18,7 @@
 #include "alloc.h"
 #include "buf.h"
 #include "util.h"
-
-#define TEST_TIMEOUT 10
+#include "testutil.h"
 
 /* The invariant every operation keeps: a NUL right after the bytes. */
 static void
@@ -745,15 +744,6 @@ START_TEST(test_strndup_stops_at_nul)
 END_TEST
 
 /* ---- runner ----------------------------------------------------------- */
-
-static TCase *
-tcase(const char *name)
-{
-    TCase *tc = tcase_create(name);
-
-    tcase_set_timeout(tc, TEST_TIMEOUT);
-    return tc;
-}
 
 static Suite *
 buf_suite(void)

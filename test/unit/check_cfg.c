@@ -15,7 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -25,43 +24,12 @@
 #include "config.h"
 #include "log.h"
 #include "util.h"
-
-#define TEST_TIMEOUT 10
+#include "testutil.h"
 
 /* Test-only schema view, compiled into config.c under INFERGW_UNIT_TEST. */
 int config_schema_entry(size_t i, const char **section, const char **key);
 
 /* ---- helpers ---------------------------------------------------------- */
-
-/*
- * Copy n bytes so that they end exactly at a PROT_NONE page: a read past
- * the end faults instead of passing silently (picohttpparser's test.c).
- * Free with guarded_free(p, n).
- */
-static char *
-guarded_copy(const char *s, size_t n)
-{
-    long page = sysconf(_SC_PAGESIZE);
-    size_t span = ((n + (size_t)page - 1) / (size_t)page + 1) * (size_t)page;
-    char *map;
-
-    map = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-               -1, 0);
-    ck_assert_ptr_ne(map, MAP_FAILED);
-    ck_assert_int_eq(mprotect(map + span - (size_t)page, (size_t)page,
-                              PROT_NONE), 0);
-    memcpy(map + span - (size_t)page - n, s, n);
-    return map + span - (size_t)page - n;
-}
-
-static void
-guarded_free(char *p, size_t n)
-{
-    long page = sysconf(_SC_PAGESIZE);
-    size_t span = ((n + (size_t)page - 1) / (size_t)page + 1) * (size_t)page;
-
-    munmap(p + n + (size_t)page - span, span);
-}
 
 /* Write 'len' bytes to a new temporary file; returns its malloc'd path. */
 static char *
@@ -1377,15 +1345,6 @@ START_TEST(test_sample_documents_defaults)
 END_TEST
 
 /* ---- runner ----------------------------------------------------------- */
-
-static TCase *
-tcase(const char *name)
-{
-    TCase *tc = tcase_create(name);
-
-    tcase_set_timeout(tc, TEST_TIMEOUT);
-    return tc;
-}
 
 static Suite *
 cfg_suite(void)

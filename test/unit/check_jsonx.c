@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -19,34 +18,7 @@
 #include "buf.h"
 #include "jsonx.h"
 #include "util.h"
-
-#define TEST_TIMEOUT 10
-
-/* Copy n bytes so that they end exactly at a PROT_NONE page. */
-static char *
-guarded_copy(const char *s, size_t n)
-{
-    long page = sysconf(_SC_PAGESIZE);
-    size_t span = ((n + (size_t)page - 1) / (size_t)page + 1) * (size_t)page;
-    char *map;
-
-    map = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-               -1, 0);
-    ck_assert_ptr_ne(map, MAP_FAILED);
-    ck_assert_int_eq(mprotect(map + span - (size_t)page, (size_t)page,
-                              PROT_NONE), 0);
-    memcpy(map + span - (size_t)page - n, s, n);
-    return map + span - (size_t)page - n;
-}
-
-static void
-guarded_free(char *p, size_t n)
-{
-    long page = sysconf(_SC_PAGESIZE);
-    size_t span = ((n + (size_t)page - 1) / (size_t)page + 1) * (size_t)page;
-
-    munmap(p + n + (size_t)page - span, span);
-}
+#include "testutil.h"
 
 /* Parse 'text' from a guarded copy; OUT *out as jsonx_parse_object. */
 static int
@@ -429,15 +401,6 @@ START_TEST(test_error_body_alloc_fail)
 END_TEST
 
 /* ---- runner ----------------------------------------------------------- */
-
-static TCase *
-tcase(const char *name)
-{
-    TCase *tc = tcase_create(name);
-
-    tcase_set_timeout(tc, TEST_TIMEOUT);
-    return tc;
-}
 
 static Suite *
 jsonx_suite(void)
