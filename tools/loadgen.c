@@ -33,6 +33,17 @@
  * ones by draining whole responses first; each timestamp is taken right
  * after its own read().
  *
+ * Two times to first byte.  'ttfb' is when loadgen's read() returned the
+ * first body byte: what a client program sees, but one thread reading
+ * N sockets in turn on CPUs it shares with the server adds its own queue
+ * to it (at 1,000 clients, about as much as the server's).  'arrival' is
+ * when that byte reached the client's socket: the kernel's receive
+ * timestamp of the segment (SO_TIMESTAMPNS; on loopback it is taken as
+ * the server's send hands the segment over), which no lag of the reader
+ * can move.  For TCP the kernel reports the stamp of the last segment a
+ * read copied from, so if the first byte's read also took later
+ * segments, 'arrival' is late, never early.  Both are reported.
+ *
  * A response is parsed only as far as the benchmark needs: the status
  * line, Content-Length, Transfer-Encoding, Connection and
  * X-Infergw-Coalesce.  The body is de-chunked with common/http.c's decoder
@@ -61,6 +72,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "alloc.h"
@@ -127,6 +139,7 @@ struct record {
     uint8_t err;                /* enum lg_error */
     int64_t send_us;            /* first byte written, from the release */
     int64_t ttfb_us;            /* first body byte, see the file comment */
+    int64_t arrival_us;         /* the same byte reaching the socket */
     int64_t done_us;            /* response complete */
     uint64_t hash;              /* FNV-1a 64 of the de-chunked body */
     uint64_t bytes;             /* de-chunked body length */
@@ -143,6 +156,7 @@ struct client {
     size_t sent;                /* request bytes written so far */
     int64_t t_send;             /* gw_now_us() of the first request byte */
     int64_t t_first;            /* first body byte, -1 */
+    int64_t t_arrival;          /* its kernel receive time, -1 */
     struct buf head;
     int head_done;
     int status;
@@ -179,6 +193,7 @@ static struct run {
     size_t nclients;
     int ep;
     int64_t t0;                 /* the release instant (gw_now_us) */
+    int64_t real_minus_mono;    /* CLOCK_REALTIME - gw_now_us(), in us */
     int64_t loop_end;           /* closed loop: no new request after it */
     int64_t deadline;           /* -t: the run ends here regardless */
     size_t active;              /* clients not yet CS_DONE */
@@ -384,6 +399,7 @@ client_reset_response(struct client *c)
     c->until_close = 0;
     c->keep_alive = 1;
     c->t_first = -1;
+    c->t_arrival = -1;
     c->hash = LG_FNV_OFFSET;
     c->bytes = 0;
     http_chunked_init(&c->dec);
@@ -405,6 +421,7 @@ static void
 add_record(struct client *c, enum lg_error err, int64_t now)
 {
     struct record *r;
+    int64_t base;
 
     if (run.nrecs == run.caprecs) {
         size_t cap = run.caprecs > 0 ? run.caprecs * 2 : 1024;
@@ -428,13 +445,10 @@ add_record(struct client *c, enum lg_error err, int64_t now)
      * the closed loop from each request's own send, since there the
      * clients drift apart.
      */
-    if (opt.loop_s > 0) {
-        r->ttfb_us = c->t_first >= 0 ? c->t_first - c->t_send : -1;
-        r->done_us = err == LE_NONE ? now - c->t_send : -1;
-    } else {
-        r->ttfb_us = c->t_first >= 0 ? c->t_first - run.t0 : -1;
-        r->done_us = err == LE_NONE ? now - run.t0 : -1;
-    }
+    base = opt.loop_s > 0 ? c->t_send : run.t0;
+    r->ttfb_us = c->t_first >= 0 ? c->t_first - base : -1;
+    r->arrival_us = c->t_arrival >= 0 ? c->t_arrival - base : -1;
+    r->done_us = err == LE_NONE ? now - base : -1;
     r->hash = c->hash;
     r->bytes = c->bytes;
 }
@@ -470,6 +484,8 @@ start_connect(struct client *c, int64_t now)
     }
     /* Requests and SSE events are small: never wait for Nagle. */
     setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    /* Receive timestamps, for 'arrival' (the file comment). */
+    setsockopt(c->fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof(one));
     if (connect(c->fd, (struct sockaddr *)&run.addr, run.addrlen) == -1
         && errno != EINPROGRESS) {
         fail_client(c, LE_CONNECT, now);
@@ -659,14 +675,20 @@ parse_head(struct client *c, size_t head_len)
     return 0;
 }
 
-/* Hash body bytes; the first one stamps the time to first byte. */
+/*
+ * Hash body bytes; the first one stamps the time to first byte, and its
+ * arrival ('arrival' is -1 when the kernel gave no timestamp).
+ */
 static void
-body_bytes(struct client *c, const char *p, size_t n, int64_t now)
+body_bytes(struct client *c, const char *p, size_t n, int64_t now,
+           int64_t arrival)
 {
     if (n == 0)
         return;
-    if (c->t_first < 0)
+    if (c->t_first < 0) {
         c->t_first = now;
+        c->t_arrival = arrival;
+    }
     c->hash = fnv1a(c->hash, p, n);
     c->bytes += n;
 }
@@ -676,7 +698,8 @@ body_bytes(struct client *c, const char *p, size_t n, int64_t now)
  * more, or an enum lg_error (as a negative) on a malformed response.
  */
 static int
-feed(struct client *c, const char *p, size_t n, int64_t now)
+feed(struct client *c, const char *p, size_t n, int64_t now,
+     int64_t arrival)
 {
     size_t take, consumed;
     int rc;
@@ -717,31 +740,80 @@ feed(struct client *c, const char *p, size_t n, int64_t now)
         return 0;
     if (c->chunked) {
         rc = http_chunked_feed(&c->dec, p, n, &run.scratch, &consumed);
-        body_bytes(c, buf_ptr(&run.scratch), buf_len(&run.scratch), now);
+        body_bytes(c, buf_ptr(&run.scratch), buf_len(&run.scratch), now,
+                   arrival);
         buf_reset(&run.scratch);
         if (rc < 0)
             return -LE_PARSE;
         return rc == 1;
     }
     if (c->until_close) {
-        body_bytes(c, p, n, now);
+        body_bytes(c, p, n, now, arrival);
         return 0;
     }
     take = (int64_t)n < c->left ? n : (size_t)c->left;
-    body_bytes(c, p, take, now);
+    body_bytes(c, p, take, now, arrival);
     c->left -= (int64_t)take;
     return c->left == 0;
+}
+
+/*
+ * The kernel's receive timestamp in a recvmsg() control buffer, on
+ * gw_now_us()'s clock; -1 when there is none.
+ */
+static int64_t
+arrival_time(struct msghdr *mh)
+{
+    struct cmsghdr *cm;
+
+    for (cm = CMSG_FIRSTHDR(mh); cm != NULL; cm = CMSG_NXTHDR(mh, cm)) {
+        if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_TIMESTAMPNS) {
+            struct timespec ts;
+
+            memcpy(&ts, CMSG_DATA(cm), sizeof(ts));
+            return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000
+                   - run.real_minus_mono;
+        }
+    }
+    return -1;
+}
+
+/*
+ * CLOCK_REALTIME (the kernel's receive timestamps) minus gw_now_us(),
+ * read between two gw_now_us() calls to halve the error.
+ */
+static int64_t
+real_minus_mono(void)
+{
+    struct timespec ts;
+    int64_t a, b;
+
+    a = gw_now_us();
+    clock_gettime(CLOCK_REALTIME, &ts);
+    b = gw_now_us();
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000 - (a + b) / 2;
 }
 
 /* One read() on a readable socket (see the file comment for why one). */
 static void
 on_readable(struct client *c, char *rbuf)
 {
+    union {
+        struct cmsghdr align;
+        char b[CMSG_SPACE(sizeof(struct timespec))];
+    } ctl;
+    struct iovec iov = { rbuf, LG_READ_SIZE };
+    struct msghdr mh;
     ssize_t n;
     int64_t now;
     int rc;
 
-    n = recv(c->fd, rbuf, LG_READ_SIZE, 0);
+    memset(&mh, 0, sizeof(mh));
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    mh.msg_control = ctl.b;
+    mh.msg_controllen = sizeof(ctl.b);
+    n = recvmsg(c->fd, &mh, 0);
     now = gw_now_us();
     if (n == -1 && (errno == EAGAIN || errno == EWOULDBLOCK
                     || errno == EINTR))
@@ -765,7 +837,7 @@ on_readable(struct client *c, char *rbuf)
             fail_client(c, LE_EOF, now);
         return;
     }
-    rc = feed(c, rbuf, (size_t)n, now);
+    rc = feed(c, rbuf, (size_t)n, now, arrival_time(&mh));
     if (rc < 0)
         fail_client(c, (enum lg_error)-rc, now);
     else if (rc == 1)
@@ -992,6 +1064,33 @@ self_cpu_ms(void)
            + (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1000.0;
 }
 
+/*
+ * "KEY":{"all":{...},"leader":{...},...}, the distribution of the good
+ * requests' ttfb_us (or, with 'arrival', arrival_us) overall and per
+ * role that occurred.  'v' has room for every record.
+ */
+static void
+print_by_role(const char *key, int arrival, int64_t *v)
+{
+    size_t n;
+
+    printf("\"%s\":{", key);
+    for (int k = -1; k < ROLE_COUNT; k++) {
+        n = 0;
+        for (size_t i = 0; i < run.nrecs; i++) {
+            const struct record *r = &run.recs[i];
+            int64_t t = arrival ? r->arrival_us : r->ttfb_us;
+
+            if (is_ok(r) && t >= 0 && (k < 0 || r->role == k))
+                v[n++] = t;
+        }
+        if (k >= 0 && n == 0)
+            continue;           /* roles that did not occur */
+        print_dist(k < 0 ? "" : ",", k < 0 ? "all" : role_names[k], v, n);
+    }
+    printf("},");
+}
+
 /* The summary object on stdout.  Returns the count of bad requests. */
 static size_t
 print_summary(int64_t wall_us)
@@ -1051,18 +1150,9 @@ print_summary(int64_t wall_us)
     for (int k = 0; k < ROLE_COUNT; k++)
         printf("\"%s\":%zu%s", role_names[k], nrole[k],
                k + 1 < ROLE_COUNT ? "," : "");
-    printf("},\"ttfb_ms\":{");
-    for (int k = -1; k < ROLE_COUNT; k++) {
-        n = 0;
-        for (size_t i = 0; i < run.nrecs; i++)
-            if (is_ok(&run.recs[i]) && run.recs[i].ttfb_us >= 0
-                && (k < 0 || run.recs[i].role == k))
-                v[n++] = run.recs[i].ttfb_us;
-        if (k >= 0 && n == 0)
-            continue;           /* roles that did not occur */
-        print_dist(k < 0 ? "" : ",", k < 0 ? "all" : role_names[k], v, n);
-    }
     printf("},");
+    print_by_role("ttfb_ms", 0, v);
+    print_by_role("arrival_ms", 1, v);
     n = 0;
     for (size_t i = 0; i < run.nrecs; i++)
         if (is_ok(&run.recs[i]))
@@ -1097,10 +1187,11 @@ write_records(const char *path)
 
         fprintf(f, "{\"client\":%u,\"status\":%d,\"role\":\"%s\","
                 "\"error\":\"%s\",\"send_us\":%lld,\"ttfb_us\":%lld,"
-                "\"done_us\":%lld,\"hash\":\"%016llx\",\"bytes\":%llu}%s\n",
+                "\"arrival_us\":%lld,\"done_us\":%lld,\"hash\":\"%016llx\",\"bytes\":%llu}%s\n",
                 (unsigned)r->client, (int)r->status, role_names[r->role],
                 error_names[r->err], (long long)r->send_us,
-                (long long)r->ttfb_us, (long long)r->done_us,
+                (long long)r->ttfb_us, (long long)r->arrival_us,
+                (long long)r->done_us,
                 (unsigned long long)r->hash, (unsigned long long)r->bytes,
                 i + 1 < run.nrecs ? "," : "");
     }
@@ -1257,6 +1348,7 @@ main(int argc, char **argv)
      * other system call in between, so the gateway sees them as close
      * together as one thread can write them.
      */
+    run.real_minus_mono = real_minus_mono();
     run.t0 = gw_now_us();
     run.loop_end = run.t0 + (int64_t)(opt.loop_s * 1e6);
     for (size_t i = 0; i < run.nclients; i++) {
