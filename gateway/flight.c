@@ -171,7 +171,7 @@ flight_reader_init(struct flight_reader *r)
 void
 flight_reader_destroy(struct flight_reader *r)
 {
-    assert(r->where == FLIGHT_READER_RUNNING && r->batch == NULL);
+    assert(r->where == FLIGHT_READER_RUNNING && !r->helper);
     pthread_cond_destroy(&r->cv);
 }
 
@@ -189,8 +189,9 @@ park_locked(struct flight *f, struct flight_reader *r)
     f->nparked++;
 }
 
+/* Take 'r' out of the parked list; it keeps its 'where'.  Lock held. */
 static void
-unpark_locked(struct flight *f, struct flight_reader *r)
+unlink_locked(struct flight *f, struct flight_reader *r)
 {
     assert(r->where == FLIGHT_READER_PARKED);
     if (r->prev != NULL)
@@ -202,8 +203,15 @@ unpark_locked(struct flight *f, struct flight_reader *r)
     else
         f->parked_tail = r->prev;
     r->next = r->prev = NULL;
-    r->where = FLIGHT_READER_RUNNING;
     f->nparked--;
+}
+
+/* Its own thread takes 'r' out of the parked list.  Lock held. */
+static void
+unpark_locked(struct flight *f, struct flight_reader *r)
+{
+    unlink_locked(f, r);
+    r->where = FLIGHT_READER_RUNNING;
     metrics_parked_add(-1);
 }
 
@@ -233,15 +241,59 @@ flight_claim(struct flight *f, size_t *count)
     return list;
 }
 
-void
-flight_delegate(struct flight *f, struct flight_reader *d,
-                struct flight_reader *batch)
+/*
+ * Readers parked before the last append are behind; those parked since
+ * (on their own, or released caught up) are not, and a parked reader is
+ * never further behind than one parked earlier.  So the behind ones are
+ * the front of the FIFO.  Lock held.
+ */
+static int
+behind_locked(const struct flight *f, const struct flight_reader *r)
 {
+    return r != NULL && r->index < f->nchunks;
+}
+
+struct flight_reader *
+flight_take(struct flight *f, size_t max, size_t *left)
+{
+    struct flight_reader *list = NULL, **tail = &list, *r;
+
     gw_mutex_lock(&f->lock);
-    assert(d->where == FLIGHT_READER_CLAIMED);
-    d->batch = batch;
-    hand_back_locked(d);
+    for (size_t n = 0; n < max && behind_locked(f, f->parked); n++) {
+        r = f->parked;
+        unlink_locked(f, r);
+        r->where = FLIGHT_READER_CLAIMED;   /* 'next' links the list */
+        *tail = r;
+        tail = &r->next;
+    }
+    *left = f->nparked;
     gw_mutex_unlock(&f->lock);
+    return list;
+}
+
+size_t
+flight_call_helpers(struct flight *f, size_t max, size_t per)
+{
+    struct flight_reader *r;
+    size_t n;
+
+    assert(per > 0);
+    gw_mutex_lock(&f->lock);
+    n = f->nparked / per;       /* all behind, right after an append */
+    if (n > max)
+        n = max;
+    for (size_t i = 0; i < n; i++) {
+        r = f->parked;
+        if (!behind_locked(f, r)) {
+            n = i;
+            break;
+        }
+        unlink_locked(f, r);
+        r->helper = 1;
+        hand_back_locked(r);
+    }
+    gw_mutex_unlock(&f->lock);
+    return n;
 }
 
 void
@@ -291,7 +343,7 @@ ready_locked(const struct flight *f, size_t index)
 
 /*
  * Park 'r' until it is handed back or 'deadline' passes.  A wait that
- * times out while the leader (or a delegate) holds the reader must not
+ * times out while the leader (or a helper) holds the reader must not
  * run before the release: it asks to be signalled then, and if it was
  * parked again it leaves with GW_ETIMEDOUT all the same (the caller sees
  * from r->index whether the holder wrote anything meanwhile).  Lock held.
@@ -327,7 +379,7 @@ flight_wait(struct flight *f, struct flight_reader *r, int64_t deadline,
     int rc = 0;
 
     gw_mutex_lock(&f->lock);
-    assert(r->where == FLIGHT_READER_RUNNING && r->batch == NULL);
+    assert(r->where == FLIGHT_READER_RUNNING && !r->helper);
     if (!ready_locked(f, r->index))
         rc = park_wait_locked(f, r, deadline);
     index = r->index;               /* the leader may have moved it */

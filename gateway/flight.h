@@ -14,20 +14,22 @@
  *    and write the bytes after unlocking).
  *  - A reader that has sent everything there is PARKS: it sleeps on its
  *    own condition variable in the flight's parked list.  After each
- *    append the leader CLAIMS the parked readers, writes the new bytes to
- *    each one's socket itself, without ever blocking (proxy.c), and
- *    RELEASES them: a reader that took everything stays parked and asleep;
- *    one whose socket was full (or gone) is handed back to its own thread
- *    and signalled, and goes on at its own pace.  A long claimed list
- *    is shared out: the leader hands parts of it to the threads of some
- *    of the readers in it (DELEGATES), one part per CPU.  With
- *    [coalesce] leader_writes = off the leader hands every parked reader
- *    back at once, and each writes its own bytes: the design card's
- *    shape.  Why: a thread wake-up costs two context switches and a turn
- *    at the flight's mutex; with 1,000 followers on two cores that made
- *    the first chunk reach the last follower 29 ms after the leader, and
- *    the writes from the leader and a delegate halve that, for half the
- *    CPU (docs/BENCHMARKS.md).
+ *    append the leader TAKES the parked readers a few at a time (CLAIMS
+ *    them), writes the new bytes to each one's socket itself, without
+ *    ever blocking (proxy.c), and RELEASES them: a reader that took
+ *    everything is parked again, still asleep; one whose socket was full
+ *    (or gone) is handed back to its own thread and signalled, and goes
+ *    on at its own pace.  When many readers are behind, the leader first
+ *    wakes the threads of a few of them (HELPERS, one per CPU), which
+ *    take and write alongside it until nobody is behind, so the writes
+ *    run on every core and a writer the scheduler holds back leaves its
+ *    share to the others.  With [coalesce] leader_writes = off
+ *    the leader hands every parked reader back at once, and each writes
+ *    its own bytes: the design card's shape.  Why: a thread wake-up costs
+ *    two context switches and a turn at the flight's mutex; with 1,000
+ *    followers on two cores that made the first chunk reach the last
+ *    follower 29 ms after the leader, and the writes from the leader and
+ *    a helper halve that, for half the CPU (docs/BENCHMARKS.md).
  *  - The flight's end hands every parked reader back.
  *  - Memory lives until the last reference is dropped (an atomic
  *    count): the coalescer's map holds one, the leader thread one, and
@@ -63,7 +65,8 @@ struct flight_chunk {
 /*
  * Where a reader is, and so who may touch its client and 'index':
  * RUNNING - its own thread; PARKED - nobody (its thread sleeps, the
- * leader may claim it); CLAIMED - the leader, until it releases it.
+ * leader or a helper may claim it); CLAIMED - the leader or the helper
+ * that claimed it, until it releases it.
  * 'where' changes only under the flight's lock, which orders the two
  * threads' accesses to the rest.
  */
@@ -81,9 +84,10 @@ struct flight_reader {
     int waiting;                    /* (L) timed out while claimed */
     int parkable;                   /* set by the claimer: caught up */
     size_t index;                   /* next chunk to send (see 'where') */
-    struct flight_reader *batch;    /* claimed readers this reader's
-                                       thread writes for and releases
-                                       (flight_delegate) */
+    int helper;                     /* set under the lock as it is
+                                       handed back to help take and write
+                                       (flight_call_helpers); then its
+                                       own thread's, which clears it */
 };
 
 struct flight {
@@ -202,17 +206,28 @@ void flight_span_release(struct flight_span *s);
 struct flight_reader *flight_claim(struct flight *f, size_t *count);
 
 /*
- * Leader only.  Share the writing: hand claimed reader 'd' back to its
- * thread with 'batch', a list of further claimed readers (linked by
- * 'next', not containing 'd') that the thread now holds: it writes for
- * them, sets their 'parkable', and gives them back with flight_release().
- * Leader and delegates then write on as many cores as there are.
+ * Leader or helper.  Take up to 'max' of the parked readers that are
+ * behind (index < nchunks), oldest first: they become CLAIMED and are
+ * returned as a list linked by 'next' (NULL when none is behind).  The
+ * caller owns them as with flight_claim() and gives them back with
+ * flight_release(); a helper may still hold some when the leader
+ * appends again, and they are then handed back (not caught up).
+ * OUT *left: readers still parked, behind or not.
  */
-void flight_delegate(struct flight *f, struct flight_reader *d,
-                     struct flight_reader *batch);
+struct flight_reader *flight_take(struct flight *f, size_t max,
+                                  size_t *left);
 
 /*
- * Leader or delegate.  Give claimed readers back: 'parkable' ones that are
+ * Leader only, right after an append.  Share the writing: hand up to
+ * 'max' of the oldest parked readers, one per 'per' parked readers,
+ * back to their threads with 'helper' set; such a thread serves its own
+ * client, then takes and writes (flight_take) alongside the leader until
+ * nobody is behind, then clears 'helper'.  Returns how many it called.
+ */
+size_t flight_call_helpers(struct flight *f, size_t max, size_t per);
+
+/*
+ * Leader or helper.  Give claimed readers back: 'parkable' ones that are
  * caught up with the flight (and it is still running) are parked again,
  * still asleep; the others are handed back to their threads (RUNNING)
  * and signalled.  The readers must not be touched afterwards.
@@ -237,7 +252,7 @@ void flight_wake_all(struct flight *f);
  * and the client's state move then).  OUT *v: a snapshot with up to 16
  * chunk pointers from r->index on; they stay valid while the caller holds
  * its reference.  Call only with nothing of the reader's own left to
- * write, and with r->batch handled (a delegate's first job after the
+ * write, and with r->helper handled (a helper's first job after the
  * wait).  A wait that times out while the leader holds the reader ends
  * when the leader releases it.
  * Returns 0, or GW_ETIMEDOUT (v is still filled).

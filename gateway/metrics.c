@@ -38,6 +38,7 @@ static struct {
     _Atomic int64_t flights;
     _Atomic int64_t parked;
     _Atomic uint64_t pushed;
+    _Atomic uint64_t helpers;
 } m;
 
 static const char *const route_names[ROUTE_COUNT] = {
@@ -152,6 +153,12 @@ metrics_pushed(uint64_t chunks)
     atomic_fetch_add_explicit(&m.pushed, chunks, memory_order_relaxed);
 }
 
+void
+metrics_helpers(uint64_t n)
+{
+    atomic_fetch_add_explicit(&m.helpers, n, memory_order_relaxed);
+}
+
 int64_t
 metrics_connections_active(void)
 {
@@ -246,9 +253,13 @@ metrics_render(struct buf *out, const struct gw_config *cfg)
             "# TYPE infergw_coalesce_parked gauge\n"
             "infergw_coalesce_parked %lld\n"
             "# HELP infergw_coalesce_pushed_chunks_total Chunks the upstream "
-            "thread (or a delegate) wrote for parked clients.\n"
+            "thread (or a helper) wrote for parked clients.\n"
             "# TYPE infergw_coalesce_pushed_chunks_total counter\n"
-            "infergw_coalesce_pushed_chunks_total %llu\n",
+            "infergw_coalesce_pushed_chunks_total %llu\n"
+            "# HELP infergw_coalesce_helpers_total Follower threads woken "
+            "to help the upstream thread write a chunk to parked clients.\n"
+            "# TYPE infergw_coalesce_helpers_total counter\n"
+            "infergw_coalesce_helpers_total %llu\n",
             (unsigned long long)LOAD(m.upstream_calls),
             (long long)LOAD(m.connections),
             (unsigned long long)LOAD(m.connections_total),
@@ -257,7 +268,8 @@ metrics_render(struct buf *out, const struct gw_config *cfg)
             (unsigned long long)LOAD(m.followers),
             (long long)LOAD(m.flights),
             (long long)LOAD(m.parked),
-            (unsigned long long)LOAD(m.pushed));
+            (unsigned long long)LOAD(m.pushed),
+            (unsigned long long)LOAD(m.helpers));
     if (rc == 0)
         rc = buf_append_str(out,
             "# HELP infergw_coalesce_followers_by_tenant_total Followers by "

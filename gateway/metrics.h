@@ -60,6 +60,7 @@ void metrics_coalesce_bypass(enum metrics_bypass b);
 void metrics_flights_add(int delta);
 void metrics_parked_add(int delta);     /* clients parked in flights */
 void metrics_pushed(uint64_t chunks);   /* chunks written for parked ones */
+void metrics_helpers(uint64_t n);       /* helper threads woken to write */
 
 /* Current values, for tests and the drain log. */
 int64_t metrics_connections_active(void);

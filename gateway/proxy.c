@@ -205,10 +205,14 @@ enum push_result {
 #define PUSH_BATCH 16
 
 /*
- * A claimed list is shared out between the leader and delegates when it
- * holds at least this many readers per part (one part per CPU).
+ * Readers the leader or a helper takes at a time (flight_take).  Small,
+ * so that a writer the scheduler holds back holds few readers up; each
+ * take is one turn at the flight's lock.
  */
-#define PUSH_PART_MIN 64
+#define PUSH_TAKE 8
+
+/* One helper per this many parked readers, at most one per CPU. */
+#define PUSH_PER_HELPER 64
 
 static void
 relay_init(struct relay *r, struct conn *c)
@@ -251,7 +255,7 @@ keep_unsent(struct relay *r, const struct iovec *iov, int cnt, size_t skip)
  * other.  The head goes with the first bytes (conn_begin() from 'h' if
  * the reader has not begun).  What the socket does not take of a batch
  * stays in r->pending, for the reader's own thread (or a later push).
- * The caller holds the reader (the leader, a delegate, or its thread).
+ * The caller holds the reader (the leader, a helper, or its thread).
  */
 static enum push_result
 push(struct relay *r, const struct flight_span *span,
@@ -343,27 +347,36 @@ push_list(struct flight *f, struct flight_reader *list,
 }
 
 /*
- * A delegate's job (flight_delegate): push the flight to the readers
- * the leader handed over, then give them back.
+ * A helper's job (flight_call_helpers), on its own thread: its own
+ * client first, as the leader does, then the parked readers that are
+ * behind, a few at a time, alongside the leader until none is left.
+ * Its own client's leftovers (r->pending) are for relay_flight().
  */
 static void
-push_delegated(struct relay *d, struct flight *f)
+help(struct relay *r, struct flight *f)
 {
-    struct flight_reader *list = d->fr.batch, *fr;
+    struct flight_reader *list, *fr;
     struct flight_span span;
     struct flight_head h;
-    size_t lo = SIZE_MAX;
+    size_t lo, left;
 
-    d->fr.batch = NULL;
-    for (fr = list; fr != NULL; fr = fr->next)
-        if (fr->index < lo)
-            lo = fr->index;
-    if (flight_copy_span(f, lo, &h, &span) != 0) {
-        push_list(f, list, &span, &h, 0);   /* each on its own, then */
-        return;
+    r->fr.helper = 0;
+    if (flight_copy_span(f, r->fr.index, &h, &span) == 0) {
+        push(r, &span, &h);
+        flight_span_release(&span);
     }
-    push_list(f, list, &span, &h, 1);
-    flight_span_release(&span);
+    while ((list = flight_take(f, PUSH_TAKE, &left)) != NULL) {
+        lo = SIZE_MAX;
+        for (fr = list; fr != NULL; fr = fr->next)
+            if (fr->index < lo)
+                lo = fr->index;
+        if (flight_copy_span(f, lo, &h, &span) != 0) {
+            push_list(f, list, &span, &h, 0);   /* each on its own, then */
+            continue;
+        }
+        push_list(f, list, &span, &h, 1);
+        flight_span_release(&span);
+    }
 }
 
 /* The leader's state inside its upstream callbacks. */
@@ -396,44 +409,35 @@ leader_detach_client(struct leader *l)
 
 /*
  * After an append: the leader's own client first, then every parked
- * follower, each as far as its socket takes without waiting.  A long
- * list is shared out: one part per CPU, each further part handed to the
- * thread of its first reader (a delegate), so that the writes run on
- * every core.  A follower that could not take everything, or is gone,
- * goes back to its own thread.
+ * follower, each as far as its socket takes without waiting, a few at a
+ * time.  With many, the threads of some of them are woken first to help
+ * (help()), one per CPU, so that the writes run on every core.  That is
+ * one writer more than there are cores, on purpose: waking a helper
+ * often costs the leader its core for milliseconds (the scheduler runs
+ * the woken thread in its place), and with the work shared a few at a
+ * time, whichever writers run meanwhile do it all.  A follower that
+ * could not take everything, or is gone, goes back to its own thread.
+ * With leader_writes off, every parked follower goes back to its own
+ * thread at once.
  */
 static void
 leader_flush(struct leader *l)
 {
-    struct flight_reader *list, *part, *fr;
+    struct flight_reader *list;
     struct flight_span span;
-    size_t n, parts, per;
+    size_t n;
 
     flight_leader_span(l->f, &span);
     if (l->attached && push(&l->self, &span, &l->head) == PUSH_GONE)
         leader_detach_client(l);
-    list = flight_claim(l->f, &n);
-    parts = l->writes ? n / PUSH_PART_MIN : 1;
-    if (parts > l->ncpu)
-        parts = l->ncpu;
-    if (parts > 1) {
-        /* The leader keeps the first part; the others go to delegates. */
-        per = (n + parts - 1) / parts;
-        part = list;
-        for (size_t k = 0; part != NULL; k++) {
-            struct flight_reader *next_part;
-
-            fr = part;
-            for (size_t i = 1; i < per && fr->next != NULL; i++)
-                fr = fr->next;
-            next_part = fr->next;
-            fr->next = NULL;
-            if (k > 0)
-                flight_delegate(l->f, part, part->next);
-            part = next_part;
-        }
+    if (!l->writes) {
+        list = flight_claim(l->f, &n);
+        push_list(l->f, list, &span, &l->head, 0);
+        return;
     }
-    push_list(l->f, list, &span, &l->head, l->writes);
+    metrics_helpers(flight_call_helpers(l->f, l->ncpu, PUSH_PER_HELPER));
+    while ((list = flight_take(l->f, PUSH_TAKE, &n)) != NULL)
+        push_list(l->f, list, &span, &l->head, 1);
 }
 
 /*
@@ -571,8 +575,11 @@ relay_flight(struct relay *r, struct flight *f)
         }
         before = r->fr.index;
         rc = flight_wait(f, &r->fr, deadline, &v);
-        if (r->fr.batch != NULL)
-            push_delegated(r, f);               /* others' turn first */
+        if (r->fr.helper) {
+            help(r, f);
+            deadline = gw_now_ms() + limit;
+            continue;           /* 'v' is from before help() wrote */
+        }
         if (r->fr.index != before)
             deadline = gw_now_ms() + limit;     /* the leader wrote some */
         if (c->broken || buf_len(&r->pending) > 0)

@@ -13,11 +13,12 @@ import re
 from gwtest import (JSON_HEADERS, Connection, build_request, chat_body,
                     metric, normalise, sse_data, wait_for)
 
-from coalesce_util import (BY_TENANT, CHAT, COMPLETIONS, PUSHED, REQUESTS,
-                           assert_complete_stream, assert_same_bodies,
-                           counter, events_of, expect_state, finish,
-                           finish_all, held_trio, hold_invariant, new_tag,
-                           role, roles, send, start, wait_state)
+from coalesce_util import (BY_TENANT, CHAT, COMPLETIONS, HELPERS, PUSHED,
+                           REQUESTS, assert_complete_stream,
+                           assert_same_bodies, counter, events_of,
+                           expect_state, finish, finish_all, held_trio,
+                           hold_invariant, new_tag, role, roles, send, start,
+                           wait_state)
 
 
 def demo_body(tag, content="Explain request coalescing", **extra):
@@ -174,8 +175,10 @@ def test_200_concurrent_identical_one_call(t):
     wait_state(g, m, completions=1, upstream=1, leaders=1,
                followers=n - 1, flights=0, parked=0)
     # Every follower was parked when the first chunk came: the upstream
-    # thread and its delegates (the list is shared out per CPU) wrote it.
+    # thread and its helpers (one per CPU, woken for lists this long)
+    # wrote it.
     assert counter(g, PUSHED) >= n - 1, counter(g, PUSHED)
+    assert counter(g, HELPERS) >= 1, counter(g, HELPERS)
 
 
 def test_leader_writes_for_parked_followers(t):
@@ -194,6 +197,8 @@ def test_leader_writes_for_parked_followers(t):
     assert_same_bodies(streams, "leader vs followers")
     wait_state(g, m, completions=1, flights=0, parked=0)
     assert counter(g, PUSHED) >= 2, counter(g, PUSHED)
+    # Two followers are too few to wake a helper thread for.
+    expect_state(g, m, helpers=0)
 
 
 def test_http10_follower_pushed_close_delimited(t):

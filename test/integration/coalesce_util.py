@@ -37,6 +37,7 @@ BYPASS = "infergw_coalesce_bypass_total"
 FLIGHTS = "infergw_flights_active"
 PARKED = "infergw_coalesce_parked"
 PUSHED = "infergw_coalesce_pushed_chunks_total"
+HELPERS = "infergw_coalesce_helpers_total"
 UPSTREAM = "infergw_upstream_requests_total"
 REQUESTS = "infergw_requests_total"
 
@@ -207,6 +208,8 @@ def _gateway_value(gm, k):
         return metric(gm, PARKED)
     if k == "pushed":
         return metric(gm, PUSHED)
+    if k == "helpers":
+        return metric(gm, HELPERS)
     if k == "upstream":
         return metric(gm, UPSTREAM)
     if k.startswith("bypass_"):

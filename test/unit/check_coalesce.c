@@ -200,7 +200,7 @@ struct waiter {
     int64_t deadline;           /* of one wait; 0: +5 s */
     int once;                   /* return after one wait */
     _Atomic int returned;
-    int delegated;              /* batch sizes it wrote for */
+    int helped;                 /* readers it wrote for as a helper */
     int rc;
     size_t got;
     size_t count;
@@ -217,16 +217,19 @@ wait_all(void *p)
         w->rc = flight_wait(w->f, &w->r, w->deadline != 0 ? w->deadline
                                                       : gw_now_ms() + 5000,
                             &v);
-        if (w->r.batch != NULL) {
-            /* A delegate: "write" everything to the batch, release it. */
-            for (struct flight_reader *fr = w->r.batch; fr != NULL;
-                 fr = fr->next) {
-                fr->index = v.nchunks;
-                fr->parkable = 1;
-                w->delegated++;
+        if (w->r.helper) {
+            /* A helper: "write" to the readers behind, one at a time. */
+            struct flight_reader *list;
+            size_t left;
+
+            w->r.helper = 0;
+            while ((list = flight_take(w->f, 1, &left)) != NULL) {
+                ck_assert_ptr_null(list->next);
+                list->index = v.nchunks;
+                list->parkable = 1;
+                w->helped++;
+                flight_release(w->f, list);
             }
-            flight_release(w->f, w->r.batch);
-            w->r.batch = NULL;
         }
         w->count = v.count;
         w->r.index += v.count;
@@ -427,21 +430,80 @@ START_TEST(test_timeout_while_claimed_waits_for_release)
 END_TEST
 
 /*
- * The leader shares a claimed list out: the first reader's thread gets
- * the rest as its batch, writes for them and parks them again; nobody
- * else wakes.
+ * flight_take() hands out only readers that are behind, oldest first, at
+ * most 'max' at a time; one released caught up is parked again and not
+ * taken again until the next append.
  */
-START_TEST(test_delegate_writes_for_its_batch)
+START_TEST(test_take_only_the_readers_behind)
 {
     struct coalescer *co = coalescer_new(&cfg);
     unsigned char k[FLIGHT_KEY_LEN];
     struct waiter w[3];
     pthread_t t[3];
     struct flight *a;
-    struct flight_reader *list;
+    struct flight_reader *list, *third;
     enum metrics_bypass why;
-    int delegates = 0, delegated = 0;
-    size_t n;
+    size_t left;
+
+    key_of("{}", k);
+    ck_assert_int_eq(coalescer_join(co, k, &a, &why), COALESCE_LEADER);
+    flight_set_head(a, 200, NULL, -1);
+    spawn_followers(co, k, w, t, 3, 0, 0);
+    ck_assert(await_parked(a, 3));
+    /* Nobody is behind before the first chunk. */
+    ck_assert_ptr_null(flight_take(a, 8, &left));
+    ck_assert_uint_eq(left, 3);
+    ck_assert_int_eq(flight_append(a, "x", 1, 1 << 20), 0);
+    list = flight_take(a, 2, &left);
+    ck_assert_ptr_nonnull(list);
+    ck_assert_ptr_nonnull(list->next);
+    ck_assert_ptr_null(list->next->next);
+    ck_assert_uint_eq(left, 1);
+    ck_assert_int_eq(list->where, FLIGHT_READER_CLAIMED);
+    for (struct flight_reader *fr = list; fr != NULL; fr = fr->next) {
+        fr->index = 1;
+        fr->parkable = 1;
+    }
+    flight_release(a, list);                /* parked behind the third */
+    third = flight_take(a, 8, &left);
+    ck_assert_ptr_nonnull(third);
+    ck_assert_ptr_null(third->next);
+    ck_assert_uint_eq(third->index, 0);
+    ck_assert_uint_eq(left, 2);
+    third->index = 1;
+    third->parkable = 1;
+    flight_release(a, third);
+    ck_assert_ptr_null(flight_take(a, 8, &left));
+    ck_assert_uint_eq(left, 3);
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(atomic_load(&w[i].returned), 0);
+    coalescer_finish(co, a, 0, NULL);
+    for (int i = 0; i < 3; i++) {
+        pthread_join(t[i], NULL);
+        ck_assert_uint_eq(w[i].got, 1);
+        flight_reader_destroy(&w[i].r);
+        coalescer_detach(co, w[i].f);
+    }
+    coalescer_detach(co, a);
+    flight_unref(a);
+    coalescer_free(co);
+}
+END_TEST
+
+/*
+ * The leader calls a helper: one reader's thread is handed back, takes
+ * the other readers that are behind, writes for them and parks them
+ * again, then itself; nobody else wakes.  One helper per 'per' readers.
+ */
+START_TEST(test_helper_writes_for_the_others)
+{
+    struct coalescer *co = coalescer_new(&cfg);
+    unsigned char k[FLIGHT_KEY_LEN];
+    struct waiter w[3];
+    pthread_t t[3];
+    struct flight *a;
+    enum metrics_bypass why;
+    int helpers = 0, helped = 0;
 
     key_of("{}", k);
     ck_assert_int_eq(coalescer_join(co, k, &a, &why), COALESCE_LEADER);
@@ -449,25 +511,22 @@ START_TEST(test_delegate_writes_for_its_batch)
     spawn_followers(co, k, w, t, 3, 0, 0);
     ck_assert(await_parked(a, 3));
     ck_assert_int_eq(flight_append(a, "x", 1, 1 << 20), 0);
-    list = flight_claim(a, &n);
-    ck_assert_uint_eq(n, 3);
-    flight_delegate(a, list, list->next);
-    /* The delegate parks its batch and then itself, all at index 1. */
+    ck_assert_uint_eq(flight_call_helpers(a, 5, 4), 0);    /* 3 / 4 */
+    ck_assert_uint_eq(flight_call_helpers(a, 5, 2), 1);    /* 3 / 2 */
+    /* The helper parks the other two and then itself, all at index 1. */
     ck_assert(await_parked(a, 3));
-    for (int i = 0; i < 3; i++)
-        ck_assert_int_eq(atomic_load(&w[i].returned), 0);
     coalescer_finish(co, a, 0, NULL);
     for (int i = 0; i < 3; i++) {
         pthread_join(t[i], NULL);
         ck_assert_uint_eq(w[i].got, 1);
         ck_assert_int_eq(w[i].state, FLIGHT_DONE);
-        delegates += w[i].delegated > 0;
-        delegated += w[i].delegated;
+        helpers += w[i].helped > 0;
+        helped += w[i].helped;
         flight_reader_destroy(&w[i].r);
         coalescer_detach(co, w[i].f);
     }
-    ck_assert_int_eq(delegates, 1);
-    ck_assert_int_eq(delegated, 2);
+    ck_assert_int_eq(helpers, 1);
+    ck_assert_int_eq(helped, 2);
     coalescer_detach(co, a);
     flight_unref(a);
     coalescer_free(co);
@@ -637,7 +696,8 @@ coalesce_suite(void)
     tcase_add_test(tc, test_every_waiter_wakes_on_finish);
     tcase_add_test(tc, test_claim_release_hands_back_only_the_blocked);
     tcase_add_test(tc, test_timeout_while_claimed_waits_for_release);
-    tcase_add_test(tc, test_delegate_writes_for_its_batch);
+    tcase_add_test(tc, test_take_only_the_readers_behind);
+    tcase_add_test(tc, test_helper_writes_for_the_others);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("policy");
