@@ -8,20 +8,25 @@
  * prints "fanout_floor listening port=P", reads one request on each of N
  * connections, and FIRST_MS (default 100, the mock's first-token delay)
  * after the first request arrived, answers all N at once: one writev per
- * client of a complete chunked SSE response with a single event, from
+ * client of the head and the first event of a chunked SSE response, from
  * WRITERS threads (default: one per CPU), started together and taking
- * the clients in arrival order, the first client first.  That client's
+ * the clients in arrival order, the first client first, FF_TAKE at a
+ * time from a shared counter (so a writer the scheduler holds back
+ * leaves the rest to the others, as infergw's helpers do).  That client's
  * response carries "X-Infergw-Coalesce: leader", the others "follower",
  * so tools/loadgen reports the same leader-to-follower gap as against
- * infergw.  Then it exits.
+ * infergw.  FF_END_MS later (as a stream's next event would come) it
+ * ends every response and closes, and exits.
  *
- * Why: infergw's leader and its delegates do exactly this for a
+ * Why: infergw's leader and its helpers do exactly this for a
  * fan-out's first chunk, plus the upstream read and the bookkeeping.
  * The gap measured here is what the machine (its cores, loopback TCP,
  * and the load generator sharing them) allows any server.
  */
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +41,8 @@
 
 #define FF_MAX_CLIENTS 100000
 #define FF_REQ_MAX 8192
+#define FF_TAKE 8                   /* clients a writer takes at a time */
+#define FF_END_MS 45                /* the mock's gap between events */
 
 struct client {
     int fd;
@@ -50,6 +57,7 @@ static struct {
     size_t n;
     unsigned writers;
     pthread_barrier_t go;
+    _Atomic size_t next;            /* first client no writer took yet */
 } ff;
 
 #define FF_BODY "data: {\"floor\":true}\n\n"
@@ -63,7 +71,7 @@ answer(size_t k)
 {
     static const char leader[] = FF_HEAD("leader");
     static const char follower[] = FF_HEAD("follower");
-    static const char body[] = "16\r\n" FF_BODY "\r\n0\r\n\r\n";
+    static const char body[] = "16\r\n" FF_BODY "\r\n";
     struct iovec iov[2];
 
     iov[0].iov_base = (void *)(k == 0 ? leader : follower);
@@ -77,11 +85,15 @@ answer(size_t k)
 static void *
 writer(void *arg)
 {
-    size_t w = (size_t)(uintptr_t)arg;
+    size_t k, end;
 
+    (void)arg;
     pthread_barrier_wait(&ff.go);
-    for (size_t k = w; k < ff.n; k += ff.writers)
-        answer(k);
+    while ((k = atomic_fetch_add(&ff.next, FF_TAKE)) < ff.n) {
+        end = k + FF_TAKE < ff.n ? k + FF_TAKE : ff.n;
+        for (; k < end; k++)
+            answer(k);
+    }
     return NULL;
 }
 
@@ -189,9 +201,16 @@ main(int argc, char **argv)
     writer((void *)0);          /* the main thread is writer 0 */
     for (long w = 1; w < writers; w++)
         pthread_join(t[w], NULL);
-    for (size_t i = 0; i < ff.n; i++)
+    /* The end of every body, after a stream's pause. */
+    start = gw_now_ms();
+    while (gw_now_ms() < start + FF_END_MS)
+        poll(NULL, 0, gw_ms_left(start + FF_END_MS));
+    for (size_t i = 0; i < ff.n; i++) {
+        if (write(ff.clients[i].fd, "0\r\n\r\n", 5) != 5)
+            bad = 1;
         close(ff.clients[i].fd);
-    return 0;
+    }
+    return bad;
 
 usage:
     fprintf(stderr, "usage: fanout_floor [-l HOST:PORT] -c N [-f FIRST_MS] "
