@@ -36,7 +36,8 @@
  * Two times to first byte.  'ttfb' is when loadgen's read() returned the
  * first body byte: what a client program sees, but one thread reading
  * N sockets in turn on CPUs it shares with the server adds its own queue
- * to it (at 1,000 clients, about as much as the server's).  'arrival' is
+ * to it (at 1,000 clients on two cores, up to a few milliseconds, the
+ * leader's read included).  'arrival' is
  * when that byte reached the client's socket: the kernel's receive
  * timestamp of the segment (SO_TIMESTAMPNS; on loopback it is taken as
  * the server's send hands the segment over), which no lag of the reader
