@@ -526,6 +526,36 @@ def big_stream_chunks():
     return min(100000, (2 * wmax + (1 << 20)) // 200)
 
 
+def test_stalled_leader_client_does_not_stall_followers(t):
+    """The leader's own client stops reading: the upstream transfer still
+    runs to its end (the upstream loop never blocks on a client socket),
+    the followers get the whole stream on time, and the leader's client
+    gets every byte once it reads again."""
+    m = t.mock()
+    g = t.gateway(m, {"coalesce": {"max_flight_bytes": "64m"}})
+    tag = new_tag()
+    body = chat_body("stalled leader", stream=True,
+                     mock_chunks=big_stream_chunks(), mock_hold=tag)
+    lead = send(g, body, rcvbuf=4096)   # small window; never read yet
+    wait_state(g, m, leaders=1, held=1)
+    fols = [send(g, body) for _ in range(2)]
+    wait_state(g, m, followers=2, held=1)
+    m.release(tag)
+    streams = finish_all(fols, timeout=30)
+    for i, s in enumerate(streams):
+        assert_complete_stream(s, "follower %d" % i)
+        assert role(s) == "follower", role(s)
+    assert_same_bodies(streams, "followers")
+    # The upstream call has ended although the leader's client has not
+    # read a byte: its body is larger than every buffer on the way.
+    wait_state(g, m, completions=1, flights=0)
+    sl = finish(lead, timeout=30)
+    assert role(sl) == "leader", role(sl)
+    assert_complete_stream(sl, "stalled leader")
+    assert sl.body == streams[0].body, "the stalled leader's body differs"
+    wait_state(g, m, completions=1, upstream=1, in_progress=0)
+
+
 def test_slow_follower_does_not_slow_others(t):
     m = t.mock()
     g = t.gateway(m, {"coalesce": {"max_flight_bytes": "64m"}})
