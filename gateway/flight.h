@@ -23,13 +23,13 @@
  *    wakes the threads of a few of them (HELPERS, one per CPU), which
  *    take and write alongside it until nobody is behind, so the writes
  *    run on every core and a writer the scheduler holds back leaves its
- *    share to the others.  With [coalesce] leader_writes = off
- *    the leader hands every parked reader back at once, and each writes
- *    its own bytes: the design card's shape.  Why: a thread wake-up costs
- *    two context switches and a turn at the flight's mutex; with 1,000
+ *    share to the others.  With [coalesce] leader_writes = off the
+ *    leader hands every parked reader back at once, and each writes its
+ *    own bytes: the design card's shape.  Why: a thread wake-up costs two
+ *    context switches and a turn at the flight's mutex; with 1,000
  *    followers on two cores that made the first chunk reach the last
- *    follower 29 ms after the leader, and the writes from the leader and
- *    a helper halve that, for half the CPU (docs/BENCHMARKS.md).
+ *    follower 26-29 ms after the leader, and the leader and its helpers
+ *    take 7-9 ms, for half the CPU (docs/BENCHMARKS.md).
  *  - The flight's end hands every parked reader back.
  *  - Memory lives until the last reference is dropped (an atomic
  *    count): the coalescer's map holds one, the leader thread one, and
@@ -219,7 +219,7 @@ struct flight_reader *flight_take(struct flight *f, size_t max,
 
 /*
  * Leader only, right after an append.  Share the writing: hand up to
- * 'max' of the oldest parked readers, one per 'per' parked readers,
+ * 'max' of the oldest parked readers, one per 'per' (> 0) parked readers,
  * back to their threads with 'helper' set; such a thread serves its own
  * client, then takes and writes (flight_take) alongside the leader until
  * nobody is behind, then clears 'helper'.  Returns how many it called.
