@@ -55,7 +55,6 @@ static struct {
     struct client *clients;
     size_t *order;              /* client indexes in arrival order */
     size_t n;
-    unsigned writers;
     pthread_barrier_t go;
     _Atomic size_t next;            /* first client no writer took yet */
 } ff;
@@ -144,7 +143,6 @@ main(int argc, char **argv)
     if (bad != 0 || n == 0 || optind != argc || writers < 1)
         goto usage;
     ff.n = (size_t)n;
-    ff.writers = (unsigned)writers;
     ff.clients = calloc(ff.n, sizeof(*ff.clients));
     ff.order = calloc(ff.n, sizeof(*ff.order));
     t = calloc((size_t)writers, sizeof(*t));
