@@ -4,27 +4,11 @@ drain_timeout, a second signal."""
 import re
 import select
 import signal
-import socket
 import time
 
 from gwtest import (HttpError, assert_error, budget, chat_body, connect,
-                    parse_response, port_refuses, sse_events, wait_for)
-
-
-def _read_all(s, timeout):
-    """Read until EOF/reset or timeout; (bytes, closed)."""
-    s.settimeout(budget(timeout))
-    data = b""
-    try:
-        while True:
-            d = s.recv(65536)
-            if not d:
-                return data, True
-            data += d
-    except (ConnectionResetError, ConnectionAbortedError):
-        return data, True
-    except socket.timeout:
-        return data, False
+                    parse_response, port_refuses, recv_all, sse_events,
+                    wait_for)
 
 
 def _overloaded_answer(port):
@@ -37,7 +21,7 @@ def _overloaded_answer(port):
                 s.sendall(b"GET /healthz HTTP/1.1\r\nHost: gw\r\n\r\n")
             except (BrokenPipeError, ConnectionResetError):
                 pass
-        return _read_all(s, 5)
+        return recv_all(s, 5)
     finally:
         s.close()
 

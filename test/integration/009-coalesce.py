@@ -15,10 +15,10 @@ from gwtest import (JSON_HEADERS, Connection, build_request, chat_body,
 
 from coalesce_util import (BY_TENANT, CHAT, COMPLETIONS, HELPERS, PUSHED,
                            REQUESTS, assert_complete_stream,
-                           assert_same_bodies, counter, events_of,
-                           expect_state, finish, finish_all, held_trio,
-                           hold_invariant, new_tag, role, roles, send, start,
-                           wait_state)
+                           assert_same_bodies, bypassed_trio, counter,
+                           events_of, expect_state, finish, finish_all,
+                           held_trio, hold_invariant, new_tag, role, roles,
+                           send, start, wait_state)
 
 
 def demo_body(tag, content="Explain request coalescing", **extra):
@@ -274,14 +274,8 @@ def test_temperature_without_seed_bypasses(t):
     tag = new_tag()
     body = chat_body("creative", stream=True, temperature=0.7,
                      mock_hold=tag)
-    conns = [send(g, body) for _ in range(3)]
     # Each goes upstream alone: three holds, not one.
-    wait_state(g, m, held=3, bypass_sampling=3, leaders=0, followers=0)
-    m.release(tag)
-    streams = finish_all(conns)
-    for s in streams:
-        assert_complete_stream(s)
-    assert roles(streams) == ["bypass"] * 3, roles(streams)
+    bypassed_trio(g, m, body, "sampling")
     wait_state(g, m, completions=3, upstream=3)
     # Control: the same request at temperature 0 coalesces.
     tag2 = new_tag()
@@ -312,13 +306,7 @@ def test_omitted_temperature_strict_config_bypasses(t):
     g = t.gateway(m, {"coalesce": {"omitted_temperature": "1.0"}})
     tag = new_tag()
     body = demo_body(tag, "no temperature here")
-    conns = [send(g, body) for _ in range(3)]
-    wait_state(g, m, held=3, bypass_sampling=3, leaders=0)
-    m.release(tag)
-    streams = finish_all(conns)
-    for s in streams:
-        assert_complete_stream(s)
-    assert roles(streams) == ["bypass"] * 3, roles(streams)
+    bypassed_trio(g, m, body, "sampling")
     wait_state(g, m, completions=3, upstream=3)
     # Control: an explicit temperature 0 still coalesces in that config.
     tag2 = new_tag()
@@ -443,13 +431,7 @@ def test_globally_disabled_bypasses(t):
     g = t.gateway(m, {"coalesce": {"enabled": "off"}})
     tag = new_tag()
     body = demo_body(tag, "disabled")
-    conns = [send(g, body) for _ in range(3)]
-    wait_state(g, m, held=3, bypass_disabled=3, leaders=0, followers=0)
-    m.release(tag)
-    streams = finish_all(conns)
-    for s in streams:
-        assert_complete_stream(s)
-    assert roles(streams) == ["bypass"] * 3, roles(streams)
+    bypassed_trio(g, m, body, "disabled")
     wait_state(g, m, completions=3, upstream=3)
 
 

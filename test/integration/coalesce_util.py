@@ -97,6 +97,29 @@ def held_trio(g, m, body, path=CHAT, headers=None):
     return [lead] + rest
 
 
+def bypassed_trio(g, m, body, reason):
+    """Three identical requests that must each go upstream alone,
+    bypassed for 'reason': all three are held at the mock at once, none
+    leads or follows, and each gets its own complete stream marked
+    bypass.  'body' must carry a "mock_hold" tag no earlier request used.
+    Returns the three finished streams."""
+    tag = re.search(rb'"mock_hold":"([^"]+)"', body).group(1).decode()
+    names = {"leaders": 0, "followers": 0, "bypass_" + reason: 0,
+             "completions": 0}
+    base = _state(g, m, names)
+    conns = [send(g, body) for _ in range(3)]
+    wait_state(g, m, held=3, leaders=base["leaders"],
+               followers=base["followers"],
+               **{"bypass_" + reason: base["bypass_" + reason] + 3})
+    m.release(tag)
+    streams = finish_all(conns)
+    for s in streams:
+        assert_complete_stream(s)
+    assert roles(streams) == ["bypass"] * 3, roles(streams)
+    wait_state(g, m, completions=base["completions"] + 3)
+    return streams
+
+
 def start(conn, timeout=None):
     """Read the response head of a sent request: a gwtest.Stream."""
     return Stream(conn, "POST", timeout)
@@ -223,7 +246,7 @@ def wait_state(g, m, timeout=10.0, **want):
     """Poll the gateway's /metrics and the mock's /stats until every named
     value equals the wanted one.  Names: held, completions, aborted,
     in_progress (mock); leaders, followers, flights, upstream, parked,
-    pushed, bypass_<reason>, tenant_<name> (gateway).  Fails at once if a
+    pushed, helpers, bypass_<reason>, tenant_<name> (gateway).  Fails at once if a
     monotonic counter overshoots (more calls than wanted can never come
     back down)."""
     monotonic = {"completions", "aborted", "leaders", "followers",

@@ -242,6 +242,18 @@ class _Reader:
         del self.buf[:maxn]
         return out
 
+    def pieces(self, n, deadline):
+        """Yield the next n bytes as they arrive; returns how many did
+        not (nonzero only at EOF)."""
+        while n > 0:
+            if not self.buf and not self.fill(deadline):
+                break
+            piece = bytes(self.buf[:n])
+            del self.buf[:len(piece)]
+            n -= len(piece)
+            yield piece
+        return n
+
     def read_to_eof(self, deadline):
         while self.fill(deadline):
             pass
@@ -428,14 +440,8 @@ def iter_body(reader, resp, deadline, method="GET"):
                         resp.clean_end = True
                         return
                     resp.trailers.append(t)
-            left = size
-            while left > 0:
-                if not reader.buf and not reader.fill(deadline):
-                    return
-                piece = bytes(reader.buf[:left])
-                del reader.buf[:len(piece)]
-                left -= len(piece)
-                yield piece
+            if (yield from reader.pieces(size, deadline)):
+                return                  # EOF inside the chunk
             crlf = reader.read_exact(2, deadline)
             if crlf != b"\r\n":
                 if len(crlf) < 2:
@@ -446,14 +452,8 @@ def iter_body(reader, resp, deadline, method="GET"):
                 len(resp.headers.get_all("Content-Length")) != 1:
             raise HttpError("bad Content-Length %r" % cl)
         resp.framing = "length"
-        left = int(cl)
-        while left > 0:
-            if not reader.buf and not reader.fill(deadline):
-                return
-            piece = bytes(reader.buf[:left])
-            del reader.buf[:len(piece)]
-            left -= len(piece)
-            yield piece
+        if (yield from reader.pieces(int(cl), deadline)):
+            return                      # EOF before Content-Length bytes
         resp.clean_end = True
     else:
         resp.framing = "close"          # never a "clean" end: can't tell
@@ -685,14 +685,24 @@ def stream(port, method, path, headers=None, body=b"", timeout=10.0, **kw):
                                             **kw)
 
 
+def recv_all(s, timeout=5.0):
+    """Read socket 's' until the server closes (or resets) it or
+    'timeout' (scaled) passes.  Returns (raw bytes received,
+    closed_by_server)."""
+    reader = _Reader(s)
+    try:
+        reader.read_to_eof(time.monotonic() + budget(timeout))
+    except socket.timeout:
+        return bytes(reader.raw), False
+    return bytes(reader.raw), True
+
+
 def send_raw(port, data, timeout=5.0, pieces=None):
     """Send 'data' (or each of 'pieces' in turn) and read until the server
     closes or 'timeout' (scaled) passes.  Returns (raw bytes received,
     closed_by_server).  A reset counts as closed; write errors after the
     server has answered are ignored (it may close before reading all)."""
     s = _register(connect(port))
-    reader = _Reader(s)
-    deadline = time.monotonic() + budget(timeout)
     try:
         for p in (pieces if pieces is not None else [data]):
             try:
@@ -700,11 +710,7 @@ def send_raw(port, data, timeout=5.0, pieces=None):
                 s.sendall(p)
             except (BrokenPipeError, ConnectionResetError):
                 break
-        try:
-            reader.read_to_eof(deadline)
-        except socket.timeout:
-            return bytes(reader.raw), False
-        return bytes(reader.raw), True
+        return recv_all(s, timeout)
     finally:
         _close_quietly(s)
 
