@@ -22,11 +22,17 @@
  * condition variable in short slices and checks the socket between them:
  * the cost is up to MOCK_HOLD_SLICE_MS of delay in noticing a hang-up.
  *
+ * The request record behind GET /recorded keeps each /v1 request head as
+ * JSON text rendered once, outside the lock, when the head arrives; the
+ * answer is then a concatenation.  It is a ring that drops its oldest
+ * entries past MOCK_REC_MAX of them or MOCK_REC_BYTES of text: the most
+ * recent requests are the ones a test has just made.
+ *
  * Locking: one mutex, st.mu, guards every counter, the list of held
- * requests, the released tags and last_headers.  It is never held across
- * socket I/O and there is no other lock, so there is no lock order.  The
- * options are set in main() before the first thread starts and never
- * change afterwards.
+ * requests, the released tags, last_headers and the request record.  It
+ * is never held across socket I/O and there is no other lock, so there is
+ * no lock order.  The options are set in main() before the first thread
+ * starts and never change afterwards.
  *
  * Signals: SIGTERM and SIGINT are blocked in every thread; the accept loop
  * waits in ppoll() with them unblocked, so the main thread alone takes
@@ -78,6 +84,17 @@
 #define MOCK_BIG_HEADER (64 * 1024)
 #define MOCK_STACK_SIZE (512 * 1024)
 #define MOCK_EMBED_DIM 8
+#define MOCK_MAX_PAD (1024 * 1024)          /* mock_pad, per chunk */
+#define MOCK_REC_MAX 10000                  /* /recorded entries kept */
+#define MOCK_REC_BYTES (64 * 1024 * 1024)   /* their JSON text, in total */
+#define MOCK_REC_ENTRY (4 * MOCK_MAX_HEAD)  /* one entry's JSON text */
+
+/* A padded content chunk's SSE event must fit in the output buffer. */
+_Static_assert(MOCK_MAX_PAD + 64 * 1024 <= MOCK_OUT_LIMIT,
+               "MOCK_MAX_PAD leaves no room for the event around it");
+/* So the record's text, and the /recorded answer, stay under the cap. */
+_Static_assert(MOCK_REC_ENTRY <= MOCK_REC_BYTES,
+               "one /recorded entry may pass MOCK_REC_BYTES");
 
 /* Command-line options; written by main() before any thread starts. */
 static struct options {
@@ -99,6 +116,12 @@ struct holder {
     struct holder *next;
 };
 
+/* One request head as GET /recorded shows it, rendered once. */
+struct rec_entry {
+    char *json;                 /* owned: {"method":..,"target":..,...} */
+    size_t len;
+};
+
 /* Everything shared between connection threads; all fields under mu. */
 static struct mock_state {
     pthread_mutex_t mu;
@@ -113,6 +136,11 @@ static struct mock_state {
     struct holder *holders;
     json_t *released;           /* object used as a set of released tags */
     json_t *last_headers;       /* of the last /v1 request */
+    struct rec_entry *rec;      /* ring of MOCK_REC_MAX, for /recorded */
+    size_t rec_head;            /* index of the oldest entry */
+    size_t rec_count;
+    size_t rec_bytes;           /* sum of the entries' len */
+    uint64_t rec_dropped;       /* entries dropped or never recorded */
     int stopping;
 } st;
 
@@ -138,6 +166,7 @@ enum route {
     R_MODELS,
     R_HEALTH,
     R_STATS,
+    R_RECORDED,
     R_RESET,
     R_RELEASE,
 };
@@ -154,6 +183,7 @@ static const struct route_def {
     { "GET", "/v1/models", R_MODELS, 0 },
     { "GET", "/health", R_HEALTH, 0 },
     { "GET", "/stats", R_STATS, 1 },
+    { "GET", "/recorded", R_RECORDED, 1 },
     { "POST", "/stats/reset", R_RESET, 1 },
     { "POST", "/release", R_RELEASE, 1 },
 };
@@ -196,12 +226,13 @@ struct req {
     long first_ms;
     long delay_ms;
     long mock_status;
+    long pad;                   /* mock_pad: filler bytes per chunk */
     int stream;
     int include_usage;
     const char *finish;         /* "stop", or "length" when max_tokens cut */
     long prompt_tokens;
     uint64_t hash;              /* of the whole body: picks the words */
-    char id[48];
+    char id[96];
     json_int_t created;
 };
 
@@ -703,6 +734,10 @@ read_knobs(struct req *q, char *err, size_t errlen, const char **param)
     if (knob_int(q->json, *param, 400, 599, &q->mock_status, err,
                  errlen) != 0)
         return GW_EINVAL;
+    *param = "mock_pad";
+    if (knob_int(q->json, *param, 0, MOCK_MAX_PAD, &q->pad, err,
+                 errlen) != 0)
+        return GW_EINVAL;
 
     *param = "mock_hold";
     v = json_object_get(q->json, *param);
@@ -742,6 +777,7 @@ read_knobs(struct req *q, char *err, size_t errlen, const char **param)
 static void
 read_params(struct req *q)
 {
+    const struct http_header *rid;
     const json_t *v;
     const char *prefix;
 
@@ -773,11 +809,23 @@ read_params(struct req *q)
         q->prompt_tokens = 1;   /* vLLM always counts at least BOS */
 
     q->hash = fnv1a(FNV_OFFSET, buf_ptr(&q->c->body), buf_len(&q->c->body));
-    /* vLLM's ids: a prefix and a random UUID's 32 hex digits. */
+    /*
+     * vLLM's ids: a prefix and the request's X-Request-Id when it has one
+     * (OpenAIServing._base_request_id), else a random UUID's 32 hex
+     * digits.  So a gateway that forwards its client's id would leak it
+     * into every body it shares.
+     */
     prefix = q->route == R_CHAT ? "chatcmpl-"
              : q->route == R_TEXT ? "cmpl-" : "embd-";
-    snprintf(q->id, sizeof(q->id), "%s", prefix);
-    gw_random_hex(q->id + strlen(prefix), 32);
+    rid = http_find_header(q->r, "X-Request-Id");
+    if (rid != NULL && rid->value_len > 0 && rid->value_len <= 64) {
+        snprintf(q->id, sizeof(q->id), "%s", prefix);
+        log_safe(q->id + strlen(prefix), sizeof(q->id) - strlen(prefix),
+                 rid->value, rid->value_len);
+    } else {
+        snprintf(q->id, sizeof(q->id), "%s", prefix);
+        gw_random_hex(q->id + strlen(prefix), 32);
+    }
     q->created = (json_int_t)time(NULL);
 }
 
@@ -845,6 +893,32 @@ choices_new(const struct req *q, const char *role, const char *text,
 }
 
 /*
+ * Append the text of content chunk 'i' to 'b': its word and a space, then
+ * q->pad filler bytes (mock_pad), the alphabet over and over from 'a'.
+ * The filler is plain ASCII so that JSON carries it unescaped and a test
+ * can predict every byte.  Returns 0, GW_ENOMEM or GW_ETOOBIG.
+ */
+static int
+append_chunk_text(const struct req *q, long i, struct buf *b)
+{
+    static const char filler[] = "abcdefghijklmnopqrstuvwxyz";
+    size_t n = (size_t)q->pad, k;
+    char *p;
+    int rc;
+
+    rc = buf_printf(b, "%s ", word_at(q->hash, i));
+    if (rc != 0 || n == 0)
+        return rc;
+    rc = buf_reserve(b, n, &p);
+    if (rc != 0)
+        return rc;
+    for (k = 0; k < n; k++)
+        p[k] = filler[k % (sizeof(filler) - 1)];
+    buf_commit(b, n);
+    return 0;
+}
+
+/*
  * A streamed completion: the role chunk (chat only: vLLM's completions
  * stream has none), the content chunks, the finish chunk, the usage chunk
  * when asked for, [DONE].  The faults die_mid_stream and stall_mid_stream
@@ -853,44 +927,53 @@ choices_new(const struct req *q, const char *role, const char *text,
 static void
 stream_completion(struct req *q)
 {
-    char text[64];
+    struct buf text;
     long n = q->chunks, i;
 
+    buf_init(&text, MOCK_MAX_PAD + 64);     /* the longest word and pad */
     if (q->fault == FAULT_DIE || q->fault == FAULT_STALL_MID)
         n = 2;
     if (send_head(q, 200, "text/event-stream", -1, NULL, 0) != 0)
-        return;
+        goto out;
     if (q->route == R_CHAT
         && send_event(q, chunk_new(q, choices_new(q, "assistant", NULL,
                                                   NULL), NULL)) != 0)
-        return;
+        goto out;
     for (i = 0; i < n; i++) {
         if (q->delay_ms > 0 && wait_client(q, q->delay_ms) != 0)
-            return;
-        snprintf(text, sizeof(text), "%s ", word_at(q->hash, i));
-        if (send_event(q, chunk_new(q, choices_new(q, NULL, text, NULL),
-                                    NULL)) != 0)
-            return;
+            goto out;
+        buf_reset(&text);
+        if (append_chunk_text(q, i, &text) != 0) {
+            log_msg(GW_LOG_ERROR, "mock: out of memory for a chunk");
+            q->close = 1;       /* the body cannot end cleanly now */
+            goto out;
+        }
+        if (send_event(q, chunk_new(q, choices_new(q, NULL, buf_ptr(&text),
+                                                   NULL), NULL)) != 0)
+            goto out;
     }
     if (q->fault == FAULT_DIE) {
         q->close = 1;           /* no last chunk: the body is cut short */
-        return;
+        goto out;
     }
     if (q->fault == FAULT_STALL_MID) {
         wait_client(q, MOCK_STALL_MS);
         q->close = 1;
-        return;
+        goto out;
     }
     if (send_event(q, chunk_new(q, choices_new(q, NULL, NULL, q->finish),
                                 NULL)) != 0)
-        return;
+        goto out;
     if (q->include_usage
         && send_event(q, chunk_new(q, json_array(),
                                    usage_new(q, q->chunks))) != 0)
-        return;
+        goto out;
     if (write_piece(q, "data: [DONE]\n\n", 14) != 0)
-        return;
+        goto out;
     write_end(q);
+
+out:
+    buf_release(&text);
 }
 
 /*
@@ -933,7 +1016,9 @@ send_json_body(struct req *q, const char *p, size_t n)
 /*
  * A non-streamed completion.  It waits as long as the stream would have
  * taken (chunks x delay) before answering, as vLLM does when it generates
- * the whole answer first.
+ * the whole answer first.  Its text is the stream's content chunks joined,
+ * padding included; a body that would pass MOCK_OUT_LIMIT (many chunks
+ * with a big mock_pad) is answered with a 500 "response_too_big".
  */
 static void
 answer_completion(struct req *q)
@@ -941,6 +1026,7 @@ answer_completion(struct req *q)
     struct buf text;
     struct buf *b = &q->c->out;
     json_t *o = NULL;
+    char msg[128];
     long i;
     int rc = 0;
 
@@ -948,7 +1034,7 @@ answer_completion(struct req *q)
     if (wait_client(q, (int64_t)q->chunks * q->delay_ms) != 0)
         goto out;
     for (i = 0; i < q->chunks && rc == 0; i++)
-        rc = buf_printf(&text, "%s ", word_at(q->hash, i));
+        rc = append_chunk_text(q, i, &text);
     if (rc != 0)
         goto out;
     if (q->route == R_CHAT)
@@ -967,17 +1053,28 @@ answer_completion(struct req *q)
                       "finish_reason", q->finish, "usage",
                       usage_new(q, q->chunks));
     buf_reset(b);
-    if (o == NULL || json_dump_callback(o, dump_to_buf, b, JSON_COMPACT)
-        != 0) {
+    if (o == NULL) {
         rc = GW_ENOMEM;
+        goto out;
+    }
+    if (json_dump_callback(o, dump_to_buf, b, JSON_COMPACT) != 0) {
+        /* Out of memory or past b's limit: json_dumpb() with no buffer
+         * only measures, so it tells which. */
+        rc = json_dumpb(o, NULL, 0, JSON_COMPACT) > b->limit ? GW_ETOOBIG
+                                                           : GW_ENOMEM;
         goto out;
     }
     send_json_body(q, buf_ptr(b), buf_len(b));
 
 out:
-    if (rc != 0)
+    if (rc == GW_ETOOBIG) {
+        snprintf(msg, sizeof(msg), "mock: the response body would pass the "
+                 "mock's %d MiB limit", MOCK_OUT_LIMIT / (1024 * 1024));
+        send_error(q, 500, msg, NULL, "response_too_big");
+    } else if (rc != 0) {
         send_error(q, 500, "mock: cannot build the response", NULL,
                    "internal_error");
+    }
     json_decref(o);
     buf_release(&text);
 }
@@ -1241,16 +1338,80 @@ handle_stats(struct req *q)
 }
 
 /*
- * POST /stats/reset: zero the counters, forget released tags and
- * last_headers.  The gauges (connections_open, in_progress, held) describe
- * the present and stay.
+ * GET /recorded: {"requests":[entry, ...],"dropped":N}, the recorded
+ * request heads oldest first.  The entries are already JSON text, so the
+ * answer is built by copying them, under the lock, into a buffer of its
+ * own (up to MOCK_REC_BYTES: more than c->out may hold), which is sent
+ * after the lock is dropped.  That holds the lock for one memcpy() of
+ * the record: well under a millisecond for a test's few hundred requests,
+ * tens of milliseconds for a full 64 MiB one.  Sharing refcounted
+ * entries across threads would avoid the copy; it was not worth its
+ * subtlety in a mock.
+ */
+static void
+handle_recorded(struct req *q)
+{
+    const struct rec_entry *e;
+    struct buf b;
+    char *p;
+    uint64_t dropped;
+    size_t i;
+    int rc;
+
+    buf_init(&b, MOCK_REC_BYTES + MOCK_REC_MAX + 64);
+    lock();
+    /* One allocation: the entries, their commas and the framing. */
+    rc = buf_reserve(&b, st.rec_bytes + st.rec_count + 64, &p);
+    if (rc == 0)
+        rc = buf_append_str(&b, "{\"requests\":[");
+    for (i = 0; rc == 0 && i < st.rec_count; i++) {
+        e = &st.rec[(st.rec_head + i) % MOCK_REC_MAX];
+        if (i > 0)
+            rc = buf_append(&b, ",", 1);
+        if (rc == 0)
+            rc = buf_append(&b, e->json, e->len);
+    }
+    dropped = st.rec_dropped;
+    unlock();
+    if (rc == 0)
+        rc = buf_printf(&b, "],\"dropped\":%" PRIu64 "}", dropped);
+    if (rc != 0)
+        send_error(q, 500, "mock: out of memory", NULL, "internal_error");
+    else
+        send_simple(q, 200, "application/json", buf_ptr(&b), buf_len(&b));
+    buf_release(&b);
+}
+
+/* Free the 'count' entries of 'ring' from index 'head', then the ring. */
+static void
+rec_free(struct rec_entry *ring, size_t head, size_t count)
+{
+    size_t i;
+
+    if (ring == NULL)
+        return;
+    for (i = 0; i < count; i++)
+        gw_free(ring[(head + i) % MOCK_REC_MAX].json);
+    gw_free(ring);
+}
+
+/*
+ * POST /stats/reset: zero the counters, forget released tags,
+ * last_headers and the request record.  The gauges (connections_open,
+ * in_progress, held) describe the present and stay.  The old record is
+ * swapped out under the lock and freed after it.
  */
 static void
 handle_reset(struct req *q)
 {
     json_t *fresh = json_object(), *old;
+    struct rec_entry *ring = gw_calloc(MOCK_REC_MAX, sizeof(*ring));
+    struct rec_entry *old_ring;
+    size_t old_head, old_count;
 
-    if (fresh == NULL) {
+    if (fresh == NULL || ring == NULL) {
+        json_decref(fresh);
+        gw_free(ring);
         send_error(q, 500, "mock: out of memory", NULL, "internal_error");
         return;
     }
@@ -1262,8 +1423,17 @@ handle_reset(struct req *q)
     json_object_clear(st.released);
     old = st.last_headers;
     st.last_headers = fresh;
+    old_ring = st.rec;
+    old_head = st.rec_head;
+    old_count = st.rec_count;
+    st.rec = ring;
+    st.rec_head = 0;
+    st.rec_count = 0;
+    st.rec_bytes = 0;
+    st.rec_dropped = 0;
     unlock();
     json_decref(old);
+    rec_free(old_ring, old_head, old_count);
     send_json(q, 200, json_pack("{s:b}", "reset", 1), 0);
 }
 
@@ -1356,9 +1526,34 @@ handle_release(struct req *q)
 }
 
 /*
+ * A new JSON string holding p[0..n).  HTTP lets field values carry
+ * obs-text (bytes 0x80-0xff, RFC 9110 section 5.5) but JSON strings must
+ * be UTF-8, so when p[0..n) is not valid UTF-8 every byte >= 0x80 becomes
+ * '?'.  Borrows 'p'.  Returns a new reference, or NULL (out of memory).
+ */
+static json_t *
+lossy_string(const char *p, size_t n)
+{
+    json_t *s = json_stringn(p, n);
+    char *copy;
+    size_t i;
+
+    if (s != NULL)
+        return s;
+    copy = gw_malloc(n + 1);
+    if (copy == NULL)
+        return NULL;
+    for (i = 0; i < n; i++)
+        copy[i] = (unsigned char)p[i] >= 0x80 ? '?' : p[i];
+    s = json_stringn(copy, n);
+    gw_free(copy);
+    return s;
+}
+
+/*
  * Remember the fields of a /v1 request for /stats, names lower-cased.
  * Repeated fields are joined with ", " (RFC 9110 section 5.3).  Bytes
- * that are not UTF-8 (obs-text) become '?': JSON strings cannot hold them.
+ * that are not UTF-8 (obs-text) become '?', as lossy_string() says.
  */
 static void
 record_headers(const struct http_request *r)
@@ -1391,14 +1586,9 @@ record_headers(const struct http_request *r)
             rc = buf_append(&v, f->value, f->value_len);
         if (rc != 0)
             break;
-        if (json_object_set_new(o, name, json_stringn(buf_ptr(&v),
-                                                      buf_len(&v))) != 0) {
-            for (k = 0; k < buf_len(&v); k++)
-                if ((unsigned char)v.data[v.off + k] >= 0x80)
-                    v.data[v.off + k] = '?';
-            rc = json_object_set_new(o, name, json_stringn(buf_ptr(&v),
-                                                           buf_len(&v)));
-        }
+        if (json_object_set_new(o, name, lossy_string(buf_ptr(&v),
+                                                      buf_len(&v))) != 0)
+            rc = GW_ENOMEM;
     }
     gw_free(name);
     buf_release(&v);
@@ -1411,6 +1601,69 @@ record_headers(const struct http_request *r)
     st.last_headers = o;
     unlock();
     json_decref(old);
+}
+
+/*
+ * Record the head of a /v1 request for /recorded: method, target and
+ * every field as received, names in their original case, in wire order,
+ * repeats kept, values with '?' for bytes that cannot be UTF-8
+ * (lossy_string()).  The entry is rendered here, before taking the lock.
+ * Past MOCK_REC_MAX entries or MOCK_REC_BYTES of text the oldest are
+ * dropped; a head that cannot be rendered (out of memory) counts as
+ * dropped too, so "dropped": 0 means the list is complete.
+ */
+static void
+record_request(const struct http_request *r)
+{
+    const struct http_header *f;
+    json_t *fields = json_array(), *o;
+    struct rec_entry *e;
+    struct buf b;
+    char *text = NULL;
+    size_t i, len = 0;
+
+    buf_init(&b, MOCK_REC_ENTRY);
+    for (i = 0; fields != NULL && i < r->num_headers; i++) {
+        f = &r->headers[i];
+        /* "o" steals both strings, even when one is NULL and it fails. */
+        if (json_array_append_new(fields, json_pack(
+                "[o, o]", lossy_string(f->name, f->name_len),
+                lossy_string(f->value, f->value_len))) != 0) {
+            json_decref(fields);
+            fields = NULL;
+        }
+    }
+    o = json_pack("{s:o, s:o, s:o}",
+                  "method", lossy_string(r->method, r->method_len),
+                  "target", lossy_string(r->target, r->target_len),
+                  "headers", fields);
+    if (o != NULL && json_dump_callback(o, dump_to_buf, &b,
+                                        JSON_COMPACT) == 0)
+        text = buf_take(&b, &len);
+    json_decref(o);
+    buf_release(&b);
+
+    lock();
+    if (text == NULL) {
+        st.rec_dropped++;
+    } else {
+        while (st.rec_count > 0 && (st.rec_count == MOCK_REC_MAX
+                                    || st.rec_bytes + len > MOCK_REC_BYTES)) {
+            e = &st.rec[st.rec_head];
+            st.rec_bytes -= e->len;
+            gw_free(e->json);
+            e->json = NULL;
+            st.rec_head = (st.rec_head + 1) % MOCK_REC_MAX;
+            st.rec_count--;
+            st.rec_dropped++;
+        }
+        e = &st.rec[(st.rec_head + st.rec_count) % MOCK_REC_MAX];
+        e->json = text;
+        e->len = len;
+        st.rec_count++;
+        st.rec_bytes += len;
+    }
+    unlock();
 }
 
 /* One access-log line per request (-q turns them off). */
@@ -1516,8 +1769,10 @@ handle_request(struct conn *c, struct http_request *r)
             st.completions++;
         unlock();
     }
-    if (r->path_len >= 4 && memcmp(r->path, "/v1/", 4) == 0)
+    if (r->path_len >= 4 && memcmp(r->path, "/v1/", 4) == 0) {
         record_headers(r);
+        record_request(r);
+    }
 
     buf_reset(&c->body);
     if (r->body_kind != HTTP_BODY_NONE) {
@@ -1556,6 +1811,9 @@ handle_request(struct conn *c, struct http_request *r)
         break;
     case R_STATS:
         handle_stats(&q);
+        break;
+    case R_RECORDED:
+        handle_recorded(&q);
         break;
     case R_RESET:
         handle_reset(&q);
@@ -1698,7 +1956,8 @@ state_init(void)
     }
     st.released = json_object();
     st.last_headers = json_object();
-    if (st.released == NULL || st.last_headers == NULL)
+    st.rec = gw_calloc(MOCK_REC_MAX, sizeof(*st.rec));
+    if (st.released == NULL || st.last_headers == NULL || st.rec == NULL)
         return GW_ENOMEM;
     return 0;
 }
