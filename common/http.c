@@ -585,16 +585,23 @@ http_find_header(const struct http_request *r, const char *name)
     return NULL;
 }
 
-int
-http_has_token(const char *value, size_t len, const char *token)
+/*
+ * Is 'token' an element of the comma-separated list value[0..len)?  With
+ * 'args', an element "token=argument" counts too.
+ */
+static int
+list_has(const char *value, size_t len, const char *token, int args)
 {
-    const char *p = value, *end = value + len, *elem, *elem_end;
+    const char *p = value, *end = value + len, *elem, *elem_end, *eq;
 
     while (p < end) {
         elem = p;
         while (p < end && *p != ',')
             p++;
         elem_end = p;
+        if (args && (eq = memchr(elem, '=', (size_t)(elem_end - elem)))
+                    != NULL)
+            elem_end = eq;
         while (elem < elem_end && is_ows(*elem))
             elem++;
         while (elem_end > elem && is_ows(elem_end[-1]))
@@ -603,6 +610,26 @@ http_has_token(const char *value, size_t len, const char *token)
             return 1;
         if (p < end)
             p++;                /* the comma */
+    }
+    return 0;
+}
+
+int
+http_has_token(const char *value, size_t len, const char *token)
+{
+    return list_has(value, len, token, 0);
+}
+
+int
+http_lists_token(const struct http_request *r, const char *name,
+                 const char *token)
+{
+    for (size_t i = 0; i < r->num_headers; i++) {
+        const struct http_header *h = &r->headers[i];
+
+        if (gw_strieq(h->name, h->name_len, name)
+            && list_has(h->value, h->value_len, token, 1))
+            return 1;
     }
     return 0;
 }

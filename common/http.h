@@ -94,6 +94,16 @@ const struct http_header *http_find_header(const struct http_request *r,
 int http_has_token(const char *value, size_t len, const char *token);
 
 /*
+ * Does any field line named 'name' list 'token'?  Repeated lines are one
+ * comma-joined list (RFC 9110 section 5.3), so "Cache-Control: max-age=0"
+ * then "Cache-Control: no-cache" lists no-cache.  An element matches by
+ * the name before any "=argument" (RFC 9111 5.2: no-cache="x" is the
+ * no-cache directive).  Case-insensitive.
+ */
+int http_lists_token(const struct http_request *r, const char *name,
+                     const char *token);
+
+/*
  * Incremental chunked-body decoder (RFC 9112 section 7.1).  Chunk
  * extensions are parsed and ignored, trailer fields are parsed and dropped.
  */

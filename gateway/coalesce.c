@@ -4,7 +4,6 @@
 #include "coalesce.h"
 
 #include <assert.h>
-#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -93,18 +92,86 @@ coalesce_tenant_name(const struct gw_config *cfg, size_t tenant)
                                      : "default";
 }
 
+/* Every field line of both names counts, as one list (RFC 9110 5.3). */
 static int
 opted_out(const struct http_request *r)
 {
-    const struct http_header *h;
+    return http_lists_token(r, "X-Infergw-Coalesce", "off")
+           || http_lists_token(r, "Cache-Control", "no-cache")
+           || http_lists_token(r, "Cache-Control", "no-store");
+}
 
-    h = http_find_header(r, "X-Infergw-Coalesce");
-    if (h != NULL && gw_strieq(h->value, h->value_len, "off"))
-        return 1;
-    h = http_find_header(r, "Cache-Control");
-    return h != NULL && (http_has_token(h->value, h->value_len, "no-cache")
-                         || http_has_token(h->value, h->value_len,
-                                           "no-store"));
+/*
+ * Sampling controls other than temperature, with the value that leaves
+ * greedy decoding alone: vLLM's defaults (protocol.py
+ * _DEFAULT_SAMPLING_PARAMS: top_p 1, top_k 0 or -1, min_p 0), the OpenAI
+ * API's n, best_of (several candidates: sampling), and typical_p, which
+ * OpenAI-compatible servers such as llama.cpp's and TGI's accept.  A value
+ * past 'neutral' in the direction of 'above' asks for sampling.
+ */
+static const struct {
+    const char *name;
+    double neutral;
+    int above;                  /* 1: sampling when > neutral; 0: < */
+} sampling_knobs[] = {
+    { "top_p", 1, 0 },
+    { "typical_p", 1, 0 },
+    { "top_k", 0, 1 },
+    { "min_p", 0, 1 },
+    { "n", 1, 1 },
+    { "best_of", 1, 1 },
+};
+
+/*
+ * Does a body without temperature and without a seed ask for sampling
+ * through another control?  A control that is present but not a number
+ * (a string, a boolean, null) counts as asking: it can never make a
+ * request eligible.
+ */
+static int
+other_knobs_sample(const json_t *body)
+{
+    for (size_t i = 0; i < GW_ARRAY_LEN(sampling_knobs); i++) {
+        const json_t *v = json_object_get(body, sampling_knobs[i].name);
+        double x;
+
+        if (v == NULL)
+            continue;
+        if (!json_is_number(v))
+            return 1;
+        x = json_number_value(v);
+        if (sampling_knobs[i].above ? x > sampling_knobs[i].neutral
+                                    : x < sampling_knobs[i].neutral)
+            return 1;
+    }
+    return 0;
+}
+
+/*
+ * The tutorial's rule: equal requests may share one answer only if the
+ * answer is reproducible.  Greedy decoding (temperature 0) is; a fixed
+ * non-negative integer seed makes any sampling so.  Numbers compare as
+ * numbers (jansson parses 1e-400 and -0.0 to 0); anything that is not a
+ * number where a number belongs bypasses, for the upstream to judge.
+ */
+static int
+reproducible(const struct gw_config *cfg, const json_t *body)
+{
+    const json_t *t = json_object_get(body, "temperature");
+    const json_t *seed = json_object_get(body, "seed");
+    double temp;
+
+    if (seed != NULL)
+        /* llama.cpp's server takes a negative seed as "random". */
+        return json_is_integer(seed) && json_integer_value(seed) >= 0;
+    if (t != NULL) {
+        if (!json_is_number(t))
+            return 0;
+        temp = json_number_value(t);
+        return temp == 0.0;     /* greedy: the other controls are moot */
+    }
+    /* Omitted: the upstream's default, as configured. */
+    return cfg->omitted_temperature == 0.0 && !other_knobs_sample(body);
 }
 
 int
@@ -112,10 +179,6 @@ coalesce_eligible(const struct gw_config *cfg, size_t tenant,
                   const struct http_request *r, const json_t *body,
                   enum metrics_bypass *why)
 {
-    const json_t *t = json_object_get(body, "temperature");
-    const json_t *seed = json_object_get(body, "seed");
-    double temp;
-
     if (!cfg->coalesce) {
         *why = BYPASS_DISABLED;
         return 0;
@@ -128,24 +191,11 @@ coalesce_eligible(const struct gw_config *cfg, size_t tenant,
         *why = BYPASS_OPT_OUT;
         return 0;
     }
-    /*
-     * The tutorial's rule: equal requests may share one answer only if
-     * the answer is reproducible.  Greedy decoding (temperature 0) is; a
-     * fixed integer seed makes any temperature so.  A temperature that is
-     * not a number is the upstream's to refuse: pass it through alone.
-     */
-    if (json_is_integer(seed))
-        return 1;
-    if (t == NULL || json_is_null(t))
-        temp = cfg->omitted_temperature;
-    else if (json_is_number(t))
-        temp = json_number_value(t);
-    else
-        temp = NAN;
-    if (temp == 0.0)
-        return 1;
-    *why = BYPASS_SAMPLING;
-    return 0;
+    if (!reproducible(cfg, body)) {
+        *why = BYPASS_SAMPLING;
+        return 0;
+    }
+    return 1;
 }
 
 /* ---- key ---- */
@@ -162,21 +212,25 @@ hash_field(mbedtls_sha256_context *h, const void *p, size_t n)
 }
 
 void
-coalesce_key(const char *tenant, const char *method, size_t method_len,
-             const char *path, size_t path_len, const char *upstream,
-             const char *body, size_t body_len,
+coalesce_key(const char *tenant, const char *upstream,
+             const struct upstream_request *ur,
              unsigned char key[FLIGHT_KEY_LEN])
 {
     mbedtls_sha256_context h;
+    const char *auth = ur->client_auth;
 
     mbedtls_sha256_init(&h);
     mbedtls_sha256_starts_ret(&h, 0);
-    hash_field(&h, "infergw-coalesce-v1", 19);
+    hash_field(&h, "infergw-coalesce-v2", 19);
     hash_field(&h, tenant, strlen(tenant));
-    hash_field(&h, method, method_len);
-    hash_field(&h, path, path_len);
     hash_field(&h, upstream, strlen(upstream));
-    hash_field(&h, body, body_len);
+    hash_field(&h, ur->method, strlen(ur->method));
+    hash_field(&h, ur->path, strlen(ur->path));
+    hash_field(&h, ur->body, ur->body_len);
+    /* "none" and an empty credential must differ: a presence byte. */
+    hash_field(&h, auth != NULL ? "1" : "0", 1);
+    hash_field(&h, auth != NULL ? auth : "", auth != NULL ? strlen(auth)
+                                                          : 0);
     mbedtls_sha256_finish_ret(&h, key);
     mbedtls_sha256_free(&h);
 }

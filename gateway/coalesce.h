@@ -23,6 +23,7 @@
 #include "flight.h"
 #include "http.h"
 #include "metrics.h"
+#include "upstream.h"
 
 struct gw_config;
 struct coalescer;
@@ -52,9 +53,13 @@ const char *coalesce_tenant_name(const struct gw_config *cfg, size_t tenant);
 /*
  * May this request coalesce?  Returns 1, or 0 with OUT *why set.
  * Refused: coalescing off (globally or for the tenant), opt-out headers
- * (X-Infergw-Coalesce: off, Cache-Control: no-cache or no-store), and
- * sampling that is not reproducible: a "temperature" above 0 without an
- * integer "seed".  An omitted temperature counts as omitted_temperature.
+ * (X-Infergw-Coalesce: off, Cache-Control: no-cache or no-store, in any
+ * of their field lines), and sampling that is not reproducible:
+ *  - a "seed" that is not an integer >= 0 (present: it decides alone);
+ *  - without a seed, a "temperature" that is not the number 0;
+ *  - without either, omitted_temperature > 0, or another control set to
+ *    sample: top_p < 1, typical_p < 1, top_k > 0, min_p > 0, n > 1,
+ *    best_of > 1 (or set to something that is not a number).
  * Borrows everything.
  */
 int coalesce_eligible(const struct gw_config *cfg, size_t tenant,
@@ -62,13 +67,16 @@ int coalesce_eligible(const struct gw_config *cfg, size_t tenant,
                       enum metrics_bypass *why);
 
 /*
- * The key: SHA-256 over the tenant name, method, path, upstream URL and
- * the raw body, each length-prefixed so that no two different field
- * tuples hash the same bytes.  OUT key.
+ * The key: SHA-256 over the tenant name, the upstream URL and every
+ * client-derived field of 'ur' that reaches the upstream (upstream.h):
+ * method, path (with its query), the raw body and the forwarded
+ * credential (client_auth, or its absence), each length-prefixed so that
+ * no two different field tuples hash the same bytes.  ur->request_id is
+ * not hashed: a coalesced call carries its flight's id instead.  Only the
+ * hash is kept, so a credential never sits in the map in clear.  OUT key.
  */
-void coalesce_key(const char *tenant, const char *method, size_t method_len,
-                  const char *path, size_t path_len, const char *upstream,
-                  const char *body, size_t body_len,
+void coalesce_key(const char *tenant, const char *upstream,
+                  const struct upstream_request *ur,
                   unsigned char key[FLIGHT_KEY_LEN]);
 
 /* The first 6 key bytes in hex, for log lines ("a4f1c2..."). */

@@ -329,6 +329,7 @@ reset_request(struct conn *c)
     c->event_stream = 0;
     c->broken = 0;
     c->role = NULL;
+    c->flight_id = NULL;
     c->tenant = CONFIG_MAX_TENANTS;
     c->model[0] = '\0';
     buf_reset(&c->out);
@@ -358,7 +359,7 @@ access_log(struct conn *c)
         return;
     log_msg(GW_LOG_INFO, "access method=%.*s path=%.*s model=%s status=%d "
             "upstream_status=%d bytes=%llu ms=%lld ttft_ms=%lld "
-            "coalesce=%s%s",
+            "coalesce=%s%s%s%s",
             (int)c->req.method_len, c->req.method,
             (int)c->req.path_len, c->req.path,
             c->model[0] != '\0' ? c->model : "-", c->status,
@@ -366,6 +367,8 @@ access_log(struct conn *c)
             (long long)(us / 1000),
             (long long)(c->ttfb_us >= 0 ? c->ttfb_us / 1000 : -1),
             c->role != NULL ? c->role : "-",
+            c->flight_id != NULL ? " flight=" : "",
+            c->flight_id != NULL ? c->flight_id : "",
             c->broken ? " broken=1" : "");
 }
 

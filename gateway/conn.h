@@ -53,6 +53,9 @@ struct conn {
     int event_stream;           /* response is text/event-stream */
     int broken;                 /* body ended uncleanly: must close */
     const char *role;           /* coalescing role for header and log */
+    const char *flight_id;      /* leader or follower: the flight's id
+                                   (the upstream's X-Request-Id), for the
+                                   access log; NULL otherwise */
     size_t tenant;              /* config index, CONFIG_MAX_TENANTS for
                                    "default" */
     char model[64];             /* for the access log */

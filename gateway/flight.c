@@ -18,6 +18,8 @@ flight_new(const unsigned char key[FLIGHT_KEY_LEN])
     if (f == NULL)
         return NULL;
     memcpy(f->key, key, FLIGHT_KEY_LEN);
+    memcpy(f->id, "flight-", 7);
+    gw_random_hex(f->id + 7, FLIGHT_ID_LEN - 7);
     gw_mutex_init(&f->lock);
     f->content_length = -1;
     f->state = FLIGHT_RUNNING;

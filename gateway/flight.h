@@ -49,6 +49,7 @@
 #include "util.h"
 
 #define FLIGHT_KEY_LEN 32           /* SHA-256 */
+#define FLIGHT_ID_LEN 31            /* "flight-" and 24 hex digits */
 #define FLIGHT_CTYPE_MAX 128
 
 enum flight_state {
@@ -92,6 +93,8 @@ struct flight_reader {
 
 struct flight {
     unsigned char key[FLIGHT_KEY_LEN];  /* immutable */
+    char id[FLIGHT_ID_LEN + 1];     /* immutable: the upstream call's
+                                       X-Request-Id, for every client */
     struct flight *next;            /* coalescer map chain (map lock) */
 
     struct gw_mutex lock;

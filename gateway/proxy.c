@@ -21,60 +21,51 @@
 #include "server.h"
 #include "upstream.h"
 
-/* NUL-terminated copies of the request fields libcurl needs. */
-struct fwd_fields {
-    char *path;
-    char *content_type;
-    char *accept;
-    char *auth;
+/*
+ * The upstream request for c's request (upstream.h says what of the
+ * client's request reaches the upstream): NUL-terminated copies of the
+ * target and, with forward_client_auth, of the client's credential.
+ */
+struct fwd {
+    struct upstream_request ur;
+    char *path;                 /* owned */
+    char *auth;                 /* owned, wiped before free; or NULL */
 };
 
-static char *
-header_copy(const struct conn *c, const char *name)
-{
-    const struct http_header *h = http_find_header(&c->req, name);
-
-    return h != NULL ? gw_strndup(h->value, h->value_len) : NULL;
-}
-
 static int
-fields_init(struct fwd_fields *f, const struct conn *c)
+fwd_init(struct fwd *f, const struct conn *c)
 {
+    const struct http_header *h = NULL;
+
     memset(f, 0, sizeof(*f));
     f->path = gw_strndup(c->req.target, c->req.target_len);
-    f->content_type = header_copy(c, "Content-Type");
-    f->accept = header_copy(c, "Accept");
+    /* An empty value is no credential: the configured key goes. */
     if (c->srv->cfg->forward_client_auth)
-        f->auth = header_copy(c, "Authorization");
-    return f->path == NULL ? GW_ENOMEM : 0;
+        h = http_find_header(&c->req, "Authorization");
+    if (h != NULL && h->value_len == 0)
+        h = NULL;
+    if (h != NULL)
+        f->auth = gw_strndup(h->value, h->value_len);
+    if (f->path == NULL || (h != NULL && f->auth == NULL))
+        return GW_ENOMEM;
+    /* route.c lets only GET and POST through to here */
+    f->ur.method = gw_strieq(c->req.method, c->req.method_len, "POST")
+                   ? "POST" : "GET";
+    f->ur.path = f->path;
+    f->ur.body = buf_ptr(&c->body);
+    f->ur.body_len = buf_len(&c->body);
+    f->ur.request_id = c->request_id;
+    f->ur.client_auth = f->auth;
+    return 0;
 }
 
 static void
-fields_release(struct fwd_fields *f)
+fwd_release(struct fwd *f)
 {
     gw_free(f->path);
-    gw_free(f->content_type);
-    gw_free(f->accept);
     if (f->auth != NULL)
         explicit_bzero(f->auth, strlen(f->auth));
     gw_free(f->auth);
-}
-
-static void
-request_init(struct upstream_request *ur, const struct conn *c,
-             const struct fwd_fields *f)
-{
-    memset(ur, 0, sizeof(*ur));
-    /* route.c lets only GET and POST through to here */
-    ur->method = gw_strieq(c->req.method, c->req.method_len, "POST")
-                 ? "POST" : "GET";
-    ur->path = f->path;
-    ur->body = buf_ptr(&c->body);
-    ur->body_len = buf_len(&c->body);
-    ur->content_type = f->content_type;
-    ur->accept = f->accept;
-    ur->request_id = c->request_id;
-    ur->client_auth = f->auth;
 }
 
 /*
@@ -153,22 +144,15 @@ relay_tick(void *arg)
            && net_peer_gone(c->fd);
 }
 
+/* Direct relay: this client alone, with its own request id. */
 static void
-forward_direct(struct conn *c)
+forward_direct(struct conn *c, const struct upstream_request *ur)
 {
     struct upstream_sink sink = { c, relay_head, relay_data, relay_tick };
-    struct upstream_request ur;
     struct upstream_result res;
-    struct fwd_fields f;
 
-    if (fields_init(&f, c) != 0) {
-        conn_send_error(c, 503, "server_error", "overloaded",
-                        "out of memory");
-        goto out;
-    }
-    request_init(&ur, c, &f);
     metrics_upstream_call();
-    upstream_perform(c->srv->up, &ur, &sink, &res);
+    upstream_perform(c->srv->up, ur, &sink, &res);
     c->upstream_status = res.status;
     if (res.rc == 0) {
         conn_end(c, conn_send_deadline(c));
@@ -178,9 +162,6 @@ forward_direct(struct conn *c)
     } else {
         upstream_error(c, res.rc, res.reason);
     }
-
-out:
-    fields_release(&f);
 }
 
 /* ---- coalescing ---- */
@@ -619,14 +600,19 @@ relay_flight(struct relay *r, struct flight *f)
     }
 }
 
+/*
+ * The leader: one upstream call for the flight.  The request id it sends
+ * is the flight's, not its client's: vLLM builds the completion's "id"
+ * from it, and every client of the flight gets those same bytes.
+ */
 static void
-lead(struct conn *c, struct flight *f, const char *keyhex)
+lead(struct conn *c, struct flight *f, const struct upstream_request *ur0,
+     const char *keyhex)
 {
     struct leader l;
     struct upstream_sink sink = { &l, lead_head, lead_data, lead_tick };
-    struct upstream_request ur;
+    struct upstream_request ur = *ur0;
     struct upstream_result res;
-    struct fwd_fields fw;
 
     memset(&l, 0, sizeof(l));
     relay_init(&l.self, c);
@@ -636,22 +622,17 @@ lead(struct conn *c, struct flight *f, const char *keyhex)
     l.writes = c->srv->cfg->leader_writes;
     l.ncpu = c->srv->ncpu;
     c->role = "leader";
+    c->flight_id = f->id;
     metrics_coalesce_leader();
-    log_msg(GW_LOG_INFO, "coalesce: leader key=%s", keyhex);
-    if (fields_init(&fw, c) != 0) {
-        res.rc = GW_ENOMEM;
-        res.reason = "out of memory";
-        coalescer_finish(c->srv->co, f, res.rc, res.reason);
-    } else {
-        request_init(&ur, c, &fw);
-        metrics_upstream_call();
-        upstream_perform(c->srv->up, &ur, &sink, &res);
-        coalescer_finish(c->srv->co, f, res.rc, res.reason);
-    }
+    log_msg(GW_LOG_INFO, "coalesce: leader key=%s flight=%s", keyhex, f->id);
+    ur.request_id = f->id;
+    metrics_upstream_call();
+    upstream_perform(c->srv->up, &ur, &sink, &res);
+    coalescer_finish(c->srv->co, f, res.rc, res.reason);
     if (res.rc != 0 && res.rc != GW_EABORTED)
-        log_msg(GW_LOG_INFO, "coalesce: flight failed key=%s reason=\"%s\"",
-                keyhex, res.reason != NULL ? res.reason : "-");
-    fields_release(&fw);
+        log_msg(GW_LOG_INFO, "coalesce: flight failed key=%s flight=%s "
+                "reason=\"%s\"", keyhex, f->id,
+                res.reason != NULL ? res.reason : "-");
 
     if (l.attached) {
         /* The transfer is over: now the client may take its time. */
@@ -668,9 +649,10 @@ follow(struct conn *c, struct flight *f, size_t tenant, const char *keyhex)
     struct relay r;
 
     c->role = "follower";
+    c->flight_id = f->id;
     metrics_coalesce_follower(tenant);
-    log_msg(GW_LOG_INFO, "coalesce: follower key=%s tenant=%s", keyhex,
-            coalesce_tenant_name(c->srv->cfg, tenant));
+    log_msg(GW_LOG_INFO, "coalesce: follower key=%s flight=%s tenant=%s",
+            keyhex, f->id, coalesce_tenant_name(c->srv->cfg, tenant));
     relay_init(&r, c);
     relay_flight(&r, f);
     relay_release(&r);
@@ -678,13 +660,14 @@ follow(struct conn *c, struct flight *f, size_t tenant, const char *keyhex)
 }
 
 static void
-bypass(struct conn *c, enum metrics_bypass why, const char *keyhex)
+bypass(struct conn *c, const struct upstream_request *ur,
+       enum metrics_bypass why, const char *keyhex)
 {
     c->role = "bypass";
     metrics_coalesce_bypass(why);
     log_msg(GW_LOG_INFO, "coalesce: bypass key=%s reason=%s", keyhex,
             metrics_bypass_name(why));
-    forward_direct(c);
+    forward_direct(c, ur);
 }
 
 void
@@ -694,32 +677,37 @@ proxy_forward(struct conn *c, const json_t *json, int coalescable)
     unsigned char key[FLIGHT_KEY_LEN];
     enum metrics_bypass why;
     struct flight *f;
+    struct fwd fw;
     char keyhex[13];
-    size_t tenant;
 
+    if (fwd_init(&fw, c) != 0) {
+        conn_send_error(c, 503, "server_error", "overloaded",
+                        "out of memory");
+        goto out;
+    }
     if (!coalescable || json == NULL) {
-        forward_direct(c);
-        return;
+        forward_direct(c, &fw.ur);
+        goto out;
     }
-    tenant = c->tenant;
-    if (!coalesce_eligible(cfg, tenant, &c->req, json, &why)) {
-        bypass(c, why, "-");
-        return;
+    if (!coalesce_eligible(cfg, c->tenant, &c->req, json, &why)) {
+        bypass(c, &fw.ur, why, "-");
+        goto out;
     }
-    coalesce_key(coalesce_tenant_name(cfg, tenant), c->req.method,
-                 c->req.method_len, c->req.target, c->req.target_len,
-                 cfg->upstream_url, buf_ptr(&c->body), buf_len(&c->body),
-                 key);
+    coalesce_key(coalesce_tenant_name(cfg, c->tenant), cfg->upstream_url,
+                 &fw.ur, key);
     coalesce_key_hex(key, keyhex);
     switch (coalescer_join(c->srv->co, key, &f, &why)) {
     case COALESCE_LEADER:
-        lead(c, f, keyhex);
+        lead(c, f, &fw.ur, keyhex);
         break;
     case COALESCE_FOLLOWER:
-        follow(c, f, tenant, keyhex);
+        follow(c, f, c->tenant, keyhex);
         break;
     case COALESCE_BYPASS:
-        bypass(c, why, keyhex);
+        bypass(c, &fw.ur, why, keyhex);
         break;
     }
+
+out:
+    fwd_release(&fw);
 }

@@ -73,6 +73,9 @@
 /* Content-Type, Accept, X-Request-Id, Authorization, Expect. */
 #define UP_MAX_LINES 5
 
+/* The Accept sent upstream on every call: what the gateway relays. */
+#define UP_ACCEPT "application/json, text/event-stream"
+
 #define REASON_ABORTED "aborted by client side"
 
 /*
@@ -306,9 +309,7 @@ prepare(struct upstream *u, struct up_handle *h,
         *reason = "unsupported method";
         goto out;
     }
-    if ((req->content_type != NULL && !header_value_ok(req->content_type))
-        || (req->accept != NULL && !header_value_ok(req->accept))
-        || (req->request_id != NULL && !header_value_ok(req->request_id))
+    if ((req->request_id != NULL && !header_value_ok(req->request_id))
         || (req->client_auth != NULL && !header_value_ok(req->client_auth))) {
         *reason = "invalid request header";
         goto out;
@@ -319,22 +320,17 @@ prepare(struct upstream *u, struct up_handle *h,
     if (rc != 0)
         goto out;
     /*
-     * "Name:" with nothing after the colon removes a header libcurl would
-     * add on its own: Content-Type (a POSTFIELDS body is otherwise labelled
-     * application/x-www-form-urlencoded) and Accept (otherwise any type).
-     * The upstream sees only what the client sent.
+     * Constants, never the client's values: a follower's response must
+     * not depend on what its leader's client put in these fields.  Every
+     * POST body has been checked to be a JSON object (route.c), and the
+     * answer is JSON or an SSE stream, which is all we relay.  Without
+     * the lines libcurl would label a POSTFIELDS body
+     * application/x-www-form-urlencoded and accept any type.
      */
-    if (req->content_type != NULL)
-        rc = scratch_add(b, &off[n++], "Content-Type: ",
-                         req->content_type);
-    else
-        rc = scratch_add(b, &off[n++], "Content-Type:", "");
-    if (rc != 0)
-        goto out;
-    if (req->accept != NULL)
-        rc = scratch_add(b, &off[n++], "Accept: ", req->accept);
-    else
-        rc = scratch_add(b, &off[n++], "Accept:", "");
+    if (is_post)
+        rc = scratch_add(b, &off[n++], "Content-Type: ", "application/json");
+    if (rc == 0)
+        rc = scratch_add(b, &off[n++], "Accept: ", UP_ACCEPT);
     if (rc != 0)
         goto out;
     if (req->request_id != NULL) {
@@ -351,11 +347,11 @@ prepare(struct upstream *u, struct up_handle *h,
     if (rc != 0)
         goto out;
     /*
-     * With forward_client_auth the client's own credentials go upstream.
-     * A client that sent none is treated as if forwarding were off and
-     * gets the configured key (if any), like every other client.
+     * The caller passes the client's credentials only with
+     * forward_client_auth on, and only when the client sent some; else
+     * the configured key (if any) goes, as for every other client.
      */
-    if (u->cfg->forward_client_auth && req->client_auth != NULL) {
+    if (req->client_auth != NULL) {
         *wipe = 1;
         rc = scratch_add(b, &off[n++], "Authorization: ", req->client_auth);
         if (rc != 0)

@@ -22,16 +22,26 @@
 struct gw_config;
 struct upstream;
 
+/*
+ * Everything of a client's request that reaches the upstream.  The rest
+ * of the upstream request is constant (upstream.c): the URL's origin,
+ * "Content-Type: application/json" on a POST (route.c has checked that
+ * the body is a JSON object), a fixed Accept, no Expect, and the
+ * configured api_key when no client credential is forwarded.
+ *
+ * The coalescing contract (coalesce.h) rests on this struct: a coalesced
+ * call's fields are either hashed into its key (coalesce_key() hashes
+ * method, path, body and client_auth) or the flight's own (request_id).
+ * A field added here must be added to one of the two.
+ */
 struct upstream_request {
     const char *method;         /* "GET" or "POST" */
     const char *path;           /* NUL-terminated origin-form target */
     const char *body;           /* POST body, sent byte-exact */
     size_t body_len;
-    const char *content_type;   /* client's Content-Type value, or NULL */
-    const char *accept;         /* client's Accept value, or NULL */
     const char *request_id;     /* sent as X-Request-Id */
-    const char *client_auth;    /* client's Authorization value, or NULL;
-                                   forwarded only if forward_client_auth */
+    const char *client_auth;    /* the client's Authorization value, sent
+                                   as is; NULL sends the configured key */
 };
 
 struct upstream_sink {
@@ -78,10 +88,11 @@ void upstream_free(struct upstream *u);
 
 /*
  * Run one transfer to completion (blocking).  Borrows 'req' and 'sink'.
- * Request headers sent: Content-Type and Accept as given, X-Request-Id,
- * Authorization (the configured upstream key as Bearer, or the client's
- * when forward_client_auth is on), and nothing else from the client: no
- * hop-by-hop field can leak through.  "Expect:" is suppressed.
+ * Request headers sent: Host (from the URL), Content-Type (POST only)
+ * and Accept (both constants), Content-Length, X-Request-Id, and
+ * Authorization (req->client_auth, else the configured key as Bearer, else
+ * none); nothing else, so no client or hop-by-hop field can leak through.
+ * "Expect:" is suppressed.
  * Timeouts come from the config: connect, first byte (request sent to the
  * first response byte), idle (between body bytes) and total.
  * OUT *res is always filled.  Returns res->rc.  Thread-safe.

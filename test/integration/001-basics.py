@@ -134,7 +134,17 @@ def test_request_id_echoed_when_sane(t):
                         "X-Request-Id": rid})
     assert r.status == 200, r
     assert r.headers.get("X-Request-Id") == rid, r
-    # and the upstream sees the same id
+    # A coalesced call sends its flight's id upstream (011 tests that);
+    # a direct one, here an embedding, sends the client's.
+    assert re.match(r"^flight-[0-9a-f]{24}$",
+                    m.stats()["last_headers"].get("x-request-id")), \
+        m.stats()["last_headers"]
+    rid = "direct-req.43"
+    r = g.post("/v1/embeddings", b'{"input":"x"}',
+               headers={"Content-Type": "application/json",
+                        "X-Request-Id": rid})
+    assert r.status == 200, r
+    assert r.headers.get("X-Request-Id") == rid, r
     assert m.stats()["last_headers"].get("x-request-id") == rid
 
 

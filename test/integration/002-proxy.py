@@ -68,8 +68,11 @@ def test_models_relayed(t):
 def test_relayed_response_carries_request_id(t):
     m = t.mock()
     g = t.gateway(m)
-    r = g.post("/v1/chat/completions", chat_body("rid"))
+    # Direct (not coalesced: sampling at 0.9): the client's id goes
+    # upstream.  A coalesced call sends its flight's (011).
+    r = g.post("/v1/chat/completions", chat_body("rid", temperature=0.9))
     assert r.status == 200, r
+    assert r.headers.get("X-Infergw-Coalesce") == "bypass", r
     rid = r.headers.get("X-Request-Id")
     assert rid, "no X-Request-Id on a proxied response"
     assert m.stats()["last_headers"].get("x-request-id") == rid, \

@@ -23,7 +23,8 @@ import time
 
 import gwtest
 from gwtest import (JSON_HEADERS, Connection, Stream, budget, build_request,
-                    metric, parse_metrics, sse_data, sse_events, wait_for)
+                    has_metric, metric, parse_metrics, sse_data, sse_events,
+                    wait_for)
 
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
@@ -71,8 +72,14 @@ class RcvbufConnection(Connection):
 def send(g, body, path=CHAT, headers=None, timeout=15.0, rcvbuf=None):
     """Open a connection and send one POST; the response is not read.
     Returns the Connection (read it with finish())."""
-    h = dict(JSON_HEADERS)
-    h.update(headers or {})
+    if isinstance(headers, list):
+        # A list may repeat a name; a dict entry replaces the default.
+        names = {k.lower() for k, _ in headers}
+        h = [(k, v) for k, v in JSON_HEADERS.items()
+             if k.lower() not in names] + headers
+    else:
+        h = dict(JSON_HEADERS)
+        h.update(headers or {})
     if rcvbuf is None:
         c = Connection(g.port, timeout)
     else:
@@ -97,17 +104,17 @@ def held_trio(g, m, body, path=CHAT, headers=None):
     return [lead] + rest
 
 
-def bypassed_trio(g, m, body, reason):
-    """Three identical requests that must each go upstream alone,
-    bypassed for 'reason': all three are held at the mock at once, none
-    leads or follows, and each gets its own complete stream marked
-    bypass.  'body' must carry a "mock_hold" tag no earlier request used.
-    Returns the three finished streams."""
+def bypassed_trio(g, m, body, reason, headers=None):
+    """Three identical requests (with 'headers', as send() takes them)
+    that must each go upstream alone, bypassed for 'reason': all three
+    are held at the mock at once, none leads or follows, and each gets its
+    own complete stream marked bypass.  'body' must carry a "mock_hold"
+    tag no earlier request used.  Returns the three finished streams."""
     tag = re.search(rb'"mock_hold":"([^"]+)"', body).group(1).decode()
     names = {"leaders": 0, "followers": 0, "bypass_" + reason: 0,
              "completions": 0}
     base = _state(g, m, names)
-    conns = [send(g, body) for _ in range(3)]
+    conns = [send(g, body, headers=headers) for _ in range(3)]
     wait_state(g, m, held=3, leaders=base["leaders"],
                followers=base["followers"],
                **{"bypass_" + reason: base["bypass_" + reason] + 3})
@@ -199,8 +206,16 @@ def roles(streams):
 
 # ---- signals -------------------------------------------------------------
 
+def present(gm, name, **labels):
+    """metric(), after checking that the series exists at all: a missing
+    metric must not pass for a zero."""
+    assert has_metric(gm, name, **labels), \
+        "no %s%s in /metrics" % (name, labels or "")
+    return metric(gm, name, **labels)
+
+
 def counter(g, name, **labels):
-    return metric(g.metrics(), name, **labels)
+    return present(g.metrics(), name, **labels)
 
 
 def _state(g, m, want):
@@ -222,23 +237,23 @@ def _state(g, m, want):
 
 def _gateway_value(gm, k):
     if k == "leaders":
-        return metric(gm, LEADERS)
+        return present(gm, LEADERS)
     if k == "followers":
-        return metric(gm, FOLLOWERS)
+        return present(gm, FOLLOWERS)
     if k == "flights":
-        return metric(gm, FLIGHTS)
+        return present(gm, FLIGHTS)
     if k == "parked":
-        return metric(gm, PARKED)
+        return present(gm, PARKED)
     if k == "pushed":
-        return metric(gm, PUSHED)
+        return present(gm, PUSHED)
     if k == "helpers":
-        return metric(gm, HELPERS)
+        return present(gm, HELPERS)
     if k == "upstream":
-        return metric(gm, UPSTREAM)
+        return present(gm, UPSTREAM)
     if k.startswith("bypass_"):
-        return metric(gm, BYPASS, reason=k[len("bypass_"):])
+        return present(gm, BYPASS, reason=k[len("bypass_"):])
     if k.startswith("tenant_"):
-        return metric(gm, BY_TENANT, tenant=k[len("tenant_"):])
+        return present(gm, BY_TENANT, tenant=k[len("tenant_"):])
     raise KeyError(k)
 
 

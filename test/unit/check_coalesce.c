@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,11 +31,30 @@ teardown(void)
     config_release(&cfg);
 }
 
+/* An upstream request as proxy.c builds it; 'auth' may be NULL. */
+static struct upstream_request
+ureq(const char *method, const char *path, const char *body,
+     const char *auth)
+{
+    struct upstream_request ur;
+
+    memset(&ur, 0, sizeof(ur));
+    ur.method = method;
+    ur.path = path;
+    ur.body = body;
+    ur.body_len = strlen(body);
+    ur.request_id = "client-id";
+    ur.client_auth = auth;
+    return ur;
+}
+
 static void
 key_of(const char *body, unsigned char key[FLIGHT_KEY_LEN])
 {
-    coalesce_key("default", "POST", 4, "/v1/chat/completions", 20,
-                 "http://127.0.0.1:8000", body, strlen(body), key);
+    struct upstream_request ur = ureq("POST", "/v1/chat/completions", body,
+                                      NULL);
+
+    coalesce_key("default", "http://127.0.0.1:8000", &ur, key);
 }
 
 /* ---- the map ---- */
@@ -535,31 +555,53 @@ END_TEST
 
 /* ---- key and eligibility ---- */
 
+/* Key of tenant 't', upstream 'u' and the request fields. */
+static void
+key5(const char *t, const char *u, const char *method, const char *path,
+     const char *body, const char *auth, unsigned char key[FLIGHT_KEY_LEN])
+{
+    struct upstream_request ur = ureq(method, path, body, auth);
+
+    coalesce_key(t, u, &ur, key);
+}
+
 START_TEST(test_key_separates_fields)
 {
     unsigned char a[FLIGHT_KEY_LEN], b[FLIGHT_KEY_LEN];
+    struct upstream_request ur;
 
-    coalesce_key("t1", "POST", 4, "/v1/completions", 15, "http://u",
-                 "{}", 2, a);
-    coalesce_key("t2", "POST", 4, "/v1/completions", 15, "http://u",
-                 "{}", 2, b);
+    key5("t1", "http://u", "POST", "/v1/completions", "{}", NULL, a);
+    key5("t2", "http://u", "POST", "/v1/completions", "{}", NULL, b);
     ck_assert_int_ne(memcmp(a, b, FLIGHT_KEY_LEN), 0);     /* tenant */
-    coalesce_key("t1", "POST", 4, "/v1/chat/completions", 20, "http://u",
-                 "{}", 2, b);
+    key5("t1", "http://u", "POST", "/v1/chat/completions", "{}", NULL, b);
     ck_assert_int_ne(memcmp(a, b, FLIGHT_KEY_LEN), 0);     /* path */
-    coalesce_key("t1", "POST", 4, "/v1/completions", 15, "http://v",
-                 "{}", 2, b);
+    key5("t1", "http://u", "POST", "/v1/completions?x=1", "{}", NULL, b);
+    ck_assert_int_ne(memcmp(a, b, FLIGHT_KEY_LEN), 0);     /* query */
+    key5("t1", "http://v", "POST", "/v1/completions", "{}", NULL, b);
     ck_assert_int_ne(memcmp(a, b, FLIGHT_KEY_LEN), 0);     /* upstream */
-    coalesce_key("t1", "POST", 4, "/v1/completions", 15, "http://u",
-                 "{ }", 3, b);
+    key5("t1", "http://u", "POST", "/v1/completions", "{ }", NULL, b);
     ck_assert_int_ne(memcmp(a, b, FLIGHT_KEY_LEN), 0);     /* body bytes */
-    /* Length prefixes: moving a byte between fields changes the key. */
-    coalesce_key("t", "1POST", 5, "/v1/completions", 15, "http://u",
-                 "{}", 2, b);
+    key5("t1", "http://u", "GET", "/v1/completions", "{}", NULL, b);
+    ck_assert_int_ne(memcmp(a, b, FLIGHT_KEY_LEN), 0);     /* method */
+    /* A forwarded credential is part of the key; none differs from "". */
+    key5("t1", "http://u", "POST", "/v1/completions", "{}", "Bearer k1", b);
     ck_assert_int_ne(memcmp(a, b, FLIGHT_KEY_LEN), 0);
-    coalesce_key("t1", "POST", 4, "/v1/completions", 15, "http://u",
-                 "{}", 2, b);
+    key5("t1", "http://u", "POST", "/v1/completions", "{}", "", b);
+    ck_assert_int_ne(memcmp(a, b, FLIGHT_KEY_LEN), 0);
+    key5("t1", "http://u", "POST", "/v1/completions", "{}", "Bearer k1", a);
+    key5("t1", "http://u", "POST", "/v1/completions", "{}", "Bearer k2", b);
+    ck_assert_int_ne(memcmp(a, b, FLIGHT_KEY_LEN), 0);
+    key5("t1", "http://u", "POST", "/v1/completions", "{}", "Bearer k1", b);
     ck_assert_int_eq(memcmp(a, b, FLIGHT_KEY_LEN), 0);     /* stable */
+    /* Length prefixes: moving a byte between fields changes the key. */
+    key5("t1", "http://u", "POST", "/v1/completions", "{}", NULL, a);
+    key5("t", "1http://u", "POST", "/v1/completions", "{}", NULL, b);
+    ck_assert_int_ne(memcmp(a, b, FLIGHT_KEY_LEN), 0);
+    /* The client's request id is not hashed: the flight sends its own. */
+    ur = ureq("POST", "/v1/completions", "{}", NULL);
+    ur.request_id = "another-client";
+    coalesce_key("t1", "http://u", &ur, b);
+    ck_assert_int_eq(memcmp(a, b, FLIGHT_KEY_LEN), 0);
 }
 END_TEST
 
@@ -571,17 +613,51 @@ static const struct {
 } sampling[] = {
     { "{}", 0, 1, "omitted temperature, default config: the seed's demo" },
     { "{}", 1.0, 0, "omitted temperature, strict config (vLLM's 1.0)" },
+    { "{}", 0.5, 0, "omitted counts as 0.5" },
     { "{\"temperature\":0}", 1.0, 1, "greedy" },
     { "{\"temperature\":0.0}", 1.0, 1, "greedy, real zero" },
+    { "{\"temperature\":-0.0}", 1.0, 1, "negative zero is zero" },
+    { "{\"temperature\":1e-400}", 1.0, 1, "underflows to zero: zero" },
+    { "{\"temperature\":0e7}", 1.0, 1, "zero with an exponent" },
+    { "{\"temperature\":1e-300}", 0, 0, "tiny but not zero" },
     { "{\"temperature\":0.7}", 0, 0, "random sampling, no seed" },
+    { "{\"temperature\":-1}", 0, 0, "negative temperature: upstream's call" },
+    { "{\"temperature\":0,\"top_p\":0.5}", 0, 1, "greedy: top_p is moot" },
     { "{\"temperature\":0.7,\"seed\":42}", 0, 1, "seed makes it repeatable" },
     { "{\"temperature\":1.5,\"seed\":0}", 0, 1, "seed 0 is a seed" },
-    { "{\"temperature\":0.7,\"seed\":4.2}", 0, 0, "non-integer seed" },
-    { "{\"temperature\":0.7,\"seed\":\"42\"}", 0, 0, "string seed" },
-    { "{\"temperature\":\"0\"}", 0, 0, "string temperature: upstream's call" },
-    { "{\"temperature\":null}", 0, 1, "null means omitted" },
-    { "{}", 0.5, 0, "omitted counts as 0.5" },
+    { "{\"temperature\":1.5,\"seed\":-0}", 0, 1, "seed -0 is 0" },
     { "{\"seed\":7}", 1.0, 1, "seed with omitted temperature" },
+    { "{\"seed\":7,\"top_p\":0.1}", 0, 1, "seed makes top_p repeatable" },
+    { "{\"temperature\":0.7,\"seed\":-1}", 0, 0, "negative seed: random" },
+    { "{\"temperature\":0,\"seed\":-1}", 0, 0, "negative seed, greedy" },
+    { "{\"seed\":-42}", 0, 0, "negative seed, omitted temperature" },
+    { "{\"temperature\":0.7,\"seed\":4.2}", 0, 0, "non-integer seed" },
+    { "{\"temperature\":0.7,\"seed\":42.0}", 0, 0, "real seed" },
+    { "{\"temperature\":0.7,\"seed\":\"42\"}", 0, 0, "string seed" },
+    { "{\"seed\":null}", 0, 0, "null seed is no seed" },
+    { "{\"seed\":true}", 0, 0, "boolean seed" },
+    { "{\"temperature\":\"0\"}", 0, 0, "string temperature" },
+    { "{\"temperature\":null}", 0, 0, "null temperature" },
+    { "{\"temperature\":false}", 0, 0, "boolean temperature" },
+    { "{\"temperature\":[0]}", 0, 0, "array temperature" },
+    /* Omitted temperature: every other control must leave greedy alone. */
+    { "{\"top_p\":1}", 0, 1, "top_p 1 is neutral" },
+    { "{\"top_p\":1.0,\"top_k\":0,\"min_p\":0,\"n\":1}", 0, 1,
+      "all neutral" },
+    { "{\"top_k\":-1}", 0, 1, "top_k -1 is vLLM's off" },
+    { "{\"min_p\":1e-400}", 0, 1, "min_p underflows to 0" },
+    { "{\"top_p\":0.9}", 0, 0, "nucleus sampling" },
+    { "{\"top_p\":0.9999}", 0, 0, "nucleus sampling, barely" },
+    { "{\"typical_p\":0.5}", 0, 0, "typical sampling" },
+    { "{\"top_k\":40}", 0, 0, "top-k sampling" },
+    { "{\"top_k\":1}", 0, 0, "top_k 1: counted as sampling" },
+    { "{\"min_p\":0.05}", 0, 0, "min-p sampling" },
+    { "{\"n\":3}", 0, 0, "several choices" },
+    { "{\"best_of\":2}", 0, 0, "best of several candidates" },
+    { "{\"top_p\":\"0.9\"}", 0, 0, "string top_p" },
+    { "{\"top_k\":null}", 0, 0, "null top_k" },
+    { "{\"min_p\":true}", 0, 0, "boolean min_p" },
+    { "{\"top_p\":0.9}", 1.0, 0, "strict config too" },
 };
 
 START_TEST(test_sampling_rule)
@@ -609,23 +685,52 @@ parse(const char *raw, struct http_request *r)
     return http_parse_request(raw, strlen(raw), 16384, r);
 }
 
-START_TEST(test_opt_out_and_switches)
+static const struct {
+    const char *fields;         /* header field lines, CRLF-terminated */
+    int opted_out;
+    const char *note;
+} opt_outs[] = {
+    { "X-Infergw-Coalesce: off\r\n", 1, "the gateway's own switch" },
+    { "Cache-Control: no-cache\r\n", 1, "no-cache" },
+    { "Cache-Control: max-age=0, no-store\r\n", 1, "no-store in a list" },
+    { "Cache-Control: max-age=0\r\nCache-Control: no-cache\r\n", 1,
+      "RFC 9110 5.3: a second line continues the list" },
+    { "Cache-Control: max-age=0\r\ncache-control: No-Store\r\n", 1,
+      "names and directives are case-insensitive" },
+    { "X-Infergw-Coalesce: on\r\nX-Infergw-Coalesce: OFF\r\n", 1,
+      "off on a second line" },
+    { "Cache-Control: no-cache=\"x\"\r\n", 1, "no-cache with an argument" },
+    { "", 0, "no opt-out header" },
+    { "Cache-Control: max-age=0\r\n", 0, "another directive" },
+    { "Cache-Control: no-cachex, x-no-cache\r\n", 0, "substrings only" },
+    { "X-Infergw-Coalesce: offline\r\n", 0, "not the token off" },
+    { "X-Infergw-Coalesce: on\r\n", 0, "explicitly on" },
+};
+
+START_TEST(test_opt_out_headers)
+{
+    struct http_request r;
+    enum metrics_bypass why = BYPASS_COUNT;
+    json_t *j = json_loads("{\"temperature\":0}", 0, NULL);
+    char raw[512];
+
+    snprintf(raw, sizeof(raw), "POST / HTTP/1.1\r\nHost: x\r\n%s\r\n",
+             opt_outs[_i].fields);
+    ck_assert_int_gt(parse(raw, &r), 0);
+    ck_assert_msg(coalesce_eligible(&cfg, CONFIG_MAX_TENANTS, &r, j, &why)
+                  == !opt_outs[_i].opted_out, "%s", opt_outs[_i].note);
+    if (opt_outs[_i].opted_out)
+        ck_assert_int_eq(why, BYPASS_OPT_OUT);
+    json_decref(j);
+}
+END_TEST
+
+START_TEST(test_global_switch)
 {
     struct http_request r;
     enum metrics_bypass why;
     json_t *j = json_loads("{\"temperature\":0}", 0, NULL);
 
-    ck_assert_int_gt(parse("POST / HTTP/1.1\r\nHost: x\r\n"
-                           "X-Infergw-Coalesce: off\r\n\r\n", &r), 0);
-    ck_assert_int_eq(coalesce_eligible(&cfg, CONFIG_MAX_TENANTS, &r, j,
-                                       &why), 0);
-    ck_assert_int_eq(why, BYPASS_OPT_OUT);
-    ck_assert_int_gt(parse("POST / HTTP/1.1\r\nHost: x\r\n"
-                           "Cache-Control: max-age=0, no-cache\r\n\r\n",
-                           &r), 0);
-    ck_assert_int_eq(coalesce_eligible(&cfg, CONFIG_MAX_TENANTS, &r, j,
-                                       &why), 0);
-    ck_assert_int_eq(why, BYPASS_OPT_OUT);
     ck_assert_int_gt(parse("POST / HTTP/1.1\r\nHost: x\r\n\r\n", &r), 0);
     ck_assert_int_eq(coalesce_eligible(&cfg, CONFIG_MAX_TENANTS, &r, j,
                                        &why), 1);
@@ -706,7 +811,9 @@ coalesce_suite(void)
     tcase_add_test(tc, test_key_separates_fields);
     tcase_add_loop_test(tc, test_sampling_rule, 0,
                         (int)(sizeof(sampling) / sizeof(sampling[0])));
-    tcase_add_test(tc, test_opt_out_and_switches);
+    tcase_add_loop_test(tc, test_opt_out_headers, 0,
+                        (int)(sizeof(opt_outs) / sizeof(opt_outs[0])));
+    tcase_add_test(tc, test_global_switch);
     tcase_add_test(tc, test_tenants);
     suite_add_tcase(s, tc);
     return s;
