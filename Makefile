@@ -115,6 +115,7 @@ deps:
 	@sh tools/install-deps.sh
 
 unit: $(UNITS) $(FUZZ_REPLAY)
+	@python3 test/check_includes.py
 	@sh test/unit/run.sh $(UNITS)
 	@$(FUZZ_REPLAY) test/fuzz/corpus/http
 

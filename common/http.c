@@ -1015,7 +1015,7 @@ out:
 /* Content-Length framing: read exactly the announced bytes into 'body'. */
 static int
 read_length(int fd, struct buf *in, uint64_t length, struct buf *body,
-            int64_t deadline)
+            int64_t deadline, int wake_fd)
 {
     uint64_t left = length;
     size_t n, got;
@@ -1046,7 +1046,7 @@ read_length(int fd, struct buf *in, uint64_t length, struct buf *body,
         rc = buf_reserve(body, n, &dst);
         if (rc != 0)
             return rc;
-        rc = net_read(fd, dst, n, deadline, -1, &got);
+        rc = net_read(fd, dst, n, deadline, wake_fd, &got);
         if (rc != 0)
             return rc;
         buf_commit(body, got);
@@ -1057,7 +1057,8 @@ read_length(int fd, struct buf *in, uint64_t length, struct buf *body,
 
 /* Chunked framing: decode what 'in' holds, then read more into it. */
 static int
-read_chunked(int fd, struct buf *in, struct buf *body, int64_t deadline)
+read_chunked(int fd, struct buf *in, struct buf *body, int64_t deadline,
+             int wake_fd)
 {
     struct http_chunked d;
     size_t used;
@@ -1072,7 +1073,7 @@ read_chunked(int fd, struct buf *in, struct buf *body, int64_t deadline)
         if (rc != 0)
             return rc;
         /* The decoder took all of 'in', so fill() has room. */
-        rc = fill(fd, in, deadline, -1);
+        rc = fill(fd, in, deadline, wake_fd);
         if (rc != 0)
             return rc;
     }
@@ -1080,7 +1081,7 @@ read_chunked(int fd, struct buf *in, struct buf *body, int64_t deadline)
 
 int
 http_read_body(int fd, struct buf *in, struct http_request *r,
-               struct buf *body, int64_t deadline)
+               struct buf *body, int64_t deadline, int wake_fd)
 {
     int rc;
 
@@ -1089,10 +1090,11 @@ http_read_body(int fd, struct buf *in, struct http_request *r,
     r->error_msg = NULL;
     switch (r->body_kind) {
     case HTTP_BODY_LENGTH:
-        rc = read_length(fd, in, r->content_length, body, deadline);
+        rc = read_length(fd, in, r->content_length, body, deadline,
+                         wake_fd);
         break;
     case HTTP_BODY_CHUNKED:
-        rc = read_chunked(fd, in, body, deadline);
+        rc = read_chunked(fd, in, body, deadline, wake_fd);
         break;
     default:
         rc = 0;

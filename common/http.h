@@ -149,14 +149,16 @@ int http_read_head(int fd, struct buf *in, struct buf *head,
 
 /*
  * Read the body 'r' announces into 'body' (reset first; its limit is the
- * largest body accepted), first from 'in', then from 'fd', until 'deadline'.
+ * largest body accepted), first from 'in', then from 'fd', until 'deadline'
+ * or until 'wake_fd' (or -1) is readable while waiting.
  * Bytes after the body stay in 'in' for the next request.
  * Returns 0; GW_ETOOBIG (r->error_status 413); GW_EPARSE (bad chunked
- * framing, 400); GW_ETIMEDOUT (408); GW_ECLOSED; GW_ENOMEM; GW_EIO.
+ * framing, 400); GW_ETIMEDOUT (408); GW_EABORTED (wake_fd); GW_ECLOSED;
+ * GW_ENOMEM; GW_EIO.
  * 'r' is not const only so that the error fields can be set.
  */
 int http_read_body(int fd, struct buf *in, struct http_request *r,
-                   struct buf *body, int64_t deadline);
+                   struct buf *body, int64_t deadline, int wake_fd);
 
 /* Reason phrase for a status code ("OK", "Not Found", ...); never NULL. */
 const char *http_reason(int status);

@@ -302,17 +302,19 @@ net_write_some(int fd, const void *p, size_t len, size_t *n)
 }
 
 int
-net_write_all(int fd, const void *p, size_t len, int64_t deadline)
+net_write_all(int fd, const void *p, size_t len, int64_t deadline,
+              int wake_fd)
 {
     struct iovec iov;
 
     iov.iov_base = (void *)p;
     iov.iov_len = len;
-    return net_writev_all(fd, &iov, 1, deadline);
+    return net_writev_all(fd, &iov, 1, deadline, wake_fd);
 }
 
 int
-net_writev_all(int fd, struct iovec *iov, int iovcnt, int64_t deadline)
+net_writev_all(int fd, struct iovec *iov, int iovcnt, int64_t deadline,
+               int wake_fd)
 {
     struct msghdr msg;
     ssize_t w;
@@ -332,7 +334,7 @@ net_writev_all(int fd, struct iovec *iov, int iovcnt, int64_t deadline)
                 continue;
             if (errno != EAGAIN && errno != EWOULDBLOCK)
                 return write_error(errno);
-            rc = net_wait(fd, POLLOUT, deadline, -1);
+            rc = net_wait(fd, POLLOUT, deadline, wake_fd);
             if (rc != 0)
                 return rc;
             continue;

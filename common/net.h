@@ -54,14 +54,18 @@ int net_read(int fd, void *p, size_t len, int64_t deadline, int wake_fd,
              size_t *n);
 
 /*
- * Write everything, waiting for the socket up to 'deadline'.
- * Returns 0, GW_ETIMEDOUT, GW_ECLOSED (peer gone: EPIPE/ECONNRESET) or
- * GW_EIO.  MSG_NOSIGNAL is used, so no SIGPIPE.
+ * Write everything, waiting for the socket up to 'deadline'.  A write is
+ * tried before any wait, so 'wake_fd' only cuts a wait short.
+ * Returns 0, GW_ETIMEDOUT, GW_EABORTED (wake_fd readable while the
+ * socket was full), GW_ECLOSED (peer gone: EPIPE/ECONNRESET) or GW_EIO.
+ * MSG_NOSIGNAL is used, so no SIGPIPE.
  */
-int net_write_all(int fd, const void *p, size_t len, int64_t deadline);
+int net_write_all(int fd, const void *p, size_t len, int64_t deadline,
+                  int wake_fd);
 
 /* Same for an iovec array (the array is modified as it is consumed). */
-int net_writev_all(int fd, struct iovec *iov, int iovcnt, int64_t deadline);
+int net_writev_all(int fd, struct iovec *iov, int iovcnt, int64_t deadline,
+                   int wake_fd);
 
 /*
  * One non-blocking attempt: OUT *n gets what the kernel took (maybe 0).

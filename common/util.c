@@ -27,6 +27,7 @@ gw_strerror(int rc)
     case GW_ECLOSED:    return "connection closed";
     case GW_EINVAL:     return "invalid value";
     case GW_EABORTED:   return "aborted";
+    case GW_ESTOPPING:  return "stopping";
     default:            return "unknown error";
     }
 }

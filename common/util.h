@@ -24,6 +24,7 @@ enum {
     GW_ECLOSED = -8,        /* the peer closed the connection */
     GW_EINVAL = -9,         /* invalid argument or value */
     GW_EABORTED = -10,      /* cancelled by the caller (drain, no readers) */
+    GW_ESTOPPING = -11,     /* the process is stopping: every wait ends */
 };
 
 /* Text for a GW_E* code; never NULL. */

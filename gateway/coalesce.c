@@ -13,12 +13,26 @@
 #include "config.h"
 #include "log.h"
 
+/*
+ * The coalescer's record of a joinable flight.  It exists while the
+ * flight is in the map and is freed when it leaves: finishing, or its
+ * last reader gone.
+ */
+struct entry {
+    unsigned char key[FLIGHT_KEY_LEN];
+    struct entry *next;             /* bucket chain */
+    struct flight *f;               /* the map's reference */
+    const struct flight_reader *lead;   /* the leader's client's reader */
+    unsigned followers;             /* attached now: max_followers */
+};
+
 struct coalescer {
     const struct gw_config *cfg;    /* borrowed, immutable */
-    struct gw_mutex lock;           /* guards every field below */
-    struct flight **bucket;         /* chains through flight->next */
+    struct gw_mutex lock;           /* guards every field below and every
+                                       entry */
+    struct entry **bucket;
     size_t nbuckets;                /* a power of two */
-    size_t count;                   /* linked flights */
+    size_t count;                   /* entries */
 };
 
 struct coalescer *
@@ -253,134 +267,144 @@ bucket_of(const struct coalescer *co, const unsigned char *key)
     return (size_t)(h & (co->nbuckets - 1));
 }
 
-static struct flight *
+/* The slot that points at the entry for 'key', or at the chain's end. */
+static struct entry **
 find_locked(struct coalescer *co, const unsigned char *key)
 {
-    struct flight *f;
+    struct entry **pp;
 
     assert(gw_mutex_held(&co->lock));
-    for (f = co->bucket[bucket_of(co, key)]; f != NULL; f = f->next)
-        if (memcmp(f->key, key, FLIGHT_KEY_LEN) == 0)
-            return f;
-    return NULL;
+    for (pp = &co->bucket[bucket_of(co, key)]; *pp != NULL;
+         pp = &(*pp)->next)
+        if (memcmp((*pp)->key, key, FLIGHT_KEY_LEN) == 0)
+            break;
+    return pp;
 }
 
-/*
- * Remove 'f' from the map if it is there; the map's reference is then the
- * caller's to drop.  Returns 1 if it was unlinked.  Map lock held.
- */
-static int
-unlink_locked(struct coalescer *co, struct flight *f)
+/* Remove the entry at *pp and drop the map's reference to its flight. */
+static void
+remove_locked(struct coalescer *co, struct entry **pp)
 {
-    struct flight **pp;
+    struct entry *e = *pp;
 
     assert(gw_mutex_held(&co->lock));
-    if (!f->linked)
-        return 0;
-    for (pp = &co->bucket[bucket_of(co, f->key)]; *pp != NULL;
-         pp = &(*pp)->next) {
-        if (*pp == f) {         /* identity, not key: never a successor */
-            *pp = f->next;
-            f->next = NULL;
-            f->linked = 0;
-            /* The map's reference; others still hold theirs. */
-            atomic_fetch_sub(&f->refs, 1);
-            assert(atomic_load(&f->refs) > 0);
-            co->count--;
-            metrics_flights_add(-1);
-            return 1;
-        }
+    *pp = e->next;
+    co->count--;
+    metrics_flights_add(-1);
+    /* Others hold theirs: this is never the last reference. */
+    assert(atomic_load(&e->f->refs) > 1);
+    atomic_fetch_sub(&e->f->refs, 1);
+    gw_free(e);
+}
+
+/* Join the flight of entry 'e' as a follower.  Map lock held. */
+static enum coalesce_role
+follow_locked(struct coalescer *co, struct entry *e, struct flight_reader *r,
+              struct flight **out, enum metrics_bypass *why)
+{
+    if (e->followers >= co->cfg->max_followers) {
+        *why = BYPASS_MAX_FOLLOWERS;
+        return COALESCE_BYPASS;
     }
-    assert(!"linked flight missing from its bucket");
-    return 0;
+    if (flight_attach(e->f, r) != 0) {
+        *why = BYPASS_MAX_FLIGHT_BYTES;     /* too big to replay */
+        return COALESCE_BYPASS;
+    }
+    flight_ref(e->f);
+    e->followers++;
+    *out = e->f;
+    return COALESCE_FOLLOWER;
+}
+
+/* Start a flight for 'key' led by 'r', at the slot *pp.  Map lock held. */
+static enum coalesce_role
+lead_locked(struct coalescer *co, struct entry **pp, const unsigned char *key,
+            struct flight_reader *r, struct flight **out,
+            enum metrics_bypass *why)
+{
+    struct entry *e;
+    struct flight *f;
+
+    if (co->count >= co->cfg->max_flights) {
+        *why = BYPASS_MAX_FLIGHTS;
+        return COALESCE_BYPASS;
+    }
+    e = gw_malloc(sizeof(*e));
+    f = flight_new();
+    if (e == NULL || f == NULL || flight_attach(f, r) != 0) {
+        gw_free(e);
+        flight_unref(f);
+        *why = BYPASS_NOMEM;
+        return COALESCE_BYPASS;
+    }
+    flight_ref(f);                  /* the driver's */
+    flight_ref(f);                  /* the reader's; flight_new's: map */
+    memcpy(e->key, key, FLIGHT_KEY_LEN);
+    e->f = f;
+    e->lead = r;
+    e->followers = 0;
+    e->next = NULL;
+    *pp = e;                        /* the end of its chain */
+    co->count++;
+    metrics_flights_add(1);
+    *out = f;
+    return COALESCE_LEADER;
 }
 
 enum coalesce_role
 coalescer_join(struct coalescer *co, const unsigned char key[FLIGHT_KEY_LEN],
-               struct flight **out, enum metrics_bypass *why)
+               struct flight_reader *r, struct flight **out,
+               enum metrics_bypass *why)
 {
-    enum coalesce_role role = COALESCE_BYPASS;
-    struct flight *f;
-    size_t b;
+    enum coalesce_role role;
+    struct entry **pp;
 
     *out = NULL;
     gw_mutex_lock(&co->lock);
-    f = find_locked(co, key);
-    if (f != NULL) {
-        /* Membership is the map lock's: no flight lock to wait for. */
-        if (!atomic_load(&f->joinable)) {
-            *why = BYPASS_MAX_FLIGHT_BYTES;
-        } else if (f->followers >= co->cfg->max_followers) {
-            *why = BYPASS_MAX_FOLLOWERS;
-        } else {
-            flight_ref(f);
-            atomic_fetch_add(&f->readers, 1);
-            f->followers++;
-            *out = f;
-            role = COALESCE_FOLLOWER;
-        }
-        goto out;
-    }
-    if (co->count >= co->cfg->max_flights) {
-        *why = BYPASS_MAX_FLIGHTS;
-        goto out;
-    }
-    f = flight_new(key);
-    if (f == NULL) {
-        *why = BYPASS_NOMEM;
-        goto out;
-    }
-    /* Not yet visible to anyone: the fields need no lock here. */
-    atomic_store(&f->refs, 3);      /* map, driver, reader */
-    atomic_store(&f->readers, 1);
-    f->linked = 1;
-    atomic_store(&f->joinable, 1);
-    b = bucket_of(co, key);
-    f->next = co->bucket[b];
-    co->bucket[b] = f;
-    co->count++;
-    metrics_flights_add(1);
-    *out = f;
-    role = COALESCE_LEADER;
-
-out:
+    pp = find_locked(co, key);
+    if (*pp != NULL)
+        role = follow_locked(co, *pp, r, out, why);
+    else
+        role = lead_locked(co, pp, key, r, out, why);
     gw_mutex_unlock(&co->lock);
     return role;
 }
 
 void
-coalescer_finish(struct coalescer *co, struct flight *f, int rc,
-                 const char *reason)
+coalescer_finish(struct coalescer *co, const unsigned char key[FLIGHT_KEY_LEN],
+                 struct flight *f, int rc, const char *reason)
 {
+    struct entry **pp;
+
     gw_mutex_lock(&co->lock);
-    gw_mutex_lock(&f->lock);
-    unlink_locked(co, f);
-    flight_finish_locked(f, rc, reason);
-    assert(atomic_load(&f->refs) > 0);  /* the caller still holds its own */
-    gw_mutex_unlock(&f->lock);
+    pp = find_locked(co, key);
+    if (*pp != NULL && (*pp)->f == f)   /* identity: never a successor */
+        remove_locked(co, pp);
+    flight_finish(f, rc, reason);
     gw_mutex_unlock(&co->lock);
-    /* Outside the map lock: waking thousands of readers takes a while. */
-    flight_wake_all(f);
 }
 
 void
-coalescer_detach(struct coalescer *co, struct flight *f)
+coalescer_detach(struct coalescer *co, const unsigned char key[FLIGHT_KEY_LEN],
+                 struct flight *f, struct flight_reader *r)
 {
+    struct entry **pp;
+    unsigned left;
+
     gw_mutex_lock(&co->lock);
-    assert(atomic_load(&f->readers) > 0);
-    /* Still linked means still running: finishing unlinks. */
-    if (atomic_fetch_sub(&f->readers, 1) == 1 && f->linked) {
-        atomic_store(&f->joinable, 0);
-        unlink_locked(co, f);
+    left = flight_detach(f, r);
+    pp = find_locked(co, key);
+    if (*pp != NULL && (*pp)->f == f) {
+        if (r != (*pp)->lead) {
+            assert((*pp)->followers > 0);
+            (*pp)->followers--;
+        }
+        /* Still in the map means still running: finishing removes it. */
+        if (left == 0)
+            remove_locked(co, pp);
     }
     gw_mutex_unlock(&co->lock);
     flight_unref(f);
-}
-
-unsigned
-coalescer_readers(struct flight *f)
-{
-    return atomic_load(&f->readers);
 }
 
 size_t
@@ -392,4 +416,14 @@ coalescer_count(struct coalescer *co)
     n = co->count;
     gw_mutex_unlock(&co->lock);
     return n;
+}
+
+void
+coalescer_each(struct coalescer *co, void (*fn)(struct flight *f))
+{
+    gw_mutex_lock(&co->lock);
+    for (size_t b = 0; b < co->nbuckets; b++)
+        for (struct entry *e = co->bucket[b]; e != NULL; e = e->next)
+            fn(e->f);
+    gw_mutex_unlock(&co->lock);
 }

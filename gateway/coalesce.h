@@ -3,13 +3,26 @@
  * key that says two requests are the same, and the map of flights in
  * flight.
  *
- * Design: a map from key to struct flight under one mutex.  The first
+ * The contract: every byte the upstream receives for a coalesced call is
+ * either a constant of the gateway's configuration or derived from data
+ * that is part of the coalescing key.  So a follower can only ever get
+ * the answer to exactly its own request.  It holds by construction:
+ * upstream.h's struct upstream_request is all of a client's request that
+ * reaches the upstream, and coalesce_key() hashes every field of it but
+ * the request id, which on a coalesced call is the flight's own
+ * (proxy.c); the rest of the upstream request is constant (upstream.c).
+ * Content-Type and Accept are constants; a forwarded credential is
+ * hashed into the key; the tenant is always in it.
+ *
+ * Design: a map from key to entry under one mutex.  An entry is the
+ * coalescer's own record of a flight that takes joiners: the flight, its
+ * leader's reader, and how many followers are attached now.  The first
  * eligible request with a key becomes the LEADER: it makes the upstream
- * call and appends to the flight.  Requests with the same key that arrive
- * while the flight is joinable become FOLLOWERS and read the flight from
- * chunk 0.  Finishing a flight and removing it from the map happen in one
- * step under the map lock, so a request that arrives after completion
- * starts a fresh upstream call: this is coalescing, not a cache.
+ * call and appends to the flight.  Requests with the same key that
+ * arrive while the flight is joinable become FOLLOWERS and read it from
+ * chunk 0.  Finishing a flight and removing its entry happen in one step
+ * under the map lock, so a request that arrives after completion starts
+ * a fresh upstream call: this is coalescing, not a cache.
  *
  * Lock order: the map lock, then a flight's lock.  Never the reverse.
  */
@@ -84,43 +97,50 @@ void coalesce_key_hex(const unsigned char key[FLIGHT_KEY_LEN],
                       char out[13]);
 
 /*
- * Join the flight for 'key' or start it.
- *  LEADER: OUT *f is a new flight, linked in the map; the caller holds
- *          two references (one as the driver of the upstream call, one as
- *          a reader) and is its first reader.
- *  FOLLOWER: OUT *f is the running flight; the caller holds one reference
- *          and is attached as a reader.
- *  BYPASS: a bound was reached (max_followers, max_flights, the flight's
- *          bytes past max_flight_bytes) or memory ran out; OUT *why says
- *          which; *f is NULL.  The caller goes upstream alone, at once.
+ * Join the flight for 'key' or start it, attaching 'r' to it.
+ *  LEADER: OUT *f is a new flight in the map with 'r' attached; the
+ *          caller holds two references (one as the driver of the
+ *          upstream call, one as a reader).
+ *  FOLLOWER: OUT *f is the running flight, 'r' attached at chunk 0; the
+ *          caller holds one reference.
+ *  BYPASS: a bound was reached (max_followers attached now, max_flights,
+ *          the flight's bytes past max_flight_bytes) or memory ran out;
+ *          OUT *why says which; *f is NULL.  The caller goes upstream
+ *          alone, at once.
  */
 enum coalesce_role coalescer_join(struct coalescer *co,
                                   const unsigned char key[FLIGHT_KEY_LEN],
-                                  struct flight **f,
+                                  struct flight_reader *r, struct flight **f,
                                   enum metrics_bypass *why);
 
 /*
- * Leader: the upstream call ended (rc 0 = complete).  Unlinks the flight
- * if the map still points at it (a stale flight never removes its
- * successor) and sets the final state, in one step under the map lock;
- * then wakes every parked reader.  Drops the map's reference, not the
- * caller's.
+ * Leader: the upstream call ended (rc 0 = complete).  Removes the entry
+ * for 'key' if it is still this flight's (a stale flight never removes
+ * its successor) and sets the final state, in one step under the map
+ * lock.  Drops the map's reference, not the caller's.  The caller then
+ * wakes the parked readers (fanout_wake_all()).
  */
-void coalescer_finish(struct coalescer *co, struct flight *f, int rc,
-                      const char *reason);
+void coalescer_finish(struct coalescer *co,
+                      const unsigned char key[FLIGHT_KEY_LEN],
+                      struct flight *f, int rc, const char *reason);
 
 /*
- * A reader leaves (its client is done or gone) and drops its reference.
- * When the last reader leaves a running flight, the flight stops taking
- * joiners and is unlinked, so the next identical request starts afresh
- * while the leader aborts the now useless upstream call.
+ * A reader leaves (its client is done or gone): detaches 'r' and drops
+ * its reference.  When the last reader leaves a running flight, the
+ * entry goes, so the next identical request starts afresh while the
+ * leader aborts the now useless upstream call.
  */
-void coalescer_detach(struct coalescer *co, struct flight *f);
-
-/* Readers still attached (the leader's on_tick asks this). */
-unsigned coalescer_readers(struct flight *f);
+void coalescer_detach(struct coalescer *co,
+                      const unsigned char key[FLIGHT_KEY_LEN],
+                      struct flight *f, struct flight_reader *r);
 
 /* Flights in the map now (tests, /metrics). */
 size_t coalescer_count(struct coalescer *co);
+
+/*
+ * Call fn(f) for every flight in the map, under the map lock (fn may take
+ * the flight's lock, not the map's).  For the stop: fanout_wake_all().
+ */
+void coalescer_each(struct coalescer *co, void (*fn)(struct flight *f));
 
 #endif

@@ -1,5 +1,14 @@
 /*
- * flight.c - the shared, append-only response of one upstream call.
+ * flight.c - the shared, append-only response of one upstream call, and
+ * the readers attached to it.  Design: see flight.h.
+ *
+ * Trimming.  Once the flight takes no joiners, an append that finds
+ * 'kept' at or past 'trim_at' walks the readers for the lowest position
+ * and frees every chunk before it.  Then 'trim_at' moves to what is kept
+ * plus max_flight_bytes, so the walk (one pass over the readers) happens
+ * at most once per max_flight_bytes appended, even while a stuck reader
+ * keeps everything alive.  The vector is compacted when its freed front
+ * outgrows its live part, so each slot is moved at most once on average.
  */
 #include "flight.h"
 
@@ -8,22 +17,22 @@
 #include <string.h>
 
 #include "alloc.h"
-#include "metrics.h"
 
 struct flight *
-flight_new(const unsigned char key[FLIGHT_KEY_LEN])
+flight_new(void)
 {
     struct flight *f = gw_calloc(1, sizeof(*f));
 
     if (f == NULL)
         return NULL;
-    memcpy(f->key, key, FLIGHT_KEY_LEN);
     memcpy(f->id, "flight-", 7);
     gw_random_hex(f->id + 7, FLIGHT_ID_LEN - 7);
     gw_mutex_init(&f->lock);
-    f->content_length = -1;
+    f->head.content_length = -1;
     f->state = FLIGHT_RUNNING;
+    f->joinable = 1;
     atomic_init(&f->refs, 1);
+    atomic_init(&f->nreaders, 0);
     return f;
 }
 
@@ -46,11 +55,58 @@ flight_unref(struct flight *f)
     if (before > 1)
         return;
     /* Nobody else can reach the flight any more: no lock needed. */
-    for (size_t i = 0; i < f->nchunks; i++)
-        gw_free(f->chunks[i]);
+    assert(f->readers == NULL && f->parked == NULL);
+    for (size_t i = f->first; i < f->nchunks; i++)
+        gw_free(f->chunks[i - f->base]);
     gw_free(f->chunks);
     gw_mutex_destroy(&f->lock);
     gw_free(f);
+}
+
+int
+flight_attach(struct flight *f, struct flight_reader *r)
+{
+    int rc = GW_ETOOBIG;
+
+    gw_mutex_lock(&f->lock);
+    /* Checked under the lock that appends close it: no chunk 0 is freed
+     * under a reader that was let in. */
+    if (f->joinable) {
+        atomic_store_explicit(&r->pos, 0, memory_order_relaxed);
+        r->prev = NULL;
+        r->next = f->readers;
+        if (f->readers != NULL)
+            f->readers->prev = r;
+        f->readers = r;
+        atomic_fetch_add(&f->nreaders, 1);
+        rc = 0;
+    }
+    gw_mutex_unlock(&f->lock);
+    return rc;
+}
+
+unsigned
+flight_detach(struct flight *f, struct flight_reader *r)
+{
+    unsigned left;
+
+    gw_mutex_lock(&f->lock);
+    if (r->prev != NULL)
+        r->prev->next = r->next;
+    else
+        f->readers = r->next;
+    if (r->next != NULL)
+        r->next->prev = r->prev;
+    r->prev = r->next = NULL;
+    left = atomic_fetch_sub(&f->nreaders, 1) - 1;
+    gw_mutex_unlock(&f->lock);
+    return left;
+}
+
+unsigned
+flight_readers(struct flight *f)
+{
+    return atomic_load(&f->nreaders);
 }
 
 void
@@ -59,21 +115,72 @@ flight_set_head(struct flight *f, int status, const char *content_type,
 {
     gw_mutex_lock(&f->lock);
     assert(!f->head_set);
-    f->status = status;
-    snprintf(f->content_type, sizeof(f->content_type), "%s",
+    f->head.status = status;
+    snprintf(f->head.content_type, sizeof(f->head.content_type), "%s",
              content_type != NULL ? content_type : "");
-    f->content_length = content_length;
+    f->head.content_length = content_length;
     f->head_set = 1;
     gw_mutex_unlock(&f->lock);
+}
+
+/* Free the chunks no attached reader needs any more.  Lock held. */
+static void
+trim_locked(struct flight *f, size_t max_bytes)
+{
+    size_t low = f->nchunks, pos, live;
+
+    assert(gw_mutex_held(&f->lock));
+    for (struct flight_reader *r = f->readers; r != NULL; r = r->next) {
+        /* Acquire: the holder's reads of the chunks before 'pos' (it
+         * moved 'pos' with release) happen before they are freed. */
+        pos = atomic_load_explicit(&r->pos, memory_order_acquire);
+        if (pos < low)
+            low = pos;
+    }
+    for (; f->first < low; f->first++) {
+        struct flight_chunk **slot = &f->chunks[f->first - f->base];
+
+        f->kept -= (*slot)->len + FLIGHT_CHUNK_OVERHEAD;
+        gw_free(*slot);
+        *slot = NULL;
+    }
+    live = f->nchunks - f->first;
+    if (f->first - f->base >= live && f->first > f->base) {
+        memmove(f->chunks, f->chunks + (f->first - f->base),
+                live * sizeof(*f->chunks));
+        f->base = f->first;
+    }
+    f->trim_at = f->kept + max_bytes;
+}
+
+/* Room for one more slot in the vector.  0 or GW_ENOMEM.  Lock held. */
+static int
+make_room_locked(struct flight *f)
+{
+    size_t used = f->nchunks - f->base, cap;
+    struct flight_chunk **v;
+
+    if (used < f->cap)
+        return 0;
+    cap = f->cap > 0 ? f->cap * 2 : 16;
+    /* Realloc under the lock: readers copy pointers under it too. */
+    v = cap < SIZE_MAX / sizeof(*v) ? gw_realloc(f->chunks, cap * sizeof(*v))
+                                    : NULL;
+    if (v == NULL)
+        return GW_ENOMEM;
+    f->chunks = v;
+    f->cap = cap;
+    return 0;
 }
 
 int
 flight_append(struct flight *f, const char *p, size_t n, size_t max_bytes)
 {
-    struct flight_chunk *c, **v;
-    size_t size;
+    struct flight_chunk *c;
+    size_t size, cost;
 
-    if (gw_add_overflows(sizeof(*c), n, &size))
+    if (gw_add_overflows(sizeof(*c), n, &size)
+        || gw_add_overflows(n, FLIGHT_CHUNK_OVERHEAD, &cost))
         return GW_ENOMEM;
     c = gw_malloc(size);            /* allocated outside the lock */
     if (c == NULL)
@@ -82,323 +189,71 @@ flight_append(struct flight *f, const char *p, size_t n, size_t max_bytes)
     memcpy(c->data, p, n);
 
     gw_mutex_lock(&f->lock);
-    if (f->nchunks == f->cap) {
-        size_t cap = f->cap > 0 ? f->cap * 2 : 16;
-
-        /* Realloc under the lock: readers copy pointers under it too. */
-        v = cap < SIZE_MAX / sizeof(*v)
-            ? gw_realloc(f->chunks, cap * sizeof(*v)) : NULL;
-        if (v == NULL) {
-            gw_mutex_unlock(&f->lock);
-            gw_free(c);
-            return GW_ENOMEM;
-        }
-        f->chunks = v;
-        f->cap = cap;
+    assert(f->state == FLIGHT_RUNNING);
+    if (make_room_locked(f) != 0) {
+        gw_mutex_unlock(&f->lock);
+        gw_free(c);
+        return GW_ENOMEM;
     }
-    f->chunks[f->nchunks++] = c;
-    f->bytes += n;
-    if (f->bytes > max_bytes)
-        atomic_store(&f->joinable, 0);  /* too big to replay to newcomers */
+    f->chunks[f->nchunks++ - f->base] = c;
+    f->total = f->total > SIZE_MAX - cost ? SIZE_MAX : f->total + cost;
+    f->kept += cost;
+    if (f->joinable && f->total > max_bytes) {
+        f->joinable = 0;        /* too big to replay to newcomers */
+        f->trim_at = max_bytes;
+    }
+    if (!f->joinable && f->kept >= f->trim_at)
+        trim_locked(f, max_bytes);
     gw_mutex_unlock(&f->lock);
     return 0;
 }
 
 void
-flight_leader_span(const struct flight *f, struct flight_span *s)
+flight_finish(struct flight *f, int rc, const char *reason)
 {
-    s->v = f->chunks;
-    s->lo = 0;
-    s->hi = f->nchunks;
-    s->copy = NULL;
-}
-
-int
-flight_copy_span(struct flight *f, size_t lo, struct flight_head *h,
-                 struct flight_span *s)
-{
-    size_t n;
-
-    memset(s, 0, sizeof(*s));
     gw_mutex_lock(&f->lock);
-    h->status = f->status;
-    h->content_length = f->content_length;
-    memcpy(h->content_type, f->content_type, sizeof(h->content_type));
-    s->lo = s->hi = lo;
-    n = f->nchunks > lo ? f->nchunks - lo : 0;
-    if (n > 0) {
-        s->copy = gw_malloc(n * sizeof(*s->copy));
-        if (s->copy == NULL) {
-            gw_mutex_unlock(&f->lock);
-            return GW_ENOMEM;
-        }
-        memcpy(s->copy, f->chunks + lo, n * sizeof(*s->copy));
-        s->hi = lo + n;
-    }
-    s->v = s->copy;
-    gw_mutex_unlock(&f->lock);
-    return 0;
-}
-
-void
-flight_span_release(struct flight_span *s)
-{
-    gw_free(s->copy);
-    s->copy = NULL;
-    s->v = NULL;
-}
-
-void
-flight_finish_locked(struct flight *f, int rc, const char *reason)
-{
-    assert(gw_mutex_held(&f->lock));
     assert(f->state == FLIGHT_RUNNING);
     f->state = rc == 0 ? FLIGHT_DONE : FLIGHT_FAILED;
     f->err_rc = rc;
     snprintf(f->err_reason, sizeof(f->err_reason), "%s",
              reason != NULL ? reason : "");
-    atomic_store(&f->joinable, 0);
-}
-
-/* ---- readers ---- */
-
-void
-flight_reader_init(struct flight_reader *r)
-{
-    memset(r, 0, sizeof(*r));
-    gw_cond_init(&r->cv);
-    r->where = FLIGHT_READER_RUNNING;
-}
-
-void
-flight_reader_destroy(struct flight_reader *r)
-{
-    assert(r->where == FLIGHT_READER_RUNNING && !r->helper);
-    pthread_cond_destroy(&r->cv);
-}
-
-static void
-park_locked(struct flight *f, struct flight_reader *r)
-{
-    r->where = FLIGHT_READER_PARKED;
-    r->next = NULL;
-    r->prev = f->parked_tail;
-    if (f->parked_tail != NULL)
-        f->parked_tail->next = r;
-    else
-        f->parked = r;
-    f->parked_tail = r;
-    f->nparked++;
-}
-
-/* Take 'r' out of the parked list; it keeps its 'where'.  Lock held. */
-static void
-unlink_locked(struct flight *f, struct flight_reader *r)
-{
-    assert(r->where == FLIGHT_READER_PARKED);
-    if (r->prev != NULL)
-        r->prev->next = r->next;
-    else
-        f->parked = r->next;
-    if (r->next != NULL)
-        r->next->prev = r->prev;
-    else
-        f->parked_tail = r->prev;
-    r->next = r->prev = NULL;
-    f->nparked--;
-}
-
-/* Its own thread takes 'r' out of the parked list.  Lock held. */
-static void
-unpark_locked(struct flight *f, struct flight_reader *r)
-{
-    unlink_locked(f, r);
-    r->where = FLIGHT_READER_RUNNING;
-    metrics_parked_add(-1);
-}
-
-/* Hand a parked or claimed reader back to its thread.  Lock held. */
-static void
-hand_back_locked(struct flight_reader *r)
-{
-    r->where = FLIGHT_READER_RUNNING;
-    r->next = r->prev = NULL;
-    metrics_parked_add(-1);
-    pthread_cond_signal(&r->cv);
-}
-
-struct flight_reader *
-flight_claim(struct flight *f, size_t *count)
-{
-    struct flight_reader *list, *r;
-
-    gw_mutex_lock(&f->lock);
-    list = f->parked;
-    for (r = list; r != NULL; r = r->next)
-        r->where = FLIGHT_READER_CLAIMED;   /* 'next' links the batch */
-    *count = f->nparked;
-    f->parked = f->parked_tail = NULL;
-    f->nparked = 0;
+    f->joinable = 0;
     gw_mutex_unlock(&f->lock);
-    return list;
 }
 
-/*
- * Readers parked before the last append are behind; those parked since
- * (on their own, or released caught up) are not, and a parked reader is
- * never further behind than one parked earlier.  So the behind ones are
- * the front of the FIFO.  Lock held.
- */
-static int
-behind_locked(const struct flight *f, const struct flight_reader *r)
+void
+flight_snap_locked(struct flight *f, size_t lo, struct flight_snap *s)
 {
-    return r != NULL && r->index < f->nchunks;
-}
-
-struct flight_reader *
-flight_take(struct flight *f, size_t max, size_t *left)
-{
-    struct flight_reader *list = NULL, **tail = &list, *r;
-
-    gw_mutex_lock(&f->lock);
-    for (size_t n = 0; n < max && behind_locked(f, f->parked); n++) {
-        r = f->parked;
-        unlink_locked(f, r);
-        r->where = FLIGHT_READER_CLAIMED;   /* 'next' links the list */
-        *tail = r;
-        tail = &r->next;
+    assert(gw_mutex_held(&f->lock));
+    assert(lo >= f->first || lo >= f->nchunks);
+    s->head = f->head_set ? &f->head : NULL;
+    s->state = f->state;
+    s->err_rc = f->err_rc;
+    s->err_reason = f->err_reason;
+    s->nchunks = f->nchunks;
+    s->lo = lo;
+    s->n = 0;
+    while (lo + s->n < f->nchunks && s->n < FLIGHT_SNAP_MAX) {
+        s->chunk[s->n] = f->chunks[lo + s->n - f->base];
+        s->n++;
     }
-    *left = f->nparked;
+}
+
+void
+flight_snap(struct flight *f, size_t lo, struct flight_snap *s)
+{
+    gw_mutex_lock(&f->lock);
+    flight_snap_locked(f, lo, s);
     gw_mutex_unlock(&f->lock);
-    return list;
 }
 
 size_t
-flight_call_helpers(struct flight *f, size_t max, size_t per)
+flight_kept_bytes(struct flight *f)
 {
-    struct flight_reader *r;
     size_t n;
 
-    assert(per > 0);
     gw_mutex_lock(&f->lock);
-    n = f->nparked / per;       /* all behind, right after an append */
-    if (n > max)
-        n = max;
-    for (size_t i = 0; i < n; i++) {
-        r = f->parked;
-        if (!behind_locked(f, r)) {
-            n = i;
-            break;
-        }
-        unlink_locked(f, r);
-        r->helper = 1;
-        hand_back_locked(r);
-    }
+    n = f->kept;
     gw_mutex_unlock(&f->lock);
     return n;
-}
-
-void
-flight_release(struct flight *f, struct flight_reader *list)
-{
-    struct flight_reader *r, *next;
-
-    if (list == NULL)
-        return;
-    gw_mutex_lock(&f->lock);
-    for (r = list; r != NULL; r = next) {
-        next = r->next;
-        assert(r->where == FLIGHT_READER_CLAIMED);
-        if (r->parkable && f->state == FLIGHT_RUNNING
-            && r->index == f->nchunks) {
-            park_locked(f, r);          /* caught up: sleeps on */
-            if (r->waiting)
-                pthread_cond_signal(&r->cv);    /* its wait timed out */
-        } else {
-            hand_back_locked(r);
-        }
-    }
-    gw_mutex_unlock(&f->lock);
-}
-
-void
-flight_wake_all(struct flight *f)
-{
-    struct flight_reader *r, *next;
-
-    gw_mutex_lock(&f->lock);
-    for (r = f->parked; r != NULL; r = next) {
-        next = r->next;
-        hand_back_locked(r);
-    }
-    f->parked = f->parked_tail = NULL;
-    f->nparked = 0;
-    gw_mutex_unlock(&f->lock);
-}
-
-/* Is there anything for a reader at 'index'?  Caller holds the lock. */
-static int
-ready_locked(const struct flight *f, size_t index)
-{
-    return f->state != FLIGHT_RUNNING || f->nchunks > index;
-}
-
-/*
- * Park 'r' until it is handed back or 'deadline' passes.  A wait that
- * times out while the leader (or a helper) holds the reader must not
- * run before the release: it asks to be signalled then, and if it was
- * parked again it leaves with GW_ETIMEDOUT all the same (the caller sees
- * from r->index whether the holder wrote anything meanwhile).  Lock held.
- */
-static int
-park_wait_locked(struct flight *f, struct flight_reader *r, int64_t deadline)
-{
-    int timed_out = 0;
-
-    park_locked(f, r);
-    metrics_parked_add(1);
-    while (r->where != FLIGHT_READER_RUNNING) {     /* until handed back */
-        if (timed_out && r->where == FLIGHT_READER_PARKED) {
-            unpark_locked(f, r);
-            break;
-        }
-        if (timed_out) {
-            r->waiting = 1;         /* claimed: flight_release signals */
-            gw_cond_wait(&r->cv, &f->lock);
-        } else if (gw_cond_timedwait(&r->cv, &f->lock, deadline) != 0) {
-            timed_out = 1;
-        }
-    }
-    r->waiting = 0;
-    return timed_out ? GW_ETIMEDOUT : 0;
-}
-
-int
-flight_wait(struct flight *f, struct flight_reader *r, int64_t deadline,
-            struct flight_view *v)
-{
-    size_t index;
-    int rc = 0;
-
-    gw_mutex_lock(&f->lock);
-    assert(r->where == FLIGHT_READER_RUNNING && !r->helper);
-    if (!ready_locked(f, r->index))
-        rc = park_wait_locked(f, r, deadline);
-    index = r->index;               /* the leader may have moved it */
-    v->head_set = f->head_set;
-    v->status = f->status;
-    memcpy(v->content_type, f->content_type, sizeof(v->content_type));
-    v->content_length = f->content_length;
-    v->state = f->state;
-    v->err_rc = f->err_rc;
-    memcpy(v->err_reason, f->err_reason, sizeof(v->err_reason));
-    v->nchunks = f->nchunks;
-    v->count = 0;
-    while (index + v->count < f->nchunks
-           && v->count < GW_ARRAY_LEN(v->chunk)) {
-        v->chunk[v->count] = f->chunks[index + v->count];
-        v->count++;
-    }
-    gw_mutex_unlock(&f->lock);
-    return rc;
 }

@@ -16,11 +16,20 @@
 
 #include "coalesce.h"
 #include "config.h"
+#include "fanout.h"
 #include "log.h"
 #include "server.h"
 #include "upstream.h"
 
 #define INFERGW_VERSION "0.1.0"
+
+/*
+ * After the stop, how long connection threads get to end their streams
+ * the defined way.  Every wait they can be in ends at the stop, and the
+ * slowest to notice, an upstream transfer, hears of it within about a
+ * second (libcurl's progress callback); this is the margin.
+ */
+#define STOP_GRACE_MS 5000
 
 #ifndef INFERGW_DEFAULT_CONF
 #define INFERGW_DEFAULT_CONF "/usr/local/etc/infergw/gateway.conf"
@@ -111,12 +120,28 @@ main(int argc, char **argv)
     if (server_run(&srv, sig_fd) != 0)
         return 1;
     rc = server_drain(&srv, sig_fd);
-    if (rc != 0) {
+    if (rc == GW_EABORTED) {
         /*
-         * Threads are still running on the objects below, so nothing is
-         * freed: leave at once.  Exit status 1 says requests were cut.
+         * A second signal: the operator wants out now.  Threads are still
+         * running on the objects below, so nothing is freed.  Exit status
+         * 1 says requests were cut.
          */
         _exit(1);
+    }
+    if (rc == GW_ETIMEDOUT) {
+        /*
+         * drain_timeout passed: stop.  Every open stream ends the defined
+         * way (SSE error event, no clean end; or a 503) before we exit,
+         * never mid-write.  Parked followers sleep without a timer, so
+         * they are woken here.
+         */
+        server_stop(&srv);
+        coalescer_each(co, fanout_wake_all);
+        if (server_wait(&srv, STOP_GRACE_MS) != 0) {
+            log_msg(GW_LOG_ERROR, "main: connection threads still running "
+                    "%d ms after the stop, exiting anyway", STOP_GRACE_MS);
+            _exit(1);
+        }
     }
     server_release(&srv);
     coalescer_free(co);
@@ -124,6 +149,6 @@ main(int argc, char **argv)
     curl_global_cleanup();
     config_release(&cfg);
     close(sig_fd);
-    log_msg(GW_LOG_INFO, "main: exit status=0");
-    return 0;
+    log_msg(GW_LOG_INFO, "main: exit status=%d", rc != 0);
+    return rc != 0;
 }

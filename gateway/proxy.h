@@ -1,22 +1,30 @@
 /*
- * proxy.h - forward one client request upstream and relay the answer.
+ * proxy.h - forward one client request upstream and relay the answer,
+ * by one of three paths:
  *
- * Non-coalesced requests are relayed directly: each upstream piece is
- * written to the client as it arrives (blocking, bounded by send_timeout),
- * so a slow client slows only its own upstream transfer.
+ *  - direct: this client alone (not coalescable, bypassed, or a bound
+ *    reached).  Each upstream piece is written to the client as it
+ *    arrives (blocking, bounded by send_timeout), so a slow client slows
+ *    only its own upstream transfer.
+ *  - leader: the first of identical requests makes the upstream call,
+ *    appends every chunk to the flight and writes it, without waiting,
+ *    to its own client and the parked followers (fanout.h).
+ *  - follower: an identical request that arrives while the flight takes
+ *    joiners relays the flight from chunk 0 at its client's pace.
  */
 #ifndef INFERGW_GATEWAY_PROXY_H
 #define INFERGW_GATEWAY_PROXY_H
 
 #include <jansson.h>
 
-struct conn;
+struct handler_req;
 
 /*
- * Forward c's request (head in c->req, body in c->body) and answer the
- * client.  'json' is the parsed body (borrowed; NULL for GET).
- * 'coalescable' says the route may coalesce (the policy decides).
+ * Forward hr's request (head, body) and answer the client.  'json' is the
+ * parsed body (borrowed; NULL for GET).  'coalescable' says the route may
+ * coalesce (the policy decides).
  */
-void proxy_forward(struct conn *c, const json_t *json, int coalescable);
+void proxy_forward(struct handler_req *hr, const json_t *json,
+                   int coalescable);
 
 #endif

@@ -1,6 +1,7 @@
 /*
  * route.c - the route table and the checks a request passes before it is
- * forwarded: method, body framing, body is a JSON object.
+ * forwarded: method, API key, body size and framing, body is a JSON
+ * object.
  */
 #include "route.h"
 
@@ -9,15 +10,14 @@
 
 #include <jansson.h>
 
-#include "alloc.h"
 #include "coalesce.h"
 #include "config.h"
-#include "conn.h"
+#include "handler.h"
 #include "jsonx.h"
 #include "log.h"
 #include "metrics.h"
 #include "proxy.h"
-#include "server.h"
+#include "reply.h"
 
 enum route_kind {
     KIND_COMPLETION,        /* POST JSON object, may coalesce */
@@ -56,44 +56,44 @@ find_route(const char *path, size_t len)
 }
 
 static void
-send_json_status(struct conn *c, int status, const char *body)
+send_json_status(struct reply *r, int status, const char *body)
 {
-    conn_send(c, status, "application/json", body, strlen(body), NULL);
+    reply_send(r, status, "application/json", body, strlen(body), NULL);
 }
 
 static void
-serve_metrics(struct conn *c)
+serve_metrics(struct handler_req *hr)
 {
     struct buf b;
 
     buf_init(&b, 4 << 20);
-    if (metrics_render(&b, c->srv->cfg) == 0)
-        conn_send(c, 200, "text/plain; version=0.0.4; charset=utf-8",
-                  buf_ptr(&b), buf_len(&b), NULL);
+    if (metrics_render(&b, hr->ctx->cfg) == 0)
+        reply_send(hr->reply, 200, "text/plain; version=0.0.4; charset=utf-8",
+                   buf_ptr(&b), buf_len(&b), NULL);
     else
-        conn_send_error(c, 500, "server_error", "internal_error",
-                        "cannot render metrics");
+        reply_error(hr->reply, 500, "server_error", "internal_error",
+                    "cannot render metrics");
     buf_release(&b);
 }
 
 /* Keep the model name for the access log (bounded, printable). */
 static void
-note_model(struct conn *c, const json_t *body)
+note_model(struct handler_req *hr, const json_t *body)
 {
     const char *m = json_string_value(json_object_get(body, "model"));
     size_t i;
 
     if (m == NULL)
         return;
-    for (i = 0; m[i] != '\0' && i < sizeof(c->model) - 1; i++)
-        c->model[i] = (m[i] > ' ' && m[i] < 0x7f && m[i] != '"')
-                      ? m[i] : '_';
-    c->model[i] = '\0';
+    for (i = 0; m[i] != '\0' && i < sizeof(hr->model) - 1; i++)
+        hr->model[i] = (m[i] > ' ' && m[i] < 0x7f && m[i] != '"')
+                       ? m[i] : '_';
+    hr->model[i] = '\0';
 }
 
 /* 405 with the Allow field RFC 9110 section 15.5.6 requires. */
 static void
-send_405(struct conn *c, const char *allowed)
+send_405(struct reply *r, const char *allowed)
 {
     char allow[64];
     struct buf b;
@@ -103,82 +103,134 @@ send_405(struct conn *c, const char *allowed)
     if (jsonx_error_body(&b, "method not allowed on this route",
                          "invalid_request_error", NULL,
                          "method_not_allowed") == 0)
-        conn_send(c, 405, "application/json", buf_ptr(&b), buf_len(&b),
-                  allow);
+        reply_send(r, 405, "application/json", buf_ptr(&b), buf_len(&b),
+                   allow);
     buf_release(&b);
 }
 
-void
-route_request(struct conn *c)
+/*
+ * Read the request body (Expect: 100-continue answered first; a
+ * Content-Length over max_request_body refused with 413 before reading).
+ * Returns 0, or a negative code after the error response was sent (or
+ * the client is gone) and keep-alive turned off.
+ */
+static int
+read_body(struct handler_req *hr)
 {
-    const struct route_def *r;
+    const struct gw_config *cfg = hr->ctx->cfg;
+    struct http_request *req = hr->req;
+    struct reply *r = hr->reply;
+    int rc;
+
+    buf_reset(hr->body);
+    hr->body->limit = (size_t)cfg->max_request_body;
+    if (req->body_kind == HTTP_BODY_NONE)
+        return 0;
+    if (req->body_kind == HTTP_BODY_LENGTH
+        && req->content_length > cfg->max_request_body) {
+        reply_request_error(r, 413, "request body exceeds max_request_body");
+        return GW_ETOOBIG;
+    }
+    if (req->expect_continue && buf_len(hr->in) == 0) {
+        rc = reply_continue(r);
+        if (rc != 0) {
+            reply_gone(r);
+            return rc;
+        }
+    }
+    rc = http_read_body(r->fd, hr->in, req, hr->body,
+                        gw_now_ms() + cfg->body_timeout_ms,
+                        hr->ctx->stop_fd);
+    if (rc == GW_ECLOSED || rc == GW_EIO || rc == GW_EABORTED) {
+        reply_gone(r);
+        return rc;
+    }
+    if (rc == GW_ENOMEM) {
+        r->keep_alive = 0;
+        reply_error(r, 503, "server_error", "overloaded",
+                    "out of memory reading the request body");
+        return rc;
+    }
+    if (rc != 0) {
+        reply_request_error(r, req->error_status, req->error_msg);
+        return rc;
+    }
+    return 0;
+}
+
+void
+route_request(struct handler_req *hr)
+{
+    const struct gw_config *cfg = hr->ctx->cfg;
+    const struct http_request *req = hr->req;
+    struct reply *r = hr->reply;
+    const struct route_def *rt;
     json_t *body = NULL;
     char err[160];
 
-    r = find_route(c->req.path, c->req.path_len);
-    if (r == NULL) {
+    rt = find_route(req->path, req->path_len);
+    if (rt == NULL) {
         /* An unread body would be taken for the next request: close. */
-        if (c->req.body_kind != HTTP_BODY_NONE)
-            c->keep_alive = 0;
-        conn_send_error(c, 404, "invalid_request_error", "not_found",
-                        "no such route");
+        if (req->body_kind != HTTP_BODY_NONE)
+            r->keep_alive = 0;
+        reply_error(r, 404, "invalid_request_error", "not_found",
+                    "no such route");
         return;
     }
-    c->route = r->id;
-    if (strlen(r->method) != c->req.method_len
-        || memcmp(r->method, c->req.method, c->req.method_len) != 0) {
-        if (c->req.body_kind != HTTP_BODY_NONE)
-            c->keep_alive = 0;
-        send_405(c, r->method);
+    hr->route = rt->id;
+    if (strlen(rt->method) != req->method_len
+        || memcmp(rt->method, req->method, req->method_len) != 0) {
+        if (req->body_kind != HTTP_BODY_NONE)
+            r->keep_alive = 0;
+        send_405(r, rt->method);
         return;
     }
-    if (r->kind == KIND_COMPLETION || r->kind == KIND_JSON
-        || r->kind == KIND_PROXY_GET) {
+    if (rt->kind == KIND_COMPLETION || rt->kind == KIND_JSON
+        || rt->kind == KIND_PROXY_GET) {
         /*
          * With tenants configured, a client must present one of their
          * keys; without, everyone is tenant "default".  Checked before
          * the body is read, so a stranger cannot make us buffer it.
          */
-        c->tenant = coalesce_tenant(c->srv->cfg, &c->req);
-        if (c->srv->cfg->num_tenants > 0 && c->tenant >= CONFIG_MAX_TENANTS) {
-            if (c->req.body_kind != HTTP_BODY_NONE)
-                c->keep_alive = 0;
-            conn_send_error(c, 401, "authentication_error",
-                            "invalid_api_key",
-                            "missing or unknown API key");
+        hr->tenant = coalesce_tenant(cfg, req);
+        if (cfg->num_tenants > 0 && hr->tenant >= CONFIG_MAX_TENANTS) {
+            if (req->body_kind != HTTP_BODY_NONE)
+                r->keep_alive = 0;
+            reply_error(r, 401, "authentication_error", "invalid_api_key",
+                        "missing or unknown API key");
             return;
         }
     }
-    if (conn_read_body(c) != 0)
+    if (read_body(hr) != 0)
         return;
 
-    switch (r->kind) {
+    switch (rt->kind) {
     case KIND_HEALTHZ:
-        send_json_status(c, 200, "{\"status\":\"ok\"}");
+        send_json_status(r, 200, "{\"status\":\"ok\"}");
         return;
     case KIND_READYZ:
-        if (server_draining(c->srv))
-            send_json_status(c, 503, "{\"status\":\"draining\"}");
+        if (handler_draining(hr->ctx))
+            send_json_status(r, 503, "{\"status\":\"draining\"}");
         else
-            send_json_status(c, 200, "{\"status\":\"ready\"}");
+            send_json_status(r, 200, "{\"status\":\"ready\"}");
         return;
     case KIND_METRICS:
-        serve_metrics(c);
+        serve_metrics(hr);
         return;
     case KIND_PROXY_GET:
-        proxy_forward(c, NULL, 0);
+        proxy_forward(hr, NULL, 0);
         return;
     case KIND_COMPLETION:
     case KIND_JSON:
-        if (jsonx_parse_object(buf_ptr(&c->body), buf_len(&c->body),
+        if (jsonx_parse_object(buf_ptr(hr->body), buf_len(hr->body),
                                JSONX_MAX_DEPTH, &body, err,
                                sizeof(err)) != 0) {
-            conn_send_error(c, 400, "invalid_request_error", "invalid_json",
-                            err);
+            reply_error(r, 400, "invalid_request_error", "invalid_json",
+                        err);
             return;
         }
-        note_model(c, body);
-        proxy_forward(c, body, r->kind == KIND_COMPLETION);
+        note_model(hr, body);
+        proxy_forward(hr, body, rt->kind == KIND_COMPLETION);
         json_decref(body);
         return;
     }

@@ -1,17 +1,19 @@
 /*
- * route.h - the HTTP routes: health, readiness, metrics and the OpenAI
- * endpoints that go upstream.
+ * route.h - the HTTP routes: health, readiness, metrics, and the OpenAI
+ * endpoints that go upstream; and the checks a request passes before it
+ * is forwarded (method, API key, body size and framing, a JSON object).
  */
 #ifndef INFERGW_GATEWAY_ROUTE_H
 #define INFERGW_GATEWAY_ROUTE_H
 
-struct conn;
+struct handler_req;
 
 /*
- * Answer the request whose head is in c->req: pick the route (404, or 405
- * with Allow), read and check the body, and respond or forward upstream.
- * Always leaves a response sent (or the connection marked broken).
+ * Answer 'hr': pick the route (404, or 405 with Allow), check the key
+ * (401), read the body (413, 408, 400; Expect: 100-continue answered),
+ * and respond or forward upstream.  Always leaves a response sent or the
+ * reply broken.
  */
-void route_request(struct conn *c);
+void route_request(struct handler_req *hr);
 
 #endif

@@ -1,5 +1,6 @@
 /*
- * server.c - listen, accept, spawn one thread per connection, drain.
+ * server.c - listen, accept, spawn one thread per connection, drain,
+ * stop.
  *
  * Design: see server.h.  The only threads in the process are created
  * here.  A connection thread receives a heap-allocated argument it owns,
@@ -13,57 +14,84 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/signalfd.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include "alloc.h"
 #include "config.h"
 #include "conn.h"
-#include "jsonx.h"
 #include "log.h"
 #include "metrics.h"
 #include "net.h"
+#include "reply.h"
 
 struct thread_arg {
     struct server *srv;
     int fd;
 };
 
+static void
+close_pair(int p[2])
+{
+    for (int i = 0; i < 2; i++)
+        if (p[i] != -1)
+            close(p[i]);
+}
+
 int
 server_init(struct server *s, const struct gw_config *cfg,
             struct upstream *up, struct coalescer *co)
 {
-    int p[2], d[2];
+    int wake[2] = { -1, -1 }, stop[2] = { -1, -1 }, done[2] = { -1, -1 };
+    int attr = 0, rc = GW_EIO, err;
     long ncpu;
-    int rc;
 
     memset(s, 0, sizeof(*s));
     s->cfg = cfg;
-    s->up = up;
-    s->co = co;
-    ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    s->ncpu = ncpu >= 1 && ncpu <= 1024 ? (unsigned)ncpu : 1;
-    s->listen_fd = s->wake_rd = s->wake_wr = s->done_rd = s->done_wr = -1;
-    if (pipe2(p, O_CLOEXEC) == -1 || pipe2(d, O_CLOEXEC | O_NONBLOCK) == -1) {
+    s->listen_fd = -1;
+    if (pipe2(wake, O_CLOEXEC) == -1 || pipe2(stop, O_CLOEXEC) == -1
+        || pipe2(done, O_CLOEXEC | O_NONBLOCK) == -1) {
         log_errno(GW_LOG_ERROR, errno, "server: pipe");
-        return GW_EIO;
+        goto out;
     }
-    s->wake_rd = p[0];
-    s->wake_wr = p[1];
-    s->done_rd = d[0];
-    s->done_wr = d[1];
-    rc = pthread_attr_init(&s->attr);
-    if (rc == 0)
-        rc = pthread_attr_setdetachstate(&s->attr, PTHREAD_CREATE_DETACHED);
-    if (rc == 0)
-        rc = pthread_attr_setstacksize(&s->attr,
-                                       (size_t)cfg->thread_stack_size);
-    if (rc != 0) {
-        log_errno(GW_LOG_ERROR, rc, "server: thread attributes stack=%llu",
+    rc = GW_EINVAL;
+    err = pthread_attr_init(&s->attr);
+    if (err == 0) {
+        attr = 1;
+        err = pthread_attr_setdetachstate(&s->attr, PTHREAD_CREATE_DETACHED);
+    }
+    if (err == 0)
+        err = pthread_attr_setstacksize(&s->attr,
+                                        (size_t)cfg->thread_stack_size);
+    if (err != 0) {
+        log_errno(GW_LOG_ERROR, err, "server: thread attributes stack=%llu",
                   (unsigned long long)cfg->thread_stack_size);
-        return GW_EINVAL;
+        goto out;
     }
-    return 0;
+    s->wake_rd = wake[0];
+    s->wake_wr = wake[1];
+    s->stop_rd = stop[0];
+    s->stop_wr = stop[1];
+    s->done_rd = done[0];
+    s->done_wr = done[1];
+    wake[0] = wake[1] = stop[0] = stop[1] = done[0] = done[1] = -1;
+    ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    s->ctx.cfg = cfg;
+    s->ctx.up = up;
+    s->ctx.co = co;
+    s->ctx.draining = &s->draining;
+    s->ctx.stopping = &s->stopping;
+    s->ctx.wake_fd = s->wake_rd;
+    s->ctx.stop_fd = s->stop_rd;
+    s->ctx.ncpu = ncpu >= 1 && ncpu <= 1024 ? (unsigned)ncpu : 1;
+    rc = 0;
+
+out:
+    close_pair(wake);
+    close_pair(stop);
+    close_pair(done);
+    if (rc != 0 && attr)
+        pthread_attr_destroy(&s->attr);
+    return rc;
 }
 
 int
@@ -82,58 +110,35 @@ conn_thread(void *p)
 {
     struct thread_arg *ta = p;
     struct server *s = ta->srv;
-    int fd = ta->fd;
+    int fd = ta->fd, done_wr = s->done_wr;
 
     gw_free(ta);
-    conn_serve(s, fd);
+    conn_serve(&s->ctx, fd);
     metrics_connections_add(-1);
-    /* The last one out while draining wakes server_drain(). */
-    if (atomic_fetch_sub(&s->active, 1) == 1 && server_draining(s)) {
-        ssize_t w = write(s->done_wr, "x", 1);
+    /*
+     * The last thing done with 's': once the count is down, main() may
+     * free everything.  The last one out wakes server_wait() (with a copy
+     * of the descriptor; the pipes stay open until the process ends).
+     */
+    if (atomic_fetch_sub(&s->active, 1) == 1) {
+        ssize_t w = write(done_wr, "x", 1);
 
         (void)w;                /* a full pipe already says the same */
     }
     return NULL;
 }
 
-/*
- * Past max_connections: answer 503 from the acceptor and close.  The
- * socket is fresh, so the small response fits its send buffer and the
- * write cannot block.  Reading what the client already sent before
- * close() avoids a RST that could destroy the response in flight.
- */
+/* Past max_connections (or out of memory): 503 from the acceptor. */
 static void
-reject(struct server *s, int fd)
+reject(struct server *s, int fd, const char *why)
 {
-    struct buf body;
-    char drain[4096], id[17];
-    size_t n;
+    char id[17];
 
     metrics_connection_rejected();
-    buf_init(&body, 2048);
     gw_random_hex(id, 16);
-    if (buf_printf(&body, "HTTP/1.1 503 Service Unavailable\r\n"
-                   "Content-Type: application/json\r\n"
-                   "X-Request-Id: %s\r\n"
-                   "Retry-After: 1\r\nConnection: close\r\n", id) == 0) {
-        struct buf json;
-
-        buf_init(&json, 1024);
-        if (jsonx_error_body(&json, "too many connections, retry later",
-                             "server_error", NULL, "overloaded") == 0
-            && buf_printf(&body, "Content-Length: %zu\r\n\r\n%s",
-                          buf_len(&json), buf_ptr(&json)) == 0)
-            net_write_some(fd, buf_ptr(&body), buf_len(&body), &n);
-        buf_release(&json);
-    }
-    buf_release(&body);
-    shutdown(fd, SHUT_WR);
-    while (recv(fd, drain, sizeof(drain), MSG_DONTWAIT) > 0)
-        ;
-    close(fd);
-    log_msg(GW_LOG_WARN, "server: rejected connection reason=max_connections"
-            " max=%llu req=%s", (unsigned long long)s->cfg->max_connections,
-            id);
+    reply_refuse(fd, id, "too many connections, retry later");
+    log_msg(GW_LOG_WARN, "server: rejected connection reason=%s max=%llu "
+            "req=%s", why, (unsigned long long)s->cfg->max_connections, id);
 }
 
 static void
@@ -144,12 +149,12 @@ spawn(struct server *s, int fd)
     int rc;
 
     if (atomic_load(&s->active) >= (long)s->cfg->max_connections) {
-        reject(s, fd);
+        reject(s, fd, "max_connections");
         return;
     }
     ta = gw_malloc(sizeof(*ta));
     if (ta == NULL) {
-        reject(s, fd);
+        reject(s, fd, "out_of_memory");
         return;
     }
     ta->srv = s;
@@ -162,7 +167,7 @@ spawn(struct server *s, int fd)
         atomic_fetch_sub(&s->active, 1);
         metrics_connections_add(-1);
         gw_free(ta);
-        reject(s, fd);
+        reject(s, fd, "no_thread");
     }
 }
 
@@ -222,11 +227,15 @@ server_run(struct server *s, int sig_fd)
     return 0;
 }
 
-int
-server_drain(struct server *s, int sig_fd)
+/*
+ * Wait until no connection thread is left, 'deadline' passes
+ * (GW_ETIMEDOUT) or a signal arrives on 'sig_fd' (GW_EABORTED; -1: none).
+ */
+static int
+wait_threads(struct server *s, int64_t deadline, int sig_fd)
 {
-    int64_t deadline = gw_now_ms() + s->cfg->drain_timeout_ms;
     struct pollfd pfd[2];
+    char x[16];
 
     while (atomic_load(&s->active) > 0) {
         pfd[0].fd = s->done_rd;
@@ -234,25 +243,47 @@ server_drain(struct server *s, int sig_fd)
         pfd[1].fd = sig_fd;
         pfd[1].events = POLLIN;
         pfd[0].revents = pfd[1].revents = 0;
-        if (poll(pfd, 2, gw_ms_left(deadline)) == 0) {
-            log_msg(GW_LOG_WARN, "server: drain timeout connections=%ld",
-                    atomic_load(&s->active));
+        if (poll(pfd, sig_fd >= 0 ? 2 : 1, gw_ms_left(deadline)) == 0)
             return GW_ETIMEDOUT;
-        }
-        if (pfd[1].revents != 0 && got_signal(sig_fd)) {
-            log_msg(GW_LOG_WARN, "server: second signal, exiting now "
-                    "connections=%ld", atomic_load(&s->active));
+        if (sig_fd >= 0 && pfd[1].revents != 0 && got_signal(sig_fd))
             return GW_EABORTED;
-        }
-        if (pfd[0].revents != 0) {
-            char x[16];
-
+        if (pfd[0].revents != 0)
             while (read(s->done_rd, x, sizeof(x)) > 0)
                 ;
-        }
     }
-    log_msg(GW_LOG_INFO, "server: drained");
     return 0;
+}
+
+int
+server_drain(struct server *s, int sig_fd)
+{
+    int rc = wait_threads(s, gw_now_ms() + s->cfg->drain_timeout_ms, sig_fd);
+
+    if (rc == GW_ETIMEDOUT)
+        log_msg(GW_LOG_WARN, "server: drain timeout connections=%ld",
+                atomic_load(&s->active));
+    else if (rc == GW_EABORTED)
+        log_msg(GW_LOG_WARN, "server: second signal, exiting now "
+                "connections=%ld", atomic_load(&s->active));
+    else
+        log_msg(GW_LOG_INFO, "server: drained");
+    return rc;
+}
+
+void
+server_stop(struct server *s)
+{
+    atomic_store(&s->stopping, 1);
+    if (write(s->stop_wr, "x", 1) != 1)
+        log_errno(GW_LOG_ERROR, errno, "server: stop pipe");
+    log_msg(GW_LOG_WARN, "server: stopping connections=%ld: streams still "
+            "open are cut", atomic_load(&s->active));
+}
+
+int
+server_wait(struct server *s, int64_t ms)
+{
+    return wait_threads(s, gw_now_ms() + ms, -1);
 }
 
 void
@@ -260,6 +291,8 @@ server_release(struct server *s)
 {
     if (s->listen_fd != -1)
         close(s->listen_fd);
-    /* The pipes stay open: detached threads may still poll wake_rd. */
+    s->listen_fd = -1;
+    /* The pipes stay open: no thread may poll or write a closed (and
+     * perhaps reused) descriptor, and the process ends soon after. */
     pthread_attr_destroy(&s->attr);
 }

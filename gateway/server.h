@@ -1,17 +1,31 @@
 /*
  * server.h - listening socket, accept loop, one thread per connection,
- * and the drain that ends the process.
+ * and the drain and stop that end the process.
  *
  * Design: main() blocks SIGINT and SIGTERM in every thread and hands the
  * accept loop a signalfd, so no signal handler exists at all.  The accept
  * loop poll()s the listener and the signalfd.  Each accepted connection
- * gets a detached thread with the configured small stack; past
- * max_connections the acceptor answers 503 itself instead of spawning.
+ * gets a detached thread with the configured small stack and the
+ * server's struct handler_ctx; past max_connections the acceptor answers
+ * 503 itself (reply_refuse(), which never waits) instead of spawning.
  *
- * Drain: 'draining' is set, the wake pipe becomes readable (every idle
- * keep-alive connection polls it and closes), the listener is closed, and
- * server_drain() waits until the last connection thread has gone or
- * drain_timeout passes.  Requests already accepted run to completion.
+ * Ending, in two steps:
+ *  - Drain (the first signal): 'draining' is set, the wake pipe becomes
+ *    readable (every idle keep-alive connection polls it and closes), the
+ *    listener is closed, and server_drain() waits until the last
+ *    connection thread has gone or drain_timeout passes.  Requests
+ *    already accepted run to completion.
+ *  - Stop (drain_timeout passed): server_stop() sets 'stopping' and makes
+ *    the stop pipe readable; every wait a connection thread can be in
+ *    (a client write or body read, a parked follower, an upstream
+ *    transfer's progress callback) ends, and every stream still open
+ *    ends the defined way: an SSE error event if a stream is under way,
+ *    else a 503, and no clean end.  server_wait() then waits for the
+ *    threads to leave.
+ *
+ * Lifetime: a connection thread uses the server (its ctx) until it has
+ * counted itself out of 'active', and nothing of it after; so once
+ * 'active' is 0 the server may go.
  */
 #ifndef INFERGW_GATEWAY_SERVER_H
 #define INFERGW_GATEWAY_SERVER_H
@@ -20,26 +34,32 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "handler.h"
+
 struct gw_config;
 struct upstream;
 struct coalescer;
 
 struct server {
+    struct handler_ctx ctx;         /* immutable once server_init() is
+                                       done; given to every connection */
     const struct gw_config *cfg;    /* borrowed; immutable */
-    struct upstream *up;            /* borrowed; thread-safe */
-    struct coalescer *co;           /* borrowed; thread-safe */
     int listen_fd;
     uint16_t port;                  /* the port actually bound */
     int wake_rd, wake_wr;           /* pipe; readable once draining */
-    int done_rd, done_wr;           /* pipe; a byte when the last
-                                       connection ends while draining */
+    int stop_rd, stop_wr;           /* pipe; readable once stopping */
+    int done_rd, done_wr;           /* pipe; a byte whenever the last
+                                       connection thread leaves */
     _Atomic int draining;
+    _Atomic int stopping;
     _Atomic long active;            /* connection threads alive */
     pthread_attr_t attr;            /* detached, configured stack size */
-    unsigned ncpu;                  /* CPUs online at start, >= 1 */
 };
 
-/* Prepare 's'; borrows everything.  0, GW_EIO or GW_EINVAL (logged). */
+/*
+ * Prepare 's'; borrows everything.  Returns 0, or GW_EIO or GW_EINVAL
+ * (logged) with nothing left open.
+ */
 int server_init(struct server *s, const struct gw_config *cfg,
                 struct upstream *up, struct coalescer *co);
 
@@ -60,13 +80,13 @@ int server_run(struct server *s, int sig_fd);
  */
 int server_drain(struct server *s, int sig_fd);
 
+/* The stop (see above): every wait ends, every open stream is cut. */
+void server_stop(struct server *s);
+
+/* Wait for connection threads to finish, at most 'ms'.  0 or ETIMEDOUT. */
+int server_wait(struct server *s, int64_t ms);
+
 /* Close what is still open (not the borrowed objects). */
 void server_release(struct server *s);
-
-static inline int
-server_draining(struct server *s)
-{
-    return atomic_load_explicit(&s->draining, memory_order_relaxed);
-}
 
 #endif

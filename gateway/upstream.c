@@ -76,7 +76,6 @@
 /* The Accept sent upstream on every call: what the gateway relays. */
 #define UP_ACCEPT "application/json, text/event-stream"
 
-#define REASON_ABORTED "aborted by client side"
 
 /*
  * Largest upstream response head we accept, like nginx's
@@ -129,6 +128,7 @@ struct xfer {
     /* Set by a callback that stops the transfer; read after perform. */
     int fail_rc;
     const char *fail_reason;
+    int sink_stopped;           /* the sink said so: it reports why */
 };
 
 static size_t header_cb(char *p, size_t size, size_t n, void *arg);
@@ -411,6 +411,22 @@ xfer_fail(struct xfer *x, int rc, const char *reason)
     }
 }
 
+/* The sink stopped the transfer with 'rc' (struct upstream_sink). */
+static void
+sink_stop(struct xfer *x, int rc)
+{
+    const char *reason;
+
+    switch (rc) {
+    case GW_EABORTED:  reason = "aborted by client side"; break;
+    case GW_ENOMEM:    reason = "out of memory"; break;
+    case GW_ESTOPPING: reason = "gateway shutting down"; break;
+    default:           reason = "stopped by the gateway"; break;
+    }
+    xfer_fail(x, rc, reason);
+    x->sink_stopped = 1;
+}
+
 /* Parse "HTTP/1.1 200 OK" (or "HTTP/2 200"): the status, or -1. */
 static int
 parse_status_line(const char *p, size_t n)
@@ -504,10 +520,11 @@ header_cb(char *p, size_t size, size_t n, void *arg)
         }
         x->res->head_seen = 1;
         x->res->status = x->status;
-        if (s->on_head(s->arg, x->status,
-                       x->has_ctype ? buf_ptr(&h->ctype) : NULL,
-                       x->has_te ? -1 : x->content_length) != 0) {
-            xfer_fail(x, GW_EABORTED, REASON_ABORTED);
+        rc = s->on_head(s->arg, x->status,
+                        x->has_ctype ? buf_ptr(&h->ctype) : NULL,
+                        x->has_te ? -1 : x->content_length);
+        if (rc != 0) {
+            sink_stop(x, rc);
             return 0;
         }
         return n;
@@ -551,6 +568,7 @@ write_cb(char *p, size_t size, size_t n, void *arg)
 {
     struct xfer *x = arg;
     const struct upstream_sink *s = x->sink;
+    int rc;
 
     (void)size;                         /* always 1 */
     if (n == 0)
@@ -565,8 +583,9 @@ write_cb(char *p, size_t size, size_t n, void *arg)
     if (x->res->bytes == 0)
         x->res->ttfb_us = gw_now_us() - x->start_us;
     x->res->bytes += n;
-    if (s->on_data(s->arg, p, n) != 0) {
-        xfer_fail(x, GW_EABORTED, REASON_ABORTED);
+    rc = s->on_data(s->arg, p, n);
+    if (rc != 0) {
+        sink_stop(x, rc);
         return 0;
     }
     return n;
@@ -596,9 +615,13 @@ xferinfo_cb(void *arg, curl_off_t dltotal, curl_off_t dlnow,
     (void)dltotal;
     (void)dlnow;
     (void)ultotal;
-    if (s->on_tick != NULL && s->on_tick(s->arg) != 0) {
-        xfer_fail(x, GW_EABORTED, REASON_ABORTED);
-        return 1;
+    if (s->on_tick != NULL) {
+        int rc = s->on_tick(s->arg);
+
+        if (rc != 0) {
+            sink_stop(x, rc);
+            return 1;
+        }
     }
     cfg = x->cfg;
     now = gw_now_ms();
@@ -774,6 +797,7 @@ upstream_perform(struct upstream *u, const struct upstream_request *req,
     res->reason = reason;
     res->bytes = 0;
     res->ttfb_us = -1;
+    memset(&x, 0, sizeof(x));
 
     h = pool_take(u);
     if (h == NULL)
@@ -782,7 +806,6 @@ upstream_perform(struct upstream *u, const struct upstream_request *req,
     if (rc != 0)
         goto out;
 
-    memset(&x, 0, sizeof(x));
     x.cfg = u->cfg;
     x.sink = sink;
     x.res = res;
@@ -802,8 +825,8 @@ upstream_perform(struct upstream *u, const struct upstream_request *req,
 
 out:
     if (rc != 0) {
-        /* A client going away is routine; everything else is a warning. */
-        log_msg(rc == GW_EABORTED ? GW_LOG_INFO : GW_LOG_WARN,
+        /* The sink reports its own reasons; everything else is ours. */
+        log_msg(x.sink_stopped ? GW_LOG_INFO : GW_LOG_WARN,
                 "upstream: failed reason=\"%s\" error=\"%s\" curl=\"%s\" "
                 "detail=\"%s\" status=%d bytes=%" PRIu64 " path=%s",
                 reason, gw_strerror(rc),

@@ -44,29 +44,34 @@ struct upstream_request {
                                    as is; NULL sends the configured key */
 };
 
+/*
+ * Where the response goes.  Each callback returns 0 to go on, or a GW_E*
+ * code that stops the transfer with that code as its result:
+ * GW_EABORTED (the client went away, or nobody listens any more),
+ * GW_ENOMEM, GW_ESTOPPING (the process is stopping).  The sink reports
+ * its own failures; upstream.c only notes them at info level.
+ */
 struct upstream_sink {
     void *arg;
     /*
      * The final response's status and headers are in (1xx skipped).
      * 'content_type' is NULL when absent, 'content_length' -1 when
-     * unknown.  Called once, before any on_data.  Nonzero aborts.
+     * unknown.  Called once, before any on_data.
      */
     int (*on_head)(void *arg, int status, const char *content_type,
                    int64_t content_length);
-    /* A piece of the body (de-chunked).  Nonzero aborts the transfer. */
+    /* A piece of the body (de-chunked). */
     int (*on_data)(void *arg, const char *p, size_t n);
     /*
      * Called at least about once a second while the transfer waits (and
-     * often while it moves).  Nonzero aborts: the client went away, or
-     * nobody is listening any more.  May be NULL.
+     * often while it moves).  May be NULL.
      */
     int (*on_tick)(void *arg);
 };
 
 struct upstream_result {
     int rc;                 /* 0 complete; GW_EUPSTREAM, GW_ETIMEDOUT,
-                               GW_EABORTED (a sink callback said so),
-                               GW_ENOMEM */
+                               GW_ENOMEM, or a sink callback's code */
     int status;             /* upstream HTTP status; 0 if none came */
     int head_seen;          /* on_head was called */
     const char *reason;     /* static text for logs and error bodies:

@@ -951,7 +951,7 @@ probe_accepted(const char *hostport, const char *path, int64_t deadline_ms)
                    "Connection: close\r\n\r\n", path, hostport) != 0)
         goto out;
     if (net_connect(hostport, deadline_ms, &fd) != 0
-        || net_write_all(fd, buf_ptr(&req), buf_len(&req), deadline_ms) != 0)
+        || net_write_all(fd, buf_ptr(&req), buf_len(&req), deadline_ms, -1) != 0)
         goto out;
     for (;;) {
         rc = net_read(fd, tmp, sizeof(tmp), deadline_ms, -1, &n);

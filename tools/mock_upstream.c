@@ -503,7 +503,7 @@ send_head(struct req *q, int status, const char *ctype, int64_t clen,
     iov[0].iov_len = buf_len(h);
     iov[1].iov_base = (void *)p;
     iov[1].iov_len = q->head_only ? 0 : n;  /* RFC 9110 9.3.2 */
-    rc = net_writev_all(q->c->fd, iov, 2, gw_now_ms() + MOCK_SEND_MS);
+    rc = net_writev_all(q->c->fd, iov, 2, gw_now_ms() + MOCK_SEND_MS, -1);
     if (rc != 0) {
         q->gone = 1;
         q->close = 1;
@@ -538,7 +538,8 @@ write_piece(struct req *q, const char *p, size_t n)
         iov[cnt].iov_base = (void *)"\r\n";
         iov[cnt++].iov_len = 2;
     }
-    rc = net_writev_all(q->c->fd, iov, cnt, gw_now_ms() + MOCK_SEND_MS);
+    rc = net_writev_all(q->c->fd, iov, cnt, gw_now_ms() + MOCK_SEND_MS,
+                        -1);
     if (rc != 0) {
         q->gone = 1;
         q->close = 1;
@@ -558,7 +559,8 @@ write_end(struct req *q)
         q->close = 1;
         return 0;
     }
-    rc = net_write_all(q->c->fd, "0\r\n\r\n", 5, gw_now_ms() + MOCK_SEND_MS);
+    rc = net_write_all(q->c->fd, "0\r\n\r\n", 5, gw_now_ms() + MOCK_SEND_MS,
+                       -1);
     if (rc != 0) {
         q->gone = 1;
         q->close = 1;
@@ -1779,12 +1781,12 @@ handle_request(struct conn *c, struct http_request *r)
         /* RFC 9110 10.1.1: a client that asked may wait for this. */
         if (r->expect_continue && r->minor >= 1
             && net_write_all(c->fd, "HTTP/1.1 100 Continue\r\n\r\n", 25,
-                             gw_now_ms() + MOCK_SEND_MS) != 0) {
+                             gw_now_ms() + MOCK_SEND_MS, -1) != 0) {
             q.close = 1;
             goto out;
         }
         rc = http_read_body(c->fd, &c->in, r, &c->body,
-                            gw_now_ms() + MOCK_BODY_MS);
+                            gw_now_ms() + MOCK_BODY_MS, -1);
         if (rc != 0) {
             q.close = 1;        /* the framing is lost */
             c->linger = 1;

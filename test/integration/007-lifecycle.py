@@ -1,14 +1,16 @@
 """007 - lifecycle: the connection limit, draining on SIGTERM/SIGINT,
 drain_timeout, a second signal."""
 
+import os
 import re
 import select
 import signal
 import time
 
-from gwtest import (HttpError, assert_error, budget, chat_body, connect,
-                    parse_response, port_refuses, recv_all, sse_events,
-                    wait_for)
+from gwtest import (JSON_HEADERS, HttpError, Stream, assert_error, budget,
+                    build_request, chat_body, connect, has_metric, metric,
+                    parse_metrics, parse_response, port_refuses, recv_all,
+                    sse_data, sse_events, wait_for)
 
 
 def _overloaded_answer(port):
@@ -116,9 +118,81 @@ def test_drain_timeout_cuts_stream(t):
     assert elapsed >= 0.8, "exited after %.2fs, before drain_timeout " \
         "(the stream was still running)" % elapsed
     assert elapsed < budget(3), "exit %.2fs after SIGTERM" % elapsed
+    assert rc == 1, "exit status %r after a cut drain" % rc
     body = s.read_all()
     assert not s.clean_end, "stream ended cleanly though it was cut"
     assert b"[DONE]" not in body
+    # The defined end: an SSE error event, last, then no last chunk.
+    last = sse_data(sse_events(body)[-1])
+    assert last == {"error": {"message": "gateway shutting down",
+                              "type": "server_error", "param": None,
+                              "code": "shutting_down"}}, last
+
+
+def test_drain_timeout_ends_every_coalesced_stream_alike(t):
+    """At drain_timeout a flight mid-stream is cut for every client the
+    same defined way, and the upstream call is aborted, before exit."""
+    m = t.mock()
+    g = t.gateway(m, {"server": {"drain_timeout": "1s"}})
+    tag = "drain-" + os.urandom(6).hex()
+    body = chat_body("cut flight", stream=True, mock_chunks=40,
+                     mock_delay_ms=100, mock_hold=tag)
+    conns = [g.connection(timeout=20) for _ in range(3)]
+    conns[0].send(build_request("POST", "/v1/chat/completions",
+                                JSON_HEADERS, body))
+    wait_for(lambda: m.stats()["held"] == 1, msg="the leader held")
+    for c in conns[1:]:
+        c.send(build_request("POST", "/v1/chat/completions", JSON_HEADERS,
+                             body))
+    wait_for(lambda: metric(g.metrics(), "infergw_coalesce_followers_total")
+             == 2, msg="two followers")
+    assert m.release(tag) == 1
+    streams = [Stream(c, "POST") for c in conns]
+    for s in streams:
+        assert s.next_event() is not None
+    g.send_signal(signal.SIGTERM)
+    assert g.wait_exit(5) == 1
+    bodies = [s.read_all() for s in streams]
+    for s, b in zip(streams, bodies):
+        assert not s.clean_end
+        assert b"[DONE]" not in b
+        assert sse_data(sse_events(b)[-1])["error"]["code"] == \
+            "shutting_down", b[-200:]
+    # One upstream call, cut: the mock saw the gateway go.
+    wait_for(lambda: m.stats()["aborted"] == 1, msg="upstream call aborted")
+    assert m.stats()["completions"] == 1
+
+
+def test_drain_timeout_wakes_parked_followers_of_a_quiet_flight(t):
+    """Followers parked on a flight whose upstream sends nothing sleep
+    without a timer: the stop wakes them, and every client gets the same
+    503 (nothing was sent yet) before the gateway exits."""
+    m = t.mock()
+    g = t.gateway(m, {"server": {"drain_timeout": "1s"}})
+    tag = "quiet-" + os.urandom(6).hex()
+    body = chat_body("quiet flight", stream=True, mock_hold=tag)
+    conns = [g.connection(timeout=20) for _ in range(3)]
+    conns[0].send(build_request("POST", "/v1/chat/completions",
+                                JSON_HEADERS, body))
+    wait_for(lambda: m.stats()["held"] == 1, msg="the leader held")
+    for c in conns[1:]:
+        c.send(build_request("POST", "/v1/chat/completions", JSON_HEADERS,
+                             body))
+    gm = lambda: parse_metrics(g.get("/metrics").body.decode())  # noqa
+    assert has_metric(gm(), "infergw_coalesce_parked")
+    wait_for(lambda: metric(gm(), "infergw_coalesce_parked") == 2,
+             msg="two parked followers")
+    t0 = time.monotonic()
+    g.send_signal(signal.SIGTERM)
+    rc = g.wait_exit(6)
+    elapsed = time.monotonic() - t0
+    assert rc == 1, "exit status %r" % (rc,)
+    assert elapsed >= 0.8, "exited after %.2fs, before drain_timeout" \
+        % elapsed
+    for c in conns:
+        r = c.read_response("POST", timeout=5)
+        assert_error(r, 503, "shutting_down")
+    wait_for(lambda: m.stats()["aborted"] == 1, msg="upstream call aborted")
 
 
 def test_second_sigterm_exits_at_once(t):

@@ -9,12 +9,13 @@ until the test has seen every client join, then released.
 
 import json
 
-from gwtest import chat_body, normalise, sse_data, wait_for
+from gwtest import (JSON_HEADERS, assert_error, chat_body, normalise,
+                    sse_data, wait_for)
 
-from coalesce_util import (assert_complete_stream, assert_same_bodies,
-                           events_of, expect_state, finish, finish_all,
-                           held_trio, new_tag, role, send, start,
-                           wait_state)
+from coalesce_util import (PUSHED, assert_complete_stream,
+                           assert_same_bodies, counter, events_of,
+                           expect_state, finish, finish_all, held_trio,
+                           new_tag, role, send, start, wait_state)
 
 
 def read_events(s, n):
@@ -108,13 +109,118 @@ def test_parked_clients_leave_quiet_flight_aborted(t):
     for c in conns:
         c.close()
     wait_state(g, m, flights=0, parked=0, timeout=10)
-    # The hold is still in place: the upstream never answered.
-    expect_state(g, m, upstream=1)
-    m.release(tag)
+    # The upstream call was cut, while the hold was still in place: the
+    # mock saw its client (the gateway) go, and nothing is held now.
+    wait_state(g, m, aborted=1, held=0, in_progress=0)
+    expect_state(g, m, upstream=1, completions=1)
+    assert m.release(tag) == 0
     fresh = finish(send(g, chat_body("nobody waits", stream=True)),
                    timeout=15)
     assert role(fresh) == "leader", role(fresh)
     assert_complete_stream(fresh, "fresh request")
+
+
+def test_one_follower_leaves_mid_stream_others_complete(t):
+    m = t.mock()
+    g = t.gateway(m)
+    tag = new_tag()
+    body = chat_body("one leaves", stream=True, mock_chunks=20,
+                     mock_delay_ms=50, mock_hold=tag)
+    lead_c, f1, f2 = held_trio(g, m, body)
+    leaver = start(f1)
+    read_events(leaver, 3)
+    leaver.close()
+    # The leaver's thread noticed and left; the others go on.
+    lines = wait_for(lambda: access_line(g, "follower"),
+                     msg="the leaving follower's access line")
+    assert "broken=1" in lines[0], lines[0]
+    streams = finish_all([lead_c, f2])
+    for s in streams:
+        assert_complete_stream(s)
+    assert_same_bodies(streams)
+    docs = [sse_data(e) for e in events_of(streams[0].body)[:-1]]
+    assert len(docs) == 1 + 20 + 1, len(docs)
+    wait_state(g, m, completions=1, upstream=1, flights=0, in_progress=0)
+    expect_state(g, m, aborted=0)
+
+
+def test_pushed_follower_connection_is_reused(t):
+    """A follower whose chunks the leader pushed (its thread asleep) can
+    send its next request on the same connection."""
+    m = t.mock()
+    g = t.gateway(m)
+    tag = new_tag()
+    body = chat_body("push then reuse", stream=True, mock_chunks=6,
+                     mock_delay_ms=20, mock_hold=tag)
+    lead_c, f1, f2 = held_trio(g, m, body)
+    streams = finish_all([lead_c, f1, f2])
+    for s in streams:
+        assert_complete_stream(s)
+    assert counter(g, PUSHED) > 0, "the leader pushed nothing"
+    for i, c in enumerate((f1, f2)):
+        s = c.stream("POST", "/v1/chat/completions", JSON_HEADERS,
+                     chat_body("next request %d" % i, stream=True))
+        s.read_all()
+        assert_complete_stream(s, "second request on follower %d" % i)
+        assert role(s) == "leader", role(s)
+        assert c.request("GET", "/healthz").status == 200
+
+
+def test_follower_timeout_is_504(t):
+    """follower_timeout: a follower that gets nothing new for that long
+    ends with 504; the leader's own call goes on."""
+    m = t.mock()
+    g = t.gateway(m, {"coalesce": {"follower_timeout": "1s"}})
+    tag = new_tag()
+    body = chat_body("too quiet", stream=True, mock_hold=tag)
+    lead_c = send(g, body)
+    wait_state(g, m, leaders=1, held=1)
+    fols = [send(g, body) for _ in range(2)]
+    wait_state(g, m, followers=2, held=1, parked=2)
+    for c in fols:
+        r = c.read_response("POST", timeout=10)
+        assert_error(r, 504, "upstream_timeout")
+        assert "follower wait timeout" in r.json()["error"]["message"], r
+        assert r.headers.get("X-Infergw-Coalesce") == "follower"
+    wait_state(g, m, parked=0, held=1)
+    assert m.release(tag) == 1
+    lead = finish(lead_c)
+    assert_complete_stream(lead, "leader after its followers timed out")
+    wait_state(g, m, completions=1, upstream=1, flights=0, aborted=0)
+
+
+def gateway_rss_kib(g, field):
+    with open("/proc/%d/status" % g.proc.pid) as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise AssertionError("no %s in /proc/%d/status" % (field, g.proc.pid))
+
+
+def test_flight_memory_follows_the_slowest_reader(t):
+    """max_flight_bytes bounds memory, not only joining: a 20 MiB stream
+    through a flight bounded to 1k raises the gateway's peak RSS by about
+    what the slowest reader has still to read, not by the stream."""
+    m = t.mock()
+    g = t.gateway(m, {"coalesce": {"max_flight_bytes": "1k"}})
+    # Warm up: threads, libcurl, buffers of a stream of the same shape.
+    warm = finish(send(g, chat_body("warm", stream=True, mock_chunks=8,
+                                    mock_pad=65536)))
+    assert_complete_stream(warm)
+    base = gateway_rss_kib(g, "VmHWM")
+    tag = new_tag()
+    body = chat_body("twenty megabytes", stream=True, mock_chunks=320,
+                     mock_pad=65536, mock_hold=tag)
+    streams = finish_all(held_trio(g, m, body), timeout=60)
+    for s in streams:
+        assert_complete_stream(s)
+    assert_same_bodies(streams)
+    size = len(streams[0].body)
+    assert size > 20 * 1024 * 1024, size
+    peak = gateway_rss_kib(g, "VmHWM")
+    grew = peak - base
+    # Without freeing, the flight alone would hold the whole 20 MiB.
+    assert grew < 8 * 1024, "peak RSS grew by %d KiB for a %d KiB stream "         "(from %d to %d KiB)" % (grew, size // 1024, base, peak)
 
 
 # ---- upstream errors --------------------------------------------------------

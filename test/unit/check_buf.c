@@ -604,7 +604,7 @@ START_TEST(test_strerror)
 {
     int rc;
 
-    for (rc = 0; rc >= GW_EABORTED; rc--) {
+    for (rc = 0; rc >= GW_ESTOPPING; rc--) {
         ck_assert_ptr_nonnull(gw_strerror(rc));
         ck_assert_str_ne(gw_strerror(rc), "unknown error");
     }
@@ -846,12 +846,8 @@ int
 main(void)
 {
     SRunner *sr = srunner_create(buf_suite());
-    int failed;
 
     srunner_add_suite(sr, util_suite());
     srunner_add_suite(sr, alloc_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return test_run(sr);
 }

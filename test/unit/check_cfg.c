@@ -1430,11 +1430,7 @@ int
 main(void)
 {
     SRunner *sr = srunner_create(cfg_suite());
-    int failed;
 
     srunner_add_suite(sr, config_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return test_run(sr);
 }

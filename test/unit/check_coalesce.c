@@ -1,20 +1,19 @@
 /*
- * check_coalesce.c - the flight (shared chunk vector) and the coalescer
- * (eligibility, key, map) without any sockets.
+ * check_coalesce.c - the coalescer: eligibility, key and the map of
+ * flights, without any sockets.
  */
 #include <check.h>
-#include <pthread.h>
-#include <sched.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <jansson.h>
 
+#include "alloc.h"
 #include "coalesce.h"
 #include "config.h"
 #include "flight.h"
+#include "testutil.h"
 #include "util.h"
 
 static struct gw_config cfg;
@@ -63,20 +62,22 @@ START_TEST(test_leader_then_follower)
 {
     struct coalescer *co = coalescer_new(&cfg);
     unsigned char k[FLIGHT_KEY_LEN];
+    struct flight_reader ra, rb;
     struct flight *a, *b;
     enum metrics_bypass why;
 
     key_of("{\"x\":1}", k);
-    ck_assert_int_eq(coalescer_join(co, k, &a, &why), COALESCE_LEADER);
-    ck_assert_int_eq(coalescer_join(co, k, &b, &why), COALESCE_FOLLOWER);
+    ck_assert_int_eq(coalescer_join(co, k, &ra, &a, &why), COALESCE_LEADER);
+    ck_assert_int_eq(coalescer_join(co, k, &rb, &b, &why),
+                     COALESCE_FOLLOWER);
     ck_assert_ptr_eq(a, b);
-    ck_assert_uint_eq(coalescer_readers(a), 2);
+    ck_assert_uint_eq(flight_readers(a), 2);
     ck_assert_uint_eq(coalescer_count(co), 1);
 
-    coalescer_finish(co, a, 0, NULL);
+    coalescer_finish(co, k, a, 0, NULL);
     ck_assert_uint_eq(coalescer_count(co), 0);      /* checkpoint 4 */
-    coalescer_detach(co, b);                        /* follower */
-    coalescer_detach(co, a);                        /* leader's client */
+    coalescer_detach(co, k, b, &rb);                /* follower */
+    coalescer_detach(co, k, a, &ra);                /* leader's client */
     flight_unref(a);                                /* leader's driver */
     coalescer_free(co);
 }
@@ -86,19 +87,21 @@ START_TEST(test_after_finish_is_fresh_call)
 {
     struct coalescer *co = coalescer_new(&cfg);
     unsigned char k[FLIGHT_KEY_LEN];
+    struct flight_reader ra, rb;
     struct flight *a, *b;
     enum metrics_bypass why;
 
     key_of("{\"x\":1}", k);
-    ck_assert_int_eq(coalescer_join(co, k, &a, &why), COALESCE_LEADER);
-    coalescer_finish(co, a, 0, NULL);
+    ck_assert_int_eq(coalescer_join(co, k, &ra, &a, &why), COALESCE_LEADER);
+    coalescer_finish(co, k, a, 0, NULL);
     /* Not a cache: the same key now leads a new flight. */
-    ck_assert_int_eq(coalescer_join(co, k, &b, &why), COALESCE_LEADER);
+    ck_assert_int_eq(coalescer_join(co, k, &rb, &b, &why), COALESCE_LEADER);
     ck_assert_ptr_ne(a, b);
-    coalescer_finish(co, b, 0, NULL);
-    coalescer_detach(co, a);
+    ck_assert_str_ne(a->id, b->id);
+    coalescer_finish(co, k, b, 0, NULL);
+    coalescer_detach(co, k, a, &ra);
     flight_unref(a);
-    coalescer_detach(co, b);
+    coalescer_detach(co, k, b, &rb);
     flight_unref(b);
     coalescer_free(co);
 }
@@ -108,25 +111,27 @@ START_TEST(test_stale_flight_keeps_successor)
 {
     struct coalescer *co = coalescer_new(&cfg);
     unsigned char k[FLIGHT_KEY_LEN];
+    struct flight_reader ra, rb, rc;
     struct flight *a, *b, *c;
     enum metrics_bypass why;
 
     key_of("{\"x\":1}", k);
-    ck_assert_int_eq(coalescer_join(co, k, &a, &why), COALESCE_LEADER);
+    ck_assert_int_eq(coalescer_join(co, k, &ra, &a, &why), COALESCE_LEADER);
     /* A's only client leaves: A is unlinked while its leader still runs. */
-    coalescer_detach(co, a);
+    coalescer_detach(co, k, a, &ra);
     ck_assert_uint_eq(coalescer_count(co), 0);
-    ck_assert_int_eq(coalescer_join(co, k, &b, &why), COALESCE_LEADER);
+    ck_assert_int_eq(coalescer_join(co, k, &rb, &b, &why), COALESCE_LEADER);
     ck_assert_ptr_ne(a, b);
     /* A's leader finishes late: B must stay in the map. */
-    coalescer_finish(co, a, GW_EABORTED, "no readers");
+    coalescer_finish(co, k, a, GW_EABORTED, "no readers");
     flight_unref(a);
     ck_assert_uint_eq(coalescer_count(co), 1);
-    ck_assert_int_eq(coalescer_join(co, k, &c, &why), COALESCE_FOLLOWER);
+    ck_assert_int_eq(coalescer_join(co, k, &rc, &c, &why),
+                     COALESCE_FOLLOWER);
     ck_assert_ptr_eq(c, b);
-    coalescer_finish(co, b, 0, NULL);
-    coalescer_detach(co, c);
-    coalescer_detach(co, b);
+    coalescer_finish(co, k, b, 0, NULL);
+    coalescer_detach(co, k, c, &rc);
+    coalescer_detach(co, k, b, &rb);
     flight_unref(b);
     coalescer_free(co);
 }
@@ -136,6 +141,7 @@ START_TEST(test_bounds_bypass)
 {
     struct coalescer *co;
     unsigned char k1[FLIGHT_KEY_LEN], k2[FLIGHT_KEY_LEN];
+    struct flight_reader ra, rb, rx;
     struct flight *a, *b, *x;
     enum metrics_bypass why;
 
@@ -145,409 +151,72 @@ START_TEST(test_bounds_bypass)
     co = coalescer_new(&cfg);
     key_of("{\"x\":1}", k1);
     key_of("{\"x\":2}", k2);
-    ck_assert_int_eq(coalescer_join(co, k1, &a, &why), COALESCE_LEADER);
-    ck_assert_int_eq(coalescer_join(co, k2, &x, &why), COALESCE_BYPASS);
+    ck_assert_int_eq(coalescer_join(co, k1, &ra, &a, &why), COALESCE_LEADER);
+    ck_assert_int_eq(coalescer_join(co, k2, &rx, &x, &why), COALESCE_BYPASS);
     ck_assert_int_eq(why, BYPASS_MAX_FLIGHTS);
     ck_assert_ptr_null(x);
-    ck_assert_int_eq(coalescer_join(co, k1, &b, &why), COALESCE_FOLLOWER);
-    ck_assert_int_eq(coalescer_join(co, k1, &x, &why), COALESCE_BYPASS);
+    ck_assert_int_eq(coalescer_join(co, k1, &rb, &b, &why),
+                     COALESCE_FOLLOWER);
+    ck_assert_int_eq(coalescer_join(co, k1, &rx, &x, &why), COALESCE_BYPASS);
     ck_assert_int_eq(why, BYPASS_MAX_FOLLOWERS);
-    coalescer_finish(co, a, 0, NULL);
-    coalescer_detach(co, b);
-    coalescer_detach(co, a);
+    /* max_followers counts the followers attached now: one leaves, the
+     * next one joins. */
+    coalescer_detach(co, k1, b, &rb);
+    ck_assert_int_eq(coalescer_join(co, k1, &rb, &b, &why),
+                     COALESCE_FOLLOWER);
+    ck_assert_int_eq(coalescer_join(co, k1, &rx, &x, &why), COALESCE_BYPASS);
+    ck_assert_int_eq(why, BYPASS_MAX_FOLLOWERS);
+    /* The leader's client leaving frees no follower slot. */
+    coalescer_detach(co, k1, a, &ra);
+    ck_assert_int_eq(coalescer_join(co, k1, &rx, &x, &why), COALESCE_BYPASS);
+    ck_assert_int_eq(why, BYPASS_MAX_FOLLOWERS);
+    coalescer_finish(co, k1, a, 0, NULL);
+    coalescer_detach(co, k1, b, &rb);
     flight_unref(a);
 
     /* Past max_flight_bytes the flight stops taking joiners. */
-    ck_assert_int_eq(coalescer_join(co, k1, &a, &why), COALESCE_LEADER);
+    ck_assert_int_eq(coalescer_join(co, k1, &ra, &a, &why), COALESCE_LEADER);
     flight_set_head(a, 200, "text/event-stream", -1);
     ck_assert_int_eq(flight_append(a, "0123456789ab", 12, 10), 0);
-    ck_assert_int_eq(coalescer_join(co, k1, &x, &why), COALESCE_BYPASS);
+    ck_assert_int_eq(coalescer_join(co, k1, &rx, &x, &why), COALESCE_BYPASS);
     ck_assert_int_eq(why, BYPASS_MAX_FLIGHT_BYTES);
-    coalescer_finish(co, a, 0, NULL);
-    coalescer_detach(co, a);
+    coalescer_finish(co, k1, a, 0, NULL);
+    coalescer_detach(co, k1, a, &ra);
     flight_unref(a);
     coalescer_free(co);
 }
 END_TEST
 
-/* ---- flight replay and waiting ---- */
-
-START_TEST(test_late_joiner_replays_everything)
+/*
+ * Joining the map is two allocations (the entry, the flight); either
+ * failing makes a clean bypass, with nothing left behind (ASan's leak
+ * check runs at the end of each forked test), and the map still works.
+ */
+START_TEST(test_join_enomem_bypasses)
 {
     struct coalescer *co = coalescer_new(&cfg);
     unsigned char k[FLIGHT_KEY_LEN];
+    struct flight_reader ra, rb;
     struct flight *a, *b;
-    struct flight_reader r;
-    struct flight_view v;
     enum metrics_bypass why;
 
-    key_of("{}", k);
-    ck_assert_int_eq(coalescer_join(co, k, &a, &why), COALESCE_LEADER);
-    flight_set_head(a, 200, "text/event-stream", -1);
-    ck_assert_int_eq(flight_append(a, "data: 1\n\n", 9, 1 << 20), 0);
-    ck_assert_int_eq(flight_append(a, "data: 2\n\n", 9, 1 << 20), 0);
-    ck_assert_int_eq(coalescer_join(co, k, &b, &why), COALESCE_FOLLOWER);
-    flight_reader_init(&r);
-    ck_assert_int_eq(flight_wait(b, &r, gw_now_ms() + 1000, &v), 0);
-    ck_assert_int_eq(v.head_set, 1);
-    ck_assert_int_eq(v.status, 200);
-    ck_assert_str_eq(v.content_type, "text/event-stream");
-    ck_assert_uint_eq(v.count, 2);
-    ck_assert_int_eq(memcmp(v.chunk[0]->data, "data: 1\n\n", 9), 0);
-    ck_assert_int_eq(memcmp(v.chunk[1]->data, "data: 2\n\n", 9), 0);
-    ck_assert_int_eq(v.state, FLIGHT_RUNNING);
-    /* Nothing new past index 2: the wait times out, state unchanged. */
-    r.index = 2;
-    ck_assert_int_eq(flight_wait(b, &r, gw_now_ms() + 50, &v), GW_ETIMEDOUT);
-    ck_assert_int_eq(r.where, FLIGHT_READER_RUNNING);
-    ck_assert_uint_eq(v.count, 0);
-    coalescer_finish(co, a, GW_EUPSTREAM, "connection broken");
-    ck_assert_int_eq(flight_wait(b, &r, gw_now_ms() + 1000, &v), 0);
-    ck_assert_int_eq(v.state, FLIGHT_FAILED);
-    ck_assert_int_eq(v.err_rc, GW_EUPSTREAM);
-    ck_assert_str_eq(v.err_reason, "connection broken");
-    flight_reader_destroy(&r);
-    coalescer_detach(co, b);
-    coalescer_detach(co, a);
-    flight_unref(a);
-    coalescer_free(co);
-}
-END_TEST
-
-struct waiter {
-    struct flight *f;
-    struct flight_reader r;
-    int64_t deadline;           /* of one wait; 0: +5 s */
-    int once;                   /* return after one wait */
-    _Atomic int returned;
-    int helped;                 /* readers it wrote for as a helper */
-    int rc;
-    size_t got;
-    size_t count;
-    int state;
-};
-
-static void *
-wait_all(void *p)
-{
-    struct waiter *w = p;
-    struct flight_view v;
-
-    for (;;) {
-        w->rc = flight_wait(w->f, &w->r, w->deadline != 0 ? w->deadline
-                                                      : gw_now_ms() + 5000,
-                            &v);
-        if (w->r.helper) {
-            /* A helper: "write" to the readers behind, one at a time. */
-            struct flight_reader *list;
-            size_t left;
-
-            w->r.helper = 0;
-            while ((list = flight_take(w->f, 1, &left)) != NULL) {
-                ck_assert_ptr_null(list->next);
-                list->index = v.nchunks;
-                list->parkable = 1;
-                w->helped++;
-                flight_release(w->f, list);
-            }
-        }
-        w->count = v.count;
-        w->r.index += v.count;
-        if (w->once || (v.count == 0 && v.state != FLIGHT_RUNNING
-                        && w->r.index >= v.nchunks))
-            break;
+    key_of("{\"x\":1}", k);
+    for (long n = 1; n <= 2; n++) {
+        alloc_fail_after(n, 0);
+        ck_assert_int_eq(coalescer_join(co, k, &ra, &a, &why),
+                         COALESCE_BYPASS);
+        ck_assert_int_eq(why, BYPASS_NOMEM);
+        ck_assert_ptr_null(a);
+        ck_assert_int_eq(alloc_failures(), 1);
+        alloc_fail_after(0, 0);
+        ck_assert_uint_eq(coalescer_count(co), 0);
     }
-    w->got = w->r.index;
-    w->state = v.state;
-    atomic_store(&w->returned, 1);
-    return NULL;
-}
-
-static size_t
-parked_count(struct flight *f)
-{
-    size_t n;
-
-    gw_mutex_lock(&f->lock);
-    n = f->nparked;
-    gw_mutex_unlock(&f->lock);
-    return n;
-}
-
-/* Poll (2 s at most) until 'n' readers of 'f' are parked. */
-static int
-await_parked(struct flight *f, size_t n)
-{
-    int64_t end = gw_now_ms() + 2000;
-
-    while (parked_count(f) != n) {
-        if (gw_now_ms() > end)
-            return 0;
-        sched_yield();
-    }
-    return 1;
-}
-
-/*
- * Join 'n' followers to the flight for 'k', each waiting in a thread;
- * 'once' and 'deadline' as in struct waiter.
- */
-static void
-spawn_followers(struct coalescer *co, const unsigned char *k,
-                struct waiter *w, pthread_t *t, int n, int once,
-                int64_t deadline)
-{
-    enum metrics_bypass why;
-    struct flight *b;
-
-    memset(w, 0, (size_t)n * sizeof(*w));
-    for (int i = 0; i < n; i++) {
-        ck_assert_int_eq(coalescer_join(co, k, &b, &why),
-                         COALESCE_FOLLOWER);
-        w[i].f = b;
-        w[i].once = once;
-        w[i].deadline = deadline;
-        flight_reader_init(&w[i].r);
-        ck_assert_int_eq(pthread_create(&t[i], NULL, wait_all, &w[i]), 0);
-    }
-}
-
-/* Tear down a test with leader flight 'a' and one returned waiter. */
-static void
-finish_one(struct coalescer *co, struct flight *a, struct waiter *w)
-{
-    flight_reader_destroy(&w->r);
-    coalescer_finish(co, a, 0, NULL);
-    coalescer_detach(co, w->f);
-    coalescer_detach(co, a);
-    flight_unref(a);
-    coalescer_free(co);
-}
-
-START_TEST(test_every_waiter_wakes_on_finish)
-{
-    struct coalescer *co = coalescer_new(&cfg);
-    unsigned char k[FLIGHT_KEY_LEN];
-    struct waiter w[8];
-    pthread_t t[8];
-    struct flight *a;
-    enum metrics_bypass why;
-
-    key_of("{}", k);
-    ck_assert_int_eq(coalescer_join(co, k, &a, &why), COALESCE_LEADER);
-    flight_set_head(a, 200, NULL, -1);
-    spawn_followers(co, k, w, t, 8, 0, 0);
-    ck_assert(await_parked(a, 8));
-    /* Appends alone wake nobody: the leader hands readers back. */
-    for (int i = 0; i < 100; i++)
-        ck_assert_int_eq(flight_append(a, "x", 1, 1 << 20), 0);
-    ck_assert_uint_eq(parked_count(a), 8);
-    coalescer_finish(co, a, 0, NULL);
-    for (int i = 0; i < 8; i++) {
-        pthread_join(t[i], NULL);
-        ck_assert_uint_eq(w[i].got, 100);
-        ck_assert_int_eq(w[i].state, FLIGHT_DONE);
-        flight_reader_destroy(&w[i].r);
-        coalescer_detach(co, w[i].f);
-    }
-    ck_assert_uint_eq(parked_count(a), 0);
-    coalescer_detach(co, a);
-    flight_unref(a);
-    coalescer_free(co);
-}
-END_TEST
-
-/*
- * The leader claims parked readers, "writes" for them (moves their
- * index) and releases them: a caught-up one sleeps on, one that is not
- * is handed back to its thread with the rest of the flight to send.
- */
-START_TEST(test_claim_release_hands_back_only_the_blocked)
-{
-    struct coalescer *co = coalescer_new(&cfg);
-    unsigned char k[FLIGHT_KEY_LEN];
-    struct waiter w;
-    pthread_t t;
-    struct flight *a;
-    struct flight_reader *list;
-    enum metrics_bypass why;
-    size_t n;
-
-    key_of("{}", k);
-    ck_assert_int_eq(coalescer_join(co, k, &a, &why), COALESCE_LEADER);
-    spawn_followers(co, k, &w, &t, 1, 1, 0);
-    ck_assert(await_parked(a, 1));
-    ck_assert_int_eq(flight_append(a, "one", 3, 1 << 20), 0);
-    ck_assert_uint_eq(parked_count(a), 1);      /* an append wakes nobody */
-    ck_assert_int_eq(atomic_load(&w.returned), 0);
-    list = flight_claim(a, &n);
-    ck_assert_uint_eq(n, 1);
-    ck_assert_ptr_eq(list, &w.r);
-    ck_assert_ptr_null(list->next);
-    ck_assert_int_eq(list->where, FLIGHT_READER_CLAIMED);
-    list->index = 1;                            /* "sent" chunk 0 */
-    list->parkable = 1;
-    flight_release(a, list);
-    ck_assert_uint_eq(parked_count(a), 1);
-    ck_assert_int_eq(atomic_load(&w.returned), 0);  /* still asleep */
-    ck_assert_int_eq(flight_append(a, "two", 3, 1 << 20), 0);
-    list = flight_claim(a, &n);
-    ck_assert_uint_eq(n, 1);
-    ck_assert_ptr_eq(list, &w.r);
-    list->parkable = 0;                         /* its socket was full */
-    flight_release(a, list);
-    pthread_join(t, NULL);
-    ck_assert_int_eq(w.rc, 0);
-    ck_assert_uint_eq(w.count, 1);              /* chunk 1, from index 1 */
-    ck_assert_uint_eq(w.got, 2);
-    ck_assert_int_eq(w.r.where, FLIGHT_READER_RUNNING);
-    finish_one(co, a, &w);
-}
-END_TEST
-
-/*
- * A reader whose wait times out while the leader holds it must not run
- * (the leader may be writing to its client) before the release; released
- * (even as parkable) it leaves with the timeout, and its index shows
- * what the leader wrote meanwhile.
- */
-START_TEST(test_timeout_while_claimed_waits_for_release)
-{
-    struct coalescer *co = coalescer_new(&cfg);
-    unsigned char k[FLIGHT_KEY_LEN];
-    struct waiter w;
-    pthread_t t;
-    struct flight *a;
-    struct flight_reader *list;
-    enum metrics_bypass why;
-    int64_t end;
-    size_t n;
-
-    key_of("{}", k);
-    ck_assert_int_eq(coalescer_join(co, k, &a, &why), COALESCE_LEADER);
-    spawn_followers(co, k, &w, &t, 1, 1, gw_now_ms() + 100);
-    ck_assert(await_parked(a, 1));
-    ck_assert_int_eq(flight_append(a, "one", 3, 1 << 20), 0);
-    list = flight_claim(a, &n);
-    ck_assert_uint_eq(n, 1);
-    ck_assert_ptr_eq(list, &w.r);
-    /* Well past its deadline, it is still waiting. */
-    end = w.deadline + 300;
-    while (gw_now_ms() < end) {
-        ck_assert_int_eq(atomic_load(&w.returned), 0);
-        sched_yield();
-    }
-    list->index = 1;
-    list->parkable = 1;
-    flight_release(a, list);
-    pthread_join(t, NULL);
-    ck_assert_int_eq(w.rc, GW_ETIMEDOUT);
-    ck_assert_uint_eq(w.got, 1);
-    ck_assert_int_eq(w.r.where, FLIGHT_READER_RUNNING);
-    ck_assert_uint_eq(parked_count(a), 0);
-    finish_one(co, a, &w);
-}
-END_TEST
-
-/*
- * flight_take() hands out only readers that are behind, oldest first, at
- * most 'max' at a time; one released caught up is parked again and not
- * taken again until the next append.
- */
-START_TEST(test_take_only_the_readers_behind)
-{
-    struct coalescer *co = coalescer_new(&cfg);
-    unsigned char k[FLIGHT_KEY_LEN];
-    struct waiter w[3];
-    pthread_t t[3];
-    struct flight *a;
-    struct flight_reader *list, *third;
-    enum metrics_bypass why;
-    size_t left;
-
-    key_of("{}", k);
-    ck_assert_int_eq(coalescer_join(co, k, &a, &why), COALESCE_LEADER);
-    flight_set_head(a, 200, NULL, -1);
-    spawn_followers(co, k, w, t, 3, 0, 0);
-    ck_assert(await_parked(a, 3));
-    /* Nobody is behind before the first chunk. */
-    ck_assert_ptr_null(flight_take(a, 8, &left));
-    ck_assert_uint_eq(left, 3);
-    ck_assert_int_eq(flight_append(a, "x", 1, 1 << 20), 0);
-    list = flight_take(a, 2, &left);
-    ck_assert_ptr_nonnull(list);
-    ck_assert_ptr_nonnull(list->next);
-    ck_assert_ptr_null(list->next->next);
-    ck_assert_uint_eq(left, 1);
-    ck_assert_int_eq(list->where, FLIGHT_READER_CLAIMED);
-    for (struct flight_reader *fr = list; fr != NULL; fr = fr->next) {
-        fr->index = 1;
-        fr->parkable = 1;
-    }
-    flight_release(a, list);                /* parked behind the third */
-    third = flight_take(a, 8, &left);
-    ck_assert_ptr_nonnull(third);
-    ck_assert_ptr_null(third->next);
-    ck_assert_uint_eq(third->index, 0);
-    ck_assert_uint_eq(left, 2);
-    third->index = 1;
-    third->parkable = 1;
-    flight_release(a, third);
-    ck_assert_ptr_null(flight_take(a, 8, &left));
-    ck_assert_uint_eq(left, 3);
-    for (int i = 0; i < 3; i++)
-        ck_assert_int_eq(atomic_load(&w[i].returned), 0);
-    coalescer_finish(co, a, 0, NULL);
-    for (int i = 0; i < 3; i++) {
-        pthread_join(t[i], NULL);
-        ck_assert_uint_eq(w[i].got, 1);
-        flight_reader_destroy(&w[i].r);
-        coalescer_detach(co, w[i].f);
-    }
-    coalescer_detach(co, a);
-    flight_unref(a);
-    coalescer_free(co);
-}
-END_TEST
-
-/*
- * The leader calls a helper: one reader's thread is handed back, takes
- * the other readers that are behind, writes for them and parks them
- * again, then itself; nobody else wakes.  One helper per 'per' readers.
- */
-START_TEST(test_helper_writes_for_the_others)
-{
-    struct coalescer *co = coalescer_new(&cfg);
-    unsigned char k[FLIGHT_KEY_LEN];
-    struct waiter w[3];
-    pthread_t t[3];
-    struct flight *a;
-    enum metrics_bypass why;
-    int helpers = 0, helped = 0;
-
-    key_of("{}", k);
-    ck_assert_int_eq(coalescer_join(co, k, &a, &why), COALESCE_LEADER);
-    flight_set_head(a, 200, NULL, -1);
-    spawn_followers(co, k, w, t, 3, 0, 0);
-    ck_assert(await_parked(a, 3));
-    ck_assert_int_eq(flight_append(a, "x", 1, 1 << 20), 0);
-    ck_assert_uint_eq(flight_call_helpers(a, 5, 4), 0);    /* 3 / 4 */
-    ck_assert_uint_eq(flight_call_helpers(a, 5, 2), 1);    /* 3 / 2 */
-    /* The helper parks the other two and then itself, all at index 1. */
-    ck_assert(await_parked(a, 3));
-    coalescer_finish(co, a, 0, NULL);
-    for (int i = 0; i < 3; i++) {
-        pthread_join(t[i], NULL);
-        ck_assert_uint_eq(w[i].got, 1);
-        ck_assert_int_eq(w[i].state, FLIGHT_DONE);
-        helpers += w[i].helped > 0;
-        helped += w[i].helped;
-        flight_reader_destroy(&w[i].r);
-        coalescer_detach(co, w[i].f);
-    }
-    ck_assert_int_eq(helpers, 1);
-    ck_assert_int_eq(helped, 2);
-    coalescer_detach(co, a);
+    ck_assert_int_eq(coalescer_join(co, k, &ra, &a, &why), COALESCE_LEADER);
+    ck_assert_int_eq(coalescer_join(co, k, &rb, &b, &why),
+                     COALESCE_FOLLOWER);
+    coalescer_finish(co, k, a, 0, NULL);
+    coalescer_detach(co, k, b, &rb);
+    coalescer_detach(co, k, a, &ra);
     flight_unref(a);
     coalescer_free(co);
 }
@@ -792,17 +461,7 @@ coalesce_suite(void)
     tcase_add_test(tc, test_after_finish_is_fresh_call);
     tcase_add_test(tc, test_stale_flight_keeps_successor);
     tcase_add_test(tc, test_bounds_bypass);
-    suite_add_tcase(s, tc);
-
-    tc = tcase_create("flight");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, 20);
-    tcase_add_test(tc, test_late_joiner_replays_everything);
-    tcase_add_test(tc, test_every_waiter_wakes_on_finish);
-    tcase_add_test(tc, test_claim_release_hands_back_only_the_blocked);
-    tcase_add_test(tc, test_timeout_while_claimed_waits_for_release);
-    tcase_add_test(tc, test_take_only_the_readers_behind);
-    tcase_add_test(tc, test_helper_writes_for_the_others);
+    tcase_add_test(tc, test_join_enomem_bypasses);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("policy");
@@ -822,11 +481,5 @@ coalesce_suite(void)
 int
 main(void)
 {
-    SRunner *sr = srunner_create(coalesce_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return test_run(srunner_create(coalesce_suite()));
 }

@@ -23,6 +23,7 @@
 #include "buf.h"
 #include "http.h"
 #include "net.h"
+#include "testutil.h"
 #include "util.h"
 
 /* A string literal as (pointer, length), so inputs may hold NUL bytes. */
@@ -1147,7 +1148,7 @@ static int
 read_body(struct conn_fixture *f)
 {
     return http_read_body(f->rd, &f->in, &f->r, &f->body,
-                          gw_now_ms() + 5000);
+                          gw_now_ms() + 5000, -1);
 }
 
 /* A peer that writes its bytes in pieces from another thread. */
@@ -1427,6 +1428,36 @@ START_TEST(test_read_wake)
     ck_assert_int_eq(http_read_head(f.rd, &f.in, &f.head, MAX_HEAD, -1,
                                     150, pfd[0], &f.r), 0);
     conn_close(&f);
+
+    /*
+     * A body wait ends at the wake (the process stops), for either
+     * framing; bytes already there are still taken.
+     */
+    conn_open(&f);
+    peer_send(&f, S("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 9\r\n\r\n"
+                    "abc"));
+    ck_assert_int_eq(read_head(&f, 1000), 0);
+    ck_assert_int_eq(http_read_body(f.rd, &f.in, &f.r, &f.body,
+                                     gw_now_ms() + 10000, pfd[0]),
+                     GW_EABORTED);
+    ck_assert_uint_eq(buf_len(&f.body), 3);
+    conn_close(&f);
+    conn_open(&f);
+    peer_send(&f, S("POST / HTTP/1.1\r\nHost: a\r\n"
+                    "Transfer-Encoding: chunked\r\n\r\n5\r\nab"));
+    ck_assert_int_eq(read_head(&f, 1000), 0);
+    ck_assert_int_eq(http_read_body(f.rd, &f.in, &f.r, &f.body,
+                                     gw_now_ms() + 10000, pfd[0]),
+                     GW_EABORTED);
+    conn_close(&f);
+    /* A complete body is read whatever the wake says. */
+    conn_open(&f);
+    peer_send(&f, S("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\n"
+                    "abc"));
+    ck_assert_int_eq(read_head(&f, 1000), 0);
+    ck_assert_int_eq(http_read_body(f.rd, &f.in, &f.r, &f.body,
+                                     gw_now_ms() + 10000, pfd[0]), 0);
+    conn_close(&f);
     close(pfd[0]);
     close(pfd[1]);
 }
@@ -1540,7 +1571,7 @@ START_TEST(test_read_body_errors)
                     "abc"));
     ck_assert_int_eq(read_head(&f, 1000), 0);
     ck_assert_int_eq(http_read_body(f.rd, &f.in, &f.r, &f.body,
-                                     gw_now_ms() + 100), GW_ETIMEDOUT);
+                                     gw_now_ms() + 100, -1), GW_ETIMEDOUT);
     ck_assert_int_eq(f.r.error_status, 408);
     conn_close(&f);
 
@@ -1549,7 +1580,7 @@ START_TEST(test_read_body_errors)
                     "\r\n\r\n5\r\nab"));
     ck_assert_int_eq(read_head(&f, 1000), 0);
     ck_assert_int_eq(http_read_body(f.rd, &f.in, &f.r, &f.body,
-                                     gw_now_ms() + 100), GW_ETIMEDOUT);
+                                     gw_now_ms() + 100, -1), GW_ETIMEDOUT);
     ck_assert_int_eq(f.r.error_status, 408);
     conn_close(&f);
 }
@@ -1715,11 +1746,5 @@ http_suite(void)
 int
 main(void)
 {
-    SRunner *sr = srunner_create(http_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return test_run(srunner_create(http_suite()));
 }

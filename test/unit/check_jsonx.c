@@ -446,11 +446,5 @@ jsonx_suite(void)
 int
 main(void)
 {
-    SRunner *sr = srunner_create(jsonx_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return test_run(srunner_create(jsonx_suite()));
 }

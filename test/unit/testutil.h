@@ -9,6 +9,7 @@
 
 #include <check.h>
 
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -24,6 +25,18 @@ tcase(const char *name)
 
     tcase_set_timeout(tc, TEST_TIMEOUT);
     return tc;
+}
+
+/* Run every suite of 'sr' and free it: main()'s exit status. */
+static inline int
+test_run(SRunner *sr)
+{
+    int failed;
+
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
 
 /*

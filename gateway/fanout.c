@@ -1,0 +1,528 @@
+/*
+ * fanout.c - parking, taking, pushing and relaying a flight's chunks to
+ * its clients.  Design, the state diagram and the FIFO invariant: see
+ * fanout.h.
+ */
+#include "fanout.h"
+
+#include <assert.h>
+#include <poll.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "metrics.h"
+#include "net.h"
+#include "reply.h"
+
+/* Readers taken at a time.  Small, so a writer the scheduler holds back
+ * holds few readers up; each take is one turn at the flight's lock. */
+#define PUSH_TAKE 8
+
+/* One helper per this many parked readers (and at most one per CPU). */
+#define PER_HELPER 64
+
+enum push_result {
+    PUSH_CAUGHT_UP,             /* wrote all the snapshot had for it */
+    PUSH_BLOCKED,               /* socket full (rest in 'pending'), or
+                                   behind the snapshot: its thread's job */
+    PUSH_GONE,                  /* the client is gone */
+};
+
+void
+fanout_reader_init(struct fanout_reader *r, struct reply *reply,
+                   int64_t timeout_ms)
+{
+    memset(r, 0, sizeof(*r));
+    atomic_init(&r->fr.pos, 0);
+    gw_cond_init(&r->cv);
+    r->where = FANOUT_RUNNING;
+    r->reply = reply;
+    r->timeout_ms = timeout_ms;
+    buf_init(&r->pending, SIZE_MAX);    /* at most one snapshot's bytes */
+}
+
+void
+fanout_reader_release(struct fanout_reader *r)
+{
+    assert(r->where == FANOUT_RUNNING && !r->helper);
+    pthread_cond_destroy(&r->cv);
+    buf_release(&r->pending);
+}
+
+static size_t
+get_pos(struct fanout_reader *r)
+{
+    return atomic_load_explicit(&r->fr.pos, memory_order_relaxed);
+}
+
+/* Release: the chunks before 'pos' are no longer read (flight.h). */
+static void
+set_pos(struct fanout_reader *r, size_t pos)
+{
+    atomic_store_explicit(&r->fr.pos, pos, memory_order_release);
+}
+
+static int
+stopping(const struct fanout_opts *o)
+{
+    return atomic_load_explicit(o->stopping, memory_order_relaxed);
+}
+
+/* ---- the parked FIFO, under the flight's lock ---- */
+
+/* Queue 'r' at the tail: it has everything (the FIFO invariant). */
+static void
+park_locked(struct flight *f, struct fanout_reader *r)
+{
+    assert(get_pos(r) == f->nchunks);
+    r->where = FANOUT_PARKED;
+    r->next = NULL;
+    r->prev = f->parked_tail;
+    if (f->parked_tail != NULL)
+        f->parked_tail->next = r;
+    else
+        f->parked = r;
+    f->parked_tail = r;
+    f->nparked++;
+}
+
+/* Take 'r' out of the FIFO; it keeps its 'where'. */
+static void
+unlink_locked(struct flight *f, struct fanout_reader *r)
+{
+    assert(r->where == FANOUT_PARKED);
+    if (r->prev != NULL)
+        r->prev->next = r->next;
+    else
+        f->parked = r->next;
+    if (r->next != NULL)
+        r->next->prev = r->prev;
+    else
+        f->parked_tail = r->prev;
+    r->next = r->prev = NULL;
+    f->nparked--;
+}
+
+/* Hand a parked (unlinked) or claimed reader back to its thread. */
+static void
+hand_back_locked(struct fanout_reader *r)
+{
+    r->where = FANOUT_RUNNING;
+    r->next = r->prev = NULL;
+    metrics_parked_add(-1);
+    pthread_cond_signal(&r->cv);
+}
+
+static int
+behind_locked(const struct flight *f, struct fanout_reader *r)
+{
+    return r != NULL && get_pos(r) < f->nchunks;
+}
+
+/*
+ * Take up to 'max' parked readers that are behind, oldest first (the
+ * front of the FIFO, by its invariant): they become CLAIMED, linked by
+ * 'next'.  OUT *s: the snapshot from the first one's position, the
+ * lowest.  NULL when nobody is behind; a helper then stops helping.
+ */
+GW_TESTABLE struct fanout_reader *
+take(struct flight *f, size_t max, struct flight_snap *s, int helper)
+{
+    struct fanout_reader *list = NULL, **tail = &list, *r;
+
+    gw_mutex_lock(&f->lock);
+    for (size_t n = 0; n < max && behind_locked(f, f->parked); n++) {
+        r = f->parked;
+        unlink_locked(f, r);
+        r->where = FANOUT_CLAIMED;
+        *tail = r;
+        tail = &r->next;
+    }
+    if (list != NULL) {
+        flight_snap_locked(f, get_pos(list), s);
+    } else if (helper) {
+        assert(f->helping > 0);
+        f->helping--;
+    }
+    gw_mutex_unlock(&f->lock);
+    return list;
+}
+
+/* Claim every parked reader, as a list linked by 'next'. */
+GW_TESTABLE struct fanout_reader *
+claim_all(struct flight *f, size_t *count)
+{
+    struct fanout_reader *list;
+
+    gw_mutex_lock(&f->lock);
+    list = f->parked;
+    for (struct fanout_reader *r = list; r != NULL; r = r->next)
+        r->where = FANOUT_CLAIMED;
+    *count = f->nparked;
+    f->parked = f->parked_tail = NULL;
+    f->nparked = 0;
+    gw_mutex_unlock(&f->lock);
+    return list;
+}
+
+/*
+ * Give claimed readers back: a 'parkable' one that has everything (and
+ * the flight still runs) is parked again, still asleep; the others go
+ * back to their threads.  They must not be touched afterwards.
+ */
+GW_TESTABLE void
+release(struct flight *f, struct fanout_reader *list)
+{
+    struct fanout_reader *r, *next;
+
+    if (list == NULL)
+        return;
+    gw_mutex_lock(&f->lock);
+    for (r = list; r != NULL; r = next) {
+        next = r->next;
+        assert(r->where == FANOUT_CLAIMED);
+        if (r->parkable && f->state == FLIGHT_RUNNING
+            && get_pos(r) == f->nchunks)
+            park_locked(f, r);
+        else
+            hand_back_locked(r);
+    }
+    gw_mutex_unlock(&f->lock);
+}
+
+/*
+ * Hand back one oldest parked reader per 'per' parked, as helpers, so
+ * that at most 'max' work on the flight at a time.  Right after an
+ * append, when every parked reader is behind.  Returns how many.
+ */
+GW_TESTABLE size_t
+call_helpers(struct flight *f, size_t max, size_t per)
+{
+    struct fanout_reader *r;
+    size_t n, room;
+
+    gw_mutex_lock(&f->lock);
+    n = f->nparked / per;
+    room = max > f->helping ? max - f->helping : 0;
+    if (n > room)
+        n = room;
+    for (size_t i = 0; i < n; i++) {
+        r = f->parked;
+        if (!behind_locked(f, r)) {
+            n = i;
+            break;
+        }
+        unlink_locked(f, r);
+        r->helper = 1;
+        hand_back_locked(r);
+    }
+    f->helping += (unsigned)n;
+    gw_mutex_unlock(&f->lock);
+    return n;
+}
+
+void
+fanout_wake_all(struct flight *f)
+{
+    struct fanout_reader *r, *next;
+
+    gw_mutex_lock(&f->lock);
+    for (r = f->parked; r != NULL; r = next) {
+        next = r->next;
+        hand_back_locked(r);
+    }
+    f->parked = f->parked_tail = NULL;
+    f->nparked = 0;
+    gw_mutex_unlock(&f->lock);
+}
+
+/* ---- pushing: writes that never wait ---- */
+
+/* Keep the bytes of iov[0..cnt) past the first 'skip' in r->pending. */
+static int
+keep_unsent(struct fanout_reader *r, const struct iovec *iov, int cnt,
+            size_t skip)
+{
+    for (int i = 0; i < cnt; i++) {
+        const char *p = iov[i].iov_base;
+        size_t n = iov[i].iov_len;
+
+        if (skip >= n) {
+            skip -= n;
+            continue;
+        }
+        if (buf_append(&r->pending, p + skip, n - skip) != 0)
+            return GW_ENOMEM;
+        skip = 0;
+    }
+    return 0;
+}
+
+/*
+ * Write what r's client takes now of the chunks in 's' from r's
+ * position, never waiting: the upstream loop must not block on any
+ * client socket, or one stalled client would stall every other.  The
+ * head goes with the first bytes.  What the socket does not take stays
+ * in r->pending, for the next push or the reader's own thread.  The
+ * caller holds the reader.
+ */
+static enum push_result
+push(struct fanout_reader *r, const struct flight_snap *s)
+{
+    struct reply *rp = r->reply;
+    struct iovec iov[1 + 3 * FLIGHT_SNAP_MAX];
+    char size_line[FLIGHT_SNAP_MAX][REPLY_SIZE_LINE];
+    size_t pos = get_pos(r), w, total = 0, k;
+    const struct flight_head *h = s->head;
+    int cnt = 0;
+
+    if (rp->broken)
+        return PUSH_GONE;
+    if (buf_len(&r->pending) > 0) {
+        if (net_write_some(rp->fd, buf_ptr(&r->pending),
+                           buf_len(&r->pending), &w) != 0)
+            goto gone;
+        buf_consume(&r->pending, w);
+        if (buf_len(&r->pending) > 0)
+            return PUSH_BLOCKED;
+    }
+    if (pos < s->lo)
+        return PUSH_BLOCKED;
+    if (pos >= s->lo + s->n)
+        return PUSH_CAUGHT_UP;
+    assert(h != NULL);          /* the head comes before any chunk */
+    if (!rp->head_sent) {
+        if (rp->status == 0) {
+            rp->upstream_status = h->status;
+            if (reply_begin(rp, h->status, h->content_type[0] != '\0'
+                            ? h->content_type : NULL, h->content_length,
+                            NULL) != 0)
+                goto gone;
+        }
+        iov[cnt].iov_base = (void *)buf_ptr(&rp->head);
+        iov[cnt++].iov_len = buf_len(&rp->head);
+    }
+    for (k = pos - s->lo; k < s->n; k++)
+        cnt += reply_frame_iov(rp, s->chunk[k]->data, s->chunk[k]->len,
+                               &iov[cnt], size_line[k]);
+    for (int i = 0; i < cnt; i++)
+        total += iov[i].iov_len;
+    w = 0;
+    if (cnt > 0 && net_writev_some(rp->fd, iov, cnt, &w) != 0)
+        goto gone;
+    if (w < total && keep_unsent(r, iov, cnt, w) != 0)
+        goto gone;
+    /* Every byte is now the client's: sent, or pending. */
+    reply_note_sent(rp, 0);
+    for (k = pos - s->lo; k < s->n; k++)
+        reply_note_sent(rp, s->chunk[k]->len);
+    set_pos(r, s->lo + s->n);
+    r->deadline = gw_now_ms() + r->timeout_ms;
+    return w < total ? PUSH_BLOCKED : PUSH_CAUGHT_UP;
+
+gone:
+    reply_gone(rp);
+    return PUSH_GONE;
+}
+
+int
+fanout_push(struct flight *f, struct fanout_reader *r)
+{
+    struct flight_snap s;
+    enum push_result res;
+
+    do {
+        flight_snap(f, get_pos(r), &s);
+        res = push(r, &s);
+    } while (res == PUSH_CAUGHT_UP && get_pos(r) < s.nchunks);
+    return res == PUSH_GONE ? GW_ECLOSED : 0;
+}
+
+/* Push 's' to every reader of a taken batch, then give the batch back. */
+static void
+push_list(struct flight *f, struct fanout_reader *list,
+          const struct flight_snap *s)
+{
+    uint64_t pushed = 0;
+
+    for (struct fanout_reader *r = list; r != NULL; r = r->next) {
+        size_t before = get_pos(r);
+
+        r->parkable = push(r, s) == PUSH_CAUGHT_UP;
+        pushed += get_pos(r) - before;
+    }
+    release(f, list);
+    metrics_pushed(pushed);
+}
+
+void
+fanout_after_append(struct flight *f, const struct fanout_opts *o)
+{
+    struct fanout_reader *list;
+    struct flight_snap s;
+
+    if (!o->leader_writes) {
+        fanout_wake_all(f);
+        return;
+    }
+    metrics_helpers(call_helpers(f, o->ncpu, PER_HELPER));
+    while ((list = take(f, PUSH_TAKE, &s, 0)) != NULL)
+        push_list(f, list, &s);
+}
+
+/*
+ * A helper's job, on its own thread: take and write for the parked
+ * readers that are behind, alongside the leader, until none is left;
+ * before each take, its own client, so that it is never starved while
+ * it writes for others.  Its own leftovers are for fanout_relay().
+ */
+GW_TESTABLE void
+help(struct flight *f, struct fanout_reader *r)
+{
+    struct fanout_reader *list;
+    struct flight_snap s;
+
+    r->helper = 0;
+    for (;;) {
+        if (!r->reply->broken) {
+            flight_snap(f, get_pos(r), &s);
+            push(r, &s);
+        }
+        list = take(f, PUSH_TAKE, &s, 1);
+        if (list == NULL)
+            return;
+        push_list(f, list, &s);
+    }
+}
+
+void
+fanout_sweep(struct flight *f, int64_t now)
+{
+    struct fanout_reader *list, *r;
+    struct pollfd *pfd;
+    size_t n, i;
+
+    list = claim_all(f, &n);
+    if (list == NULL)
+        return;
+    /* Without memory for the poll, the deadlines are still checked. */
+    pfd = gw_malloc(n * sizeof(*pfd));
+    if (pfd != NULL) {
+        for (r = list, i = 0; r != NULL; r = r->next, i++)
+            pfd[i].fd = r->reply->fd;
+        net_peers_gone(pfd, n);
+    }
+    for (r = list, i = 0; r != NULL; r = r->next, i++) {
+        r->parkable = 1;
+        if (pfd != NULL && pfd[i].revents) {
+            reply_gone(r->reply);
+            r->parkable = 0;
+        } else if (now >= r->deadline) {
+            r->expired = 1;
+            r->parkable = 0;
+        }
+    }
+    gw_free(pfd);
+    release(f, list);
+}
+
+/* ---- the reader's own thread ---- */
+
+/*
+ * Wait until there is something for 'r': chunks past its position, the
+ * final state, being handed back (to help, or timed out, or with its
+ * client gone), or the stop.  Parked meanwhile, so the leader may push
+ * for it (its position moves then).  OUT *s: the snapshot from its
+ * position.  Called with nothing of its own left to write.
+ */
+GW_TESTABLE void
+wait_for_news(struct flight *f, struct fanout_reader *r,
+              const struct fanout_opts *o, struct flight_snap *s)
+{
+    gw_mutex_lock(&f->lock);
+    assert(r->where == FANOUT_RUNNING && !r->helper);
+    if (f->state == FLIGHT_RUNNING && f->nchunks <= get_pos(r)
+        && !stopping(o)) {
+        park_locked(f, r);
+        metrics_parked_add(1);
+        while (r->where != FANOUT_RUNNING) {
+            if (r->where == FANOUT_PARKED && stopping(o)) {
+                unlink_locked(f, r);
+                r->where = FANOUT_RUNNING;
+                metrics_parked_add(-1);
+                break;
+            }
+            gw_cond_wait(&r->cv, &f->lock);
+        }
+    }
+    flight_snap_locked(f, get_pos(r), s);
+    gw_mutex_unlock(&f->lock);
+}
+
+void
+fanout_relay(struct flight *f, struct fanout_reader *r,
+             const struct fanout_opts *o)
+{
+    struct reply *rp = r->reply;
+    const struct flight_head *h;
+    struct flight_snap s;
+
+    r->deadline = gw_now_ms() + r->timeout_ms;
+    for (;;) {
+        if (rp->broken)
+            return;             /* gone: a write, or the sweep, saw it */
+        if (buf_len(&r->pending) > 0) {
+            /* Handed back with bytes its socket did not take. */
+            if (net_write_all(rp->fd, buf_ptr(&r->pending),
+                              buf_len(&r->pending), reply_deadline(rp),
+                              rp->stop_fd) != 0) {
+                reply_gone(rp);
+                return;
+            }
+            buf_reset(&r->pending);
+        }
+        if (stopping(o)) {
+            reply_upstream_error(rp, GW_ESTOPPING, NULL);
+            return;
+        }
+        wait_for_news(f, r, o, &s);
+        if (r->helper) {
+            help(f, r);
+            continue;           /* 's' is from before help() wrote */
+        }
+        if (rp->broken || buf_len(&r->pending) > 0 || stopping(o))
+            continue;
+        if (r->expired) {
+            reply_upstream_error(rp, GW_ETIMEDOUT, "follower wait timeout");
+            return;
+        }
+        h = s.head;
+        if (rp->status == 0 && h != NULL
+            && !(s.state == FLIGHT_FAILED && s.nchunks == 0)) {
+            rp->upstream_status = h->status;
+            if (reply_begin(rp, h->status, h->content_type[0] != '\0'
+                            ? h->content_type : NULL, h->content_length,
+                            NULL) != 0) {
+                reply_gone(rp);
+                return;
+            }
+        }
+        if (s.n > 0) {
+            for (size_t i = 0; i < s.n; i++) {
+                if (reply_body(rp, s.chunk[i]->data, s.chunk[i]->len) != 0)
+                    return;     /* gone or stuck: broken */
+                set_pos(r, s.lo + i + 1);
+            }
+            r->deadline = gw_now_ms() + r->timeout_ms;
+            continue;
+        }
+        if (s.state == FLIGHT_DONE) {
+            reply_end(rp);
+            return;
+        }
+        if (s.state == FLIGHT_FAILED) {
+            reply_upstream_error(rp, s.err_rc, s.err_reason);
+            return;
+        }
+    }
+}

@@ -1,0 +1,142 @@
+/*
+ * fanout.h - how a flight's chunks reach its clients: the readers'
+ * states, parking, the leader and its helpers writing for parked
+ * readers, and the loop each client's own thread runs.
+ *
+ * Design.  A reader (one client of a flight, fanout_reader) that has
+ * sent its client everything there is so far PARKS: its thread sleeps on
+ * the reader's own condition variable, queued in the flight's parked
+ * FIFO.  After each append the leader writes the new bytes to parked
+ * readers' sockets itself, never blocking, a few at a time: it TAKES a
+ * batch (they become CLAIMED), pushes to each with one non-blocking
+ * writev, and RELEASES them: a reader that took everything is parked
+ * again, still asleep; one whose socket was full (the rest kept in its
+ * 'pending'), or whose client is gone, is handed back to its own thread,
+ * which goes on at its client's pace.  With many parked readers, the
+ * leader first hands a few back as HELPERS (one per PER_HELPER parked,
+ * at most one per CPU at work on a flight at a time): each serves its
+ * own client, then takes and writes alongside the leader, its own client
+ * again between takes, until nobody is behind.  So the writes run on
+ * every core, and a writer the scheduler holds back leaves its share to
+ * the others.  Why: a thread wake-up costs two context switches and a
+ * turn at the flight's lock; with 1,000 followers on two cores, waking
+ * each to write for itself got the first chunk to the last follower
+ * 26-29 ms after the leader, pushing gets it there in 7-9 ms for half
+ * the CPU (docs/BENCHMARKS.md).  With [coalesce] leader_writes = off,
+ * the leader wakes everyone after each append instead: the design card's
+ * shape, where every follower writes its own bytes.
+ *
+ * The reader's states, changed only under the flight's lock:
+ *
+ *              park: nothing new             take, or sweep
+ *     RUNNING --------------------> PARKED -----------------> CLAIMED
+ *        ^  ^                        |   ^                       |  |
+ *        |  |  hand back: the flight |   |  release: caught up   |  |
+ *        |  |  ended, helper, stop,  |   +-----------------------+  |
+ *        |  |  leader_writes = off   |                              |
+ *        |  +------------------------+                              |
+ *        +----------------------------------------------------------+
+ *             release: socket full or gone, behind, or timed out
+ *
+ * Who may use a reader's position, reply and 'pending': when RUNNING,
+ * its own thread; when PARKED, nobody; when CLAIMED, the thread that
+ * took it, until it releases it.  The lock orders the hand-overs.
+ *
+ * The FIFO invariant: a reader enters the FIFO (parking, or released
+ * caught up) only when its position equals the flight's chunk count at
+ * that moment, and the count only grows.  So readers queued earlier are
+ * never ahead of readers queued later: the ones behind are always the
+ * front of the FIFO, and a take is O(batch) however many are parked.
+ *
+ * Timeouts: a parked reader waits without a timer.  The leader looks at
+ * the parked readers at most once a second (fanout_sweep(), from its
+ * upstream progress callback, which libcurl calls at least that often):
+ * one poll() of all their sockets finds clients that hung up, and a
+ * reader past its deadline (follower_timeout without progress) is handed
+ * back to answer 504.  A stop wakes everyone (fanout_wake_all()).
+ */
+#ifndef INFERGW_GATEWAY_FANOUT_H
+#define INFERGW_GATEWAY_FANOUT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "buf.h"
+#include "flight.h"
+
+struct reply;
+
+enum fanout_where {
+    FANOUT_RUNNING = 0,
+    FANOUT_PARKED,
+    FANOUT_CLAIMED,
+};
+
+struct fanout_reader {
+    struct flight_reader fr;        /* fr.pos: the next chunk to send */
+    struct fanout_reader *next;     /* (L) parked FIFO, or a taken batch */
+    struct fanout_reader *prev;     /* (L) parked FIFO */
+    pthread_cond_t cv;              /* signalled when handed back */
+    enum fanout_where where;        /* (L) */
+    int helper;                     /* (L) handed back to help write */
+    int expired;                    /* (L) handed back: no progress for
+                                       follower_timeout */
+    int parkable;                   /* the claimer's verdict: caught up */
+    int64_t deadline;               /* progress by then, or 504 */
+    int64_t timeout_ms;             /* follower_timeout */
+    struct reply *reply;            /* the client; borrowed */
+    struct buf pending;             /* framed bytes its socket did not
+                                       take when someone pushed for it */
+};
+
+/* How the leader fans out, from [coalesce] and the machine. */
+struct fanout_opts {
+    int leader_writes;              /* off: wake everyone instead */
+    unsigned ncpu;                  /* helpers at most, per flight */
+    const _Atomic int *stopping;    /* set: every wait ends */
+};
+
+/* A RUNNING reader for 'reply' (borrowed), not yet attached. */
+void fanout_reader_init(struct fanout_reader *r, struct reply *reply,
+                        int64_t timeout_ms);
+void fanout_reader_release(struct fanout_reader *r);
+
+/*
+ * The holder of 'r' (the leader, for its own client): write what r's
+ * client takes now of the flight from r's position, head first, without
+ * waiting; the rest stays for later.  Returns 0, or GW_ECLOSED when the
+ * client is gone (its reply is then broken).
+ */
+int fanout_push(struct flight *f, struct fanout_reader *r);
+
+/*
+ * Leader, right after each append: push the new chunks to the parked
+ * readers (calling helpers when many are parked), or with leader_writes
+ * off hand them all back.
+ */
+void fanout_after_append(struct flight *f, const struct fanout_opts *o);
+
+/*
+ * Leader, about once a second while its transfer runs: readers whose
+ * client hung up, or whose deadline passed by 'now', go back to their
+ * threads; the others sleep on.  One poll() for all of them.
+ */
+void fanout_sweep(struct flight *f, int64_t now);
+
+/* Hand every parked reader back to its thread (the flight ended, stop). */
+void fanout_wake_all(struct flight *f);
+
+/*
+ * A client's own thread (a follower's, or the leader's once its transfer
+ * is over): relay the flight from r's position to its client until the
+ * flight ends, parking whenever it has sent everything; help when called
+ * to.  Ends with the response complete; or its error: the flight's
+ * failure (the same for every client), 504 after follower_timeout
+ * without progress, 503 or an SSE error event when stopping; or with
+ * the client gone.  'r' must be attached to 'f'.
+ */
+void fanout_relay(struct flight *f, struct fanout_reader *r,
+                  const struct fanout_opts *o);
+
+#endif

@@ -1,0 +1,83 @@
+/*
+ * handler.h - what a request handler (route.c, proxy.c) is given: the
+ * process's shared objects, and the one request it answers.
+ *
+ * A header of types only.  server.c fills one struct handler_ctx at
+ * start-up; conn.c fills a struct handler_req for each request and hands
+ * it down.  So the handlers never see the server or the connection, and
+ * the modules depend one way (DESIGN.md "Modules, one way"):
+ *
+ *   server -> conn -> route -> proxy -> {coalesce, flight, fanout,
+ *                                        upstream, reply}
+ */
+#ifndef INFERGW_GATEWAY_HANDLER_H
+#define INFERGW_GATEWAY_HANDLER_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+
+#include "buf.h"
+#include "http.h"
+#include "metrics.h"
+
+struct gw_config;
+struct upstream;
+struct coalescer;
+struct reply;
+
+/*
+ * Immutable once the server starts, and shared by every thread; the
+ * objects it points to are thread-safe.  The two flags are set once each,
+ * and the descriptors become readable at the same moments.
+ */
+struct handler_ctx {
+    const struct gw_config *cfg;
+    struct upstream *up;
+    struct coalescer *co;
+    const _Atomic int *draining;    /* SIGTERM: readyz 503, no keep-alive,
+                                       requests under way go on */
+    const _Atomic int *stopping;    /* drain_timeout passed: every wait
+                                       ends, every stream is cut */
+    int wake_fd;                    /* readable once draining */
+    int stop_fd;                    /* readable once stopping */
+    unsigned ncpu;                  /* CPUs online at start, >= 1 */
+};
+
+/* Is the process stopping?  Part of every wait's predicate. */
+static inline int
+handler_stopping(const struct handler_ctx *x)
+{
+    return atomic_load_explicit(x->stopping, memory_order_relaxed);
+}
+
+static inline int
+handler_draining(const struct handler_ctx *x)
+{
+    return atomic_load_explicit(x->draining, memory_order_relaxed);
+}
+
+/*
+ * One request, owned by its connection's thread.  The views into the
+ * head ('req') stay valid until the handler returns.
+ */
+struct handler_req {
+    const struct handler_ctx *ctx;
+    struct http_request *req;       /* the parsed head (reading the body
+                                       sets its error fields) */
+    struct buf *in;                 /* bytes read past the head: the body
+                                       starts here (route.c reads it) */
+    struct buf *body;               /* the body, once read */
+    struct reply *reply;            /* the response */
+    const char *request_id;         /* the client's, or made up */
+
+    /* Set by the handlers, for the access log. */
+    enum metrics_route route;
+    size_t tenant;                  /* config index, or CONFIG_MAX_TENANTS
+                                       for "default" */
+    char model[64];
+    char flight_id[32];             /* leader or follower: a copy of the
+                                       flight's id (the upstream's
+                                       X-Request-Id); "" otherwise */
+};
+
+#endif

@@ -1,0 +1,170 @@
+/*
+ * reply.h - writing one response to a client: the held-back head, the
+ * body's framing, errors in OpenAI's shape, and the facts the access log
+ * reports about the response.
+ *
+ * Responses are HTTP/1.1 with Content-Length, chunked framing, or (an
+ * HTTP/1.0 client and a body of unknown length) a close-delimited body.
+ * The head is held back in 'head' and goes out with the first body bytes,
+ * so a small response is one writev().
+ *
+ * Waits: a write waits for the client up to send_timeout, and ends at
+ * once (GW_EABORTED) when the process stops (stop_fd readable).  After a
+ * failed write the reply is 'broken': the body can no longer end cleanly
+ * and the connection closes.
+ *
+ * Ownership: a struct reply belongs to its connection's thread, except
+ * while that client is a parked follower claimed by the leader or a
+ * helper (fanout.h says when): then that thread uses it.  Never two at
+ * once; nothing in it is shared.
+ */
+#ifndef INFERGW_GATEWAY_REPLY_H
+#define INFERGW_GATEWAY_REPLY_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "buf.h"
+
+enum reply_framing {
+    REPLY_LENGTH = 0,           /* Content-Length */
+    REPLY_CHUNKED,              /* Transfer-Encoding: chunked */
+    REPLY_CLOSE,                /* HTTP/1.0: the body ends when we close */
+};
+
+struct reply {
+    /* For the connection's life (reply_init). */
+    int fd;                     /* borrowed: the client socket */
+    int stop_fd;                /* readable once the process stops */
+    const _Atomic int *draining;    /* set: no keep-alive */
+    int64_t send_timeout_ms;
+    struct buf head;            /* the response head, held back */
+
+    /* Per request (reply_start). */
+    const char *request_id;     /* borrowed; echoed as X-Request-Id */
+    int minor;                  /* the request's HTTP/1.<minor> */
+    int64_t start_us;           /* when the request head was complete */
+    int status;                 /* status line sent (or about to be) */
+    int upstream_status;        /* for the access log; 0 if none */
+    uint64_t bytes_out;         /* body bytes sent */
+    int64_t ttfb_us;            /* start to first body byte; -1 none */
+    int head_sent;
+    enum reply_framing framing;
+    int64_t content_length;     /* REPLY_LENGTH: bytes promised */
+    int keep_alive;             /* keep the connection after this one */
+    int event_stream;           /* text/event-stream */
+    int broken;                 /* the body cannot end cleanly: close */
+    const char *role;           /* X-Infergw-Coalesce value, or NULL */
+};
+
+/* Prepare 'r' for the client on 'fd' (borrowed, like 'draining'). */
+void reply_init(struct reply *r, int fd, size_t head_limit,
+                int64_t send_timeout_ms, int stop_fd,
+                const _Atomic int *draining);
+void reply_release(struct reply *r);
+
+/* Start the response to a new request (borrows 'request_id'). */
+void reply_start(struct reply *r, const char *request_id, int minor,
+                 int keep_alive);
+
+/* The deadline of a write the client must take within send_timeout. */
+int64_t reply_deadline(const struct reply *r);
+
+/*
+ * Prepare the response head: status, Content-Type (NULL: none), framing
+ * from 'content_length' (-1: chunked, or close-delimited for HTTP/1.0),
+ * X-Request-Id, X-Infergw-Coalesce when r->role is set, 'extra' header
+ * lines (each ending in CRLF; NULL for none) and Connection.  Nothing is
+ * written yet.  Returns 0 or a buf error.
+ */
+int reply_begin(struct reply *r, int status, const char *content_type,
+                int64_t content_length, const char *extra);
+
+/*
+ * Send body bytes (the held-back head first, and chunk framing), waiting
+ * for the client.  Returns 0 or a net error; after an error the reply is
+ * broken.
+ */
+int reply_body(struct reply *r, const char *p, size_t n);
+
+/*
+ * The wire bytes reply_body() would send for p[0..n), as iovecs for a
+ * caller that writes at its own pace: for chunked framing the size line
+ * (formatted into 'size_line'), the data and CRLF; else the data alone.
+ * Returns how many of iov[0..3) it filled (0 when n is 0).
+ */
+#define REPLY_SIZE_LINE 24
+int reply_frame_iov(const struct reply *r, const char *p, size_t n,
+                    struct iovec iov[3], char size_line[REPLY_SIZE_LINE]);
+
+/* The caller wrote the held-back head and 'n' body bytes itself. */
+void reply_note_sent(struct reply *r, size_t n);
+
+/* End the body cleanly: the head if still held, the last chunk. */
+int reply_end(struct reply *r);
+
+/*
+ * End the body uncleanly after a mid-response failure: for an event
+ * stream not yet broken, an SSE error event in the OpenAI shape; then no
+ * terminating chunk, and the connection closes (never a fake success).
+ */
+void reply_fail_body(struct reply *r, const char *type, const char *code,
+                     const char *message);
+
+/* The client is gone or stuck: no more writes, close. */
+void reply_gone(struct reply *r);
+
+/*
+ * Has the client been sent its whole body?  (Only a Content-Length body
+ * can be known complete before reply_end().)  A peer that hangs up after
+ * that is a client that is done, not one that left.
+ */
+int reply_body_complete(const struct reply *r);
+
+/* A whole response with Content-Length in one write. */
+int reply_send(struct reply *r, int status, const char *content_type,
+               const char *body, size_t len, const char *extra);
+
+/*
+ * An OpenAI-shaped error: {"error":{"message","type","param","code"}},
+ * with Retry-After on 429 and 503; after the head was sent,
+ * reply_fail_body().  The caller decides keep-alive.
+ */
+int reply_error(struct reply *r, int status, const char *type,
+                const char *code, const char *message);
+
+/*
+ * A request that failed to parse or arrive: 'status' from the parser
+ * (408, 413, 414, 431, 501, 505; anything else is 400) with its code, and
+ * the connection closes: the bytes after it are not a request.
+ */
+int reply_request_error(struct reply *r, int status, const char *msg);
+
+/*
+ * The error for an upstream call (or a flight) that ended with 'rc' and
+ * 'reason' (upstream.h): 504 for a timeout, 503 when the gateway ran out
+ * of memory or is stopping, else 502; or, once the head is sent, the same
+ * as an SSE error event and an unclean end.
+ */
+void reply_upstream_error(struct reply *r, int rc, const char *reason);
+
+/* Send "HTTP/1.1 100 Continue" (RFC 9110 10.1.1).  0 or a net error. */
+int reply_continue(struct reply *r);
+
+/*
+ * Refuse a connection that has no struct reply (over max_connections, or
+ * out of memory): a whole 503 (OpenAI error "overloaded", Retry-After,
+ * Connection: close) in one non-blocking write with no allocation, a
+ * half-close, then at most REPLY_REFUSE_DRAIN bytes of what the client
+ * already sent are read and dropped (closing on unread input would send
+ * an RST that can destroy the answer in flight), and 'fd' is closed
+ * (stolen).  Never waits: a client that keeps sending cannot hold the
+ * caller (the accept loop).  'message' is a constant without quotes.
+ * Returns the bytes drained.
+ */
+#define REPLY_REFUSE_DRAIN (64 * 1024)
+size_t reply_refuse(int fd, const char *request_id, const char *message);
+
+#endif

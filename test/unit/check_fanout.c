@@ -1,0 +1,589 @@
+/*
+ * check_fanout.c - parked readers: the FIFO and its invariant, taking and
+ * releasing, helpers, the sweep, and the relay loop, with socketpairs as
+ * clients.
+ */
+#include <check.h>
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "buf.h"
+#include "fanout.h"
+#include "flight.h"
+#include "reply.h"
+#include "testutil.h"
+#include "util.h"
+
+/* fanout.c's GW_TESTABLE functions. */
+struct fanout_reader *take(struct flight *f, size_t max,
+                           struct flight_snap *s, int helper);
+struct fanout_reader *claim_all(struct flight *f, size_t *count);
+void release(struct flight *f, struct fanout_reader *list);
+size_t call_helpers(struct flight *f, size_t max, size_t per);
+void help(struct flight *f, struct fanout_reader *r);
+
+#define BIG ((size_t)1 << 30)
+
+static _Atomic int no;              /* never draining or stopping */
+
+/* A client: the gateway's end (fd, in the reply) and the peer's. */
+struct client {
+    int fd, peer;
+    struct reply reply;
+    struct fanout_reader r;
+    pthread_t t;
+    const struct fanout_opts *o;
+    struct flight *f;
+};
+
+static void
+client_open(struct client *c, struct flight *f, int64_t timeout_ms)
+{
+    int sv[2];
+
+    memset(c, 0, sizeof(*c));
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv),
+                     0);
+    c->fd = sv[0];
+    c->peer = sv[1];
+    c->f = f;
+    reply_init(&c->reply, c->fd, 4096, 5000, -1, &no);
+    reply_start(&c->reply, "test-id", 1, 1);
+    fanout_reader_init(&c->r, &c->reply, timeout_ms);
+    ck_assert_int_eq(flight_attach(f, &c->r.fr), 0);
+}
+
+static void
+client_close(struct client *c)
+{
+    flight_detach(c->f, &c->r.fr);
+    fanout_reader_release(&c->r);
+    reply_release(&c->reply);
+    close(c->fd);
+    if (c->peer != -1)
+        close(c->peer);
+}
+
+/* Everything the peer has received so far (non-blocking). */
+static void
+peer_read(struct client *c, struct buf *out)
+{
+    char b[65536];
+    ssize_t n;
+
+    while ((n = recv(c->peer, b, sizeof(b), MSG_DONTWAIT)) > 0)
+        ck_assert_int_eq(buf_append(out, b, (size_t)n), 0);
+}
+
+static void *
+relay_main(void *p)
+{
+    struct client *c = p;
+
+    fanout_relay(c->f, &c->r, c->o);
+    return NULL;
+}
+
+static size_t
+nparked(struct flight *f)
+{
+    size_t n;
+
+    gw_mutex_lock(&f->lock);
+    n = f->nparked;
+    gw_mutex_unlock(&f->lock);
+    return n;
+}
+
+/* Poll (3 s at most) until 'n' readers of 'f' are parked. */
+static int
+await_parked(struct flight *f, size_t n)
+{
+    int64_t end = gw_now_ms() + 3000;
+
+    while (nparked(f) != n) {
+        if (gw_now_ms() > end)
+            return 0;
+        sched_yield();
+    }
+    return 1;
+}
+
+/* Park 'c' without a thread: claimed, then released caught up. */
+static void
+park_threadless(struct flight *f, struct client *c)
+{
+    gw_mutex_lock(&f->lock);
+    c->r.where = FANOUT_CLAIMED;
+    c->r.next = NULL;
+    gw_mutex_unlock(&f->lock);
+    atomic_store(&c->r.fr.pos, f->nchunks);
+    c->r.parkable = 1;
+    release(f, &c->r);
+}
+
+static void
+append_str(struct flight *f, const char *s)
+{
+    ck_assert_int_eq(flight_append(f, s, strlen(s), BIG), 0);
+}
+
+/*
+ * The whole path: eight followers relaying on their own threads, parked;
+ * the leader appends 100 chunks and pushes them (leader_writes on), then
+ * ends the flight: every client gets the same complete, cleanly ended
+ * body, and most chunks were written by the leader, not the followers.
+ */
+START_TEST(test_every_client_gets_every_byte)
+{
+    struct fanout_opts o = { 1, 2, &no };
+    struct flight *f = flight_new();
+    struct client c[8];
+    struct buf got[8];
+    char line[32];
+
+    flight_set_head(f, 200, "text/event-stream", -1);
+    for (int i = 0; i < 8; i++) {
+        client_open(&c[i], f, 60000);
+        c[i].o = &o;
+        ck_assert_int_eq(pthread_create(&c[i].t, NULL, relay_main, &c[i]),
+                         0);
+    }
+    ck_assert(await_parked(f, 8));
+    for (int i = 0; i < 100; i++) {
+        snprintf(line, sizeof(line), "data: %d\n\n", i);
+        append_str(f, line);
+        fanout_after_append(f, &o);
+    }
+    /* Pushed, not woken: they are all parked again, caught up. */
+    ck_assert_uint_eq(nparked(f), 8);
+    flight_finish(f, 0, NULL);
+    fanout_wake_all(f);
+    for (int i = 0; i < 8; i++) {
+        pthread_join(c[i].t, NULL);
+        buf_init(&got[i], 1 << 20);
+        peer_read(&c[i], &got[i]);
+        ck_assert_uint_eq(atomic_load(&c[i].r.fr.pos), 100);
+        ck_assert_int_eq(c[i].reply.broken, 0);
+    }
+    ck_assert(strstr(buf_ptr(&got[0]), "HTTP/1.1 200 OK\r\n") != NULL);
+    ck_assert(strstr(buf_ptr(&got[0]), "data: 99\n\n\r\n0\r\n\r\n") != NULL);
+    for (int i = 1; i < 8; i++) {
+        ck_assert_uint_eq(buf_len(&got[i]), buf_len(&got[0]));
+        ck_assert_int_eq(memcmp(buf_ptr(&got[i]), buf_ptr(&got[0]),
+                                buf_len(&got[0])), 0);
+    }
+    for (int i = 0; i < 8; i++) {
+        buf_release(&got[i]);
+        client_close(&c[i]);
+    }
+    flight_unref(f);
+}
+END_TEST
+
+/*
+ * take() hands out only readers that are behind, oldest first, at most
+ * 'max' at a time; one released caught up is parked again (at the tail)
+ * and not taken again until the next append.
+ */
+START_TEST(test_take_only_the_readers_behind)
+{
+    struct flight *f = flight_new();
+    struct client c[3];
+    struct fanout_reader *list, *third;
+    struct flight_snap s;
+
+    flight_set_head(f, 200, NULL, -1);
+    for (int i = 0; i < 3; i++) {
+        client_open(&c[i], f, 60000);
+        park_threadless(f, &c[i]);
+    }
+    ck_assert_ptr_null(take(f, 8, &s, 0));      /* nobody is behind */
+    append_str(f, "x");
+    list = take(f, 2, &s, 0);
+    ck_assert_ptr_eq(list, &c[0].r);
+    ck_assert_ptr_eq(list->next, &c[1].r);
+    ck_assert_ptr_null(list->next->next);
+    ck_assert_int_eq(list->where, FANOUT_CLAIMED);
+    ck_assert_uint_eq(s.lo, 0);
+    ck_assert_uint_eq(s.n, 1);
+    for (struct fanout_reader *r = list; r != NULL; r = r->next) {
+        atomic_store(&r->fr.pos, 1);
+        r->parkable = 1;
+    }
+    release(f, list);                   /* parked behind the third */
+    ck_assert_uint_eq(nparked(f), 3);
+    third = take(f, 8, &s, 0);
+    ck_assert_ptr_eq(third, &c[2].r);
+    ck_assert_ptr_null(third->next);
+    atomic_store(&third->fr.pos, 1);
+    third->parkable = 1;
+    release(f, third);
+    ck_assert_ptr_null(take(f, 8, &s, 0));
+    ck_assert_uint_eq(nparked(f), 3);
+    fanout_wake_all(f);
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(c[i].r.where, FANOUT_RUNNING);
+        client_close(&c[i]);
+    }
+    flight_unref(f);
+}
+END_TEST
+
+/*
+ * A push that the socket cannot take whole keeps the rest in 'pending'
+ * and the reader goes back to its thread; one that took everything is
+ * parked again.
+ */
+START_TEST(test_full_socket_hands_back_with_pending)
+{
+    struct fanout_opts o = { 1, 2, &no };
+    struct flight *f = flight_new();
+    struct client fast, slow;
+    static char big[1 << 20];
+    int small = 4096;
+
+    memset(big, 'b', sizeof(big));
+    flight_set_head(f, 200, NULL, -1);
+    client_open(&fast, f, 60000);
+    client_open(&slow, f, 60000);
+    ck_assert_int_eq(setsockopt(slow.fd, SOL_SOCKET, SO_SNDBUF, &small,
+                                sizeof(small)), 0);
+    park_threadless(f, &fast);
+    park_threadless(f, &slow);
+    ck_assert_int_eq(flight_append(f, "small", 5, BIG), 0);
+    fanout_after_append(f, &o);
+    ck_assert_uint_eq(nparked(f), 2);           /* both took it */
+    ck_assert_int_eq(flight_append(f, big, sizeof(big), BIG), 0);
+    {
+        /* The fast one's peer reads: it must take 1 MiB in pieces. */
+        int big_buf = 4 << 20;
+
+        setsockopt(fast.fd, SOL_SOCKET, SO_SNDBUF, &big_buf,
+                   sizeof(big_buf));
+    }
+    fanout_after_append(f, &o);
+    ck_assert_int_eq(slow.r.where, FANOUT_RUNNING);     /* handed back */
+    ck_assert_uint_gt(buf_len(&slow.r.pending), 0);
+    ck_assert_uint_eq(atomic_load(&slow.r.fr.pos), 2);  /* its bytes */
+    ck_assert_int_eq(slow.reply.broken, 0);
+    fanout_wake_all(f);
+    client_close(&fast);
+    client_close(&slow);
+    flight_unref(f);
+}
+END_TEST
+
+/* At most 'max' helpers work on a flight at a time, however many chunks
+ * arrive; one that finishes makes room for another. */
+START_TEST(test_helpers_bounded_per_flight)
+{
+    struct flight *f = flight_new();
+    struct client c[10];
+    struct fanout_reader *list;
+    struct flight_snap s;
+
+    flight_set_head(f, 200, NULL, -1);
+    for (int i = 0; i < 10; i++) {
+        client_open(&c[i], f, 60000);
+        park_threadless(f, &c[i]);
+    }
+    append_str(f, "one");
+    ck_assert_uint_eq(call_helpers(f, 2, 1), 2);
+    ck_assert_int_eq(c[0].r.helper, 1);
+    ck_assert_int_eq(c[1].r.helper, 1);
+    ck_assert_int_eq(c[0].r.where, FANOUT_RUNNING);
+    append_str(f, "two");
+    ck_assert_uint_eq(call_helpers(f, 2, 1), 0);        /* still 2 at work */
+    /* A helper finishes: it takes until nobody is behind. */
+    while ((list = take(f, 8, &s, 1)) != NULL) {
+        for (struct fanout_reader *r = list; r != NULL; r = r->next) {
+            atomic_store(&r->fr.pos, s.nchunks);
+            r->parkable = 1;
+        }
+        release(f, list);
+    }
+    c[0].r.helper = 0;
+    append_str(f, "three");
+    ck_assert_uint_eq(call_helpers(f, 2, 1), 1);        /* room for one */
+    ck_assert_uint_eq(call_helpers(f, 2, 1), 0);
+    fanout_wake_all(f);
+    for (int i = 0; i < 10; i++) {
+        c[i].r.helper = 0;
+        client_close(&c[i]);
+    }
+    flight_unref(f);
+}
+END_TEST
+
+struct helping {
+    struct flight *f;
+    struct fanout_reader *r;
+};
+
+static void *
+help_main(void *p)
+{
+    struct helping *h = p;
+
+    help(h->f, h->r);
+    return NULL;
+}
+
+/* Is the last parked reader at 'pos' (released there by the helper)? */
+static int
+tail_at(struct flight *f, size_t pos)
+{
+    int yes;
+
+    gw_mutex_lock(&f->lock);
+    yes = f->parked_tail != NULL
+          && atomic_load(&f->parked_tail->fr.pos) == pos;
+    gw_mutex_unlock(&f->lock);
+    return yes;
+}
+
+/*
+ * A helper serves its own client between its takes: a chunk that arrives
+ * while it writes for 2,000 others reaches its own client before it is
+ * done, not only the chunk it was called for.
+ */
+START_TEST(test_helper_serves_its_own_client_between_takes)
+{
+    enum { N = 2000 };
+    struct client *c = calloc(N + 1, sizeof(*c));
+    int proved = 0;
+
+    ck_assert_ptr_nonnull(c);
+    for (int attempt = 0; attempt < 5 && !proved; attempt++) {
+        struct flight *f = flight_new();
+        struct helping h;
+        pthread_t t;
+        int busy;
+
+        flight_set_head(f, 200, NULL, -1);
+        for (int i = 0; i <= N; i++) {
+            client_open(&c[i], f, 60000);
+            park_threadless(f, &c[i]);      /* c[0] first: the helper */
+        }
+        append_str(f, "first");
+        ck_assert_uint_eq(call_helpers(f, 1, 1), 1);
+        ck_assert_int_eq(c[0].r.helper, 1);
+        h.f = f;
+        h.r = &c[0].r;
+        ck_assert_int_eq(pthread_create(&t, NULL, help_main, &h), 0);
+        /* Once it has written for a first batch, a second chunk comes. */
+        while (!tail_at(f, 1))
+            sched_yield();
+        gw_mutex_lock(&f->lock);
+        busy = f->parked != NULL && atomic_load(&f->parked->fr.pos) == 0;
+        gw_mutex_unlock(&f->lock);
+        append_str(f, "second");
+        pthread_join(t, NULL);
+        if (busy) {
+            /* It had takes left after the append: its own client got the
+             * second chunk before it stopped helping. */
+            ck_assert_uint_eq(atomic_load(&c[0].r.fr.pos), 2);
+            proved = 1;
+        }
+        fanout_wake_all(f);
+        for (int i = 0; i <= N; i++)
+            client_close(&c[i]);
+        flight_unref(f);
+    }
+    ck_assert_msg(proved, "the helper never had work left after an append");
+    free(c);
+}
+END_TEST
+
+/*
+ * The sweep: a client that hung up, and a reader past its deadline, go
+ * back to their threads; the others sleep on.
+ */
+START_TEST(test_sweep_finds_gone_and_late)
+{
+    struct flight *f = flight_new();
+    struct client ok, gone, late;
+    int64_t now = gw_now_ms();
+
+    flight_set_head(f, 200, NULL, -1);
+    client_open(&ok, f, 60000);
+    client_open(&gone, f, 60000);
+    client_open(&late, f, 60000);
+    ok.r.deadline = gone.r.deadline = now + 60000;
+    late.r.deadline = now - 1;
+    park_threadless(f, &ok);
+    park_threadless(f, &gone);
+    park_threadless(f, &late);
+    close(gone.peer);
+    gone.peer = -1;
+    fanout_sweep(f, now);
+    ck_assert_int_eq(ok.r.where, FANOUT_PARKED);
+    ck_assert_int_eq(gone.r.where, FANOUT_RUNNING);
+    ck_assert_int_eq(gone.reply.broken, 1);
+    ck_assert_int_eq(late.r.where, FANOUT_RUNNING);
+    ck_assert_int_eq(late.r.expired, 1);
+    ck_assert_int_eq(ok.r.expired, 0);
+    ck_assert_uint_eq(nparked(f), 1);
+    fanout_wake_all(f);
+    client_close(&ok);
+    client_close(&gone);
+    client_close(&late);
+    flight_unref(f);
+}
+END_TEST
+
+/* Read the peer until 'want' shows up or 3 s pass. */
+static int
+peer_await(struct client *c, struct buf *got, const char *want)
+{
+    int64_t end = gw_now_ms() + 3000;
+    struct pollfd p = { c->peer, POLLIN, 0 };
+
+    for (;;) {
+        peer_read(c, got);
+        if (buf_len(got) > 0 && memmem(buf_ptr(got), buf_len(got), want,
+                                       strlen(want)) != NULL)
+            return 1;
+        if (gw_now_ms() > end)
+            return 0;
+        poll(&p, 1, 50);
+    }
+}
+
+/* A parked follower's deadline is kept by the sweep: 504. */
+START_TEST(test_relay_follower_timeout)
+{
+    struct fanout_opts o = { 1, 2, &no };
+    struct flight *f = flight_new();
+    struct client c;
+    struct buf got;
+
+    client_open(&c, f, 10000);
+    c.o = &o;
+    ck_assert_int_eq(pthread_create(&c.t, NULL, relay_main, &c), 0);
+    ck_assert(await_parked(f, 1));
+    fanout_sweep(f, gw_now_ms());       /* not yet */
+    ck_assert_uint_eq(nparked(f), 1);
+    fanout_sweep(f, gw_now_ms() + 20000);
+    pthread_join(c.t, NULL);
+    buf_init(&got, 1 << 16);
+    ck_assert(peer_await(&c, &got, "follower wait timeout"));
+    ck_assert(strncmp(buf_ptr(&got), "HTTP/1.1 504 ", 13) == 0);
+    ck_assert(strstr(buf_ptr(&got), "\"code\":\"upstream_timeout\"") != NULL);
+    buf_release(&got);
+    flight_finish(f, 0, NULL);
+    client_close(&c);
+    flight_unref(f);
+}
+END_TEST
+
+/*
+ * The stop: a parked follower is woken and ends the defined way, an SSE
+ * error event and no last chunk once its stream is under way.
+ */
+START_TEST(test_relay_stop_ends_stream_defined_way)
+{
+    static _Atomic int stop;
+    struct fanout_opts o = { 1, 2, &stop };
+    struct flight *f = flight_new();
+    struct client c;
+    struct buf got;
+
+    flight_set_head(f, 200, "text/event-stream", -1);
+    append_str(f, "data: 1\n\n");
+    client_open(&c, f, 60000);
+    c.o = &o;
+    ck_assert_int_eq(pthread_create(&c.t, NULL, relay_main, &c), 0);
+    ck_assert(await_parked(f, 1));
+    atomic_store(&stop, 1);
+    fanout_wake_all(f);
+    pthread_join(c.t, NULL);
+    buf_init(&got, 1 << 16);
+    peer_read(&c, &got);
+    ck_assert(memmem(buf_ptr(&got), buf_len(&got), "data: 1\n\n", 9));
+    ck_assert(memmem(buf_ptr(&got), buf_len(&got), "\"code\":\"shutting_down\"",
+                     22) != NULL);
+    ck_assert(memmem(buf_ptr(&got), buf_len(&got), "0\r\n\r\n", 5) == NULL);
+    ck_assert_int_eq(c.reply.broken, 1);
+    buf_release(&got);
+    flight_finish(f, 0, NULL);
+    client_close(&c);
+    flight_unref(f);
+}
+END_TEST
+
+/* A failed flight: every client gets the same error, no clean end. */
+START_TEST(test_relay_failure_same_for_all)
+{
+    struct fanout_opts o = { 0, 2, &no };       /* leader_writes off */
+    struct flight *f = flight_new();
+    struct client c[3];
+    struct buf got[3];
+
+    flight_set_head(f, 200, "text/event-stream", -1);
+    for (int i = 0; i < 3; i++) {
+        client_open(&c[i], f, 60000);
+        c[i].o = &o;
+        ck_assert_int_eq(pthread_create(&c[i].t, NULL, relay_main, &c[i]),
+                         0);
+    }
+    ck_assert(await_parked(f, 3));
+    append_str(f, "data: 1\n\n");
+    fanout_after_append(f, &o);         /* off: wakes everyone */
+    ck_assert(await_parked(f, 3));
+    flight_finish(f, GW_ENOMEM, "out of memory");
+    fanout_wake_all(f);
+    for (int i = 0; i < 3; i++) {
+        pthread_join(c[i].t, NULL);
+        buf_init(&got[i], 1 << 16);
+        peer_read(&c[i], &got[i]);
+        ck_assert(memmem(buf_ptr(&got[i]), buf_len(&got[i]),
+                         "gateway out of memory", 21) != NULL);
+        ck_assert(memmem(buf_ptr(&got[i]), buf_len(&got[i]),
+                         "0\r\n\r\n", 5) == NULL);
+        ck_assert_uint_eq(buf_len(&got[i]), buf_len(&got[0]));
+        ck_assert_int_eq(memcmp(buf_ptr(&got[i]), buf_ptr(&got[0]),
+                                buf_len(&got[0])), 0);
+    }
+    for (int i = 0; i < 3; i++) {
+        buf_release(&got[i]);
+        client_close(&c[i]);
+    }
+    flight_unref(f);
+}
+END_TEST
+
+static Suite *
+fanout_suite(void)
+{
+    Suite *s = suite_create("fanout");
+    TCase *tc = tcase("fanout");
+
+    tcase_set_timeout(tc, 30);
+    tcase_add_test(tc, test_every_client_gets_every_byte);
+    tcase_add_test(tc, test_take_only_the_readers_behind);
+    tcase_add_test(tc, test_full_socket_hands_back_with_pending);
+    tcase_add_test(tc, test_helpers_bounded_per_flight);
+    tcase_add_test(tc, test_helper_serves_its_own_client_between_takes);
+    tcase_add_test(tc, test_sweep_finds_gone_and_late);
+    tcase_add_test(tc, test_relay_follower_timeout);
+    tcase_add_test(tc, test_relay_stop_ends_stream_defined_way);
+    tcase_add_test(tc, test_relay_failure_same_for_all);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int
+main(void)
+{
+    return test_run(srunner_create(fanout_suite()));
+}

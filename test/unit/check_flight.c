@@ -1,0 +1,236 @@
+/*
+ * check_flight.c - the flight: the shared chunk log, its readers, its
+ * memory bound and its snapshots, without sockets or threads.
+ */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "flight.h"
+#include "testutil.h"
+#include "util.h"
+
+#define BIG ((size_t)1 << 30)       /* a bound that is never reached */
+
+static void
+set_pos(struct flight_reader *r, size_t pos)
+{
+    atomic_store(&r->pos, pos);
+}
+
+/* Append 'n' chunks "c<i>" (i from 'first'). */
+static void
+append_n(struct flight *f, int first, int n, size_t max)
+{
+    char b[32];
+
+    for (int i = first; i < first + n; i++) {
+        snprintf(b, sizeof(b), "c%d", i);
+        ck_assert_int_eq(flight_append(f, b, strlen(b), max), 0);
+    }
+}
+
+static int
+chunk_is(const struct flight_chunk *c, int i)
+{
+    char b[32];
+
+    snprintf(b, sizeof(b), "c%d", i);
+    return c->len == strlen(b) && memcmp(c->data, b, c->len) == 0;
+}
+
+START_TEST(test_replay_from_zero)
+{
+    struct flight *f = flight_new();
+    struct flight_reader a, b;
+    struct flight_snap s;
+
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(strncmp(f->id, "flight-", 7), 0);
+    ck_assert_uint_eq(strlen(f->id), FLIGHT_ID_LEN);
+    ck_assert_int_eq(flight_attach(f, &a), 0);
+    flight_snap(f, 0, &s);
+    ck_assert_ptr_null(s.head);         /* no head yet */
+    ck_assert_uint_eq(s.n, 0);
+    flight_set_head(f, 200, "text/event-stream", -1);
+    append_n(f, 0, 20, BIG);
+    /* A late joiner gets everything, FLIGHT_SNAP_MAX at a time. */
+    ck_assert_int_eq(flight_attach(f, &b), 0);
+    ck_assert_uint_eq(flight_readers(f), 2);
+    flight_snap(f, 0, &s);
+    ck_assert_ptr_nonnull(s.head);
+    ck_assert_int_eq(s.head->status, 200);
+    ck_assert_str_eq(s.head->content_type, "text/event-stream");
+    ck_assert_int_eq(s.state, FLIGHT_RUNNING);
+    ck_assert_uint_eq(s.nchunks, 20);
+    ck_assert_uint_eq(s.lo, 0);
+    ck_assert_uint_eq(s.n, FLIGHT_SNAP_MAX);
+    for (size_t i = 0; i < s.n; i++)
+        ck_assert(chunk_is(s.chunk[i], (int)i));
+    flight_snap(f, 16, &s);
+    ck_assert_uint_eq(s.n, 4);
+    ck_assert(chunk_is(s.chunk[3], 19));
+    flight_finish(f, GW_EUPSTREAM, "connection broken");
+    flight_snap(f, 20, &s);
+    ck_assert_int_eq(s.state, FLIGHT_FAILED);
+    ck_assert_int_eq(s.err_rc, GW_EUPSTREAM);
+    ck_assert_str_eq(s.err_reason, "connection broken");
+    ck_assert_uint_eq(s.n, 0);
+    /* A finished flight takes no joiners. */
+    ck_assert_int_eq(flight_attach(f, &b), GW_ETOOBIG);
+    ck_assert_uint_eq(flight_detach(f, &b), 1);
+    ck_assert_uint_eq(flight_detach(f, &a), 0);
+    flight_unref(f);
+}
+END_TEST
+
+/*
+ * Past max_bytes the flight takes no joiners; the per-chunk overhead
+ * counts, so many tiny chunks close it as surely as few big ones.
+ */
+START_TEST(test_bound_counts_chunk_overhead)
+{
+    struct flight *f = flight_new();
+    struct flight_reader a, b;
+    size_t max = 1024, n = 0;
+
+    ck_assert_int_eq(flight_attach(f, &a), 0);
+    flight_set_head(f, 200, NULL, -1);
+    while (n * (1 + FLIGHT_CHUNK_OVERHEAD) <= max) {
+        ck_assert_int_eq(flight_attach(f, &b), 0);  /* still joinable */
+        flight_detach(f, &b);
+        ck_assert_int_eq(flight_append(f, "x", 1, max), 0);
+        n++;
+    }
+    /* 1-byte chunks: far fewer than 1024 of them closed it. */
+    ck_assert_uint_lt(n, max / 8);
+    ck_assert_int_eq(flight_attach(f, &b), GW_ETOOBIG);
+    flight_finish(f, 0, NULL);
+    flight_detach(f, &a);
+    flight_unref(f);
+}
+END_TEST
+
+/*
+ * Once closed, what every reader has sent is freed: memory follows the
+ * slowest reader, and a reader that leaves no longer holds it back.
+ */
+START_TEST(test_trim_follows_the_slowest_reader)
+{
+    struct flight *f = flight_new();
+    struct flight_reader fast, slow;
+    struct flight_snap s;
+    size_t max = 1024, per = 100 + FLIGHT_CHUNK_OVERHEAD, kept;
+    char chunk[100];
+
+    memset(chunk, 'z', sizeof(chunk));
+    ck_assert_int_eq(flight_attach(f, &fast), 0);
+    ck_assert_int_eq(flight_attach(f, &slow), 0);
+    flight_set_head(f, 200, NULL, -1);
+    for (size_t i = 0; i < 1000; i++) {
+        ck_assert_int_eq(flight_append(f, chunk, sizeof(chunk), max), 0);
+        set_pos(&fast, i + 1);          /* the fast one keeps up */
+        if (i < 100)
+            set_pos(&slow, i + 1);      /* the slow one stops at 100 */
+    }
+    /* Everything from the slow one's position is kept, no more than a
+     * bound's worth besides. */
+    kept = flight_kept_bytes(f);
+    ck_assert_uint_ge(kept, 900 * per);
+    ck_assert_uint_le(kept, 900 * per + max + per);
+    flight_snap(f, 100, &s);            /* still there for it */
+    ck_assert_uint_eq(s.n, FLIGHT_SNAP_MAX);
+    ck_assert_uint_eq(s.chunk[0]->len, 100);
+    /* The slow one leaves: the next appends free what it held. */
+    flight_detach(f, &slow);
+    for (size_t i = 1000; i < 1100; i++) {
+        ck_assert_int_eq(flight_append(f, chunk, sizeof(chunk), max), 0);
+        set_pos(&fast, i + 1);
+    }
+    ck_assert_uint_le(flight_kept_bytes(f), max + per);
+    /* Indexes are still absolute after the vector was compacted. */
+    flight_snap(f, 1100, &s);
+    ck_assert_uint_eq(s.nchunks, 1100);
+    ck_assert_uint_eq(s.n, 0);
+    flight_finish(f, 0, NULL);
+    flight_detach(f, &fast);
+    flight_unref(f);
+}
+END_TEST
+
+/* While joinable, nothing is freed: a newcomer starts at chunk 0. */
+START_TEST(test_no_trim_while_joinable)
+{
+    struct flight *f = flight_new();
+    struct flight_reader a, b;
+    struct flight_snap s;
+
+    ck_assert_int_eq(flight_attach(f, &a), 0);
+    flight_set_head(f, 200, NULL, -1);
+    for (int i = 0; i < 50; i++) {
+        append_n(f, i, 1, BIG);
+        set_pos(&a, (size_t)i + 1);
+    }
+    ck_assert_int_eq(flight_attach(f, &b), 0);
+    flight_snap(f, 0, &s);
+    ck_assert(chunk_is(s.chunk[0], 0));
+    flight_finish(f, 0, NULL);
+    flight_detach(f, &a);
+    flight_detach(f, &b);
+    flight_unref(f);
+}
+END_TEST
+
+/* Out of memory while appending: either allocation; nothing changes. */
+START_TEST(test_append_enomem_leaves_flight_unchanged)
+{
+    struct flight *f = flight_new();
+    struct flight_reader a;
+    struct flight_snap s;
+
+    ck_assert_int_eq(flight_attach(f, &a), 0);
+    flight_set_head(f, 200, NULL, -1);
+    alloc_fail_after(1, 0);             /* the chunk */
+    ck_assert_int_eq(flight_append(f, "x", 1, BIG), GW_ENOMEM);
+    alloc_fail_after(2, 0);             /* the vector (its first slots) */
+    ck_assert_int_eq(flight_append(f, "x", 1, BIG), GW_ENOMEM);
+    alloc_fail_after(0, 0);
+    flight_snap(f, 0, &s);
+    ck_assert_uint_eq(s.nchunks, 0);
+    ck_assert_uint_eq(flight_kept_bytes(f), 0);
+    append_n(f, 0, 1, BIG);
+    flight_snap(f, 0, &s);
+    ck_assert_uint_eq(s.nchunks, 1);
+    ck_assert(chunk_is(s.chunk[0], 0));
+    flight_finish(f, GW_ENOMEM, "out of memory");
+    flight_detach(f, &a);
+    flight_unref(f);
+    /* Out of memory for the flight itself. */
+    alloc_fail_after(1, 0);
+    ck_assert_ptr_null(flight_new());
+    alloc_fail_after(0, 0);
+}
+END_TEST
+
+static Suite *
+flight_suite(void)
+{
+    Suite *s = suite_create("flight");
+    TCase *tc = tcase("flight");
+
+    tcase_add_test(tc, test_replay_from_zero);
+    tcase_add_test(tc, test_bound_counts_chunk_overhead);
+    tcase_add_test(tc, test_trim_follows_the_slowest_reader);
+    tcase_add_test(tc, test_no_trim_while_joinable);
+    tcase_add_test(tc, test_append_enomem_leaves_flight_unchanged);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int
+main(void)
+{
+    return test_run(srunner_create(flight_suite()));
+}
