@@ -102,6 +102,15 @@ $(BUILD)/test/check_%: test/unit/check_%.c $(UT_OBJ)
 	$(CC) $(ALL_CFLAGS) $(CHECK_CFLAGS) -DINFERGW_UNIT_TEST -o $@ $< \
 	    $(UT_OBJ) $(ALL_LDFLAGS) $(CHECK_LIBS) $(PKG_LIBS) $(MBEDTLS_LIBS)
 
+# check_proxy drives the three paths over a scripted upstream of its own:
+# it links every gateway object but upstream.o (curl's test stubs' way).
+PROXY_UT_OBJ := $(filter-out $(BUILD)/ut/gateway/upstream.o,$(UT_OBJ))
+$(BUILD)/test/check_proxy: test/unit/check_proxy.c $(PROXY_UT_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(CHECK_CFLAGS) -DINFERGW_UNIT_TEST -o $@ $< \
+	    $(PROXY_UT_OBJ) $(ALL_LDFLAGS) $(CHECK_LIBS) $(PKG_LIBS) \
+	    $(MBEDTLS_LIBS)
+
 # The fuzz target built with a small corpus-replay main() instead of
 # libFuzzer, so 'make check' runs every corpus file through it under gcc.
 FUZZ_REPLAY := $(BUILD)/test/fuzz_http_replay

@@ -9,7 +9,6 @@
 #include <poll.h>
 #include <string.h>
 
-#include "alloc.h"
 #include "metrics.h"
 #include "net.h"
 #include "reply.h"
@@ -20,6 +19,9 @@
 
 /* One helper per this many parked readers (and at most one per CPU). */
 #define PER_HELPER 64
+
+/* Sockets the sweep polls at a time (its pollfd array is on the stack). */
+#define SWEEP_POLL 64
 
 enum push_result {
     PUSH_CAUGHT_UP,             /* wrote all the snapshot had for it */
@@ -398,31 +400,29 @@ help(struct flight *f, struct fanout_reader *r)
 void
 fanout_sweep(struct flight *f, int64_t now)
 {
-    struct fanout_reader *list, *r;
-    struct pollfd *pfd;
-    size_t n, i;
+    struct fanout_reader *list, *r, *batch;
+    struct pollfd pfd[SWEEP_POLL];
+    size_t n, k;
 
     list = claim_all(f, &n);
-    if (list == NULL)
-        return;
-    /* Without memory for the poll, the deadlines are still checked. */
-    pfd = gw_malloc(n * sizeof(*pfd));
-    if (pfd != NULL) {
-        for (r = list, i = 0; r != NULL; r = r->next, i++)
-            pfd[i].fd = r->reply->fd;
-        net_peers_gone(pfd, n);
-    }
-    for (r = list, i = 0; r != NULL; r = r->next, i++) {
-        r->parkable = 1;
-        if (pfd != NULL && pfd[i].revents) {
-            reply_gone(r->reply);
-            r->parkable = 0;
-        } else if (now >= r->deadline) {
-            r->expired = 1;
-            r->parkable = 0;
+    /* A poll() per SWEEP_POLL readers, with no allocation to fail. */
+    for (batch = list; batch != NULL; batch = r) {
+        for (r = batch, k = 0; r != NULL && k < SWEEP_POLL;
+             r = r->next, k++)
+            pfd[k].fd = r->reply->fd;
+        net_peers_gone(pfd, k);
+        for (r = batch, k = 0; r != NULL && k < SWEEP_POLL;
+             r = r->next, k++) {
+            r->parkable = 1;
+            if (pfd[k].revents) {
+                reply_gone(r->reply);
+                r->parkable = 0;
+            } else if (now >= r->deadline) {
+                r->expired = 1;
+                r->parkable = 0;
+            }
         }
     }
-    gw_free(pfd);
     release(f, list);
 }
 
