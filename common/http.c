@@ -937,7 +937,7 @@ rebase(const char *v, const char *from, const char *to)
 int
 http_read_head(int fd, struct buf *in, struct buf *head,
                size_t max_head, int64_t idle_deadline,
-               int header_timeout_ms, int wake_fd,
+               int header_timeout_ms, int wake_fd, int stop_fd,
                struct http_request *r)
 {
     const char *from;
@@ -963,14 +963,14 @@ http_read_head(int fd, struct buf *in, struct buf *head,
          * and read once, instead of a read that fails with EAGAIN, then
          * poll, then the read (one system call less per keep-alive
          * request).  Draining only interrupts a connection that is between
-         * requests.
+         * requests; stopping interrupts a head under way too.
          */
         rc = 0;
         if (!started)
             rc = net_wait(fd, POLLIN, idle_deadline, wake_fd);
         if (rc == 0)
             rc = fill(fd, in, started ? head_deadline : idle_deadline,
-                      started ? -1 : wake_fd);
+                      started ? stop_fd : wake_fd);
         if (rc == GW_ETIMEDOUT) {
             if (started)
                 fail(r, 408, "request head timed out");

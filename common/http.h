@@ -136,15 +136,17 @@ int http_chunked_feed(struct http_chunked *d, const char *p, size_t len,
  *
  * Deadlines: until the first byte arrives the wait ends at 'idle_deadline'
  * (or when 'wake_fd' is readable: the process is draining); from the first
- * byte the whole head must arrive within 'header_timeout_ms'.
+ * byte the whole head must arrive within 'header_timeout_ms' (or the wait
+ * ends when 'stop_fd' is readable: the process is stopping).  Either
+ * descriptor may be -1.
  * Returns 0; GW_ECLOSED (peer closed or reset before a complete head);
  * GW_ETIMEDOUT (r->error_status 408 if some bytes had arrived, 0 if none);
- * GW_EABORTED (drain while idle); GW_EPARSE / GW_ETOOBIG (error_status set);
- * GW_ENOMEM; GW_EIO.
+ * GW_EABORTED (drain while idle, or stop); GW_EPARSE / GW_ETOOBIG
+ * (error_status set); GW_ENOMEM; GW_EIO.
  */
 int http_read_head(int fd, struct buf *in, struct buf *head,
                    size_t max_head, int64_t idle_deadline,
-                   int header_timeout_ms, int wake_fd,
+                   int header_timeout_ms, int wake_fd, int stop_fd,
                    struct http_request *r);
 
 /*

@@ -139,7 +139,7 @@ serve_loop(struct conn *c)
                             (size_t)cfg->max_header_size,
                             gw_now_ms() + cfg->idle_timeout_ms,
                             (int)cfg->header_timeout_ms, c->ctx->wake_fd,
-                            &c->req);
+                            c->ctx->stop_fd, &c->req);
         if (rc != 0) {
             head_failed(c, rc);
             return;

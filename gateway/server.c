@@ -136,7 +136,9 @@ reject(struct server *s, int fd, const char *why)
 
     metrics_connection_rejected();
     gw_random_hex(id, 16);
-    reply_refuse(fd, id, "too many connections, retry later");
+    reply_refuse(fd, id, strcmp(why, "max_connections") == 0
+                         ? "too many connections, retry later"
+                         : "out of resources, retry later");
     log_msg(GW_LOG_WARN, "server: rejected connection reason=%s max=%llu "
             "req=%s", why, (unsigned long long)s->cfg->max_connections, id);
 }

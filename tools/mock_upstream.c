@@ -1888,7 +1888,7 @@ conn_main(void *arg)
         buf_compact(&c->in);
         rc = http_read_head(c->fd, &c->in, &c->head, MOCK_MAX_HEAD,
                             gw_now_ms() + MOCK_IDLE_MS, MOCK_HEADER_MS, -1,
-                            &r);
+                            -1, &r);
         if (rc != 0) {
             /* A close or idle timeout between requests is no error. */
             if (r.error_status != 0)

@@ -1141,7 +1141,7 @@ static int
 read_head(struct conn_fixture *f, int header_timeout_ms)
 {
     return http_read_head(f->rd, &f->in, &f->head, MAX_HEAD, -1,
-                          header_timeout_ms, -1, &f->r);
+                          header_timeout_ms, -1, -1, &f->r);
 }
 
 static int
@@ -1369,7 +1369,7 @@ START_TEST(test_read_header_timeout)
     peer_send(&f, S("GET / HTTP/1.1\r\nHost"));
     t0 = gw_now_ms();
     ck_assert_int_eq(http_read_head(f.rd, &f.in, &f.head, MAX_HEAD, -1, 150,
-                                    -1, &f.r), GW_ETIMEDOUT);
+                                    -1, -1, &f.r), GW_ETIMEDOUT);
     ck_assert_int_eq(f.r.error_status, 408);
     ck_assert_ptr_nonnull(f.r.error_msg);
     ck_assert_int_ge(gw_now_ms() - t0, 140);
@@ -1378,7 +1378,7 @@ START_TEST(test_read_header_timeout)
     /* Nothing at all: the idle deadline, and no status to send. */
     conn_open(&f);
     ck_assert_int_eq(http_read_head(f.rd, &f.in, &f.head, MAX_HEAD,
-                                    gw_now_ms() + 100, 10000, -1, &f.r),
+                                    gw_now_ms() + 100, 10000, -1, -1, &f.r),
                      GW_ETIMEDOUT);
     ck_assert_int_eq(f.r.error_status, 0);
     conn_close(&f);
@@ -1391,7 +1391,7 @@ START_TEST(test_read_header_timeout)
     ck_assert_int_eq(buf_append_str(&f.in, "GET / HT"), 0);
     t0 = gw_now_ms();
     ck_assert_int_eq(http_read_head(f.rd, &f.in, &f.head, MAX_HEAD,
-                                    gw_now_ms() - 1, 150, -1, &f.r),
+                                    gw_now_ms() - 1, 150, -1, -1, &f.r),
                      GW_ETIMEDOUT);
     ck_assert_int_eq(f.r.error_status, 408);
     ck_assert_int_ge(gw_now_ms() - t0, 140);
@@ -1410,23 +1410,31 @@ START_TEST(test_read_wake)
     /* Idle and draining: give up at once. */
     conn_open(&f);
     ck_assert_int_eq(http_read_head(f.rd, &f.in, &f.head, MAX_HEAD, -1,
-                                    10000, pfd[0], &f.r), GW_EABORTED);
+                                    10000, pfd[0], -1, &f.r), GW_EABORTED);
     ck_assert_int_eq(f.r.error_status, 0);
     conn_close(&f);
 
-    /* A request already under way is not interrupted by draining. */
+    /* A request already under way is not interrupted by draining... */
     conn_open(&f);
     peer_send(&f, S("GET / HTTP/1.1\r\n"));
     ck_assert_int_eq(http_read_head(f.rd, &f.in, &f.head, MAX_HEAD, -1,
-                                    150, pfd[0], &f.r), GW_ETIMEDOUT);
+                                    150, pfd[0], -1, &f.r), GW_ETIMEDOUT);
     ck_assert_int_eq(f.r.error_status, 408);
+    conn_close(&f);
+
+    /* ... but by stopping, at once. */
+    conn_open(&f);
+    peer_send(&f, S("GET / HTTP/1.1\r\n"));
+    ck_assert_int_eq(http_read_head(f.rd, &f.in, &f.head, MAX_HEAD, -1,
+                                    10000, pfd[0], pfd[0], &f.r),
+                     GW_EABORTED);
     conn_close(&f);
 
     /* A complete request is returned even while draining. */
     conn_open(&f);
     peer_send(&f, S("GET / HTTP/1.1\r\nHost: a\r\n\r\n"));
     ck_assert_int_eq(http_read_head(f.rd, &f.in, &f.head, MAX_HEAD, -1,
-                                    150, pfd[0], &f.r), 0);
+                                    150, pfd[0], pfd[0], &f.r), 0);
     conn_close(&f);
 
     /*
@@ -1514,7 +1522,7 @@ START_TEST(test_read_head_errors)
     buf_init(&f.in, 1000);
     buf_init(&f.head, 1000);
     ck_assert_int_eq(http_read_head(pfd[0], &f.in, &f.head, MAX_HEAD, -1,
-                                    1000, -1, &f.r), GW_EIO);
+                                    1000, -1, -1, &f.r), GW_EIO);
     buf_release(&f.in);
     buf_release(&f.head);
     close(pfd[0]);
