@@ -151,6 +151,7 @@ bench: deps
 	@$(MAKE) --no-print-directory all
 	@BIN=$(BUILD)/bin sh tools/bench_proxy.sh
 	@BUILD=$(BUILD) sh tools/bench_coalesce.sh
+	@python3 tools/bench_flight_memory.py --bin $(BUILD)/bin
 
 # libFuzzer with clang; 'make check' replays the corpus through the same
 # targets with a small standalone driver instead.
