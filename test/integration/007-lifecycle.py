@@ -57,6 +57,37 @@ def test_over_capacity_is_503_overloaded(t):
     assert m.stats()["requests"] == 0
 
 
+def test_over_capacity_flooder_cannot_hold_the_acceptor(t):
+    """A refused client that keeps sending gets its 503 and is cut off
+    after a bounded read of its bytes; the acceptor goes on answering.
+    (A loopback sender rarely outpaces the drain for long, so the bound
+    itself is pinned by check_proxy's test_refuse_drain_is_bounded.)"""
+    m = t.mock()
+    g = t.gateway(m, {"server": {"max_connections": "1"}})
+    c1 = g.connection()
+    assert c1.request("GET", "/healthz").status == 200
+    s = connect(g.port)
+    s.settimeout(budget(10))
+    junk = b"x" * (1 << 20)
+    sent = 0
+    cut = False
+    try:
+        for _ in range(64):             # 64 MiB, far past any buffer
+            s.sendall(junk)
+            sent += len(junk)
+    except (BrokenPipeError, ConnectionResetError):
+        cut = True
+    assert cut, "the refused client could send %d MiB" % (sent >> 20)
+    data, closed = recv_all(s, 5)
+    s.close()
+    if data:
+        assert_error(parse_response(data), 503, "overloaded")
+    # The acceptor is free: the next over-capacity client is answered.
+    data, _ = _overloaded_answer(g.port)
+    assert_error(parse_response(data), 503, "overloaded")
+    assert c1.request("GET", "/healthz").status == 200
+
+
 SLOW_STREAM = dict(stream=True, mock_chunks=10, mock_delay_ms=200)
 
 

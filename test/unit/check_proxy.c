@@ -9,6 +9,7 @@
  * struct conn (reply_refuse(), conn_serve() out of memory).
  */
 #include <check.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
@@ -30,6 +31,7 @@
 #include "handler.h"
 #include "http.h"
 #include "jsonx.h"
+#include "log.h"
 #include "proxy.h"
 #include "reply.h"
 #include "testutil.h"
@@ -361,10 +363,46 @@ END_TEST
  * leader's client and both followers end alike, with the same SSE error
  * event and no last chunk.  (ASan checks for leaks as the test ends.)
  */
+/* Log lines go to a pipe; count the ones that contain 'what'. */
+static int log_pipe[2];
+
+static void
+log_capture(void)
+{
+    ck_assert_int_eq(pipe2(log_pipe, O_NONBLOCK), 0);
+    log_set_fd(log_pipe[1]);
+}
+
+/* What was logged since log_capture(); logging goes back to stderr. */
+static const char *
+log_captured(void)
+{
+    static char text[1 << 16];
+    ssize_t n = read(log_pipe[0], text, sizeof(text) - 1);
+
+    log_set_fd(2);
+    text[n > 0 ? n : 0] = '\0';
+    close(log_pipe[0]);
+    close(log_pipe[1]);
+    return text;
+}
+
+static int
+count(const char *text, const char *what)
+{
+    int n = 0;
+
+    for (const char *p = text; (p = strstr(p, what)) != NULL; p++)
+        n++;
+    return n;
+}
+
 START_TEST(test_append_enomem_mid_stream)
 {
     struct client c[3];
+    const char *log;
 
+    log_capture();
     start_trio(c);
     up_release(1);
     for (int i = 0; i < 3; i++)
@@ -378,6 +416,11 @@ START_TEST(test_append_enomem_mid_stream)
     }
     ck_assert_int_eq(alloc_failures(), 1);
     alloc_fail_after(0, 0);
+    /* Said once, at error level, as what it is. */
+    log = log_captured();
+    ck_assert_int_eq(count(log, "level=error"), 1);
+    ck_assert_int_eq(count(log, "level=error req=- coalesce: out of memory "
+                                "appending a chunk"), 1);
     for (int i = 0; i < 3; i++) {
         ck_assert(got_has(&c[i], "\"message\":\"gateway out of memory\""));
         ck_assert(!got_has(&c[i], "0\r\n\r\n"));
