@@ -261,9 +261,9 @@ def wait_state(g, m, timeout=10.0, **want):
     """Poll the gateway's /metrics and the mock's /stats until every named
     value equals the wanted one.  Names: held, completions, aborted,
     in_progress (mock); leaders, followers, flights, upstream, parked,
-    pushed, helpers, bypass_<reason>, tenant_<name> (gateway).  Fails at once if a
-    monotonic counter overshoots (more calls than wanted can never come
-    back down)."""
+    pushed, helpers, bypass_<reason>, tenant_<name> (gateway).  Fails at
+    once if a monotonic counter overshoots (more calls than wanted can
+    never come back down), or if a gateway metric does not exist."""
     monotonic = {"completions", "aborted", "leaders", "followers",
                  "upstream", "pushed"}
     last = {}

@@ -950,7 +950,7 @@ class Gateway:
     name: "tenant acme"."""
 
     def __init__(self, bin_dir, tmpdir, upstream_port, conf=None, extra="",
-                 name="gw", wait=True):
+                 name="gw", wait=True, env=None):
         self.exe = os.path.join(bin_dir, "infergw")
         assert os.access(self.exe, os.X_OK), "no infergw at %s" % self.exe
         sections = {"server": {"listen": "127.0.0.1:0"},
@@ -970,10 +970,14 @@ class Gateway:
         with open(self.conf_path, "w") as f:
             f.write(text)
         self.logpath = os.path.join(tmpdir, name + ".log")
+        penv = None
+        if env:
+            penv = dict(os.environ)
+            penv.update(env)
         self.proc = subprocess.Popen(
             [self.exe, "-c", self.conf_path], stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            start_new_session=True)
+            start_new_session=True, env=penv)
         _register(self)
         self.out = _Output(self.proc.stdout, self.logpath)
         self.port = None
@@ -1110,11 +1114,13 @@ class Ctx:
         self.mocks.append(m)
         return m
 
-    def gateway(self, upstream, conf=None, extra="", wait=True):
-        """Start infergw in front of 'upstream' (a Mock or a port)."""
+    def gateway(self, upstream, conf=None, extra="", wait=True, env=None):
+        """Start infergw in front of 'upstream' (a Mock or a port), with
+        'env' ({name: value}) added to its environment."""
         port = upstream.port if isinstance(upstream, Mock) else upstream
         g = Gateway(self.bin, self.tmp, port, conf, extra,
-                    name="gw%d" % (len(self.gateways) + 1), wait=wait)
+                    name="gw%d" % (len(self.gateways) + 1), wait=wait,
+                    env=env)
         self.gateways.append(g)
         return g
 

@@ -510,8 +510,8 @@ START_TEST(test_relay_stop_ends_stream_defined_way)
     buf_init(&got, 1 << 16);
     peer_read(&c, &got);
     ck_assert(memmem(buf_ptr(&got), buf_len(&got), "data: 1\n\n", 9));
-    ck_assert(memmem(buf_ptr(&got), buf_len(&got), "\"code\":\"shutting_down\"",
-                     22) != NULL);
+    ck_assert(memmem(buf_ptr(&got), buf_len(&got),
+                     "\"code\":\"shutting_down\"", 22) != NULL);
     ck_assert(memmem(buf_ptr(&got), buf_len(&got), "0\r\n\r\n", 5) == NULL);
     ck_assert_int_eq(c.reply.broken, 1);
     buf_release(&got);
