@@ -293,7 +293,7 @@ remove_locked(struct coalescer *co, struct entry **pp)
     metrics_flights_add(-1);
     /* Others hold theirs: this is never the last reference. */
     assert(atomic_load(&e->f->refs) > 1);
-    atomic_fetch_sub(&e->f->refs, 1);
+    flight_unref(e->f);
     gw_free(e);
 }
 

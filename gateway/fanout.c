@@ -9,6 +9,7 @@
 #include <poll.h>
 #include <string.h>
 
+#include "log.h"
 #include "metrics.h"
 #include "net.h"
 #include "reply.h"
@@ -29,6 +30,14 @@ enum push_result {
                                    behind the snapshot: its thread's job */
     PUSH_GONE,                  /* the client is gone */
 };
+
+int
+fanout_begin(struct reply *r, const struct flight_head *h)
+{
+    r->upstream_status = h->status;
+    return reply_begin(r, h->status, h->content_type[0] != '\0'
+                       ? h->content_type : NULL, h->content_length, NULL);
+}
 
 void
 fanout_reader_init(struct fanout_reader *r, struct reply *reply,
@@ -294,13 +303,8 @@ push(struct fanout_reader *r, const struct flight_snap *s)
         return PUSH_CAUGHT_UP;
     assert(h != NULL);          /* the head comes before any chunk */
     if (!rp->head_sent) {
-        if (rp->status == 0) {
-            rp->upstream_status = h->status;
-            if (reply_begin(rp, h->status, h->content_type[0] != '\0'
-                            ? h->content_type : NULL, h->content_length,
-                            NULL) != 0)
-                goto gone;
-        }
+        if (rp->status == 0 && fanout_begin(rp, h) != 0)
+            goto nomem;
         iov[cnt].iov_base = (void *)buf_ptr(&rp->head);
         iov[cnt++].iov_len = buf_len(&rp->head);
     }
@@ -313,7 +317,7 @@ push(struct fanout_reader *r, const struct flight_snap *s)
     if (cnt > 0 && net_writev_some(rp->fd, iov, cnt, &w) != 0)
         goto gone;
     if (w < total && keep_unsent(r, iov, cnt, w) != 0)
-        goto gone;
+        goto nomem;
     /* Every byte is now the client's: sent, or pending. */
     reply_note_sent(rp, 0);
     for (k = pos - s->lo; k < s->n; k++)
@@ -322,6 +326,9 @@ push(struct fanout_reader *r, const struct flight_snap *s)
     r->deadline = gw_now_ms() + r->timeout_ms;
     return w < total ? PUSH_BLOCKED : PUSH_CAUGHT_UP;
 
+nomem:
+    log_msg(GW_LOG_ERROR, "fanout: out of memory writing for a client, "
+            "dropped req=%s", rp->request_id);
 gone:
     reply_gone(rp);
     return PUSH_GONE;
@@ -386,10 +393,8 @@ help(struct flight *f, struct fanout_reader *r)
 
     r->helper = 0;
     for (;;) {
-        if (!r->reply->broken) {
-            flight_snap(f, get_pos(r), &s);
-            push(r, &s);
-        }
+        if (!r->reply->broken)
+            fanout_push(f, r);
         list = take(f, PUSH_TAKE, &s, 1);
         if (list == NULL)
             return;
@@ -482,6 +487,11 @@ fanout_relay(struct flight *f, struct fanout_reader *r,
             buf_reset(&r->pending);
         }
         if (stopping(o)) {
+            /*
+             * Every stream still open ends alike at the stop, even one
+             * whose flight is complete but not yet all sent: it could
+             * not be sent now without waiting on this client.
+             */
             reply_upstream_error(rp, GW_ESTOPPING, NULL);
             return;
         }
@@ -493,19 +503,20 @@ fanout_relay(struct flight *f, struct fanout_reader *r,
         if (rp->broken || buf_len(&r->pending) > 0 || stopping(o))
             continue;
         if (r->expired) {
-            reply_upstream_error(rp, GW_ETIMEDOUT, "follower wait timeout");
+            /* This client's own wait: the flight itself goes on. */
+            reply_error(rp, 504, "upstream_error", "upstream_timeout",
+                        "follower wait timeout: nothing new from the "
+                        "upstream for follower_timeout");
             return;
         }
         h = s.head;
         if (rp->status == 0 && h != NULL
-            && !(s.state == FLIGHT_FAILED && s.nchunks == 0)) {
-            rp->upstream_status = h->status;
-            if (reply_begin(rp, h->status, h->content_type[0] != '\0'
-                            ? h->content_type : NULL, h->content_length,
-                            NULL) != 0) {
-                reply_gone(rp);
-                return;
-            }
+            && !(s.state == FLIGHT_FAILED && s.nchunks == 0)
+            && fanout_begin(rp, h) != 0) {
+            log_msg(GW_LOG_ERROR, "fanout: out of memory for a response "
+                    "head, dropped req=%s", rp->request_id);
+            reply_gone(rp);
+            return;
         }
         if (s.n > 0) {
             for (size_t i = 0; i < s.n; i++) {

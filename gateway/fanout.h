@@ -79,9 +79,10 @@ struct fanout_reader {
     struct fanout_reader *prev;     /* (L) parked FIFO */
     pthread_cond_t cv;              /* signalled when handed back */
     enum fanout_where where;        /* (L) */
-    int helper;                     /* (L) handed back to help write */
-    int expired;                    /* (L) handed back: no progress for
-                                       follower_timeout */
+    int helper;                     /* set under (L) as it is handed back
+                                       to help write; then its thread's */
+    int expired;                    /* set by the sweep that holds it:
+                                       no progress for follower_timeout */
     int parkable;                   /* the claimer's verdict: caught up */
     int64_t deadline;               /* progress by then, or 504 */
     int64_t timeout_ms;             /* follower_timeout */
@@ -96,6 +97,13 @@ struct fanout_opts {
     unsigned ncpu;                  /* helpers at most, per flight */
     const _Atomic int *stopping;    /* set: every wait ends */
 };
+
+/*
+ * Prepare a client's response head from the flight's ('h', not NULL), so
+ * that the leader's client and every follower get the same one.
+ * Returns 0 or a buf error.
+ */
+int fanout_begin(struct reply *r, const struct flight_head *h);
 
 /* A RUNNING reader for 'reply' (borrowed), not yet attached. */
 void fanout_reader_init(struct fanout_reader *r, struct reply *reply,

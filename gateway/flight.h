@@ -83,8 +83,11 @@ struct flight_reader {
 /*
  * What a reader may send next, copied under the lock: the head (NULL
  * until it came; then immutable), the state, and up to FLIGHT_SNAP_MAX
- * chunk pointers from 'lo' on.  The pointers stay valid while the
- * reader's position is at most 'lo' and its reference is held.
+ * chunk pointers from 'lo' on.  A chunk is freed only once every attached
+ * reader's position is past it, so the holder of a reader may read the
+ * snapshot's chunks from that reader's own position on, as long as it
+ * has not moved the position past them (fanout.c's batches rely on this
+ * for each reader they hold, whatever the others' positions).
  */
 struct flight_snap {
     const struct flight_head *head;

@@ -16,7 +16,6 @@
 
 #include "coalesce.h"
 #include "config.h"
-#include "fanout.h"
 #include "log.h"
 #include "server.h"
 #include "upstream.h"
@@ -132,11 +131,9 @@ main(int argc, char **argv)
         /*
          * drain_timeout passed: stop.  Every open stream ends the defined
          * way (SSE error event, no clean end; or a 503) before we exit,
-         * never mid-write.  Parked followers sleep without a timer, so
-         * they are woken here.
+         * never mid-write.
          */
         server_stop(&srv);
-        coalescer_each(co, fanout_wake_all);
         if (server_wait(&srv, STOP_GRACE_MS) != 0) {
             log_msg(GW_LOG_ERROR, "main: connection threads still running "
                     "%d ms after the stop, exiting anyway", STOP_GRACE_MS);

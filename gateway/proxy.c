@@ -7,11 +7,14 @@
  * (the gateway out of memory, or stopping) as an OpenAI error body;
  * already streaming -> an SSE error event and an unclean end of the body,
  * never a fake success.  A flight's failure reaches every one of its
- * clients the same way.
+ * clients the same way; what only one client waits for (its own socket,
+ * follower_timeout) ends that client alone.
  */
 #include "proxy.h"
 
 #include <string.h>
+
+#include <mbedtls/platform_util.h>
 
 #include "alloc.h"
 #include "coalesce.h"
@@ -82,7 +85,7 @@ fwd_release(struct fwd *f)
 {
     gw_free(f->path);
     if (f->auth != NULL)
-        explicit_bzero(f->auth, strlen(f->auth));
+        mbedtls_platform_zeroize(f->auth, strlen(f->auth));
     gw_free(f->auth);
 }
 
@@ -184,19 +187,54 @@ struct leader {
     size_t max_bytes;               /* [coalesce] max_flight_bytes */
     int attached;                   /* its client is still a reader */
     int64_t peer_check_ms;          /* its client, see PEER_CHECK_MS */
+    int64_t self_moved_ms;          /* its client last took bytes */
     int64_t sweep_ms;               /* last fanout_sweep() */
 };
 
+static struct fanout_opts
+opts_of(const struct handler_ctx *ctx)
+{
+    struct fanout_opts o = { ctx->cfg->leader_writes, ctx->ncpu,
+                             ctx->stopping };
+
+    return o;
+}
+
 static void
-leader_detach_client(struct leader *l)
+leader_detach_client(struct leader *l, const char *why)
 {
     if (!l->attached)
         return;
     l->attached = 0;
     reply_gone(l->hr->reply);
     coalescer_detach(l->hr->ctx->co, l->key, l->f, &l->self->fr);
-    log_msg(GW_LOG_INFO, "coalesce: leader client gone, flight continues "
-            "for followers flight=%s", l->f->id);
+    log_msg(GW_LOG_INFO, "coalesce: leader client %s, flight continues "
+            "for followers flight=%s", why, l->f->id);
+}
+
+/*
+ * Push to the leader's own client, never waiting.  A client that takes
+ * nothing for send_timeout is dropped, as a follower's own thread or a
+ * direct relay would drop it: else it would keep the flight's memory
+ * (its position holds every chunk from there on) and the upstream call
+ * alive for nobody.
+ */
+static void
+lead_push_self(struct leader *l)
+{
+    struct buf *pending = &l->self->pending;
+    size_t before = buf_len(pending);
+    int64_t now;
+
+    if (fanout_push(l->f, l->self) != 0) {
+        leader_detach_client(l, "gone");
+        return;
+    }
+    now = gw_now_ms();
+    if (buf_len(pending) == 0 || buf_len(pending) < before)
+        l->self_moved_ms = now;
+    else if (now - l->self_moved_ms >= l->hr->reply->send_timeout_ms)
+        leader_detach_client(l, "stuck for send_timeout");
 }
 
 /* GW_EABORTED once no client at all is listening, else 0. */
@@ -214,10 +252,10 @@ lead_head(void *arg, int status, const char *content_type,
     struct reply *r = l->hr->reply;
 
     flight_set_head(l->f, status, content_type, content_length);
+    /* From the flight's head, as every follower's: the same bytes. */
     r->upstream_status = status;
-    if (l->attached
-        && reply_begin(r, status, content_type, content_length, NULL) != 0)
-        leader_detach_client(l);
+    if (l->attached && fanout_begin(r, &l->f->head) != 0)
+        leader_detach_client(l, "out of memory");
     return 0;
 }
 
@@ -237,8 +275,8 @@ lead_data(void *arg, const char *p, size_t n)
                 "flight=%s bytes=%zu", l->f->id, n);
         return GW_ENOMEM;
     }
-    if (l->attached && fanout_push(l->f, l->self) != 0)
-        leader_detach_client(l);
+    if (l->attached)
+        lead_push_self(l);
     fanout_after_append(l->f, &l->opts);
     return lead_nobody(l);
 }
@@ -261,15 +299,14 @@ lead_tick(void *arg)
         return GW_ESTOPPING;
     if (l->attached && !done && peer_check_due(&l->peer_check_ms)
         && net_peer_gone(r->fd))
-        leader_detach_client(l);
+        leader_detach_client(l, "gone");
     now = gw_now_ms();
     if (now - l->sweep_ms >= SWEEP_MS) {
         l->sweep_ms = now;
         fanout_sweep(l->f, now);
     }
-    if (l->attached && buf_len(&l->self->pending) > 0
-        && fanout_push(l->f, l->self) != 0)
-        leader_detach_client(l);
+    if (l->attached && buf_len(&l->self->pending) > 0)
+        lead_push_self(l);
     return lead_nobody(l);
 }
 
@@ -294,12 +331,10 @@ lead(struct handler_req *hr, struct flight *f, struct fanout_reader *self,
     l.self = self;
     l.f = f;
     l.key = key;
-    l.opts.leader_writes = ctx->cfg->leader_writes;
-    l.opts.ncpu = ctx->ncpu;
-    l.opts.stopping = ctx->stopping;
+    l.opts = opts_of(ctx);
     l.max_bytes = (size_t)ctx->cfg->max_flight_bytes;
     l.attached = 1;
-    l.sweep_ms = gw_now_ms();
+    l.sweep_ms = l.self_moved_ms = gw_now_ms();
     hr->reply->role = "leader";
     note_flight(hr, f);
     metrics_coalesce_leader();
@@ -330,8 +365,7 @@ follow(struct handler_req *hr, struct flight *f, struct fanout_reader *r,
        const unsigned char *key, const char *keyhex)
 {
     const struct handler_ctx *ctx = hr->ctx;
-    struct fanout_opts o = { ctx->cfg->leader_writes, ctx->ncpu,
-                             ctx->stopping };
+    struct fanout_opts o = opts_of(ctx);
 
     hr->reply->role = "follower";
     note_flight(hr, f);

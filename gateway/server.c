@@ -17,8 +17,10 @@
 #include <unistd.h>
 
 #include "alloc.h"
+#include "coalesce.h"
 #include "config.h"
 #include "conn.h"
+#include "fanout.h"
 #include "log.h"
 #include "metrics.h"
 #include "net.h"
@@ -128,17 +130,15 @@ conn_thread(void *p)
     return NULL;
 }
 
-/* Past max_connections (or out of memory): 503 from the acceptor. */
+/* Past max_connections (or out of resources): 503 from the acceptor. */
 static void
-reject(struct server *s, int fd, const char *why)
+reject(struct server *s, int fd, const char *why, const char *message)
 {
     char id[17];
 
     metrics_connection_rejected();
     gw_random_hex(id, 16);
-    reply_refuse(fd, id, strcmp(why, "max_connections") == 0
-                         ? "too many connections, retry later"
-                         : "out of resources, retry later");
+    reply_refuse(fd, id, message);
     log_msg(GW_LOG_WARN, "server: rejected connection reason=%s max=%llu "
             "req=%s", why, (unsigned long long)s->cfg->max_connections, id);
 }
@@ -151,12 +151,12 @@ spawn(struct server *s, int fd)
     int rc;
 
     if (atomic_load(&s->active) >= (long)s->cfg->max_connections) {
-        reject(s, fd, "max_connections");
+        reject(s, fd, "max_connections", "too many connections, retry later");
         return;
     }
     ta = gw_malloc(sizeof(*ta));
     if (ta == NULL) {
-        reject(s, fd, "out_of_memory");
+        reject(s, fd, "out_of_memory", "out of memory, retry later");
         return;
     }
     ta->srv = s;
@@ -169,7 +169,7 @@ spawn(struct server *s, int fd)
         atomic_fetch_sub(&s->active, 1);
         metrics_connections_add(-1);
         gw_free(ta);
-        reject(s, fd, "no_thread");
+        reject(s, fd, "no_thread", "out of threads, retry later");
     }
 }
 
@@ -280,6 +280,8 @@ server_stop(struct server *s)
         log_errno(GW_LOG_ERROR, errno, "server: stop pipe");
     log_msg(GW_LOG_WARN, "server: stopping connections=%ld: streams still "
             "open are cut", atomic_load(&s->active));
+    /* Parked followers sleep without a timer: wake them to see it. */
+    coalescer_each(s->ctx.co, fanout_wake_all);
 }
 
 int

@@ -15,13 +15,16 @@
  *    listener is closed, and server_drain() waits until the last
  *    connection thread has gone or drain_timeout passes.  Requests
  *    already accepted run to completion.
- *  - Stop (drain_timeout passed): server_stop() sets 'stopping' and makes
- *    the stop pipe readable; every wait a connection thread can be in
- *    (a client write or body read, a parked follower, an upstream
- *    transfer's progress callback) ends, and every stream still open
- *    ends the defined way: an SSE error event if a stream is under way,
- *    else a 503, and no clean end.  server_wait() then waits for the
- *    threads to leave.
+ *  - Stop (drain_timeout passed): server_stop() sets 'stopping', makes
+ *    the stop pipe readable and wakes every parked follower.  Every wait
+ *    a connection thread can be in then ends: a client write, or a
+ *    request head or body still arriving (that connection just closes),
+ *    at once through the pipe; a parked follower at once, or, if the
+ *    leader had it claimed just then, when its leader's upstream
+ *    transfer stops, which its progress callback does within about a
+ *    second (GW_ESTOPPING).  Every stream still open ends the defined
+ *    way: an SSE error event once a stream is under way, else a 503, and
+ *    no clean end.  server_wait() then waits for the threads to leave.
  *
  * Lifetime: a connection thread uses the server (its ctx) until it has
  * counted itself out of 'active', and nothing of it after; so once

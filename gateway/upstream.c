@@ -76,7 +76,6 @@
 /* The Accept sent upstream on every call: what the gateway relays. */
 #define UP_ACCEPT "application/json, text/event-stream"
 
-
 /*
  * Largest upstream response head we accept, like nginx's
  * proxy_buffer_size: a vLLM head is a few hundred bytes, so anything near

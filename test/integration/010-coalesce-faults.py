@@ -167,6 +167,28 @@ def test_pushed_follower_connection_is_reused(t):
         assert c.request("GET", "/healthz").status == 200
 
 
+def test_stuck_leader_client_dropped_after_send_timeout(t):
+    """The leader's own client is written without waiting; one that takes
+    nothing for send_timeout is dropped all the same, as any other
+    client would be, so it cannot keep the flight's memory and the
+    upstream call alive: with nobody left, the call is aborted."""
+    m = t.mock()
+    g = t.gateway(m, {"server": {"send_timeout": "1s"},
+                      "coalesce": {"max_flight_bytes": "1k"}})
+    body = chat_body("nobody reads this", stream=True, mock_chunks=320,
+                     mock_pad=65536, mock_delay_ms=20)
+    send(g, body, rcvbuf=4096)          # and never read
+    wait_state(g, m, leaders=1, in_progress=1)
+    # 320 chunks 20 ms apart: the call would run 6.4 s.
+    wait_state(g, m, aborted=1, in_progress=0, flights=0, timeout=5)
+    expect_state(g, m, completions=1, upstream=1)
+    lines = wait_for(lambda: access_line(g, "leader"),
+                     msg="the leader's access line")
+    assert "broken=1" in lines[0], lines[0]
+    assert any("coalesce: leader client stuck for send_timeout" in l
+               for l in g.log_lines()), g.log_tail()
+
+
 def test_follower_timeout_is_504(t):
     """follower_timeout: a follower that gets nothing new for that long
     ends with 504; the leader's own call goes on."""

@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "alloc.h"
 #include "buf.h"
 #include "fanout.h"
 #include "flight.h"
@@ -238,6 +239,19 @@ START_TEST(test_take_only_the_readers_behind)
 }
 END_TEST
 
+/* Two clients of 'f', the second with a socket that takes 4 KiB. */
+static void
+open_fast_and_slow(struct flight *f, struct client *fast,
+                   struct client *slow)
+{
+    int small = 4096;
+
+    client_open(fast, f, 60000);
+    client_open(slow, f, 60000);
+    ck_assert_int_eq(setsockopt(slow->fd, SOL_SOCKET, SO_SNDBUF, &small,
+                                sizeof(small)), 0);
+}
+
 /*
  * A push that the socket cannot take whole keeps the rest in 'pending'
  * and the reader goes back to its thread; one that took everything is
@@ -249,14 +263,10 @@ START_TEST(test_full_socket_hands_back_with_pending)
     struct flight *f = flight_new();
     struct client fast, slow;
     static char big[1 << 20];
-    int small = 4096;
 
     memset(big, 'b', sizeof(big));
     flight_set_head(f, 200, NULL, -1);
-    client_open(&fast, f, 60000);
-    client_open(&slow, f, 60000);
-    ck_assert_int_eq(setsockopt(slow.fd, SOL_SOCKET, SO_SNDBUF, &small,
-                                sizeof(small)), 0);
+    open_fast_and_slow(f, &fast, &slow);
     park_threadless(f, &fast);
     park_threadless(f, &slow);
     ck_assert_int_eq(flight_append(f, "small", 5, BIG), 0);
@@ -277,6 +287,37 @@ START_TEST(test_full_socket_hands_back_with_pending)
     ck_assert_int_eq(slow.reply.broken, 0);
     fanout_wake_all(f);
     client_close(&fast);
+    client_close(&slow);
+    flight_unref(f);
+}
+END_TEST
+
+/*
+ * Out of memory keeping what a full socket did not take: that client is
+ * dropped (its reply broken, handed back), and nobody else is hurt.
+ */
+START_TEST(test_pending_enomem_drops_that_client)
+{
+    struct fanout_opts o = { 1, 2, &no };
+    struct flight *f = flight_new();
+    struct client ok, slow;
+    static char big[1 << 20];
+
+    memset(big, 'b', sizeof(big));
+    flight_set_head(f, 200, NULL, -1);
+    open_fast_and_slow(f, &ok, &slow);
+    park_threadless(f, &slow);
+    park_threadless(f, &ok);
+    ck_assert_int_eq(flight_append(f, big, sizeof(big), BIG), 0);
+    alloc_fail_after(1, 0);             /* slow's pending copy */
+    fanout_after_append(f, &o);
+    ck_assert_int_eq(alloc_failures(), 1);
+    alloc_fail_after(0, 0);
+    ck_assert_int_eq(slow.r.where, FANOUT_RUNNING);
+    ck_assert_int_eq(slow.reply.broken, 1);
+    ck_assert_int_eq(ok.reply.broken, 0);
+    fanout_wake_all(f);
+    client_close(&ok);
     client_close(&slow);
     flight_unref(f);
 }
@@ -572,6 +613,7 @@ fanout_suite(void)
     tcase_add_test(tc, test_every_client_gets_every_byte);
     tcase_add_test(tc, test_take_only_the_readers_behind);
     tcase_add_test(tc, test_full_socket_hands_back_with_pending);
+    tcase_add_test(tc, test_pending_enomem_drops_that_client);
     tcase_add_test(tc, test_helpers_bounded_per_flight);
     tcase_add_test(tc, test_helper_serves_its_own_client_between_takes);
     tcase_add_test(tc, test_sweep_finds_gone_and_late);

@@ -51,7 +51,9 @@ static struct {
     pthread_cond_t cv;
     int calls;
     int released;               /* chunks the test lets through */
-} up = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0 };
+    const char *ctype;          /* the response's Content-Type */
+} up = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0,
+         "text/event-stream" };
 
 static void
 up_release(int n)
@@ -113,7 +115,7 @@ upstream_perform(struct upstream *u, const struct upstream_request *req,
     res->ttfb_us = -1;
     res->status = 200;
     res->head_seen = 1;
-    rc = sink->on_head(sink->arg, 200, "text/event-stream", -1);
+    rc = sink->on_head(sink->arg, 200, up.ctype, -1);
     for (int i = 0; rc == 0 && i < NCHUNKS; i++) {
         rc = up_wait(sink, i);
         if (rc == 0)
@@ -156,6 +158,7 @@ setup(void)
     ctx.ncpu = 2;
     up.calls = 0;
     up.released = 0;
+    up.ctype = "text/event-stream";
 }
 
 static void
@@ -353,6 +356,52 @@ START_TEST(test_trio_all_complete)
     ck_assert_str_eq(body_of(&c[1]), body_of(&c[0]));
     ck_assert_str_eq(body_of(&c[2]), body_of(&c[0]));
     ck_assert_int_eq(up_calls(), 1);
+    for (int i = 0; i < 3; i++)
+        client_close(&c[i]);
+}
+END_TEST
+
+/* The content line of a response's head, e.g. "Content-Type: ...\r\n". */
+static const char *
+head_line(struct client *c, const char *name, char *out, size_t len)
+{
+    const char *p, *e;
+
+    ck_assert_int_eq(buf_append(&c->got, "", 1), 0);
+    p = strstr(buf_ptr(&c->got), name);
+    ck_assert_ptr_nonnull(p);
+    e = strstr(p, "\r\n");
+    ck_assert_ptr_nonnull(e);
+    ck_assert_uint_lt((size_t)(e - p), len);
+    memcpy(out, p, (size_t)(e - p));
+    out[e - p] = '\0';
+    c->got.len--;                       /* drop the NUL again */
+    return out;
+}
+
+/*
+ * The leader's client gets the same head as its followers, even where
+ * the flight had to shorten the upstream's (an overlong Content-Type).
+ */
+START_TEST(test_same_head_for_leader_and_followers)
+{
+    static char ctype[400];
+    char a[512], b[512];
+    struct client c[3];
+
+    snprintf(ctype, sizeof(ctype), "text/event-stream; x=%0300d", 7);
+    up.ctype = ctype;
+    start_trio(c);
+    up_release(NCHUNKS);
+    for (int i = 0; i < 3; i++) {
+        pthread_join(c[i].t, NULL);
+        peer_read(&c[i]);
+    }
+    head_line(&c[0], "Content-Type: ", a, sizeof(a));
+    for (int i = 1; i < 3; i++)
+        ck_assert_str_eq(head_line(&c[i], "Content-Type: ", b, sizeof(b)),
+                         a);
+    ck_assert_uint_lt(strlen(a), strlen("Content-Type: ") + strlen(ctype));
     for (int i = 0; i < 3; i++)
         client_close(&c[i]);
 }
@@ -568,6 +617,7 @@ proxy_suite(void)
 
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_trio_all_complete);
+    tcase_add_test(tc, test_same_head_for_leader_and_followers);
     tcase_add_test(tc, test_append_enomem_mid_stream);
     tcase_add_test(tc, test_append_enomem_first_chunk);
     tcase_add_test(tc, test_leader_setup_enomem);
