@@ -5,17 +5,24 @@
 #include "conn.h"
 
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "alloc.h"
 #include "config.h"
 #include "handler.h"
 #include "log.h"
+#include "net.h"
 #include "reply.h"
 #include "route.h"
 
 /* The first read is small; bigger bodies grow the buffer as needed. */
 #define CONN_IN_LIMIT(cfg) ((size_t)(cfg)->max_header_size * 2 + 65536)
+
+/* A lingering close reads at most this long, and this much, of what the
+ * client still sends. */
+#define LINGER_MS 2000
+#define LINGER_BYTES ((size_t)64 << 20)
 
 struct conn {
     const struct handler_ctx *ctx;
@@ -107,14 +114,22 @@ access_log(struct conn *c)
 static void
 head_failed(struct conn *c, int rc)
 {
+    /* The stop, with a head under way: say so (it may still be read). */
+    int stopped = rc == GW_EABORTED && handler_stopping(c->ctx)
+                  && buf_len(&c->in) > 0;
+
     /* Before any byte: a quiet close (idle, drain, peer gone). */
-    if (rc == GW_ECLOSED || rc == GW_EABORTED || rc == GW_EIO
-        || (rc == GW_ETIMEDOUT && c->req.error_status == 0))
+    if (!stopped && (rc == GW_ECLOSED || rc == GW_EABORTED || rc == GW_EIO
+                     || (rc == GW_ETIMEDOUT && c->req.error_status == 0)))
         return;
     gw_random_hex(c->request_id, 16);
     log_set_request_id(c->request_id);
     reply_start(&c->reply, c->request_id, 1, 0);
-    if (rc == GW_ENOMEM)
+    /* What follows a bad head is unread: linger before the close. */
+    reply_close_unread(&c->reply);
+    if (stopped)
+        reply_upstream_error(&c->reply, GW_ESTOPPING, NULL);
+    else if (rc == GW_ENOMEM)
         reply_error(&c->reply, 503, "server_error", "overloaded",
                     "out of memory reading the request");
     else
@@ -154,6 +169,28 @@ serve_loop(struct conn *c)
     }
 }
 
+/*
+ * Close with request bytes still unread (an error answered before the
+ * body was read): a close on unread input sends an RST, and the client's
+ * kernel may then drop the answer before the client has read it (RFC
+ * 9112 section 9.6).  So half-close, and read and drop what comes, until
+ * the client closes, LINGER_MS pass, LINGER_BYTES have come, or the
+ * process stops (nginx's lingering close).
+ */
+static void
+linger_close(struct conn *c)
+{
+    int64_t deadline = gw_now_ms() + LINGER_MS;
+    size_t total = 0, n;
+    char sink[16384];
+
+    shutdown(c->fd, SHUT_WR);
+    while (total < LINGER_BYTES
+           && net_read(c->fd, sink, sizeof(sink), deadline, c->ctx->stop_fd,
+                       &n) == 0)
+        total += n;
+}
+
 void
 conn_serve(const struct handler_ctx *ctx, int fd)
 {
@@ -177,6 +214,8 @@ conn_serve(const struct handler_ctx *ctx, int fd)
     reply_init(&c->reply, fd, (size_t)cfg->max_header_size + 4096,
                cfg->send_timeout_ms, ctx->stop_fd, ctx->draining);
     serve_loop(c);
+    if (c->reply.linger && !c->reply.broken)
+        linger_close(c);
     close(c->fd);
     buf_release(&c->in);
     buf_release(&c->head);

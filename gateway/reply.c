@@ -57,6 +57,7 @@ reply_start(struct reply *r, const char *request_id, int minor,
     r->keep_alive = keep_alive;
     r->event_stream = 0;
     r->broken = 0;
+    r->linger = 0;
     r->role = NULL;
     buf_reset(&r->head);
 }
@@ -170,6 +171,13 @@ reply_gone(struct reply *r)
     r->keep_alive = 0;
 }
 
+void
+reply_close_unread(struct reply *r)
+{
+    r->keep_alive = 0;
+    r->linger = 1;
+}
+
 int
 reply_body(struct reply *r, const char *p, size_t n)
 {
@@ -222,6 +230,7 @@ void
 reply_fail_body(struct reply *r, const char *type, const char *code,
                 const char *message)
 {
+    struct linger reset = { 1, 0 };
     struct buf ev;
 
     buf_init(&ev, 4096);
@@ -231,7 +240,14 @@ reply_fail_body(struct reply *r, const char *type, const char *code,
         && buf_append_str(&ev, "\n\n") == 0)
         reply_body(r, buf_ptr(&ev), buf_len(&ev));
     buf_release(&ev);
-    reply_gone(r);              /* no last chunk: the client sees a cut */
+    /*
+     * No last chunk: the client sees a cut.  A close-delimited body would
+     * look complete at a plain close, so it ends with a reset instead
+     * (an event stream has said so in its last event already).
+     */
+    if (r->framing == REPLY_CLOSE && !r->event_stream)
+        setsockopt(r->fd, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
+    reply_gone(r);
 }
 
 int

@@ -56,6 +56,8 @@ struct reply {
     int keep_alive;             /* keep the connection after this one */
     int event_stream;           /* text/event-stream */
     int broken;                 /* the body cannot end cleanly: close */
+    int linger;                 /* close with request bytes unread:
+                                   drain them first (conn.c) */
     const char *role;           /* X-Infergw-Coalesce value, or NULL */
 };
 
@@ -109,12 +111,21 @@ int reply_end(struct reply *r);
  * End the body uncleanly after a mid-response failure: for an event
  * stream not yet broken, an SSE error event in the OpenAI shape; then no
  * terminating chunk, and the connection closes (never a fake success).
+ * A close-delimited body (HTTP/1.0) that is not an event stream has no
+ * other way to tell: its connection is reset (SO_LINGER 0), not closed.
  */
 void reply_fail_body(struct reply *r, const char *type, const char *code,
                      const char *message);
 
 /* The client is gone or stuck: no more writes, close. */
 void reply_gone(struct reply *r);
+
+/*
+ * The response is sent (or about to be) while the request's body is
+ * still unread: close afterwards, lingering (conn.c), so that the unread
+ * bytes do not turn the close into a reset that destroys the answer.
+ */
+void reply_close_unread(struct reply *r);
 
 /*
  * Has the client been sent its whole body?  (Only a Content-Length body

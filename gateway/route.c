@@ -128,6 +128,7 @@ read_body(struct handler_req *hr)
         return 0;
     if (req->body_kind == HTTP_BODY_LENGTH
         && req->content_length > cfg->max_request_body) {
+        reply_close_unread(r);
         reply_request_error(r, 413, "request body exceeds max_request_body");
         return GW_ETOOBIG;
     }
@@ -141,7 +142,13 @@ read_body(struct handler_req *hr)
     rc = http_read_body(r->fd, hr->in, req, hr->body,
                         gw_now_ms() + cfg->body_timeout_ms,
                         hr->ctx->stop_fd);
-    if (rc == GW_ECLOSED || rc == GW_EIO || rc == GW_EABORTED) {
+    if (rc == GW_EABORTED) {
+        /* The stop came while the body was arriving. */
+        r->keep_alive = 0;
+        reply_upstream_error(r, GW_ESTOPPING, NULL);
+        return rc;
+    }
+    if (rc == GW_ECLOSED || rc == GW_EIO) {
         reply_gone(r);
         return rc;
     }
@@ -172,7 +179,7 @@ route_request(struct handler_req *hr)
     if (rt == NULL) {
         /* An unread body would be taken for the next request: close. */
         if (req->body_kind != HTTP_BODY_NONE)
-            r->keep_alive = 0;
+            reply_close_unread(r);
         reply_error(r, 404, "invalid_request_error", "not_found",
                     "no such route");
         return;
@@ -181,7 +188,7 @@ route_request(struct handler_req *hr)
     if (strlen(rt->method) != req->method_len
         || memcmp(rt->method, req->method, req->method_len) != 0) {
         if (req->body_kind != HTTP_BODY_NONE)
-            r->keep_alive = 0;
+            reply_close_unread(r);
         send_405(r, rt->method);
         return;
     }
@@ -195,7 +202,7 @@ route_request(struct handler_req *hr)
         hr->tenant = coalesce_tenant(cfg, req);
         if (cfg->num_tenants > 0 && hr->tenant >= CONFIG_MAX_TENANTS) {
             if (req->body_kind != HTTP_BODY_NONE)
-                r->keep_alive = 0;
+                reply_close_unread(r);
             reply_error(r, 401, "authentication_error", "invalid_api_key",
                         "missing or unknown API key");
             return;

@@ -18,8 +18,8 @@
  *  - Stop (drain_timeout passed): server_stop() sets 'stopping', makes
  *    the stop pipe readable and wakes every parked follower.  Every wait
  *    a connection thread can be in then ends: a client write, or a
- *    request head or body still arriving (that connection just closes),
- *    at once through the pipe; a parked follower at once, or, if the
+ *    request head or body still arriving (answered 503), at once through
+ *    the pipe; a parked follower at once, or, if the
  *    leader had it claimed just then, when its leader's upstream
  *    transfer stops, which its progress callback does within about a
  *    second (GW_ESTOPPING).  Every stream still open ends the defined

@@ -196,11 +196,12 @@ enum fault {
     FAULT_STALL_MID,
     FAULT_BIG_HEADERS,
     FAULT_CHUNKED_JSON,
+    FAULT_CHUNKED_JSON_DIE,
 };
 
 static const char *const fault_names[] = {
     "", "reset", "stall", "die_mid_stream", "stall_mid_stream",
-    "big_headers", "chunked_json",
+    "big_headers", "chunked_json", "chunked_json_die",
 };
 
 /* One request and what has been answered so far. */
@@ -763,7 +764,7 @@ read_knobs(struct req *q, char *err, size_t errlen, const char **param)
         if (q->fault == FAULT_NONE) {
             snprintf(err, errlen, "mock_fault must be one of reset, stall, "
                      "die_mid_stream, stall_mid_stream, big_headers, "
-                     "chunked_json");
+                     "chunked_json, chunked_json_die");
             return GW_EINVAL;
         }
     }
@@ -983,7 +984,8 @@ out:
  * faults: die_mid_stream announces the full length, sends half and
  * closes; stall_mid_stream sends half and stalls; chunked_json sends
  * three chunks a little apart, so that they reach the client in separate
- * reads.
+ * reads; chunked_json_die sends the first of them and closes (a body of
+ * unknown length, cut).
  */
 static void
 send_json_body(struct req *q, const char *p, size_t n)
@@ -998,13 +1000,18 @@ send_json_body(struct req *q, const char *p, size_t n)
         q->close = 1;           /* the body is cut short */
         return;
     }
-    if (q->fault != FAULT_CHUNKED_JSON || !q->chunked) {
+    if ((q->fault != FAULT_CHUNKED_JSON && q->fault != FAULT_CHUNKED_JSON_DIE)
+        || !q->chunked) {
         send_simple(q, 200, "application/json", p, n);
         return;
     }
     if (send_head(q, 200, "application/json", -1, NULL, 0) != 0)
         return;
     for (i = 0; i < 3; i++) {
+        if (i == 1 && q->fault == FAULT_CHUNKED_JSON_DIE) {
+            q->close = 1;       /* no last chunk: the body is cut short */
+            return;
+        }
         len = i < 2 ? third : n - off;
         if (i > 0 && wait_client(q, MOCK_PIECE_GAP_MS) != 0)
             return;
@@ -1148,7 +1155,8 @@ answer_embeddings(struct req *q)
                   "list", "created", q->created, "model", q->model, "data",
                   data, "usage", usage_new(q, 0));
     if (q->fault == FAULT_DIE || q->fault == FAULT_STALL_MID
-        || q->fault == FAULT_CHUNKED_JSON) {
+        || q->fault == FAULT_CHUNKED_JSON
+        || q->fault == FAULT_CHUNKED_JSON_DIE) {
         struct buf *b = &q->c->out;
 
         buf_reset(b);

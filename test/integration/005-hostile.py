@@ -162,6 +162,48 @@ def test_oversized_body_refused_before_it_is_sent(t):
     assert m.stats()["requests"] == 0
 
 
+def _send_all_then_read(port, data):
+    """Send all of 'data' (the gateway may answer first), then read the
+    answer.  Returns (raw answer, whether the connection was reset)."""
+    s = connect(port)
+    s.settimeout(budget(10))
+    reset = False
+    try:
+        s.sendall(data)
+        data, _ = recv_all(s, 5)
+    except (BrokenPipeError, ConnectionResetError):
+        reset = True
+        data = b""
+    s.close()
+    return data, reset
+
+
+def test_answer_before_the_body_survives_it(t):
+    """An error answered before the body is read (404, 405, 401, 413)
+    closes the connection lingering, reading what the client still
+    sends, so the close is not a reset that would destroy the answer."""
+    m = t.mock()
+    g = t.gateway(m, {"server": {"max_request_body": "1m"}},
+                  extra="[tenant acme]\napi_key = sk-acme\n")
+    big = b"x" * (4 << 20)
+    cases = [
+        (b"POST /v1/nope HTTP/1.1\r\nHost: gw\r\n", 404, "not_found"),
+        (b"POST /v1/models HTTP/1.1\r\nHost: gw\r\n", 405,
+         "method_not_allowed"),
+        (b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n"
+         b"Authorization: Bearer sk-wrong\r\n", 401, "invalid_api_key"),
+        (b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n"
+         b"Authorization: Bearer sk-acme\r\n", 413, "request_too_large"),
+    ]
+    for head, status, code in cases:
+        data, reset = _send_all_then_read(
+            g.port, head + b"Content-Length: %d\r\n\r\n" % len(big) + big)
+        assert not reset, "%d: the connection was reset under the " \
+            "client's body" % status
+        assert_error(parse_response(data), status, code, close=True)
+    assert m.stats()["requests"] == 0
+
+
 def test_trickled_head_times_out(t):
     """One byte every 200 ms with header_timeout = 1s: 408 (or a close)
     soon after a second, and nothing goes upstream."""

@@ -4,8 +4,8 @@ and a client that goes away mid-stream."""
 import time
 
 from gwtest import (JSON_HEADERS, assert_error, budget, build_request,
-                    chat_body, closed_port, normalise, sse_data, sse_events,
-                    wait_for)
+                    chat_body, closed_port, connect, normalise, sse_data,
+                    sse_events, wait_for)
 
 UPSTREAM_502 = {"upstream_error", "upstream_unreachable"}
 
@@ -144,6 +144,35 @@ def test_die_mid_body_nonstream_is_no_fake_success(t):
             "half an upstream body relayed as a complete 200: %r" % r
     else:
         assert_error(r, 502, UPSTREAM_502)
+
+
+def test_cut_close_delimited_body_is_a_reset(t):
+    """An HTTP/1.0 client of a JSON body of unknown length gets it
+    close-delimited, where a plain close would pass for the end: when the
+    upstream dies mid-body, its connection is reset instead."""
+    m = t.mock()
+    g = t.gateway(m)
+    for body in (chat_body("cut 1.0", mock_fault="chunked_json_die"),
+                 chat_body("cut 1.0 direct", temperature=0.9,
+                           mock_fault="chunked_json_die")):
+        s = connect(g.port)
+        s.settimeout(budget(10))
+        s.sendall(build_request("POST", "/v1/chat/completions", JSON_HEADERS,
+                                body, version="HTTP/1.0"))
+        got, reset = b"", False
+        try:
+            while True:
+                piece = s.recv(65536)
+                if not piece:
+                    break
+                got += piece
+        except ConnectionResetError:
+            reset = True
+        s.close()
+        assert got.startswith(b"HTTP/1.1 200 "), got[:100]
+        assert b"Content-Length" not in got.split(b"\r\n\r\n")[0], got
+        assert reset, "a cut HTTP/1.0 body ended with a plain close: %r" \
+            % got[-80:]
 
 
 def test_upstream_reset_is_502(t):

@@ -226,6 +226,26 @@ def test_drain_timeout_wakes_parked_followers_of_a_quiet_flight(t):
     wait_for(lambda: m.stats()["aborted"] == 1, msg="upstream call aborted")
 
 
+def test_stop_answers_a_request_still_arriving(t):
+    """At the stop, a request whose body (or head) is still arriving gets
+    the 503 every open request gets, not a silent close."""
+    m = t.mock()
+    g = t.gateway(m, {"server": {"drain_timeout": "1s"}})
+    body = g.connection(timeout=20)
+    body.send(build_request("POST", "/v1/chat/completions",
+                            [("Content-Type", "application/json"),
+                             ("Content-Length", "1000")], b'{"model":'))
+    head = g.connection(timeout=20)
+    head.send(b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n")
+    wait_for(lambda: metric(g.metrics(), "infergw_connections_active") >= 3,
+             msg="both connections accepted")
+    g.send_signal(signal.SIGTERM)
+    assert g.wait_exit(6) == 1
+    for c in (body, head):
+        assert_error(c.read_response("POST", timeout=5), 503,
+                     "shutting_down")
+
+
 def test_second_sigterm_exits_at_once(t):
     m = t.mock()
     g = t.gateway(m, {"server": {"drain_timeout": "30s"}})
