@@ -160,6 +160,19 @@ def test_drain_timeout_cuts_stream(t):
                               "code": "shutting_down"}}, last
 
 
+def _flight_of_three(g, m, body):
+    """Three connections sending 'body' (with a mock_hold tag): the first
+    leads, held at the mock, before the other two are sent."""
+    conns = [g.connection(timeout=20) for _ in range(3)]
+    conns[0].send(build_request("POST", "/v1/chat/completions",
+                                JSON_HEADERS, body))
+    wait_for(lambda: m.stats()["held"] == 1, msg="the leader held")
+    for c in conns[1:]:
+        c.send(build_request("POST", "/v1/chat/completions", JSON_HEADERS,
+                             body))
+    return conns
+
+
 def test_drain_timeout_ends_every_coalesced_stream_alike(t):
     """At drain_timeout a flight mid-stream is cut for every client the
     same defined way, and the upstream call is aborted, before exit."""
@@ -168,13 +181,7 @@ def test_drain_timeout_ends_every_coalesced_stream_alike(t):
     tag = "drain-" + os.urandom(6).hex()
     body = chat_body("cut flight", stream=True, mock_chunks=40,
                      mock_delay_ms=100, mock_hold=tag)
-    conns = [g.connection(timeout=20) for _ in range(3)]
-    conns[0].send(build_request("POST", "/v1/chat/completions",
-                                JSON_HEADERS, body))
-    wait_for(lambda: m.stats()["held"] == 1, msg="the leader held")
-    for c in conns[1:]:
-        c.send(build_request("POST", "/v1/chat/completions", JSON_HEADERS,
-                             body))
+    conns = _flight_of_three(g, m, body)
     wait_for(lambda: metric(g.metrics(), "infergw_coalesce_followers_total")
              == 2, msg="two followers")
     assert m.release(tag) == 1
@@ -202,13 +209,7 @@ def test_drain_timeout_wakes_parked_followers_of_a_quiet_flight(t):
     g = t.gateway(m, {"server": {"drain_timeout": "1s"}})
     tag = "quiet-" + os.urandom(6).hex()
     body = chat_body("quiet flight", stream=True, mock_hold=tag)
-    conns = [g.connection(timeout=20) for _ in range(3)]
-    conns[0].send(build_request("POST", "/v1/chat/completions",
-                                JSON_HEADERS, body))
-    wait_for(lambda: m.stats()["held"] == 1, msg="the leader held")
-    for c in conns[1:]:
-        c.send(build_request("POST", "/v1/chat/completions", JSON_HEADERS,
-                             body))
+    conns = _flight_of_three(g, m, body)
     gm = lambda: parse_metrics(g.get("/metrics").body.decode())  # noqa
     assert has_metric(gm(), "infergw_coalesce_parked")
     wait_for(lambda: metric(gm(), "infergw_coalesce_parked") == 2,
