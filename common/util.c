@@ -28,6 +28,8 @@ gw_strerror(int rc)
     case GW_EINVAL:     return "invalid value";
     case GW_EABORTED:   return "aborted";
     case GW_ESTOPPING:  return "stopping";
+    case GW_ENOTFOUND:  return "not found";
+    case GW_EUNAVAIL:   return "unavailable";
     default:            return "unknown error";
     }
 }

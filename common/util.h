@@ -25,6 +25,8 @@ enum {
     GW_EINVAL = -9,         /* invalid argument or value */
     GW_EABORTED = -10,      /* cancelled by the caller (drain, no readers) */
     GW_ESTOPPING = -11,     /* the process is stopping: every wait ends */
+    GW_ENOTFOUND = -12,     /* no such thing (a model no upstream serves) */
+    GW_EUNAVAIL = -13,      /* nothing usable now (every upstream ejected) */
 };
 
 /* Text for a GW_E* code; never NULL. */

@@ -226,8 +226,7 @@ hash_field(mbedtls_sha256_context *h, const void *p, size_t n)
 }
 
 void
-coalesce_key(const char *tenant, const char *upstream,
-             const struct upstream_request *ur,
+coalesce_key(const char *tenant, const struct upstream_request *ur,
              unsigned char key[FLIGHT_KEY_LEN])
 {
     mbedtls_sha256_context h;
@@ -235,9 +234,8 @@ coalesce_key(const char *tenant, const char *upstream,
 
     mbedtls_sha256_init(&h);
     mbedtls_sha256_starts_ret(&h, 0);
-    hash_field(&h, "infergw-coalesce-v2", 19);
+    hash_field(&h, "infergw-coalesce-v3", 19);
     hash_field(&h, tenant, strlen(tenant));
-    hash_field(&h, upstream, strlen(upstream));
     hash_field(&h, ur->method, strlen(ur->method));
     hash_field(&h, ur->path, strlen(ur->path));
     hash_field(&h, ur->body, ur->body_len);

@@ -80,16 +80,19 @@ int coalesce_eligible(const struct gw_config *cfg, size_t tenant,
                       enum metrics_bypass *why);
 
 /*
- * The key: SHA-256 over the tenant name, the upstream URL and every
- * client-derived field of 'ur' that reaches the upstream (upstream.h):
+ * The key: SHA-256 over the tenant name and every client-derived field
+ * of 'ur' that reaches the upstream (upstream.h):
  * method, path (with its query), the raw body and the forwarded
  * credential (client_auth, or its absence), each length-prefixed so that
  * no two different field tuples hash the same bytes.  ur->request_id is
  * not hashed: a coalesced call carries its flight's id instead.  Only the
- * hash is kept, so a credential never sits in the map in clear.  OUT key.
+ * hash is kept, so a credential never sits in the map in clear.  The
+ * upstream is not in it: which upstreams may answer follows from the
+ * body's model, and the one that does is a constant of the
+ * configuration as far as the contract goes (one balancing decision per
+ * flight, dispatch.h).  OUT key.
  */
-void coalesce_key(const char *tenant, const char *upstream,
-                  const struct upstream_request *ur,
+void coalesce_key(const char *tenant, const struct upstream_request *ur,
                   unsigned char key[FLIGHT_KEY_LEN]);
 
 /* The first 6 key bytes in hex, for log lines ("a4f1c2..."). */

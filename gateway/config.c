@@ -37,7 +37,7 @@
 #include "log.h"
 #include "util.h"
 
-#define TENANT_NAME_MAX 64
+#define DEFAULT_URL "http://127.0.0.1:8000"
 #define KIB (UINT64_C(1) << 10)
 #define MIB (UINT64_C(1) << 20)
 #define GIB (UINT64_C(1) << 30)
@@ -53,21 +53,34 @@ enum setting_type {
     T_DURATION,         /* int64_t milliseconds in [min, max] */
     T_BOOL,             /* int 0/1 */
     T_LOG_LEVEL,        /* int GW_LOG_* */
-    T_TEMPERATURE,      /* double in [min, max] */
+    T_DECIMAL,          /* double in [min, max] */
+    T_PERCENT,          /* double in [min, max] / 100, from "20%" */
+    T_BALANCE,          /* int enum config_balance */
+    T_MODELS,           /* config_upstream.models, comma-separated */
+};
+
+/* Where a setting is stored. */
+enum setting_scope {
+    S_GLOBAL,           /* struct gw_config */
+    S_TENANT,           /* the struct config_tenant being read */
+    S_UPSTREAM,         /* the struct config_upstream being read */
 };
 
 struct setting {
     const char *section;
     const char *key;
     enum setting_type type;
-    size_t offset;      /* into struct gw_config, or struct config_tenant
-                         * for section "tenant" */
-    const char *def;    /* NULL: no default (repeatable tenant api_key) */
+    enum setting_scope scope;
+    size_t offset;      /* into the struct 'scope' names */
+    const char *def;    /* NULL: no default (a tenant's api_key; an
+                         * upstream's timeouts, which take [routing]'s) */
     uint64_t min, max;
 };
 
-#define C(field) offsetof(struct gw_config, field)
-#define TN(field) offsetof(struct config_tenant, field)
+#define C(field) S_GLOBAL, offsetof(struct gw_config, field)
+#define TN(field) S_TENANT, offsetof(struct config_tenant, field)
+#define UP(field) S_UPSTREAM, offsetof(struct config_upstream, field)
+#define MAX_EJECT_MS (UINT64_C(5) * 60 * 1000)
 
 /* Keep in step with etc/gateway.conf; check_cfg proves that it is. */
 static const struct setting settings[] = {
@@ -93,22 +106,56 @@ static const struct setting settings[] = {
     { "server", "log_level", T_LOG_LEVEL, C(log_level), "info", 0, 0 },
     { "server", "access_log", T_BOOL, C(access_log), "on", 0, 0 },
 
-    { "upstream", "url", T_URL, C(upstream_url), "http://127.0.0.1:8000",
-      0, 0 },
-    { "upstream", "api_key", T_SECRET, C(upstream_api_key), "", 0, 0 },
-    { "upstream", "forward_client_auth", T_BOOL, C(forward_client_auth),
-      "off", 0, 0 },
-    { "upstream", "connect_timeout", T_DURATION, C(connect_timeout_ms),
-      "5s", 1, DAY_MS },
+    { "upstream", "url", T_URL, UP(url), NULL, 0, 0 },
+    { "upstream", "api_key", T_SECRET, UP(api_key), "", 0, 0 },
+    { "upstream", "models", T_MODELS, UP(models), "", 0, 0 },
+    { "upstream", "weight", T_UINT, UP(weight), "1", 1, 1000 },
+    { "upstream", "max_inflight", T_UINT, UP(max_inflight), "0",
+      0, 1000000 },
+    { "upstream", "connect_timeout", T_DURATION, UP(connect_timeout_ms),
+      NULL, 1, DAY_MS },
     { "upstream", "first_byte_timeout", T_DURATION,
+      UP(first_byte_timeout_ms), NULL, 1, DAY_MS },
+    { "upstream", "idle_timeout", T_DURATION, UP(idle_timeout_ms), NULL,
+      1, DAY_MS },
+    { "upstream", "total_timeout", T_DURATION, UP(total_timeout_ms), NULL,
+      1, DAY_MS },
+    /* Global, and kept here for configs written before [routing]. */
+    { "upstream", "forward_client_auth", T_BOOL, C(forward_client_auth),
+      NULL, 0, 0 },
+
+    { "routing", "forward_client_auth", T_BOOL, C(forward_client_auth),
+      "off", 0, 0 },
+    { "routing", "balance", T_BALANCE, C(balance), "least_inflight", 0, 0 },
+    { "routing", "health_interval", T_DURATION, C(health_interval_ms), "5s",
+      0, DAY_MS },
+    { "routing", "eject_after", T_UINT, C(eject_after), "3", 1, 1000 },
+    { "routing", "eject_time", T_DURATION, C(eject_time_ms), "10s",
+      1, MAX_EJECT_MS },
+    { "routing", "retries", T_UINT, C(retries), "2", 0,
+      CONFIG_MAX_UPSTREAMS - 1 },
+    { "routing", "retry_budget", T_PERCENT, C(retry_budget), "20%", 0, 100 },
+    { "routing", "retry_budget_min", T_UINT, C(retry_budget_min), "3",
+      0, 1000000 },
+    { "routing", "hedge_after", T_DURATION, C(hedge_after_ms), "0",
+      0, DAY_MS },
+    { "routing", "queue_timeout", T_DURATION, C(queue_timeout_ms), "2s",
+      0, DAY_MS },
+    { "routing", "prefix_epsilon", T_DECIMAL, C(prefix_epsilon), "0.25",
+      0, 10 },
+    { "routing", "prefix_bytes", T_SIZE, C(prefix_bytes), "1k", 16,
+      64 * KIB },
+    { "routing", "connect_timeout", T_DURATION, C(connect_timeout_ms),
+      "5s", 1, DAY_MS },
+    { "routing", "first_byte_timeout", T_DURATION,
       C(first_byte_timeout_ms), "60s", 1, DAY_MS },
-    { "upstream", "idle_timeout", T_DURATION, C(upstream_idle_timeout_ms),
+    { "routing", "idle_timeout", T_DURATION, C(upstream_idle_timeout_ms),
       "30s", 1, DAY_MS },
-    { "upstream", "total_timeout", T_DURATION, C(total_timeout_ms), "10m",
+    { "routing", "total_timeout", T_DURATION, C(total_timeout_ms), "10m",
       1, DAY_MS },
 
     { "coalesce", "enabled", T_BOOL, C(coalesce), "on", 0, 0 },
-    { "coalesce", "omitted_temperature", T_TEMPERATURE,
+    { "coalesce", "omitted_temperature", T_DECIMAL,
       C(omitted_temperature), "0", 0, 2 },
     { "coalesce", "max_followers", T_UINT, C(max_followers), "4096",
       1, 1000000 },
@@ -126,15 +173,22 @@ static const struct setting settings[] = {
 
 #define NUM_SETTINGS GW_ARRAY_LEN(settings)
 
-/* Sections that exist; a named one is "[tenant NAME]" and repeats. */
+/* How a section is named. */
+enum section_naming {
+    N_NONE,             /* [server]: one, no name */
+    N_REQUIRED,         /* [tenant NAME]: repeats */
+    N_OPTIONAL,         /* [upstream NAME] repeats; [upstream] = "default" */
+};
+
 static const struct {
     const char *name;
-    int named;
+    enum section_naming named;
 } sections[] = {
-    { "server", 0 },
-    { "upstream", 0 },
-    { "coalesce", 0 },
-    { "tenant", 1 },
+    { "server", N_NONE },
+    { "upstream", N_OPTIONAL },
+    { "routing", N_NONE },
+    { "coalesce", N_NONE },
+    { "tenant", N_REQUIRED },
 };
 
 #define NUM_SECTIONS GW_ARRAY_LEN(sections)
@@ -149,6 +203,8 @@ struct loader {
     int set_line[NUM_SETTINGS];     /* line that set each key, 0 = unset */
     struct config_tenant *tenant;   /* the section being read, if a tenant */
     int tenant_line[CONFIG_MAX_TENANTS];
+    struct config_upstream *upstream;   /* ... if an upstream */
+    int upstream_plain;             /* ... and it is the plain [upstream] */
 };
 
 /* "FILE:LINE: message" into ld->err; line 0 gives "FILE: message". */
@@ -379,15 +435,120 @@ describe(const struct setting *s, char *out, size_t n)
     case T_LOG_LEVEL:
         snprintf(out, n, "error, warn, info or debug");
         break;
-    case T_TEMPERATURE:
+    case T_DECIMAL:
         snprintf(out, n, "a number %" PRIu64 "..%" PRIu64, s->min, s->max);
+        break;
+    case T_PERCENT:
+        snprintf(out, n, "a share %" PRIu64 "%%..%" PRIu64 "%%, as in 20%%",
+                 s->min, s->max);
+        break;
+    case T_BALANCE:
+        snprintf(out, n, "least_inflight, round_robin or prefix");
+        break;
+    case T_MODELS:
+        snprintf(out, n, "model names separated by commas (at most %d, "
+                 "each at most %d characters, without blanks or quotes)",
+                 CONFIG_MAX_MODELS, CONFIG_NAME_MAX);
         break;
     }
 }
 
+static const char *const balance_names[] = {
+    [BALANCE_LEAST_INFLIGHT] = "least_inflight",
+    [BALANCE_ROUND_ROBIN] = "round_robin",
+    [BALANCE_PREFIX] = "prefix",
+};
+
+const char *
+config_balance_name(int balance)
+{
+    if (balance < 0 || (size_t)balance >= GW_ARRAY_LEN(balance_names))
+        return "?";
+    return balance_names[balance];
+}
+
+/* "20%" or "12.5%": a plain decimal and a percent sign. */
+static int
+parse_percent(const char *s, double lo, double hi, double *out)
+{
+    size_t n = strlen(s);
+    char num[32];
+    double v;
+
+    if (n < 2 || n >= sizeof(num) || s[n - 1] != '%')
+        return GW_EINVAL;
+    memcpy(num, s, n - 1);
+    num[n - 1] = '\0';
+    if (parse_temperature(num, lo, hi, &v) != 0)
+        return GW_EINVAL;
+    *out = v / 100;
+    return 0;
+}
+
+/* A model name: printable, no blanks, quotes or commas. */
+static int
+valid_model(const char *p, size_t n)
+{
+    size_t i;
+
+    if (n == 0 || n > CONFIG_NAME_MAX)
+        return 0;
+    for (i = 0; i < n; i++)
+        if ((unsigned char)p[i] <= 0x20 || (unsigned char)p[i] >= 0x7f
+            || p[i] == '"' || p[i] == ',' || p[i] == '\\')
+            return 0;
+    return 1;
+}
+
+static void
+models_clear(struct config_upstream *u)
+{
+    while (u->num_models > 0) {
+        u->num_models--;
+        gw_free(u->models[u->num_models]);
+        u->models[u->num_models] = NULL;
+    }
+}
+
+/* "a, b,c" into u->models (replacing them); "" is the empty list. */
+static int
+parse_models(struct config_upstream *u, const char *v)
+{
+    const char *p = v, *end, *comma;
+
+    models_clear(u);
+    while (*p == ' ' || *p == '\t')
+        p++;
+    if (*p == '\0')
+        return 0;
+    for (;;) {
+        comma = strchr(p, ',');
+        end = comma != NULL ? comma : p + strlen(p);
+        while (*p == ' ' || *p == '\t')
+            p++;
+        while (end > p && (end[-1] == ' ' || end[-1] == '\t'))
+            end--;
+        if (!valid_model(p, (size_t)(end - p))
+            || u->num_models == CONFIG_MAX_MODELS)
+            goto bad;
+        u->models[u->num_models] = gw_strndup(p, (size_t)(end - p));
+        if (u->models[u->num_models] == NULL) {
+            models_clear(u);
+            return GW_ENOMEM;
+        }
+        u->num_models++;
+        if (comma == NULL)
+            return 0;
+        p = comma + 1;
+    }
+bad:
+    models_clear(u);
+    return GW_EINVAL;
+}
+
 /*
- * Parse 'v' as setting 's' and store it in 'base' (struct gw_config or
- * struct config_tenant).  Borrows both.  Returns 0, GW_EINVAL (nothing
+ * Parse 'v' as setting 's' and store it in 'base' (the struct its scope
+ * names).  Borrows both.  Returns 0, GW_EINVAL (nothing
  * stored) or GW_ENOMEM.  T_TENANT_KEY is stored by the caller, which also
  * checks it against every other tenant.
  */
@@ -453,11 +614,26 @@ set_value(const struct setting *s, char *base, const char *v)
             return GW_EINVAL;
         *(int *)field = b;
         return 0;
-    case T_TEMPERATURE:
+    case T_DECIMAL:
         if (parse_temperature(v, (double)s->min, (double)s->max, &d) != 0)
             return GW_EINVAL;
         *(double *)field = d;
         return 0;
+    case T_PERCENT:
+        if (parse_percent(v, (double)s->min, (double)s->max, &d) != 0)
+            return GW_EINVAL;
+        *(double *)field = d;
+        return 0;
+    case T_BALANCE:
+        for (n = 0; n < GW_ARRAY_LEN(balance_names); n++) {
+            if (strcmp(v, balance_names[n]) == 0) {
+                *(int *)field = (int)n;
+                return 0;
+            }
+        }
+        return GW_EINVAL;
+    case T_MODELS:
+        return parse_models((struct config_upstream *)(void *)base, v);
     }
     return GW_EINVAL;
 }
@@ -477,16 +653,16 @@ find_setting(const char *section, const char *key, size_t *idx)
     return NULL;
 }
 
-/* Apply every defaulted setting of 'section' to 'base'. */
+/* Apply every defaulted setting of 'section' stored in 'scope' to 'base'. */
 static int
-apply_defaults(const char *section, char *base)
+apply_defaults(const char *section, enum setting_scope scope, char *base)
 {
     size_t i;
     int rc;
 
     for (i = 0; i < NUM_SETTINGS; i++) {
         if (strcmp(settings[i].section, section) != 0
-            || settings[i].def == NULL)
+            || settings[i].scope != scope || settings[i].def == NULL)
             continue;
         rc = set_value(&settings[i], base, settings[i].def);
         /* A default the parser refuses is a bug in the table above. */
@@ -497,23 +673,99 @@ apply_defaults(const char *section, char *base)
     return 0;
 }
 
+static void
+upstream_release(struct config_upstream *u)
+{
+    gw_free(u->name);
+    gw_free(u->url);
+    wipe_free(u->api_key);
+    models_clear(u);
+    memset(u, 0, sizeof(*u));
+}
+
+/*
+ * Start upstream 'name' in the next free slot (the caller checked there
+ * is one): its defaults, and its timeouts unset (-1) until resolve().
+ */
+static int
+upstream_start(struct gw_config *c, const char *name, int line,
+               struct config_upstream **out)
+{
+    struct config_upstream *u = &c->upstreams[c->num_upstreams];
+    int rc;
+
+    memset(u, 0, sizeof(*u));
+    u->name = gw_strdup(name);
+    if (u->name == NULL)
+        return GW_ENOMEM;
+    /* Counted from here on, so config_release frees what it holds. */
+    c->num_upstreams++;
+    u->line = line;
+    u->connect_timeout_ms = -1;
+    u->first_byte_timeout_ms = -1;
+    u->idle_timeout_ms = -1;
+    u->total_timeout_ms = -1;
+    rc = apply_defaults("upstream", S_UPSTREAM, (char *)u);
+    if (rc != 0)
+        return rc;
+    *out = u;
+    return 0;
+}
+
+/* An upstream's unset timeouts take [routing]'s; a missing url the default. */
+static int
+upstream_resolve(const struct gw_config *c, struct config_upstream *u)
+{
+    if (u->connect_timeout_ms < 0)
+        u->connect_timeout_ms = c->connect_timeout_ms;
+    if (u->first_byte_timeout_ms < 0)
+        u->first_byte_timeout_ms = c->first_byte_timeout_ms;
+    if (u->idle_timeout_ms < 0)
+        u->idle_timeout_ms = c->upstream_idle_timeout_ms;
+    if (u->total_timeout_ms < 0)
+        u->total_timeout_ms = c->total_timeout_ms;
+    if (u->url == NULL) {
+        u->url = gw_strdup(DEFAULT_URL);
+        if (u->url == NULL)
+            return GW_ENOMEM;
+    }
+    return 0;
+}
+
 int
 config_defaults(struct gw_config *c)
 {
+    struct config_upstream *u;
     size_t i;
     int rc;
 
     memset(c, 0, sizeof(*c));
     for (i = 0; i < NUM_SECTIONS; i++) {
-        if (sections[i].named)
+        if (sections[i].named != N_NONE)
             continue;
-        rc = apply_defaults(sections[i].name, (char *)c);
-        if (rc != 0) {
-            config_release(c);
-            return rc;
-        }
+        rc = apply_defaults(sections[i].name, S_GLOBAL, (char *)c);
+        if (rc != 0)
+            goto out;
     }
-    return 0;
+    /* The built-in upstream (line 0): a file's first [upstream] drops it. */
+    rc = upstream_start(c, "default", 0, &u);
+    if (rc == 0)
+        rc = upstream_resolve(c, u);
+out:
+    if (rc != 0)
+        config_release(c);
+    return rc;
+}
+
+const struct config_upstream *
+config_find_upstream(const struct gw_config *c, const char *name)
+{
+    size_t i;
+
+    for (i = 0; i < c->num_upstreams; i++)
+        if (strcmp(c->upstreams[i].name, name) == 0)
+            return &c->upstreams[i];
+    return NULL;
 }
 
 void
@@ -523,8 +775,8 @@ config_release(struct gw_config *c)
 
     gw_free(c->path);
     gw_free(c->listen);
-    gw_free(c->upstream_url);
-    wipe_free(c->upstream_api_key);
+    for (i = 0; i < c->num_upstreams; i++)
+        upstream_release(&c->upstreams[i]);
     for (i = 0; i < c->num_tenants; i++) {
         struct config_tenant *t = &c->tenants[i];
 
@@ -558,6 +810,84 @@ end_tenant(struct loader *ld)
     return GW_EINVAL;
 }
 
+/* An upstream section ends: a named one must have said where it is. */
+static int
+end_upstream(struct loader *ld)
+{
+    struct config_upstream *u = ld->upstream;
+
+    ld->upstream = NULL;
+    if (u == NULL || u->url != NULL || ld->upstream_plain)
+        return 0;
+    set_err(ld, u->line, "upstream '%s' has no url", u->name);
+    return GW_EINVAL;
+}
+
+/* Forget the per-section "set at line" marks of a repeating section. */
+static void
+reset_set_lines(struct loader *ld, enum setting_scope scope)
+{
+    size_t i;
+
+    for (i = 0; i < NUM_SETTINGS; i++)
+        if (settings[i].scope == scope)
+            ld->set_line[i] = 0;
+}
+
+/* An upstream name goes into metrics labels and logs: keep it plain. */
+static int
+valid_name(const char *s)
+{
+    size_t n = strlen(s), i;
+
+    if (n == 0 || n > CONFIG_NAME_MAX)
+        return 0;
+    for (i = 0; i < n; i++)
+        if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z')
+              || (s[i] >= '0' && s[i] <= '9') || s[i] == '.' || s[i] == '-'
+              || s[i] == '_'))
+            return 0;
+    return 1;
+}
+
+static int
+on_upstream_header(struct loader *ld, const struct cfg_entry *e)
+{
+    struct gw_config *c = ld->c;
+    const char *name = e->name[0] != '\0' ? e->name : "default";
+    size_t i;
+    int rc;
+
+    if (!valid_name(name)) {
+        set_err(ld, e->line, "upstream name '%s': expected at most %d "
+                "letters, digits, '.', '-' or '_'", name, CONFIG_NAME_MAX);
+        return GW_EINVAL;
+    }
+    /* The built-in upstream gives way to the file's. */
+    if (c->num_upstreams == 1 && c->upstreams[0].line == 0) {
+        upstream_release(&c->upstreams[0]);
+        c->num_upstreams = 0;
+    }
+    for (i = 0; i < c->num_upstreams; i++) {
+        if (strcmp(c->upstreams[i].name, name) == 0) {
+            set_err(ld, e->line, "duplicate upstream '%s', first at line %d",
+                    name, c->upstreams[i].line);
+            return GW_EINVAL;
+        }
+    }
+    if (c->num_upstreams == CONFIG_MAX_UPSTREAMS) {
+        set_err(ld, e->line, "too many upstreams (at most %d)",
+                CONFIG_MAX_UPSTREAMS);
+        return GW_EINVAL;
+    }
+    rc = upstream_start(c, name, e->line, &ld->upstream);
+    if (rc != 0)
+        return rc;
+    ld->upstream_plain = e->name[0] == '\0';
+    reset_set_lines(ld, S_UPSTREAM);
+    return 0;
+}
+
 static int
 on_tenant_header(struct loader *ld, const struct cfg_entry *e)
 {
@@ -566,9 +896,9 @@ on_tenant_header(struct loader *ld, const struct cfg_entry *e)
     size_t i;
     int rc;
 
-    if (strlen(e->name) > TENANT_NAME_MAX) {
+    if (strlen(e->name) > CONFIG_NAME_MAX) {
         set_err(ld, e->line, "tenant name longer than %d characters",
-                TENANT_NAME_MAX);
+                CONFIG_NAME_MAX);
         return GW_EINVAL;
     }
     for (i = 0; i < c->num_tenants; i++) {
@@ -591,13 +921,11 @@ on_tenant_header(struct loader *ld, const struct cfg_entry *e)
     /* Counted from here on, so config_release frees the name. */
     ld->tenant_line[c->num_tenants] = e->line;
     c->num_tenants++;
-    rc = apply_defaults("tenant", (char *)t);
+    rc = apply_defaults("tenant", S_TENANT, (char *)t);
     if (rc != 0)
         return rc;
     ld->tenant = t;
-    for (i = 0; i < NUM_SETTINGS; i++)
-        if (strcmp(settings[i].section, "tenant") == 0)
-            ld->set_line[i] = 0;
+    reset_set_lines(ld, S_TENANT);
     return 0;
 }
 
@@ -614,20 +942,24 @@ on_header(struct loader *ld, const struct cfg_entry *e)
         set_err(ld, e->line, "unknown section [%s]", e->section);
         return GW_EINVAL;
     }
-    if (!sections[i].named && e->name[0] != '\0') {
+    if (sections[i].named == N_NONE && e->name[0] != '\0') {
         set_err(ld, e->line, "section [%s] takes no name", e->section);
         return GW_EINVAL;
     }
-    if (sections[i].named && e->name[0] == '\0') {
+    if (sections[i].named == N_REQUIRED && e->name[0] == '\0') {
         set_err(ld, e->line, "section [%s] needs a name, as in "
                 "[%s NAME]", e->section, e->section);
         return GW_EINVAL;
     }
     rc = end_tenant(ld);
+    if (rc == 0)
+        rc = end_upstream(ld);
     if (rc != 0)
         return rc;
-    if (sections[i].named)
+    if (sections[i].named == N_REQUIRED)
         return on_tenant_header(ld, e);
+    if (sections[i].named == N_OPTIONAL)
+        return on_upstream_header(ld, e);
     if (ld->section_line[i] != 0) {
         set_err(ld, e->line, "duplicate section [%s], first at line %d",
                 e->section, ld->section_line[i]);
@@ -666,12 +998,66 @@ add_tenant_key(struct loader *ld, const struct cfg_entry *e)
     return 0;
 }
 
+/*
+ * The line that already set the value 's' stores, or 0.  Two rows may
+ * store one global value (forward_client_auth in [upstream] and
+ * [routing]); setting it twice is a duplicate either way.
+ */
+static int
+first_set_line(const struct loader *ld, const struct setting *s, size_t idx)
+{
+    size_t i;
+
+    if (s->scope != S_GLOBAL)
+        return ld->set_line[idx];
+    for (i = 0; i < NUM_SETTINGS; i++)
+        if (settings[i].scope == S_GLOBAL
+            && settings[i].offset == s->offset && ld->set_line[i] != 0)
+            return ld->set_line[i];
+    return 0;
+}
+
+/* Where setting 's' is stored while 'ld' reads its current section. */
+static char *
+setting_base(const struct loader *ld, const struct setting *s)
+{
+    switch (s->scope) {
+    case S_TENANT:
+        return (char *)ld->tenant;
+    case S_UPSTREAM:
+        return (char *)ld->upstream;
+    case S_GLOBAL:
+        break;
+    }
+    return (char *)ld->c;
+}
+
+/* One model twice in one upstream's list is a typo worth a message. */
+static int
+check_models(struct loader *ld, const struct cfg_entry *e)
+{
+    const struct config_upstream *u = ld->upstream;
+    size_t i, k;
+
+    for (i = 0; i < u->num_models; i++) {
+        for (k = 0; k < i; k++) {
+            if (strcmp(u->models[i], u->models[k]) == 0) {
+                set_err(ld, e->line, "models: '%s' is listed twice",
+                        u->models[i]);
+                return GW_EINVAL;
+            }
+        }
+    }
+    return 0;
+}
+
 static int
 on_setting(struct loader *ld, const struct cfg_entry *e)
 {
     const struct setting *s;
     char where[160], expected[160];
     size_t idx;
+    int line;
     int rc;
 
     if (e->section[0] == '\0') {
@@ -684,13 +1070,13 @@ on_setting(struct loader *ld, const struct cfg_entry *e)
         set_err(ld, e->line, "unknown key '%s' in %s", e->key, where);
         return GW_EINVAL;
     }
-    if (s->type != T_TENANT_KEY && ld->set_line[idx] != 0) {
+    line = first_set_line(ld, s, idx);
+    if (s->type != T_TENANT_KEY && line != 0) {
         set_err(ld, e->line, "duplicate key '%s' in %s, first set at "
-                "line %d", e->key, where, ld->set_line[idx]);
+                "line %d", e->key, where, line);
         return GW_EINVAL;
     }
-    rc = set_value(s, ld->tenant != NULL ? (char *)ld->tenant
-                                         : (char *)ld->c, e->value);
+    rc = set_value(s, setting_base(ld, s), e->value);
     if (rc == GW_EINVAL) {
         describe(s, expected, sizeof(expected));
         if (s->type == T_SECRET || s->type == T_TENANT_KEY)
@@ -702,11 +1088,12 @@ on_setting(struct loader *ld, const struct cfg_entry *e)
     }
     if (rc != 0)
         return rc;
-    if (s->type == T_TENANT_KEY) {
+    if (s->type == T_TENANT_KEY)
         rc = add_tenant_key(ld, e);
-        if (rc != 0)
-            return rc;
-    }
+    else if (s->type == T_MODELS)
+        rc = check_models(ld, e);
+    if (rc != 0)
+        return rc;
     ld->set_line[idx] = e->line;
     return 0;
 }
@@ -728,7 +1115,33 @@ apply_file(struct loader *ld, const struct cfg_file *f)
         if (rc != 0)
             return rc;
     }
-    return end_tenant(ld);
+    rc = end_tenant(ld);
+    if (rc == 0)
+        rc = end_upstream(ld);
+    return rc;
+}
+
+/* After the last entry: every upstream's timeouts from [routing]'s. */
+static int
+finish(struct loader *ld)
+{
+    struct gw_config *c = ld->c;
+    struct config_upstream *u;
+    size_t i;
+    int rc;
+
+    for (i = 0; i < c->num_upstreams; i++) {
+        u = &c->upstreams[i];
+        if (u->line == 0) {
+            /* Built in: resolved by config_defaults before [routing]. */
+            u->connect_timeout_ms = u->first_byte_timeout_ms = -1;
+            u->idle_timeout_ms = u->total_timeout_ms = -1;
+        }
+        rc = upstream_resolve(c, u);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
 }
 
 /*
@@ -768,6 +1181,8 @@ load(const char *name, const char *text, struct gw_config *c, char *err,
     if (rc != 0)
         goto out;
     rc = apply_file(&ld, &f);
+    if (rc == 0)
+        rc = finish(&ld);
 
 out:
     if (rc == GW_ENOMEM)
@@ -797,15 +1212,19 @@ config_load_text(const char *name, const char *text, struct gw_config *c,
  * GW_EINVAL past the end.  check_cfg walks it to prove etc/gateway.conf
  * documents every setting.
  */
-int config_schema_entry(size_t i, const char **section, const char **key);
+int config_schema_entry(size_t i, const char **section, const char **key,
+                        int *alias);
 
+/* OUT *alias: a second name for a value set elsewhere (no default). */
 int
-config_schema_entry(size_t i, const char **section, const char **key)
+config_schema_entry(size_t i, const char **section, const char **key,
+                    int *alias)
 {
     if (i >= NUM_SETTINGS)
         return GW_EINVAL;
     *section = settings[i].section;
     *key = settings[i].key;
+    *alias = settings[i].scope == S_GLOBAL && settings[i].def == NULL;
     return 0;
 }
 #endif

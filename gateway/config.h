@@ -13,6 +13,35 @@
 
 #define CONFIG_MAX_TENANTS 64
 #define CONFIG_MAX_TENANT_KEYS 16
+#define CONFIG_MAX_UPSTREAMS 64     /* a set of them fits a uint64_t */
+#define CONFIG_MAX_MODELS 64        /* per upstream */
+#define CONFIG_NAME_MAX 64          /* tenant, upstream and model names */
+
+enum config_balance {
+    BALANCE_LEAST_INFLIGHT = 0, /* power of two choices on open calls */
+    BALANCE_ROUND_ROBIN,        /* smooth weighted round robin */
+    BALANCE_PREFIX,             /* consistent hash of the prompt's prefix,
+                                   bounded loads */
+};
+
+/*
+ * One [upstream NAME] section (the plain [upstream] is "default").  The
+ * timeouts are resolved at load: an unset one takes [routing]'s.
+ */
+struct config_upstream {
+    char *name;
+    char *url;                  /* no trailing '/' */
+    char *api_key;              /* "" = none; sent as Bearer; wiped */
+    char *models[CONFIG_MAX_MODELS];    /* empty: ask GET /v1/models */
+    size_t num_models;
+    uint64_t weight;            /* 1: relative share of new requests */
+    uint64_t max_inflight;      /* 0 = no limit on open calls */
+    int64_t connect_timeout_ms;
+    int64_t first_byte_timeout_ms;      /* request sent to first body byte */
+    int64_t idle_timeout_ms;            /* between body bytes */
+    int64_t total_timeout_ms;
+    int line;                   /* its section header; 0 = built in */
+};
 
 struct config_tenant {
     char *name;
@@ -38,13 +67,26 @@ struct gw_config {
     int log_level;              /* GW_LOG_INFO */
     int access_log;             /* on */
 
-    /* [upstream] */
-    char *upstream_url;         /* "http://127.0.0.1:8000", no trailing / */
-    char *upstream_api_key;     /* "" = none; sent as Bearer; wiped */
+    /* [upstream NAME]: at least one (a built-in "default" when none) */
+    struct config_upstream upstreams[CONFIG_MAX_UPSTREAMS];
+    size_t num_upstreams;
+
+    /* [routing] (forward_client_auth also in the plain [upstream]) */
     int forward_client_auth;    /* off: the client's Authorization stays */
-    int64_t connect_timeout_ms; /* 5s */
+    int balance;                /* enum config_balance */
+    int64_t health_interval_ms; /* 5s; 0 = no GET /health probes */
+    uint64_t eject_after;       /* 3 failures in a row */
+    int64_t eject_time_ms;      /* 10s, doubling per repeat, at most 5m */
+    uint64_t retries;           /* 2 further attempts */
+    double retry_budget;        /* 0.2: retries+hedges per recent request */
+    uint64_t retry_budget_min;  /* 3 per budget window, always allowed */
+    int64_t hedge_after_ms;     /* 0 = off */
+    int64_t queue_timeout_ms;   /* 2s: wait for a max_inflight slot */
+    double prefix_epsilon;      /* 0.25: load bound (1 + e) x mean */
+    uint64_t prefix_bytes;      /* 1k: how much of the prompt is hashed */
+    int64_t connect_timeout_ms; /* 5s: each upstream's default ... */
     int64_t first_byte_timeout_ms;  /* 60s */
-    int64_t upstream_idle_timeout_ms;   /* 30s: between body bytes */
+    int64_t upstream_idle_timeout_ms;   /* 30s */
     int64_t total_timeout_ms;   /* 10m */
 
     /* [coalesce] */
@@ -66,8 +108,9 @@ int config_defaults(struct gw_config *c);
 
 /*
  * Load 'path' over the defaults.  Unknown section or key, bad value,
- * duplicate key, duplicate tenant or API key: fails with one message
- * "FILE:LINE: ..." in 'err'.  On failure 'c' is released.
+ * duplicate key, duplicate tenant, upstream, model or API key, an
+ * [upstream NAME] without url: fails with one message "FILE:LINE: ..."
+ * in 'err'.  On failure 'c' is released.
  * Returns 0, GW_EIO, GW_EPARSE, GW_EINVAL or GW_ENOMEM.
  */
 int config_load(const char *path, struct gw_config *c, char *err,
@@ -79,5 +122,12 @@ int config_load_text(const char *name, const char *text,
 
 /* Free everything 'c' owns; API keys are zeroized first. */
 void config_release(struct gw_config *c);
+
+/* The upstream called 'name', or NULL. */
+const struct config_upstream *config_find_upstream(const struct gw_config *c,
+                                                   const char *name);
+
+/* Label text of a balance setting ("least_inflight", ...). */
+const char *config_balance_name(int balance);
 
 #endif

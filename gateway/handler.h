@@ -8,7 +8,8 @@
  * the modules depend one way (DESIGN.md "Modules, one way"):
  *
  *   server -> conn -> route -> proxy -> {coalesce, flight, fanout,
- *                                        upstream, reply}
+ *                                        dispatch, reply}
+ *   dispatch -> {pool, upstream};  server -> health -> {pool, upstream}
  */
 #ifndef INFERGW_GATEWAY_HANDLER_H
 #define INFERGW_GATEWAY_HANDLER_H
@@ -22,6 +23,7 @@
 
 struct gw_config;
 struct upstream;
+struct pool;
 struct coalescer;
 struct reply;
 
@@ -32,7 +34,8 @@ struct reply;
  */
 struct handler_ctx {
     const struct gw_config *cfg;
-    struct upstream *up;
+    struct upstream *up;            /* the transfers */
+    struct pool *pool;              /* which upstream, and its health */
     struct coalescer *co;
     const _Atomic int *draining;    /* SIGTERM: readyz 503, no keep-alive,
                                        requests under way go on */

@@ -16,7 +16,9 @@
 
 #include "coalesce.h"
 #include "config.h"
+#include "health.h"
 #include "log.h"
+#include "pool.h"
 #include "server.h"
 #include "upstream.h"
 
@@ -67,6 +69,8 @@ main(int argc, char **argv)
     const char *path = INFERGW_DEFAULT_CONF;
     struct gw_config cfg;
     struct upstream *up = NULL;
+    struct pool *pool = NULL;
+    struct health *health = NULL;
     struct coalescer *co = NULL;
     struct server srv;
     char err[512];
@@ -107,15 +111,21 @@ main(int argc, char **argv)
     json_object_seed(0);
 
     up = upstream_new(&cfg);
+    pool = pool_new(&cfg);
     co = coalescer_new(&cfg);
-    if (up == NULL || co == NULL) {
+    if (up == NULL || pool == NULL || co == NULL) {
         log_msg(GW_LOG_ERROR, "main: out of memory at startup");
         return 1;
     }
-    if (server_init(&srv, &cfg, up, co) != 0 || server_listen(&srv) != 0)
+    if (server_init(&srv, &cfg, up, pool, co) != 0
+        || server_listen(&srv) != 0)
         return 1;
-    log_msg(GW_LOG_INFO, "main: infergw %s started config=%s upstream=%s",
-            INFERGW_VERSION, path, cfg.upstream_url);
+    health = health_start(&cfg, pool, up);
+    if (health == NULL)
+        return 1;
+    log_msg(GW_LOG_INFO, "main: infergw %s started config=%s upstreams=%zu "
+            "balance=%s", INFERGW_VERSION, path, cfg.num_upstreams,
+            config_balance_name(cfg.balance));
     if (server_run(&srv, sig_fd) != 0)
         return 1;
     rc = server_drain(&srv, sig_fd);
@@ -140,8 +150,10 @@ main(int argc, char **argv)
             _exit(1);
         }
     }
+    health_stop(health);
     server_release(&srv);
     coalescer_free(co);
+    pool_free(pool);
     upstream_free(up);
     curl_global_cleanup();
     config_release(&cfg);

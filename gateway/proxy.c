@@ -12,6 +12,7 @@
  */
 #include "proxy.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include <mbedtls/platform_util.h>
@@ -19,12 +20,14 @@
 #include "alloc.h"
 #include "coalesce.h"
 #include "config.h"
+#include "dispatch.h"
 #include "fanout.h"
 #include "flight.h"
 #include "handler.h"
 #include "log.h"
 #include "metrics.h"
 #include "net.h"
+#include "pool.h"
 #include "reply.h"
 #include "upstream.h"
 
@@ -44,17 +47,21 @@
 /*
  * The upstream request for hr's request (upstream.h says what of the
  * client's request reaches the upstream): NUL-terminated copies of the
- * target and, with forward_client_auth, of the client's credential.
+ * target and, with forward_client_auth, of the client's credential; and
+ * what the pool needs to choose an upstream (dispatch.h).
  */
 struct fwd {
     struct upstream_request ur;
     char *path;                 /* owned */
     char *auth;                 /* owned, wiped before free; or NULL */
+    const char *model;          /* the body's; NULL: any upstream */
+    uint64_t prefix_hash;       /* balance = prefix */
 };
 
 static int
-fwd_init(struct fwd *f, const struct handler_req *hr)
+fwd_init(struct fwd *f, const struct handler_req *hr, const json_t *json)
 {
+    const struct gw_config *cfg = hr->ctx->cfg;
     const struct http_request *req = hr->req;
     const struct http_header *h = NULL;
 
@@ -69,15 +76,38 @@ fwd_init(struct fwd *f, const struct handler_req *hr)
         f->auth = gw_strndup(h->value, h->value_len);
     if (f->path == NULL || (h != NULL && f->auth == NULL))
         return GW_ENOMEM;
-    /* route.c lets only GET and POST through to here */
-    f->ur.method = gw_strieq(req->method, req->method_len, "POST")
-                   ? "POST" : "GET";
+    /* route.c sends only POSTs of a JSON object here */
+    f->ur.method = "POST";
     f->ur.path = f->path;
     f->ur.body = buf_ptr(hr->body);
     f->ur.body_len = buf_len(hr->body);
     f->ur.request_id = hr->request_id;
     f->ur.client_auth = f->auth;
+    f->model = json_string_value(json_object_get(json, "model"));
+    if (cfg->balance == BALANCE_PREFIX)
+        f->prefix_hash = dispatch_prefix_hash(json,
+                                              (size_t)cfg->prefix_bytes);
     return 0;
+}
+
+static struct dispatch_ctx
+dispatch_of(const struct handler_ctx *ctx)
+{
+    struct dispatch_ctx dc = { ctx->cfg, ctx->pool, ctx->up };
+
+    return dc;
+}
+
+/* No response reached the client: say why, with the pool's Retry-After. */
+static void
+reply_dispatch_error(struct reply *r, const struct dispatch_result *out)
+{
+    if (out->res.rc == GW_EUNAVAIL)
+        reply_error_full(r, 503, "server_error", NULL,
+                         "upstream_unavailable", out->res.reason,
+                         out->retry_after_s);
+    else
+        reply_upstream_error(r, out->res.rc, out->res.reason);
 }
 
 static void
@@ -149,23 +179,23 @@ direct_tick(void *arg)
 
 /* This client alone, with its own request id. */
 static void
-forward_direct(struct handler_req *hr, const struct upstream_request *ur)
+forward_direct(struct handler_req *hr, const struct fwd *fw)
 {
     struct direct d = { hr, 0 };
     struct upstream_sink sink = { &d, direct_head, direct_data,
                                   direct_tick };
-    struct upstream_result res;
+    struct dispatch_ctx dc = dispatch_of(hr->ctx);
+    struct dispatch_result out;
     struct reply *r = hr->reply;
 
-    metrics_upstream_call();
-    upstream_perform(hr->ctx->up, ur, &sink, &res);
-    r->upstream_status = res.status;
-    if (res.rc == 0)
+    dispatch_run(&dc, &fw->ur, fw->model, fw->prefix_hash, &sink, &out);
+    r->upstream_status = out.res.status;
+    if (out.res.rc == 0)
         reply_end(r);
-    else if (res.rc == GW_EABORTED || r->broken)
+    else if (out.res.rc == GW_EABORTED || r->broken)
         reply_gone(r);          /* the client went away: nothing to say */
     else
-        reply_upstream_error(r, res.rc, res.reason);
+        reply_dispatch_error(r, &out);
 }
 
 /* The flight's id for the access log: a copy, the flight goes first. */
@@ -317,14 +347,15 @@ lead_tick(void *arg)
  */
 static void
 lead(struct handler_req *hr, struct flight *f, struct fanout_reader *self,
-     const struct upstream_request *ur0, const unsigned char *key,
-     const char *keyhex)
+     const struct fwd *fw, const unsigned char *key, const char *keyhex)
 {
     const struct handler_ctx *ctx = hr->ctx;
     struct leader l;
     struct upstream_sink sink = { &l, lead_head, lead_data, lead_tick };
-    struct upstream_request ur = *ur0;
-    struct upstream_result res;
+    struct upstream_request ur = fw->ur;
+    struct dispatch_ctx dc = dispatch_of(ctx);
+    struct dispatch_result out;
+    const struct upstream_result *res = &out.res;
 
     memset(&l, 0, sizeof(l));
     l.hr = hr;
@@ -341,14 +372,13 @@ lead(struct handler_req *hr, struct flight *f, struct fanout_reader *self,
     log_msg(GW_LOG_INFO, "coalesce: leader key=%s flight=%s", keyhex, f->id);
 
     ur.request_id = f->id;
-    metrics_upstream_call();
-    upstream_perform(ctx->up, &ur, &sink, &res);
-    coalescer_finish(ctx->co, key, f, res.rc, res.reason);
+    dispatch_run(&dc, &ur, fw->model, fw->prefix_hash, &sink, &out);
+    coalescer_finish(ctx->co, key, f, res->rc, res->reason);
     fanout_wake_all(f);
-    if (res.rc != 0 && res.rc != GW_EABORTED)
+    if (res->rc != 0 && res->rc != GW_EABORTED)
         log_msg(GW_LOG_INFO, "coalesce: flight failed key=%s flight=%s "
                 "reason=\"%s\"", keyhex, f->id,
-                res.reason != NULL ? res.reason : "-");
+                res->reason != NULL ? res->reason : "-");
 
     if (l.attached) {
         /* The transfer is over: now the client may take its time. */
@@ -377,19 +407,19 @@ follow(struct handler_req *hr, struct flight *f, struct fanout_reader *r,
 }
 
 static void
-bypass(struct handler_req *hr, const struct upstream_request *ur,
-       enum metrics_bypass why, const char *keyhex)
+bypass(struct handler_req *hr, const struct fwd *fw, enum metrics_bypass why,
+       const char *keyhex)
 {
     hr->reply->role = "bypass";
     metrics_coalesce_bypass(why);
     log_msg(GW_LOG_INFO, "coalesce: bypass key=%s reason=%s", keyhex,
             metrics_bypass_name(why));
-    forward_direct(hr, ur);
+    forward_direct(hr, fw);
 }
 
 /* Eligible: lead, follow, or (a bound reached) go alone. */
 static void
-coalesce(struct handler_req *hr, const struct upstream_request *ur)
+coalesce(struct handler_req *hr, const struct fwd *fw)
 {
     const struct handler_ctx *ctx = hr->ctx;
     unsigned char key[FLIGHT_KEY_LEN];
@@ -398,22 +428,33 @@ coalesce(struct handler_req *hr, const struct upstream_request *ur)
     struct flight *f;
     char keyhex[13];
 
-    coalesce_key(coalesce_tenant_name(ctx->cfg, hr->tenant),
-                 ctx->cfg->upstream_url, ur, key);
+    coalesce_key(coalesce_tenant_name(ctx->cfg, hr->tenant), &fw->ur, key);
     coalesce_key_hex(key, keyhex);
     fanout_reader_init(&r, hr->reply, ctx->cfg->follower_timeout_ms);
     switch (coalescer_join(ctx->co, key, &r.fr, &f, &why)) {
     case COALESCE_LEADER:
-        lead(hr, f, &r, ur, key, keyhex);
+        lead(hr, f, &r, fw, key, keyhex);
         break;
     case COALESCE_FOLLOWER:
         follow(hr, f, &r, key, keyhex);
         break;
     case COALESCE_BYPASS:
-        bypass(hr, ur, why, keyhex);
+        bypass(hr, fw, why, keyhex);
         break;
     }
     fanout_reader_release(&r);
+}
+
+/* 404 in OpenAI's shape for a model no upstream serves. */
+static void
+reply_no_model(struct handler_req *hr)
+{
+    char msg[128];
+
+    snprintf(msg, sizeof(msg), "The model '%s' does not exist or is not "
+             "served by any upstream", hr->model);
+    reply_error_full(hr->reply, 404, "invalid_request_error", "model",
+                     "model_not_found", msg, 0);
 }
 
 void
@@ -422,15 +463,17 @@ proxy_forward(struct handler_req *hr, const json_t *json, int coalescable)
     enum metrics_bypass why;
     struct fwd fw;
 
-    if (fwd_init(&fw, hr) != 0)
+    if (fwd_init(&fw, hr, json) != 0)
         reply_error(hr->reply, 503, "server_error", "overloaded",
                     "out of memory");
-    else if (!coalescable || json == NULL)
-        forward_direct(hr, &fw.ur);
+    else if (fw.model != NULL && !pool_serves(hr->ctx->pool, fw.model))
+        reply_no_model(hr);
+    else if (!coalescable)
+        forward_direct(hr, &fw);
     else if (!coalesce_eligible(hr->ctx->cfg, hr->tenant, hr->req, json,
                                 &why))
-        bypass(hr, &fw.ur, why, "-");
+        bypass(hr, &fw, why, "-");
     else
-        coalesce(hr, &fw.ur);
+        coalesce(hr, &fw);
     fwd_release(&fw);
 }

@@ -265,26 +265,36 @@ reply_send(struct reply *r, int status, const char *content_type,
 }
 
 int
-reply_error(struct reply *r, int status, const char *type, const char *code,
-            const char *message)
+reply_error_full(struct reply *r, int status, const char *type,
+                 const char *param, const char *code, const char *message,
+                 int retry_after_s)
 {
     struct buf b;
-    const char *extra = NULL;
+    char extra[40];
     int rc;
 
     if (r->head_sent) {
         reply_fail_body(r, type, code, message);
         return GW_ECLOSED;
     }
-    if (status == 503 || status == 429)
-        extra = "Retry-After: 1\r\n";
+    extra[0] = '\0';
+    if (retry_after_s > 0)
+        snprintf(extra, sizeof(extra), "Retry-After: %d\r\n", retry_after_s);
     buf_init(&b, 4096);
-    rc = jsonx_error_body(&b, message, type, NULL, code);
+    rc = jsonx_error_body(&b, message, type, param, code);
     if (rc == 0)
         rc = reply_send(r, status, "application/json", buf_ptr(&b),
-                        buf_len(&b), extra);
+                        buf_len(&b), extra[0] != '\0' ? extra : NULL);
     buf_release(&b);
     return rc;
+}
+
+int
+reply_error(struct reply *r, int status, const char *type, const char *code,
+            const char *message)
+{
+    return reply_error_full(r, status, type, NULL, code, message,
+                            status == 503 || status == 429 ? 1 : 0);
 }
 
 int
@@ -325,6 +335,14 @@ reply_upstream_error(struct reply *r, int rc, const char *reason)
     case GW_ESTOPPING:
         reply_error(r, 503, "server_error", "shutting_down",
                     "gateway shutting down");
+        return;
+    case GW_EUNAVAIL:
+        reply_error(r, 503, "server_error", "upstream_unavailable", reason);
+        return;
+    case GW_ENOTFOUND:
+        reply_error_full(r, 404, "invalid_request_error", "model",
+                         "model_not_found", "the model is not served by "
+                         "any upstream", 0);
         return;
     default:
         snprintf(msg, sizeof(msg), "upstream %s", reason);

@@ -146,6 +146,12 @@ int reply_send(struct reply *r, int status, const char *content_type,
 int reply_error(struct reply *r, int status, const char *type,
                 const char *code, const char *message);
 
+/* The same with the error's "param" (NULL: null) and a Retry-After of
+ * 'retry_after_s' seconds (0: none). */
+int reply_error_full(struct reply *r, int status, const char *type,
+                     const char *param, const char *code,
+                     const char *message, int retry_after_s);
+
 /*
  * A request that failed to parse or arrive: 'status' from the parser
  * (408, 413, 414, 431, 501, 505; anything else is 400) with its code, and
@@ -155,9 +161,10 @@ int reply_request_error(struct reply *r, int status, const char *msg);
 
 /*
  * The error for an upstream call (or a flight) that ended with 'rc' and
- * 'reason' (upstream.h): 504 for a timeout, 503 when the gateway ran out
- * of memory or is stopping, else 502; or, once the head is sent, the same
- * as an SSE error event and an unclean end.
+ * 'reason' (upstream.h, dispatch.h): 504 for a timeout, 503 when the
+ * gateway ran out of memory or is stopping or no upstream is available,
+ * 404 for a model no upstream serves, else 502; or, once the head is
+ * sent, the same as an SSE error event and an unclean end.
  */
 void reply_upstream_error(struct reply *r, int rc, const char *reason);
 

@@ -16,13 +16,14 @@
 #include "jsonx.h"
 #include "log.h"
 #include "metrics.h"
+#include "pool.h"
 #include "proxy.h"
 #include "reply.h"
 
 enum route_kind {
     KIND_COMPLETION,        /* POST JSON object, may coalesce */
     KIND_JSON,              /* POST JSON object */
-    KIND_PROXY_GET,         /* GET forwarded as is */
+    KIND_MODELS,            /* GET, answered from the pool's cache */
     KIND_HEALTHZ,
     KIND_READYZ,
     KIND_METRICS,
@@ -39,7 +40,7 @@ static const struct route_def routes[] = {
     { "/v1/chat/completions", "POST", ROUTE_CHAT, KIND_COMPLETION },
     { "/v1/completions", "POST", ROUTE_COMPLETIONS, KIND_COMPLETION },
     { "/v1/embeddings", "POST", ROUTE_EMBEDDINGS, KIND_JSON },
-    { "/v1/models", "GET", ROUTE_MODELS, KIND_PROXY_GET },
+    { "/v1/models", "GET", ROUTE_MODELS, KIND_MODELS },
     { "/healthz", "GET", ROUTE_HEALTHZ, KIND_HEALTHZ },
     { "/readyz", "GET", ROUTE_READYZ, KIND_READYZ },
     { "/metrics", "GET", ROUTE_METRICS, KIND_METRICS },
@@ -67,12 +68,32 @@ serve_metrics(struct handler_req *hr)
     struct buf b;
 
     buf_init(&b, 4 << 20);
-    if (metrics_render(&b, hr->ctx->cfg) == 0)
+    if (metrics_render(&b, hr->ctx->cfg) == 0
+        && pool_render_metrics(hr->ctx->pool, &b) == 0)
         reply_send(hr->reply, 200, "text/plain; version=0.0.4; charset=utf-8",
                    buf_ptr(&b), buf_len(&b), NULL);
     else
         reply_error(hr->reply, 500, "server_error", "internal_error",
                     "cannot render metrics");
+    buf_release(&b);
+}
+
+/*
+ * GET /v1/models: the union of the models of the upstreams that are not
+ * ejected (pool.h), never an upstream call per request.
+ */
+static void
+serve_models(struct handler_req *hr)
+{
+    struct buf b;
+
+    buf_init(&b, 4 << 20);
+    if (pool_models_json(hr->ctx->pool, &b) == 0)
+        reply_send(hr->reply, 200, "application/json", buf_ptr(&b),
+                   buf_len(&b), NULL);
+    else
+        reply_error(hr->reply, 503, "server_error", "overloaded",
+                    "out of memory");
     buf_release(&b);
 }
 
@@ -193,7 +214,7 @@ route_request(struct handler_req *hr)
         return;
     }
     if (rt->kind == KIND_COMPLETION || rt->kind == KIND_JSON
-        || rt->kind == KIND_PROXY_GET) {
+        || rt->kind == KIND_MODELS) {
         /*
          * With tenants configured, a client must present one of their
          * keys; without, everyone is tenant "default".  Checked before
@@ -218,14 +239,16 @@ route_request(struct handler_req *hr)
     case KIND_READYZ:
         if (handler_draining(hr->ctx))
             send_json_status(r, 503, "{\"status\":\"draining\"}");
+        else if (!pool_ready(hr->ctx->pool))
+            send_json_status(r, 503, "{\"status\":\"no_upstream\"}");
         else
             send_json_status(r, 200, "{\"status\":\"ready\"}");
         return;
     case KIND_METRICS:
         serve_metrics(hr);
         return;
-    case KIND_PROXY_GET:
-        proxy_forward(hr, NULL, 0);
+    case KIND_MODELS:
+        serve_models(hr);
         return;
     case KIND_COMPLETION:
     case KIND_JSON:

@@ -24,6 +24,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "net.h"
+#include "pool.h"
 #include "reply.h"
 
 struct thread_arg {
@@ -41,7 +42,7 @@ close_pair(int p[2])
 
 int
 server_init(struct server *s, const struct gw_config *cfg,
-            struct upstream *up, struct coalescer *co)
+            struct upstream *up, struct pool *pool, struct coalescer *co)
 {
     int wake[2] = { -1, -1 }, stop[2] = { -1, -1 }, done[2] = { -1, -1 };
     int attr = 0, rc = GW_EIO, err;
@@ -79,6 +80,7 @@ server_init(struct server *s, const struct gw_config *cfg,
     ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     s->ctx.cfg = cfg;
     s->ctx.up = up;
+    s->ctx.pool = pool;
     s->ctx.co = co;
     s->ctx.draining = &s->draining;
     s->ctx.stopping = &s->stopping;
@@ -280,8 +282,10 @@ server_stop(struct server *s)
         log_errno(GW_LOG_ERROR, errno, "server: stop pipe");
     log_msg(GW_LOG_WARN, "server: stopping connections=%ld: streams still "
             "open are cut", atomic_load(&s->active));
-    /* Parked followers sleep without a timer: wake them to see it. */
+    /* Parked followers sleep without a timer: wake them to see it; and
+     * the calls queued for a max_inflight slot. */
     coalescer_each(s->ctx.co, fanout_wake_all);
+    pool_stop(s->ctx.pool);
 }
 
 int

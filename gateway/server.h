@@ -64,7 +64,7 @@ struct server {
  * (logged) with nothing left open.
  */
 int server_init(struct server *s, const struct gw_config *cfg,
-                struct upstream *up, struct coalescer *co);
+                struct upstream *up, struct pool *pool, struct coalescer *co);
 
 /* Bind and listen; logs "server: listening addr=... port=N". */
 int server_listen(struct server *s);

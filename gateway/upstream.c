@@ -27,8 +27,9 @@
  * mallocs per line.  libcurl only reads that list during the transfer.
  * libcurl still allocates internally (it copies the URL, for one).
  *
- * Timers: libcurl enforces the connect and total timeouts.  The first byte
- * and idle timeouts are ours, checked in the progress callback, which
+ * Timers: libcurl enforces the connect and total timeouts (set per call:
+ * they are the upstream's).  The first byte (to the first body byte) and
+ * idle timeouts are ours, checked in the progress callback, which
  * libcurl calls after every read and at least once a second while the
  * transfer waits (curl_easy_perform() polls with a 1000 ms cap).  So those
  * two fire up to about a second late; in return nothing makes libcurl wake
@@ -92,8 +93,9 @@ struct up_handle {
 
 struct upstream {
     const struct gw_config *cfg;    /* borrowed, immutable */
-    char *auth_line;            /* "Authorization: Bearer KEY" or NULL;
-                                   owned, wiped before free; immutable */
+    /* Per upstream: "Authorization: Bearer KEY" or NULL; owned, wiped
+     * before free; immutable. */
+    char *auth_line[CONFIG_MAX_UPSTREAMS];
     size_t max_idle;            /* immutable */
     _Atomic uint64_t created;   /* handles made so far */
 
@@ -104,7 +106,8 @@ struct upstream {
 
 /* One transfer's state; lives on upstream_perform()'s stack. */
 struct xfer {
-    const struct gw_config *cfg;
+    const struct config_upstream *up;
+    const struct upstream_opts *opts;
     const struct upstream_sink *sink;
     struct upstream_result *res;
     struct up_handle *h;
@@ -123,12 +126,16 @@ struct xfer {
     int has_ctype;
     int has_te;                 /* Transfer-Encoding: length is unknown */
     int64_t content_length;
+    int64_t retry_after_ms;
+    int head_done;              /* the final head is in, maybe held */
 
     /* Set by a callback that stops the transfer; read after perform. */
     int fail_rc;
     const char *fail_reason;
     int sink_stopped;           /* the sink said so: it reports why */
 };
+
+static const struct upstream_opts default_opts = { 0, 0 };
 
 static size_t header_cb(char *p, size_t size, size_t n, void *arg);
 static size_t write_cb(char *p, size_t size, size_t n, void *arg);
@@ -153,7 +160,6 @@ handle_free(struct up_handle *h)
 static struct up_handle *
 handle_new(struct upstream *u)
 {
-    const struct gw_config *cfg = u->cfg;
     struct up_handle *h = NULL;
     struct up_handle *ret = NULL;
     CURL *c;
@@ -189,10 +195,6 @@ handle_new(struct upstream *u)
            != CURLE_OK
         || curl_easy_setopt(c, CURLOPT_HTTP_VERSION,
                             (long)CURL_HTTP_VERSION_1_1) != CURLE_OK
-        || curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS,
-                            (long)cfg->connect_timeout_ms) != CURLE_OK
-        || curl_easy_setopt(c, CURLOPT_TIMEOUT_MS,
-                            (long)cfg->total_timeout_ms) != CURLE_OK
         || curl_easy_setopt(c, CURLOPT_ERRORBUFFER, h->errbuf) != CURLE_OK
         || curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, header_cb) != CURLE_OK
         || curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, write_cb) != CURLE_OK
@@ -277,17 +279,19 @@ scratch_add(struct buf *sb, size_t *off, const char *first,
 }
 
 /*
- * Set every per-request option on 'h' for 'req'.  Borrows all arguments;
+ * Set every per-request option on 'h' for 'req' to upstream 'idx'.
+ * Borrows all arguments;
  * 'lines' (UP_MAX_LINES nodes, caller's storage) becomes the header list
  * and must outlive the transfer.  OUT *wipe: the scratch now holds the
  * client's credentials.  OUT *reason: static text on failure.  Returns 0,
  * GW_EINVAL, GW_ETOOBIG or GW_ENOMEM.
  */
 static int
-prepare(struct upstream *u, struct up_handle *h,
-        const struct upstream_request *req, struct curl_slist *lines,
-        int *wipe, const char **reason)
+prepare(struct upstream *u, struct up_handle *h, size_t idx,
+        const struct upstream_request *req, const struct upstream_opts *opts,
+        struct curl_slist *lines, int *wipe, const char **reason)
 {
+    const struct config_upstream *up = &u->cfg->upstreams[idx];
     struct buf *b = &h->scratch;
     size_t off[UP_MAX_LINES];           /* header lines in the scratch */
     char *shared_auth = NULL;           /* u->auth_line: read-only, shared */
@@ -315,7 +319,7 @@ prepare(struct upstream *u, struct up_handle *h,
     }
 
     buf_reset(b);
-    rc = scratch_add(b, &url_off, u->cfg->upstream_url, req->path);
+    rc = scratch_add(b, &url_off, up->url, req->path);
     if (rc != 0)
         goto out;
     /*
@@ -355,8 +359,8 @@ prepare(struct upstream *u, struct up_handle *h,
         rc = scratch_add(b, &off[n++], "Authorization: ", req->client_auth);
         if (rc != 0)
             goto out;
-    } else if (u->auth_line != NULL) {
-        shared_auth = u->auth_line;
+    } else if (u->auth_line[idx] != NULL) {
+        shared_auth = u->auth_line[idx];
     }
 
     /* The scratch no longer moves: turn offsets into the list. */
@@ -371,7 +375,13 @@ prepare(struct upstream *u, struct up_handle *h,
     /* CURLOPT_URL copies the string: the one setopt here that allocates. */
     rc = GW_ENOMEM;
     if (curl_easy_setopt(c, CURLOPT_URL, b->data + url_off) != CURLE_OK
-        || curl_easy_setopt(c, CURLOPT_HTTPHEADER, lines) != CURLE_OK)
+        || curl_easy_setopt(c, CURLOPT_HTTPHEADER, lines) != CURLE_OK
+        || curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS,
+                            (long)up->connect_timeout_ms) != CURLE_OK
+        || curl_easy_setopt(c, CURLOPT_TIMEOUT_MS,
+                            (long)(opts->total_timeout_ms > 0
+                                   ? opts->total_timeout_ms
+                                   : up->total_timeout_ms)) != CURLE_OK)
         goto out;
     if (is_post) {
         /*
@@ -447,6 +457,36 @@ parse_status_line(const char *p, size_t n)
     return status >= 100 ? status : -1;
 }
 
+/*
+ * Worth trying another upstream for: the upstream is overloaded, down
+ * behind a proxy, or timed out behind one (RFC 9110 15.6.3-15.6.5, 6585).
+ */
+static int
+retryable_status(int status)
+{
+    return status == 429 || status == 502 || status == 503 || status == 504;
+}
+
+/*
+ * Retry-After as delay-seconds (RFC 9110 10.2.3), in ms; 0 when absent,
+ * malformed or an HTTP-date (vLLM and its proxies send seconds).
+ */
+static int64_t
+parse_retry_after(const char *p, size_t n)
+{
+    int64_t v = 0;
+    size_t i;
+
+    if (n == 0 || n > 9)
+        return 0;
+    for (i = 0; i < n; i++) {
+        if (p[i] < '0' || p[i] > '9')
+            return 0;
+        v = v * 10 + (p[i] - '0');
+    }
+    return v * 1000;
+}
+
 /* Content-Length value: 1*DIGIT (RFC 9110 8.6), else -1. */
 static int64_t
 parse_length(const char *p, size_t n)
@@ -478,7 +518,6 @@ header_cb(char *p, size_t size, size_t n, void *arg)
 {
     struct xfer *x = arg;
     struct up_handle *h = x->h;
-    const struct upstream_sink *s = x->sink;
     const char *colon, *v, *end;
     size_t len = n, name_len;
     int rc;
@@ -506,6 +545,7 @@ header_cb(char *p, size_t size, size_t n, void *arg)
         x->has_ctype = 0;
         x->has_te = 0;
         x->content_length = -1;
+        x->retry_after_ms = 0;
         buf_reset(&h->ctype);
         return n;
     }
@@ -517,13 +557,12 @@ header_cb(char *p, size_t size, size_t n, void *arg)
             x->want_status_line = 1;
             return n;
         }
-        x->res->head_seen = 1;
+        /* Held until the first body byte (upstream.h). */
+        x->head_done = 1;
         x->res->status = x->status;
-        rc = s->on_head(s->arg, x->status,
-                        x->has_ctype ? buf_ptr(&h->ctype) : NULL,
-                        x->has_te ? -1 : x->content_length);
-        if (rc != 0) {
-            sink_stop(x, rc);
+        x->res->retry_after_ms = x->retry_after_ms;
+        if (x->opts->stop_on_retryable && retryable_status(x->status)) {
+            xfer_fail(x, GW_EUPSTREAM, "retryable status");
             return 0;
         }
         return n;
@@ -554,8 +593,31 @@ header_cb(char *p, size_t size, size_t n, void *arg)
         x->content_length = parse_length(v, (size_t)(end - v));
     } else if (gw_strieq(p, name_len, "transfer-encoding")) {
         x->has_te = 1;                  /* RFC 9112 6.3: overrides length */
+    } else if (gw_strieq(p, name_len, "retry-after")) {
+        x->retry_after_ms = parse_retry_after(v, (size_t)(end - v));
     }
     return n;
+}
+
+/*
+ * Tell the sink of the held head (once).  Returns 0 or the sink's code,
+ * with the transfer's failure noted.
+ */
+static int
+deliver_head(struct xfer *x)
+{
+    const struct upstream_sink *s = x->sink;
+    int rc;
+
+    if (x->res->head_seen)
+        return 0;
+    x->res->head_seen = 1;
+    rc = s->on_head(s->arg, x->status,
+                    x->has_ctype ? buf_ptr(&x->h->ctype) : NULL,
+                    x->has_te ? -1 : x->content_length);
+    if (rc != 0)
+        sink_stop(x, rc);
+    return rc;
 }
 
 /*
@@ -573,14 +635,17 @@ write_cb(char *p, size_t size, size_t n, void *arg)
     if (n == 0)
         return 0;
     x->rx += n;
-    if (!x->res->head_seen) {
+    if (!x->head_done) {
         /* Cannot happen over HTTP/1.x (0.9 is refused by default); kept
          * so that on_data can never precede on_head. */
         xfer_fail(x, GW_EUPSTREAM, "bad response head");
         return 0;
     }
-    if (x->res->bytes == 0)
+    if (x->res->bytes == 0) {
         x->res->ttfb_us = gw_now_us() - x->start_us;
+        if (deliver_head(x) != 0)
+            return 0;
+    }
     x->res->bytes += n;
     rc = s->on_data(s->arg, p, n);
     if (rc != 0) {
@@ -598,15 +663,17 @@ write_cb(char *p, size_t size, size_t n, void *arg)
  * The first byte timer starts once the connection is up (pretransfer), and
  * starts over when the whole body has been handed to the socket, which the
  * upload counter shows: an upstream that never reads our body is caught
- * too, not only one that never answers.  After the first response byte the
- * idle timer takes over, fed by header and body bytes alike.
+ * too, not only one that never answers.  It runs to the first body byte:
+ * a stream's head comes at once, its first event after the prompt is
+ * processed.  After that the idle timer takes over, fed by header and
+ * body bytes alike.
  */
 static int
 xferinfo_cb(void *arg, curl_off_t dltotal, curl_off_t dlnow,
             curl_off_t ultotal, curl_off_t ulnow)
 {
     struct xfer *x = arg;
-    const struct gw_config *cfg;
+    const struct config_upstream *up;
     const struct upstream_sink *s = x->sink;
     curl_off_t pretransfer_us = 0;
     int64_t now;
@@ -622,9 +689,9 @@ xferinfo_cb(void *arg, curl_off_t dltotal, curl_off_t dlnow,
             return 1;
         }
     }
-    cfg = x->cfg;
+    up = x->up;
     now = gw_now_ms();
-    if (x->rx == 0) {
+    if (x->res->bytes == 0) {
         if (x->timeout_base_ms < 0) {
             if (curl_easy_getinfo(x->h->curl, CURLINFO_PRETRANSFER_TIME_T,
                                   &pretransfer_us) != CURLE_OK
@@ -636,8 +703,8 @@ xferinfo_cb(void *arg, curl_off_t dltotal, curl_off_t dlnow,
             x->request_sent = 1;
             x->timeout_base_ms = now;
         }
-        if (cfg->first_byte_timeout_ms > 0
-            && now - x->timeout_base_ms >= cfg->first_byte_timeout_ms) {
+        if (up->first_byte_timeout_ms > 0
+            && now - x->timeout_base_ms >= up->first_byte_timeout_ms) {
             xfer_fail(x, GW_ETIMEDOUT, "first byte timeout");
             return 1;
         }
@@ -648,8 +715,8 @@ xferinfo_cb(void *arg, curl_off_t dltotal, curl_off_t dlnow,
         x->last_rx_ms = now;
         return 0;
     }
-    if (cfg->upstream_idle_timeout_ms > 0
-        && now - x->last_rx_ms >= cfg->upstream_idle_timeout_ms) {
+    if (up->idle_timeout_ms > 0
+        && now - x->last_rx_ms >= up->idle_timeout_ms) {
         xfer_fail(x, GW_ETIMEDOUT, "idle timeout");
         return 1;
     }
@@ -657,30 +724,49 @@ xferinfo_cb(void *arg, curl_off_t dltotal, curl_off_t dlnow,
 }
 
 /*
- * Turn the libcurl outcome into our code.  OUT *reason: static text.
- * Callback-made stops carry their own code and reason in 'x'.
+ * Turn the libcurl outcome into our code.  OUT *reason: static text;
+ * OUT *fail: the kind, for the upstream's health.  Callback-made stops
+ * carry their own code and reason in 'x'.
  */
 static int
-map_result(struct xfer *x, CURLcode cc, const char **reason)
+map_result(struct xfer *x, CURLcode cc, const char **reason,
+           enum upstream_failure *fail)
 {
     curl_off_t pretransfer_us = 0;
 
+    *fail = UPF_BROKEN;
     switch (cc) {
     case CURLE_OK:
-        if (!x->res->head_seen)
+        if (!x->head_done)
             break;                      /* ended without a final head */
+        *fail = UPF_NONE;
+        /* An empty body: the held head goes now. */
+        if (deliver_head(x) != 0) {
+            *reason = x->fail_reason;
+            return x->fail_rc;
+        }
         *reason = "complete";
         return 0;
     case CURLE_WRITE_ERROR:             /* a header or write callback */
     case CURLE_ABORTED_BY_CALLBACK:     /* the progress callback */
         if (x->fail_rc != 0) {
             *reason = x->fail_reason;
+            if (x->sink_stopped)
+                *fail = UPF_NONE;
+            else if (x->fail_rc == GW_ETIMEDOUT)
+                *fail = UPF_TIMEOUT;
+            else if (x->fail_rc == GW_ENOMEM)
+                *fail = UPF_LOCAL;
+            else if (x->head_done && retryable_status(x->status)
+                     && !x->res->head_seen)
+                *fail = UPF_STATUS;
             return x->fail_rc;
         }
         break;
     case CURLE_COULDNT_RESOLVE_HOST:
     case CURLE_COULDNT_CONNECT:
         *reason = "connect failed";
+        *fail = UPF_CONNECT;
         return GW_EUPSTREAM;
     case CURLE_OPERATION_TIMEDOUT:
         /* Raised for CONNECTTIMEOUT and TIMEOUT alike; they differ in
@@ -688,6 +774,7 @@ map_result(struct xfer *x, CURLcode cc, const char **reason)
         curl_easy_getinfo(x->h->curl, CURLINFO_PRETRANSFER_TIME_T,
                           &pretransfer_us);
         *reason = pretransfer_us > 0 ? "total timeout" : "connect timeout";
+        *fail = UPF_TIMEOUT;
         return GW_ETIMEDOUT;
     case CURLE_SSL_CONNECT_ERROR:
     case CURLE_PEER_FAILED_VERIFICATION:
@@ -696,6 +783,7 @@ map_result(struct xfer *x, CURLcode cc, const char **reason)
     case CURLE_SSL_CIPHER:
     case CURLE_SSL_ISSUER_ERROR:
         *reason = "tls failed";
+        *fail = UPF_CONNECT;
         return GW_EUPSTREAM;
     case CURLE_GOT_NOTHING:
         *reason = "empty reply";
@@ -705,9 +793,11 @@ map_result(struct xfer *x, CURLcode cc, const char **reason)
         return GW_EUPSTREAM;
     case CURLE_URL_MALFORMAT:
         *reason = "invalid request url";
+        *fail = UPF_LOCAL;
         return GW_EINVAL;
     case CURLE_OUT_OF_MEMORY:
         *reason = "out of memory";
+        *fail = UPF_LOCAL;
         return GW_ENOMEM;
     default:
         break;                          /* RECV_ERROR, PARTIAL_FILE, ... */
@@ -721,10 +811,10 @@ upstream_new(const struct gw_config *cfg)
 {
     struct upstream *u = NULL;
     struct upstream *ret = NULL;
-    const char *key = cfg->upstream_api_key;
-    size_t len;
+    const char *key;
+    size_t len, i;
 
-    assert(cfg->upstream_url != NULL);
+    assert(cfg->num_upstreams >= 1);
     u = gw_calloc(1, sizeof(*u));
     if (u == NULL)
         goto out;
@@ -738,18 +828,21 @@ upstream_new(const struct gw_config *cfg)
     u->idle = gw_calloc(u->max_idle, sizeof(*u->idle));
     if (u->idle == NULL)
         goto out;
-    if (key != NULL && key[0] != '\0') {
+    for (i = 0; i < cfg->num_upstreams; i++) {
+        key = cfg->upstreams[i].api_key;
+        if (key == NULL || key[0] == '\0')
+            continue;
         if (!header_value_ok(key)) {
-            log_msg(GW_LOG_ERROR, "upstream: upstream_api_key contains a "
-                    "line break");
+            log_msg(GW_LOG_ERROR, "upstream: api_key of %s contains a "
+                    "line break", cfg->upstreams[i].name);
             goto out;
         }
         /* Formatted once: every transfer points at this line. */
         len = sizeof("Authorization: Bearer ") + strlen(key);
-        u->auth_line = gw_malloc(len);
-        if (u->auth_line == NULL)
+        u->auth_line[i] = gw_malloc(len);
+        if (u->auth_line[i] == NULL)
             goto out;
-        snprintf(u->auth_line, len, "Authorization: Bearer %s", key);
+        snprintf(u->auth_line[i], len, "Authorization: Bearer %s", key);
     }
     ret = u;
     u = NULL;
@@ -762,26 +855,33 @@ out:
 void
 upstream_free(struct upstream *u)
 {
+    size_t i;
+
     if (u == NULL)
         return;
     while (u->num_idle > 0)
         handle_free(u->idle[--u->num_idle]);
     gw_free(u->idle);
     u->idle = NULL;
-    if (u->auth_line != NULL) {
-        mbedtls_platform_zeroize(u->auth_line, strlen(u->auth_line));
-        gw_free(u->auth_line);
-        u->auth_line = NULL;
+    for (i = 0; i < CONFIG_MAX_UPSTREAMS; i++) {
+        if (u->auth_line[i] == NULL)
+            continue;
+        mbedtls_platform_zeroize(u->auth_line[i], strlen(u->auth_line[i]));
+        gw_free(u->auth_line[i]);
+        u->auth_line[i] = NULL;
     }
     gw_mutex_destroy(&u->lock);
     gw_free(u);
 }
 
 int
-upstream_perform(struct upstream *u, const struct upstream_request *req,
+upstream_perform(struct upstream *u, size_t idx,
+                 const struct upstream_request *req,
+                 const struct upstream_opts *opts,
                  const struct upstream_sink *sink,
                  struct upstream_result *res)
 {
+    enum upstream_failure fail = UPF_LOCAL;
     struct curl_slist lines[UP_MAX_LINES];
     struct up_handle *h = NULL;
     struct xfer x;
@@ -796,16 +896,22 @@ upstream_perform(struct upstream *u, const struct upstream_request *req,
     res->reason = reason;
     res->bytes = 0;
     res->ttfb_us = -1;
+    res->failure = UPF_LOCAL;
+    res->retry_after_ms = 0;
     memset(&x, 0, sizeof(x));
+    assert(idx < u->cfg->num_upstreams);
+    if (opts == NULL)
+        opts = &default_opts;
 
     h = pool_take(u);
     if (h == NULL)
         goto out;
-    rc = prepare(u, h, req, lines, &wipe, &reason);
+    rc = prepare(u, h, idx, req, opts, lines, &wipe, &reason);
     if (rc != 0)
         goto out;
 
-    x.cfg = u->cfg;
+    x.up = &u->cfg->upstreams[idx];
+    x.opts = opts;
     x.sink = sink;
     x.res = res;
     x.h = h;
@@ -820,19 +926,22 @@ upstream_perform(struct upstream *u, const struct upstream_request *req,
 
     x.start_us = gw_now_us();
     cc = curl_easy_perform(h->curl);
-    rc = map_result(&x, cc, &reason);
+    rc = map_result(&x, cc, &reason, &fail);
 
 out:
     if (rc != 0) {
         /* The sink reports its own reasons; everything else is ours. */
-        log_msg(x.sink_stopped ? GW_LOG_INFO : GW_LOG_WARN,
-                "upstream: failed reason=\"%s\" error=\"%s\" curl=\"%s\" "
-                "detail=\"%s\" status=%d bytes=%" PRIu64 " path=%s",
-                reason, gw_strerror(rc),
+        log_msg(x.sink_stopped || fail == UPF_STATUS ? GW_LOG_INFO
+                                                     : GW_LOG_WARN,
+                "upstream: failed upstream=%s reason=\"%s\" error=\"%s\" "
+                "curl=\"%s\" detail=\"%s\" status=%d bytes=%" PRIu64
+                " path=%s", u->cfg->upstreams[idx].name, reason,
+                gw_strerror(rc),
                 cc != CURLE_OK ? curl_easy_strerror(cc) : "",
-                cc != CURLE_OK ? h->errbuf : "", res->status, res->bytes,
-                req->path);
+                cc != CURLE_OK && h != NULL ? h->errbuf : "", res->status,
+                res->bytes, req->path);
     }
+    res->failure = fail;
     /* Our copy of the client's key; libcurl's copy in its own request
      * buffer is out of our reach. */
     if (wipe)

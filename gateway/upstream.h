@@ -12,6 +12,13 @@
  * The sink's callbacks run on the calling thread, inside
  * curl_easy_perform(): they must not block for long (a coalescing leader
  * only appends to its flight and does a non-blocking flush there).
+ *
+ * The held head: the sink hears of the response head only with the first
+ * body byte (or at the end of an empty body).  vLLM sends a stream's head
+ * at once and its first event after the first token, so until then
+ * nothing has reached any client and a failed attempt can still be made
+ * again elsewhere (dispatch.c).  The first byte timeout is to that first
+ * body byte, too.
  */
 #ifndef INFERGW_GATEWAY_UPSTREAM_H
 #define INFERGW_GATEWAY_UPSTREAM_H
@@ -44,6 +51,27 @@ struct upstream_request {
                                    as is; NULL sends the configured key */
 };
 
+/* How one transfer is run, beyond the upstream's configuration. */
+struct upstream_opts {
+    /*
+     * A 429, 502, 503 or 504 head ends the transfer before the sink hears
+     * of it (rc GW_EUPSTREAM, res->status set, res->head_seen 0): the
+     * caller will try another upstream.  Off: it is relayed like any.
+     */
+    int stop_on_retryable;
+    int64_t total_timeout_ms;   /* > 0: instead of the upstream's */
+};
+
+/* Why a transfer failed, for the upstream's health (pool.h). */
+enum upstream_failure {
+    UPF_NONE = 0,           /* complete, or stopped by the sink */
+    UPF_CONNECT,            /* never connected (refused, DNS, TLS) */
+    UPF_TIMEOUT,            /* connect, first byte, idle or total */
+    UPF_STATUS,             /* stopped at a retryable status */
+    UPF_BROKEN,             /* lost or bad response */
+    UPF_LOCAL,              /* ours: out of memory, bad request */
+};
+
 /*
  * Where the response goes.  Each callback returns 0 to go on, or a GW_E*
  * code that stops the transfer with that code as its result:
@@ -73,7 +101,10 @@ struct upstream_result {
     int rc;                 /* 0 complete; GW_EUPSTREAM, GW_ETIMEDOUT,
                                GW_ENOMEM, or a sink callback's code */
     int status;             /* upstream HTTP status; 0 if none came */
-    int head_seen;          /* on_head was called */
+    int head_seen;          /* on_head was called: bytes may have
+                               reached a client */
+    enum upstream_failure failure;
+    int64_t retry_after_ms; /* the response's Retry-After; 0 none */
     const char *reason;     /* static text for logs and error bodies:
                                "connect failed", "first byte timeout",
                                "idle timeout", "total timeout",
@@ -83,7 +114,7 @@ struct upstream_result {
 };
 
 /*
- * Create the pool for the [upstream] settings in 'cfg' (borrowed; must
+ * Create the handle pool for the upstreams in 'cfg' (borrowed; must
  * outlive the pool).  Call after curl_global_init().  NULL on failure.
  */
 struct upstream *upstream_new(const struct gw_config *cfg);
@@ -92,17 +123,20 @@ struct upstream *upstream_new(const struct gw_config *cfg);
 void upstream_free(struct upstream *u);
 
 /*
- * Run one transfer to completion (blocking).  Borrows 'req' and 'sink'.
+ * Run one transfer to completion (blocking) on upstream 'idx' of
+ * cfg->upstreams.  Borrows 'req', 'opts' (NULL: defaults) and 'sink'.
  * Request headers sent: Host (from the URL), Content-Type (POST only)
  * and Accept (both constants), Content-Length, X-Request-Id, and
- * Authorization (req->client_auth, else the configured key as Bearer, else
+ * Authorization (req->client_auth, else the upstream's key as Bearer, else
  * none); nothing else, so no client or hop-by-hop field can leak through.
  * "Expect:" is suppressed.
- * Timeouts come from the config: connect, first byte (request sent to the
- * first response byte), idle (between body bytes) and total.
+ * Timeouts come from the upstream's config: connect, first byte (request
+ * sent to the first body byte), idle (between body bytes) and total.
  * OUT *res is always filled.  Returns res->rc.  Thread-safe.
  */
-int upstream_perform(struct upstream *u, const struct upstream_request *req,
+int upstream_perform(struct upstream *u, size_t idx,
+                     const struct upstream_request *req,
+                     const struct upstream_opts *opts,
                      const struct upstream_sink *sink,
                      struct upstream_result *res);
 

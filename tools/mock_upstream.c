@@ -88,6 +88,9 @@
 #define MOCK_REC_MAX 10000                  /* /recorded entries kept */
 #define MOCK_REC_BYTES (64 * 1024 * 1024)   /* their JSON text, in total */
 #define MOCK_REC_ENTRY (4 * MOCK_MAX_HEAD)  /* one entry's JSON text */
+#define MOCK_MAX_MODELS 16                  /* -m names */
+#define MOCK_PREFIX_SLOTS 65536             /* prefixes remembered */
+#define MOCK_MAX_PREFIX (64 * 1024)         /* -p bytes */
 
 /* A padded content chunk's SSE event must fit in the output buffer. */
 _Static_assert(MOCK_MAX_PAD + 64 * 1024 <= MOCK_OUT_LIMIT,
@@ -103,7 +106,12 @@ static struct options {
     long first_ms;
     long delay_ms;
     int quiet;
-} opt = { "127.0.0.1:8000", 8, 0, 0, 0 };
+    const char *models[MOCK_MAX_MODELS];    /* -m: GET /v1/models */
+    size_t num_models;
+    long slow_every;            /* -s N:MS: every Nth completion ... */
+    long slow_ms;               /* ... waits this much more */
+    long prefix_bytes;          /* -p: prompt bytes a prefix is */
+} opt = { "127.0.0.1:8000", 8, 0, 0, 0, { MOCK_MODEL }, 1, 0, 0, 256 };
 
 /*
  * A request waiting on a mock_hold.  It lives on the waiting thread's stack
@@ -142,6 +150,17 @@ static struct mock_state {
     size_t rec_bytes;           /* sum of the entries' len */
     uint64_t rec_dropped;       /* entries dropped or never recorded */
     int stopping;
+
+    /* POST /control (docs/MOCK_UPSTREAM.md "Instance control"). */
+    long force_status;          /* every completion answers this; 0 off */
+    long force_retry_after;     /* ... with Retry-After: N; 0 none */
+    long health_status;         /* GET /health answers this; 0 = 200 */
+    long slow_every, slow_ms;   /* from -s, changeable */
+    uint64_t completion_seq;    /* completions so far, for slow_every */
+    uint64_t probes;            /* GET /health and GET /v1/models */
+    uint64_t *prefixes;         /* open-addressed set of prefix hashes */
+    size_t num_prefixes;
+    uint64_t prefix_hits, prefix_misses;
 } st;
 
 static volatile sig_atomic_t stop_signal;
@@ -169,20 +188,23 @@ enum route {
     R_RECORDED,
     R_RESET,
     R_RELEASE,
+    R_CONTROL,
 };
 
 static const struct route_def {
     const char *method;
     const char *path;
     enum route route;
-    int control;                /* not counted in "requests" */
+    int control;                /* 1: not counted in "requests";
+                                   2: a probe, counted in "probes" */
 } routes[] = {
     { "POST", "/v1/chat/completions", R_CHAT, 0 },
     { "POST", "/v1/completions", R_TEXT, 0 },
     { "POST", "/v1/embeddings", R_EMBED, 0 },
-    { "GET", "/v1/models", R_MODELS, 0 },
-    { "GET", "/health", R_HEALTH, 0 },
+    { "GET", "/v1/models", R_MODELS, 2 },
+    { "GET", "/health", R_HEALTH, 2 },
     { "GET", "/stats", R_STATS, 1 },
+    { "POST", "/control", R_CONTROL, 1 },
     { "GET", "/recorded", R_RECORDED, 1 },
     { "POST", "/stats/reset", R_RESET, 1 },
     { "POST", "/release", R_RELEASE, 1 },
@@ -199,6 +221,11 @@ enum fault {
     FAULT_CHUNKED_JSON_DIE,
 };
 
+struct req;
+static void note_prefix(const struct req *q);
+static int query_param(const struct http_request *r, const char *name,
+                       char *out, size_t outlen);
+
 static const char *const fault_names[] = {
     "", "reset", "stall", "die_mid_stream", "stall_mid_stream",
     "big_headers", "chunked_json", "chunked_json_die",
@@ -210,6 +237,7 @@ struct req {
     struct http_request *r;
     enum route route;
     const char *allow;          /* Allow field of a 405 */
+    long retry_after;           /* Retry-After field; 0 none */
     int close;                  /* send Connection: close, then close */
     int chunked;                /* streamed bodies use chunked framing */
     int head_only;              /* HEAD: the answer has no body */
@@ -258,7 +286,7 @@ usage(FILE *f)
 {
     fprintf(f,
             "usage: mock_upstream [-l ADDR] [-n CHUNKS] [-f FIRST_MS] "
-            "[-d DELAY_MS] [-q] [-h]\n"
+            "[-d DELAY_MS] [-m MODELS] [-s N:MS] [-p BYTES] [-q] [-h]\n"
             "A mock vLLM OpenAI-compatible server for tests, demos and "
             "benchmarks.\n"
             "  -l ADDR  listen on HOST:PORT, port 0 picks one "
@@ -267,6 +295,12 @@ usage(FILE *f)
             "  -f MS    delay before the first byte of a completion "
             "(default 0)\n"
             "  -d MS    delay between streamed chunks (default 0)\n"
+            "  -m LIST  models GET /v1/models lists, comma-separated "
+            "(default mock-model)\n"
+            "  -s N:MS  every Nth completion waits MS more for its first "
+            "byte\n"
+            "  -p N     prompt bytes that make a prefix, for prefix_hits "
+            "(default 256)\n"
             "  -q       quiet: no log line per request\n"
             "  -h       this help\n"
             "Prints \"mock_upstream listening port=N\" when ready.  "
@@ -486,6 +520,8 @@ send_head(struct req *q, int status, const char *ctype, int64_t clen,
         rc = buf_append_str(h, "Transfer-Encoding: chunked\r\n");
     if (rc == 0 && q->allow != NULL)
         rc = buf_printf(h, "Allow: %s\r\n", q->allow);
+    if (rc == 0 && q->retry_after > 0)
+        rc = buf_printf(h, "Retry-After: %ld\r\n", q->retry_after);
     if (rc == 0 && q->close)
         rc = buf_append_str(h, "Connection: close\r\n");
     else if (rc == 0 && q->r->minor == 0)
@@ -1259,6 +1295,8 @@ handle_v1_post(struct req *q)
         goto out;
     }
     read_params(q);
+    if (q->route != R_EMBED)
+        note_prefix(q);
 
     if (q->hold != NULL) {
         rc = hold_wait(q);
@@ -1269,6 +1307,24 @@ handle_v1_post(struct req *q)
         }
         if (rc != 0)
             goto out;
+    }
+    if (q->route != R_EMBED) {
+        long every, ms, force, retry_after;
+        uint64_t seq;
+
+        lock();
+        seq = ++st.completion_seq;
+        every = st.slow_every;
+        ms = st.slow_ms;
+        force = st.force_status;
+        retry_after = st.force_retry_after;
+        unlock();
+        if (every > 0 && seq % (uint64_t)every == 0)
+            q->first_ms += ms;
+        if (force != 0 && q->mock_status == 0) {
+            q->mock_status = force;
+            q->retry_after = retry_after;
+        }
     }
     if (q->first_ms > 0 && wait_client(q, q->first_ms) != 0)
         goto out;
@@ -1286,7 +1342,7 @@ handle_v1_post(struct req *q)
         q->close = 1;
         goto out;
     }
-    if (q->mock_status != 0) {
+    if (q->mock_status >= 400) {
         snprintf(msg, sizeof(msg), "mock_status %ld requested",
                  q->mock_status);
         send_error(q, (int)q->mock_status, msg, NULL, "mock_status");
@@ -1307,23 +1363,169 @@ out:
     unlock();
 }
 
-/* GET /v1/models: the one model, in vLLM's shape. */
+/* GET /v1/models: the -m models, in vLLM's shape. */
 static void
 handle_models(struct req *q)
 {
-    send_json(q, 200, json_pack("{s:s, s:[{s:s, s:s, s:I, s:s, s:s, s:n, "
-                                "s:i}]}", "object", "list", "data", "id",
-                                MOCK_MODEL, "object", "model", "created",
-                                (json_int_t)time(NULL), "owned_by", "vllm",
-                                "root", MOCK_MODEL, "parent",
-                                "max_model_len", 4096), 0);
+    json_t *data = json_array();
+    size_t i;
+
+    for (i = 0; data != NULL && i < opt.num_models; i++)
+        json_array_append_new(data, json_pack(
+            "{s:s, s:s, s:I, s:s, s:s, s:n, s:i}", "id", opt.models[i],
+            "object", "model", "created", (json_int_t)time(NULL),
+            "owned_by", "vllm", "root", opt.models[i], "parent",
+            "max_model_len", 4096));
+    send_json(q, 200, json_pack("{s:s, s:o}", "object", "list", "data",
+                                data), 0);
+}
+
+/* GET /health: 200 with an empty body as vLLM's, or /control's status. */
+static void
+handle_health(struct req *q)
+{
+    long status;
+
+    lock();
+    status = st.health_status;
+    unlock();
+    if (status == 0)
+        send_simple(q, 200, NULL, "", 0);
+    else
+        send_error(q, (int)status, "health status set by /control", NULL,
+                   "mock_control");
+}
+
+/* One query parameter as a long in [lo, hi]; absent leaves *out. */
+static int
+control_param(struct req *q, const char *name, long lo, long hi, long *out)
+{
+    char v[32];
+    long n;
+
+    if (query_param(q->r, name, v, sizeof(v)) != 0 || v[0] == '\0')
+        return 0;
+    if (gw_parse_long(v, lo, hi, &n) != 0)
+        return GW_EINVAL;
+    *out = n;
+    return 0;
+}
+
+/*
+ * POST /control?status=S&retry_after=N&health=S&slow_every=N&slow_ms=MS:
+ * change how this instance answers from now on (docs/MOCK_UPSTREAM.md).
+ */
+static void
+handle_control(struct req *q)
+{
+    long status, retry_after, health, every, ms;
+    int bad = 0;
+
+    lock();
+    status = st.force_status;
+    retry_after = st.force_retry_after;
+    health = st.health_status;
+    every = st.slow_every;
+    ms = st.slow_ms;
+    unlock();
+    bad |= control_param(q, "status", 0, 599, &status);
+    bad |= control_param(q, "retry_after", 0, 3600, &retry_after);
+    bad |= control_param(q, "health", 0, 599, &health);
+    bad |= control_param(q, "slow_every", 0, 1000000, &every);
+    bad |= control_param(q, "slow_ms", 0, MOCK_MAX_MS, &ms);
+    if (bad || (status != 0 && status < 200) || (health != 0 && health < 200)) {
+        send_error(q, 400, "use POST /control?status=S&retry_after=N&"
+                   "health=S&slow_every=N&slow_ms=MS (S 0 or 200..599)",
+                   NULL, "invalid_control");
+        return;
+    }
+    lock();
+    st.force_status = status;
+    st.force_retry_after = retry_after;
+    st.health_status = health;
+    st.slow_every = every;
+    st.slow_ms = ms;
+    unlock();
+    send_json(q, 200, json_pack("{s:i, s:i, s:i, s:i, s:i}", "status",
+                                (int)status, "retry_after", (int)retry_after,
+                                "health", (int)health, "slow_every",
+                                (int)every, "slow_ms", (int)ms), 0);
+}
+
+/* FNV-1a over the prompt's text, as a prefix of opt.prefix_bytes. */
+struct prefix_hash {
+    uint64_t h;
+    long left;
+};
+
+static void
+prefix_feed(struct prefix_hash *px, const char *p, size_t n)
+{
+    size_t i;
+
+    for (i = 0; i < n && px->left > 0; i++, px->left--) {
+        px->h ^= (unsigned char)p[i];
+        px->h *= UINT64_C(0x100000001b3);
+    }
+}
+
+/*
+ * Has this instance seen the request's prompt prefix before?  Counts a
+ * hit or a miss, the way vLLM's prefix cache would see it: the leading
+ * opt.prefix_bytes of the chat messages' contents in order, or of the
+ * prompt.  A request with neither is not counted.
+ */
+static void
+note_prefix(const struct req *q)
+{
+    const json_t *msgs = json_object_get(q->json, "messages");
+    const json_t *prompt = json_object_get(q->json, "prompt");
+    struct prefix_hash px = { UINT64_C(0xcbf29ce484222325),
+                              opt.prefix_bytes };
+    const json_t *m;
+    size_t i, slot;
+    int hit = 0;
+
+    if (json_is_array(msgs)) {
+        json_array_foreach(msgs, i, m) {
+            const json_t *c = json_object_get(m, "content");
+
+            if (json_is_string(c))
+                prefix_feed(&px, json_string_value(c), json_string_length(c));
+        }
+    } else if (json_is_string(prompt)) {
+        prefix_feed(&px, json_string_value(prompt), json_string_length(prompt));
+    } else {
+        return;
+    }
+    if (px.h == 0)
+        px.h = 1;               /* 0 marks a free slot */
+    lock();
+    if (st.prefixes != NULL) {
+        for (slot = px.h % MOCK_PREFIX_SLOTS; st.prefixes[slot] != 0;
+             slot = (slot + 1) % MOCK_PREFIX_SLOTS) {
+            if (st.prefixes[slot] == px.h) {
+                hit = 1;
+                break;
+            }
+        }
+        if (!hit && st.num_prefixes < MOCK_PREFIX_SLOTS / 2) {
+            st.prefixes[slot] = px.h;
+            st.num_prefixes++;
+        }
+    }
+    if (hit)
+        st.prefix_hits++;
+    else
+        st.prefix_misses++;
+    unlock();
 }
 
 /* GET /stats: the counters, copied under the lock and sent without it. */
 static void
 handle_stats(struct req *q)
 {
-    uint64_t v[7];
+    uint64_t v[10];
     json_t *hdrs;
 
     lock();
@@ -1334,9 +1536,16 @@ handle_stats(struct req *q)
     v[4] = st.aborted;
     v[5] = st.in_progress;
     v[6] = st.held;
+    v[7] = st.probes;
+    v[8] = st.prefix_hits;
+    v[9] = st.prefix_misses;
     hdrs = json_deep_copy(st.last_headers);
     unlock();
-    send_json(q, 200, json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}",
+    send_json(q, 200, json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
+                                "s:I, s:I, s:o}",
+                                "probes", (json_int_t)v[7],
+                                "prefix_hits", (json_int_t)v[8],
+                                "prefix_misses", (json_int_t)v[9],
                                 "requests", (json_int_t)v[0],
                                 "completions", (json_int_t)v[1],
                                 "connections_open", (json_int_t)v[2],
@@ -1430,6 +1639,12 @@ handle_reset(struct req *q)
     st.completions = 0;
     st.connections_total = 0;
     st.aborted = 0;
+    st.probes = 0;
+    st.prefix_hits = 0;
+    st.prefix_misses = 0;
+    st.completion_seq = 0;
+    memset(st.prefixes, 0, MOCK_PREFIX_SLOTS * sizeof(*st.prefixes));
+    st.num_prefixes = 0;
     json_object_clear(st.released);
     old = st.last_headers;
     st.last_headers = fresh;
@@ -1771,15 +1986,17 @@ handle_request(struct conn *c, struct http_request *r)
         log_set_request_id(rid);
     }
     route_find(&q, &control);
-    if (!control) {
+    if (control == 0) {
         count_conn(c);
         lock();
         st.requests++;
         if (q.route == R_CHAT || q.route == R_TEXT)
             st.completions++;
         unlock();
+    } else if (control == 2) {
+        count(&st.probes, 1);
     }
-    if (r->path_len >= 4 && memcmp(r->path, "/v1/", 4) == 0) {
+    if (control == 0 && r->path_len >= 4 && memcmp(r->path, "/v1/", 4) == 0) {
         record_headers(r);
         record_request(r);
     }
@@ -1817,7 +2034,10 @@ handle_request(struct conn *c, struct http_request *r)
         handle_models(&q);
         break;
     case R_HEALTH:
-        send_simple(&q, 200, NULL, "", 0);
+        handle_health(&q);
+        break;
+    case R_CONTROL:
+        handle_control(&q);
         break;
     case R_STATS:
         handle_stats(&q);
@@ -1967,8 +2187,12 @@ state_init(void)
     st.released = json_object();
     st.last_headers = json_object();
     st.rec = gw_calloc(MOCK_REC_MAX, sizeof(*st.rec));
-    if (st.released == NULL || st.last_headers == NULL || st.rec == NULL)
+    st.prefixes = gw_calloc(MOCK_PREFIX_SLOTS, sizeof(*st.prefixes));
+    if (st.released == NULL || st.last_headers == NULL || st.rec == NULL
+        || st.prefixes == NULL)
         return GW_ENOMEM;
+    st.slow_every = opt.slow_every;
+    st.slow_ms = opt.slow_ms;
     return 0;
 }
 
@@ -2010,10 +2234,45 @@ parse_args(int argc, char **argv)
 {
     int ch;
 
-    while ((ch = getopt(argc, argv, "l:n:f:d:qh")) != -1) {
+    char *colon, *tok, *save = NULL;
+
+    while ((ch = getopt(argc, argv, "l:n:f:d:m:s:p:qh")) != -1) {
         switch (ch) {
         case 'l':
             opt.listen = optarg;
+            break;
+        case 'm':
+            opt.num_models = 0;
+            for (tok = strtok_r(optarg, ",", &save); tok != NULL;
+                 tok = strtok_r(NULL, ",", &save)) {
+                if (opt.num_models == MOCK_MAX_MODELS) {
+                    fprintf(stderr, "mock_upstream: -m takes at most %d "
+                            "models\n", MOCK_MAX_MODELS);
+                    return 2;
+                }
+                opt.models[opt.num_models++] = tok;
+            }
+            break;
+        case 's':
+            colon = strchr(optarg, ':');
+            if (colon != NULL)
+                *colon = '\0';
+            if (colon == NULL
+                || gw_parse_long(optarg, 1, 1000000, &opt.slow_every) != 0
+                || gw_parse_long(colon + 1, 0, MOCK_MAX_MS, &opt.slow_ms)
+                   != 0) {
+                fprintf(stderr, "mock_upstream: -s wants N:MS, every Nth "
+                        "completion waits MS more for its first byte\n");
+                return 2;
+            }
+            break;
+        case 'p':
+            if (gw_parse_long(optarg, 1, MOCK_MAX_PREFIX, &opt.prefix_bytes)
+                != 0) {
+                fprintf(stderr, "mock_upstream: -p wants 1..%d bytes\n",
+                        MOCK_MAX_PREFIX);
+                return 2;
+            }
             break;
         case 'n':
             if (gw_parse_long(optarg, 0, MOCK_MAX_CHUNKS, &opt.chunks) != 0) {

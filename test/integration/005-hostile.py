@@ -11,7 +11,7 @@ from gwtest import (CODE_FOR_STATUS, assert_error, budget, connect,
 
 POST = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n"
         b"Content-Type: application/json\r\n")
-BODY = b'{"model":"m"}'                     # 13 bytes = 0xd
+BODY = b'{"prompt":""}'                     # 13 bytes = 0xd
 CHUNKED = b"d\r\n" + BODY + b"\r\n0\r\n\r\n"
 
 # (raw bytes, expected status or set of statuses, one-line note)

@@ -178,7 +178,7 @@ def test_config_comments_and_quotes_take_effect(t):
     g = t.gateway(m, {"upstream": {"api_key": '"sk-with-#-hash"  # note'},
                       "server": {"max_connections": "50   # comment"}},
                   extra="# a comment at the end\n")
-    r = g.post("/v1/chat/completions", b'{"model":"m"}')
+    r = g.post("/v1/chat/completions", b'{"model":"mock-model"}')
     assert r.status == 200, r
     assert m.stats()["last_headers"].get("authorization") == \
         "Bearer sk-with-#-hash", m.stats()["last_headers"]

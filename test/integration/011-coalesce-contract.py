@@ -338,7 +338,7 @@ def test_duplicate_keys_refused(t):
     m = t.mock()
     g = t.gateway(m)
     r = g.post("/v1/chat/completions",
-               b'{"model":"m","messages":[],"temperature":0.9,'
+               b'{"model":"mock-model","messages":[],"temperature":0.9,'
                b'"temperature":0}')
     assert r.status == 400, r
     assert json.loads(r.body)["error"]["code"] == "invalid_json"

@@ -27,7 +27,8 @@
 #include "testutil.h"
 
 /* Test-only schema view, compiled into config.c under INFERGW_UNIT_TEST. */
-int config_schema_entry(size_t i, const char **section, const char **key);
+int config_schema_entry(size_t i, const char **section, const char **key,
+                        int *alias);
 
 /* ---- helpers ---------------------------------------------------------- */
 
@@ -597,9 +598,29 @@ START_TEST(test_defaults)
     ck_assert_int_eq(c.drain_timeout_ms, 30000);
     ck_assert_int_eq(c.log_level, GW_LOG_INFO);
     ck_assert_int_eq(c.access_log, 1);
-    ck_assert_str_eq(c.upstream_url, "http://127.0.0.1:8000");
-    ck_assert_str_eq(c.upstream_api_key, "");
+    ck_assert_uint_eq(c.num_upstreams, 1);
+    ck_assert_str_eq(c.upstreams[0].name, "default");
+    ck_assert_str_eq(c.upstreams[0].url, "http://127.0.0.1:8000");
+    ck_assert_str_eq(c.upstreams[0].api_key, "");
+    ck_assert_uint_eq(c.upstreams[0].num_models, 0);
+    ck_assert_uint_eq(c.upstreams[0].weight, 1);
+    ck_assert_uint_eq(c.upstreams[0].max_inflight, 0);
+    ck_assert_int_eq(c.upstreams[0].connect_timeout_ms, 5000);
+    ck_assert_int_eq(c.upstreams[0].first_byte_timeout_ms, 60000);
+    ck_assert_int_eq(c.upstreams[0].idle_timeout_ms, 30000);
+    ck_assert_int_eq(c.upstreams[0].total_timeout_ms, 600000);
     ck_assert_int_eq(c.forward_client_auth, 0);
+    ck_assert_int_eq(c.balance, BALANCE_LEAST_INFLIGHT);
+    ck_assert_int_eq(c.health_interval_ms, 5000);
+    ck_assert_uint_eq(c.eject_after, 3);
+    ck_assert_int_eq(c.eject_time_ms, 10000);
+    ck_assert_uint_eq(c.retries, 2);
+    ck_assert(c.retry_budget == 0.2);
+    ck_assert_uint_eq(c.retry_budget_min, 3);
+    ck_assert_int_eq(c.hedge_after_ms, 0);
+    ck_assert_int_eq(c.queue_timeout_ms, 2000);
+    ck_assert(c.prefix_epsilon == 0.25);
+    ck_assert_uint_eq(c.prefix_bytes, 1024);
     ck_assert_int_eq(c.connect_timeout_ms, 5000);
     ck_assert_int_eq(c.first_byte_timeout_ms, 60000);
     ck_assert_int_eq(c.upstream_idle_timeout_ms, 30000);
@@ -701,13 +722,17 @@ START_TEST(test_load_full)
     ck_assert_int_eq(c.drain_timeout_ms, 7000);
     ck_assert_int_eq(c.log_level, GW_LOG_DEBUG);
     ck_assert_int_eq(c.access_log, 0);
-    ck_assert_str_eq(c.upstream_url, "HTTPS://api.example.com/v1");
-    ck_assert_str_eq(c.upstream_api_key, "sk-up#stream");
+    ck_assert_uint_eq(c.num_upstreams, 1);
+    ck_assert_str_eq(c.upstreams[0].name, "default");
+    ck_assert_str_eq(c.upstreams[0].url, "HTTPS://api.example.com/v1");
+    ck_assert_str_eq(c.upstreams[0].api_key, "sk-up#stream");
     ck_assert_int_eq(c.forward_client_auth, 1);
-    ck_assert_int_eq(c.connect_timeout_ms, 250);
-    ck_assert_int_eq(c.first_byte_timeout_ms, 90000);
-    ck_assert_int_eq(c.upstream_idle_timeout_ms, 45000);
-    ck_assert_int_eq(c.total_timeout_ms, 3600000);
+    /* The plain [upstream]'s timeouts are its own; [routing]'s stay. */
+    ck_assert_int_eq(c.upstreams[0].connect_timeout_ms, 250);
+    ck_assert_int_eq(c.upstreams[0].first_byte_timeout_ms, 90000);
+    ck_assert_int_eq(c.upstreams[0].idle_timeout_ms, 45000);
+    ck_assert_int_eq(c.upstreams[0].total_timeout_ms, 3600000);
+    ck_assert_int_eq(c.connect_timeout_ms, 5000);
     ck_assert_int_eq(c.coalesce, 0);
     ck_assert(c.omitted_temperature == 1.0);
     ck_assert_uint_eq(c.max_followers, 1);
@@ -744,7 +769,7 @@ START_TEST(test_load_empty)
     ck_assert_int_eq(config_load_text("e.conf", "[server]\n[upstream]\n"
                                       "[coalesce]\n", &c, err, sizeof(err)),
                      0);
-    ck_assert_str_eq(c.upstream_url, d.upstream_url);
+    ck_assert_str_eq(c.upstreams[0].url, d.upstreams[0].url);
     config_release(&c);
     config_release(&d);
 }
@@ -805,7 +830,7 @@ START_TEST(test_url_trailing_slash)
         snprintf(text, sizeof(text), "[upstream]\nurl = %s\n", cases[i].in);
         ck_assert_int_eq(config_load_text("g.conf", text, &c, err,
                                           sizeof(err)), 0);
-        ck_assert_str_eq(c.upstream_url, cases[i].out);
+        ck_assert_str_eq(c.upstreams[0].url, cases[i].out);
         config_release(&c);
     }
 }
@@ -1271,9 +1296,35 @@ assert_config_eq(const struct gw_config *a, const struct gw_config *b)
     ck_assert_int_eq(a->drain_timeout_ms, b->drain_timeout_ms);
     ck_assert_int_eq(a->log_level, b->log_level);
     ck_assert_int_eq(a->access_log, b->access_log);
-    ck_assert_str_eq(a->upstream_url, b->upstream_url);
-    ck_assert_str_eq(a->upstream_api_key, b->upstream_api_key);
+    ck_assert_uint_eq(a->num_upstreams, b->num_upstreams);
+    for (size_t i = 0; i < a->num_upstreams; i++) {
+        const struct config_upstream *x = &a->upstreams[i];
+        const struct config_upstream *y = &b->upstreams[i];
+
+        ck_assert_str_eq(x->name, y->name);
+        ck_assert_str_eq(x->url, y->url);
+        ck_assert_str_eq(x->api_key, y->api_key);
+        ck_assert_uint_eq(x->num_models, y->num_models);
+        ck_assert_uint_eq(x->weight, y->weight);
+        ck_assert_uint_eq(x->max_inflight, y->max_inflight);
+        ck_assert_int_eq(x->connect_timeout_ms, y->connect_timeout_ms);
+        ck_assert_int_eq(x->first_byte_timeout_ms,
+                         y->first_byte_timeout_ms);
+        ck_assert_int_eq(x->idle_timeout_ms, y->idle_timeout_ms);
+        ck_assert_int_eq(x->total_timeout_ms, y->total_timeout_ms);
+    }
     ck_assert_int_eq(a->forward_client_auth, b->forward_client_auth);
+    ck_assert_int_eq(a->balance, b->balance);
+    ck_assert_int_eq(a->health_interval_ms, b->health_interval_ms);
+    ck_assert_uint_eq(a->eject_after, b->eject_after);
+    ck_assert_int_eq(a->eject_time_ms, b->eject_time_ms);
+    ck_assert_uint_eq(a->retries, b->retries);
+    ck_assert(a->retry_budget == b->retry_budget);
+    ck_assert_uint_eq(a->retry_budget_min, b->retry_budget_min);
+    ck_assert_int_eq(a->hedge_after_ms, b->hedge_after_ms);
+    ck_assert_int_eq(a->queue_timeout_ms, b->queue_timeout_ms);
+    ck_assert(a->prefix_epsilon == b->prefix_epsilon);
+    ck_assert_uint_eq(a->prefix_bytes, b->prefix_bytes);
     ck_assert_int_eq(a->connect_timeout_ms, b->connect_timeout_ms);
     ck_assert_int_eq(a->first_byte_timeout_ms, b->first_byte_timeout_ms);
     ck_assert_int_eq(a->upstream_idle_timeout_ms,
@@ -1298,7 +1349,7 @@ START_TEST(test_sample_loads)
     ck_assert_int_eq(config_defaults(&d), 0);
     /* The two lines the sample sets are the defaults too. */
     ck_assert_str_eq(c.listen, "127.0.0.1:8080");
-    ck_assert_str_eq(c.upstream_url, "http://127.0.0.1:8000");
+    ck_assert_str_eq(c.upstreams[0].url, "http://127.0.0.1:8000");
     assert_config_eq(&c, &d);
     config_release(&c);
     config_release(&d);
@@ -1313,6 +1364,7 @@ START_TEST(test_sample_documents_defaults)
     char *text = uncomment_sample();
     char err[512];
     size_t i, k;
+    int alias;
 
     /* Uncommented, every "#key = default" line is set: still the
      * defaults, so every value shown in the sample is the real one. */
@@ -1326,9 +1378,9 @@ START_TEST(test_sample_documents_defaults)
     /* And every setting of the schema appears in it. */
     ck_assert_int_eq(cfg_parse_text("uncommented", text, strlen(text), &f,
                                     err, sizeof(err)), 0);
-    for (i = 0; config_schema_entry(i, &section, &key) == 0; i++) {
-        if (strcmp(section, "tenant") == 0)
-            continue;           /* shown as an example: no defaults */
+    for (i = 0; config_schema_entry(i, &section, &key, &alias) == 0; i++) {
+        if (strcmp(section, "tenant") == 0 || alias)
+            continue;           /* shown as an example; or said in words */
         for (k = 0; k < f.count; k++)
             if (strcmp(f.entries[k].section, section) == 0
                 && strcmp(f.entries[k].key, key) == 0)

@@ -32,6 +32,7 @@
 #include "http.h"
 #include "jsonx.h"
 #include "log.h"
+#include "pool.h"
 #include "proxy.h"
 #include "reply.h"
 #include "testutil.h"
@@ -100,14 +101,18 @@ up_wait(const struct upstream_sink *sink, int i)
 }
 
 int
-upstream_perform(struct upstream *u, const struct upstream_request *req,
+upstream_perform(struct upstream *u, size_t idx,
+                 const struct upstream_request *req,
+                 const struct upstream_opts *opts,
                  const struct upstream_sink *sink,
                  struct upstream_result *res)
 {
     int rc;
 
     (void)u;
+    (void)idx;
     (void)req;
+    (void)opts;
     pthread_mutex_lock(&up.mu);
     up.calls++;
     pthread_mutex_unlock(&up.mu);
@@ -152,6 +157,8 @@ setup(void)
     ctx.cfg = &cfg;
     ctx.co = coalescer_new(&cfg);
     ck_assert_ptr_nonnull(ctx.co);
+    ctx.pool = pool_new(&cfg);
+    ck_assert_ptr_nonnull(ctx.pool);
     ctx.draining = &no;
     ctx.stopping = &no;
     ctx.wake_fd = ctx.stop_fd = -1;
@@ -165,6 +172,7 @@ static void
 teardown(void)
 {
     coalescer_free(ctx.co);
+    pool_free(ctx.pool);
     config_release(&cfg);
 }
 

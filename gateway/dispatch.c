@@ -1,0 +1,193 @@
+/*
+ * dispatch.c - an upstream call made on the pool, with retries
+ * (dispatch.h).
+ */
+#include "dispatch.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "log.h"
+#include "metrics.h"
+#include "pool.h"
+#include "util.h"
+
+enum pool_outcome
+dispatch_judge(const struct upstream_result *res)
+{
+    switch (res->failure) {
+    case UPF_CONNECT:
+        return POOL_FAIL_CONNECT;
+    case UPF_TIMEOUT:
+        return POOL_FAIL_TIMEOUT;
+    case UPF_BROKEN:
+        return POOL_FAIL_BROKEN;
+    case UPF_LOCAL:
+        return POOL_NEUTRAL;
+    case UPF_STATUS:
+    case UPF_NONE:
+        break;
+    }
+    if (res->status == 429)
+        return POOL_FAIL_THROTTLED;
+    if (res->status >= 500)
+        return POOL_FAIL_STATUS;
+    /* Stopped by the sink before any head: no word on the upstream. */
+    if (res->rc != 0 && res->status == 0)
+        return POOL_NEUTRAL;
+    return POOL_OK;
+}
+
+/* Could this failed attempt be made again?  Nothing reached the sink. */
+static int
+retryable(const struct upstream_result *res)
+{
+    if (res->rc == 0 || res->head_seen)
+        return 0;
+    return res->failure == UPF_CONNECT || res->failure == UPF_TIMEOUT
+           || res->failure == UPF_STATUS || res->failure == UPF_BROKEN;
+}
+
+static void
+fill_refusal(struct dispatch_result *out, int rc, const char *reason)
+{
+    memset(&out->res, 0, sizeof(out->res));
+    out->res.rc = rc;
+    out->res.reason = reason;
+    out->res.ttfb_us = -1;
+}
+
+int
+dispatch_run(const struct dispatch_ctx *dc,
+             const struct upstream_request *req, const char *model,
+             uint64_t prefix_hash, const struct upstream_sink *sink,
+             struct dispatch_result *out)
+{
+    const struct gw_config *cfg = dc->cfg;
+    struct pool_want want = { model, prefix_hash, 0 };
+    struct upstream_opts opts = { 0, 0 };
+    struct pool_slot slot;
+    int rc, retry_after;
+    size_t idx;
+
+    memset(out, 0, sizeof(*out));
+    pool_note_request(dc->pool);
+    for (;;) {
+        rc = pool_acquire(dc->pool, &want, &slot, &retry_after);
+        if (rc != 0) {
+            if (out->attempts > 0)
+                return out->res.rc;     /* the last failure stands */
+            out->retry_after_s = retry_after;
+            if (rc == GW_ETIMEDOUT) {
+                rc = GW_EUNAVAIL;
+                fill_refusal(out, rc, "every upstream is at max_inflight");
+            } else {
+                fill_refusal(out, rc, rc == GW_ENOTFOUND
+                             ? "model not served"
+                             : rc == GW_ESTOPPING ? "gateway shutting down"
+                             : "no upstream available");
+            }
+            return rc;
+        }
+        /*
+         * A retryable status stops the transfer unheard only when another
+         * attempt may follow; else the upstream's answer is relayed as it
+         * is (the budget can still refuse later, in a race: then the
+         * status stands, as a 502 of ours).
+         */
+        opts.stop_on_retryable = (uint64_t)out->attempts < cfg->retries
+                                 && pool_budget_peek(dc->pool)
+                                 && pool_has_other(dc->pool, &want,
+                                                   (size_t)slot.idx);
+        idx = (size_t)slot.idx;
+        out->upstream = cfg->upstreams[idx].name;
+        out->attempts++;
+        metrics_upstream_call();
+        upstream_perform(dc->up, idx, req, &opts, sink, &out->res);
+        pool_release(dc->pool, &slot, dispatch_judge(&out->res),
+                     out->res.retry_after_ms);
+        if (!retryable(&out->res)
+            || (uint64_t)out->attempts > cfg->retries)
+            return out->res.rc;
+        want.exclude |= UINT64_C(1) << idx;
+        if (!pool_budget_take(dc->pool, 0)) {
+            log_msg(GW_LOG_INFO, "dispatch: no retry, budget spent "
+                    "upstream=%s reason=\"%s\"", out->upstream,
+                    out->res.reason);
+            return out->res.rc;
+        }
+        log_msg(GW_LOG_INFO, "dispatch: retry after upstream=%s "
+                "reason=\"%s\" status=%d attempt=%d", out->upstream,
+                out->res.reason, out->res.status, out->attempts);
+    }
+}
+
+/* ---- the prompt's prefix ---- */
+
+struct prefix {
+    uint64_t h;
+    size_t left;
+};
+
+static void
+prefix_add(struct prefix *px, const char *p, size_t n)
+{
+    size_t i;
+
+    if (n > px->left)
+        n = px->left;
+    for (i = 0; i < n; i++) {
+        px->h ^= (unsigned char)p[i];
+        px->h *= UINT64_C(0x100000001b3);
+    }
+    px->left -= n;
+}
+
+/* A string as is; anything else (content parts) as its compact JSON. */
+static void
+prefix_add_json(struct prefix *px, const json_t *v)
+{
+    char *text;
+
+    if (v == NULL || px->left == 0)
+        return;
+    if (json_is_string(v)) {
+        prefix_add(px, json_string_value(v), json_string_length(v));
+        return;
+    }
+    text = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+    if (text != NULL)
+        prefix_add(px, text, strlen(text));
+    free(text);
+}
+
+uint64_t
+dispatch_prefix_hash(const json_t *body, size_t max_bytes)
+{
+    struct prefix px = { UINT64_C(0xcbf29ce484222325), max_bytes };
+    const json_t *msgs = json_object_get(body, "messages");
+    const json_t *prompt = json_object_get(body, "prompt");
+    const json_t *m;
+    size_t i;
+
+    if (json_is_array(msgs)) {
+        json_array_foreach(msgs, i, m) {
+            if (px.left == 0)
+                break;
+            prefix_add_json(&px, json_object_get(m, "role"));
+            prefix_add(&px, "\n", 1);
+            prefix_add_json(&px, json_object_get(m, "content"));
+            prefix_add(&px, "\n", 1);
+        }
+    } else if (prompt != NULL) {
+        prefix_add_json(&px, prompt);
+    } else {
+        return 0;
+    }
+    /* FNV-1a spreads poorly in its high bits: the ring wants all 64. */
+    px.h ^= px.h >> 33;
+    px.h *= UINT64_C(0xff51afd7ed558ccd);
+    px.h ^= px.h >> 33;
+    return px.h;
+}

@@ -1,0 +1,71 @@
+/*
+ * dispatch.h - one upstream call for a request (a flight's, or a direct
+ * one), made on the pool: choose an upstream, take its slot, run the
+ * transfer, judge the outcome, and while no byte of a response has
+ * reached any client, try again on another upstream.
+ *
+ * Retries (DESIGN.md "Upstream pools and resilience"): an attempt that
+ * fails before the sink has heard of a response head (upstream.h holds it
+ * until the first body byte) is made again on an upstream not tried yet:
+ * connect errors, a first byte timeout, 429/502/503/504, a connection lost
+ * before the first body byte.  At most [routing] retries more attempts,
+ * each one taken from the retry budget (pool.h); past either, the last
+ * failure is the answer, and a retryable status is then relayed as the
+ * upstream sent it.  Once the sink has the head, never: a failure later is
+ * the sink's to report (an SSE error event).
+ *
+ * The sink sees one response: the one attempt that got as far as a body.
+ * For a flight that means every client of it, so a retry is invisible to
+ * them except in logs and metrics.
+ */
+#ifndef INFERGW_GATEWAY_DISPATCH_H
+#define INFERGW_GATEWAY_DISPATCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "pool.h"
+#include "upstream.h"
+
+struct gw_config;
+
+/* What dispatch_run needs; all borrowed, immutable while it runs. */
+struct dispatch_ctx {
+    const struct gw_config *cfg;
+    struct pool *pool;
+    struct upstream *up;
+};
+
+struct dispatch_result {
+    struct upstream_result res;     /* of the last attempt */
+    int attempts;                   /* upstream calls made */
+    const char *upstream;           /* name of the last one; NULL none */
+    int retry_after_s;              /* GW_EUNAVAIL: for the 503 */
+};
+
+/*
+ * Make the call for 'req' (model 'model', NULL: any; 'prefix_hash' for
+ * balance = prefix) into 'sink'.  OUT *out.  Returns out->res.rc: 0, an
+ * upstream_perform() code, GW_ENOTFOUND (no upstream serves the model),
+ * GW_EUNAVAIL (every upstream for it ejected, held back or full past
+ * queue_timeout: answer 503 with out->retry_after_s) or GW_ESTOPPING.
+ */
+int dispatch_run(const struct dispatch_ctx *dc,
+                 const struct upstream_request *req, const char *model,
+                 uint64_t prefix_hash, const struct upstream_sink *sink,
+                 struct dispatch_result *out);
+
+/* How a transfer's result bears on its upstream's health. */
+enum pool_outcome dispatch_judge(const struct upstream_result *res);
+
+/*
+ * The prompt's prefix for balance = prefix, hashed: the leading
+ * 'max_bytes' of the chat "messages" (role and content of each, in
+ * order, so the system prompt first) or of "prompt".  0 when the body
+ * has neither.
+ */
+uint64_t dispatch_prefix_hash(const json_t *body, size_t max_bytes);
+
+#endif

@@ -1,0 +1,40 @@
+/*
+ * health.h - the active side of upstream health: one thread that, every
+ * health_interval, asks each upstream GET /health (vLLM's) and, on the
+ * same beat, GET /v1/models.
+ *
+ * A probe is judged like a call (pool.h): a failing one counts as a
+ * failure, a passing one closes a half-open upstream (in HALF_OPEN a
+ * probe is the one trial let through).  /v1/models answers feed the
+ * model routing of upstreams without a models list and the /v1/models
+ * union.  With health_interval = 0 there are no /health probes; the
+ * models are still asked every HEALTH_MODELS_ONLY_MS.
+ *
+ * Probes go one upstream after another, each bounded by
+ * HEALTH_PROBE_MAX_MS, so a beat over many dead upstreams can run longer
+ * than health_interval; the next beat then starts at once.
+ */
+#ifndef INFERGW_GATEWAY_HEALTH_H
+#define INFERGW_GATEWAY_HEALTH_H
+
+struct gw_config;
+struct pool;
+struct upstream;
+struct health;
+
+#define HEALTH_MODELS_ONLY_MS 30000
+#define HEALTH_PROBE_MAX_MS 5000
+#define HEALTH_MODELS_MAX_BYTES (1 << 20)
+#define HEALTH_MODELS_MAX 256           /* entries kept per upstream */
+
+/*
+ * Start the thread; the first beat runs at once.  Borrows everything
+ * (it must outlive health_stop()).  NULL on failure (logged).
+ */
+struct health *health_start(const struct gw_config *cfg, struct pool *pool,
+                            struct upstream *up);
+
+/* Stop the thread (a probe under way is cut) and free.  NULL-safe. */
+void health_stop(struct health *h);
+
+#endif

@@ -1,0 +1,1063 @@
+/*
+ * pool.c - the upstream fleet: balancing, circuit breakers, admission and
+ * the retry budget (pool.h).
+ *
+ * Locking: 'lock' guards every field of struct pool and struct member
+ * past the immutable ones (cfg, n, ring).  It is never held across I/O or
+ * a log line: what a call under the lock wants logged is noted in a
+ * struct event and logged after the unlock.  A waiter in the admission
+ * queue sleeps on its own condition variable with 'lock'.
+ */
+#include "pool.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "config.h"
+#include "log.h"
+#include "util.h"
+
+/* Ring points per unit of weight, and at most per upstream (prefix). */
+#define RING_PER_WEIGHT 16
+#define RING_MAX_PER_UPSTREAM 4096
+
+/* Ejections in a row that still double eject_time (2^16 is past 5m). */
+#define STREAK_MAX 16
+
+struct member {
+    const struct config_upstream *cfg;      /* immutable */
+
+    /* The breaker (pool.h). */
+    enum pool_state state;
+    int64_t open_until_ms;      /* OPEN: when it turns HALF_OPEN */
+    uint64_t fails;             /* failures in a row while CLOSED */
+    unsigned streak;            /* ejections since it last stayed up */
+    int64_t closed_ms;          /* when it last closed; 0 never ejected */
+    int trial_out;              /* HALF_OPEN: the one call is out */
+    int64_t hold_until_ms;      /* Retry-After: no new calls before */
+
+    uint64_t inflight;          /* calls holding a slot */
+    int64_t swrr;               /* smooth weighted round robin's current */
+
+    /* From GET /v1/models; routing uses 'ids' only without cfg models. */
+    int models_known;
+    char **ids;
+    char **texts;
+    size_t num_models;
+
+    /* For /metrics. */
+    uint64_t calls;
+    uint64_t failures[POOL_OUTCOME_COUNT];
+    uint64_t ejections;
+};
+
+struct ring_point {
+    uint64_t hash;
+    size_t idx;
+};
+
+/* A call waiting for a max_inflight slot; lives on its thread's stack. */
+struct waiter {
+    struct waiter *next;
+    pthread_cond_t cv;
+    uint64_t mask;              /* upstreams it can use */
+    int granted;                /* the upstream whose slot it was given */
+    int trial;
+};
+
+struct pool {
+    const struct gw_config *cfg;        /* immutable */
+    size_t n;                           /* immutable */
+    struct member *m;                   /* [n]; see the lock note */
+    struct ring_point *ring;            /* immutable, sorted by hash */
+    size_t ring_len;
+
+    struct gw_mutex lock;
+    uint64_t rng;                       /* xorshift64 state */
+    struct waiter *q_head, *q_tail;     /* FIFO */
+    uint64_t q_len;
+    int stopping;
+
+    /* The budget window: per-second buckets. */
+    int64_t bucket_s[POOL_BUDGET_WINDOW_S];
+    uint64_t bucket_req[POOL_BUDGET_WINDOW_S];
+    uint64_t bucket_retry[POOL_BUDGET_WINDOW_S];
+
+    uint64_t retries, hedges, budget_refused;
+    uint64_t queue_waits, queue_timeouts, unavailable;
+};
+
+/* What to log once the lock is dropped. */
+struct event {
+    const char *what;           /* NULL: nothing */
+    const char *name;
+    int64_t ms;
+    const char *why;
+};
+
+static const char *const outcome_names[POOL_OUTCOME_COUNT] = {
+    [POOL_OK] = "ok",
+    [POOL_NEUTRAL] = "neutral",
+    [POOL_FAIL_CONNECT] = "connect",
+    [POOL_FAIL_TIMEOUT] = "timeout",
+    [POOL_FAIL_STATUS] = "status",
+    [POOL_FAIL_THROTTLED] = "throttled",
+    [POOL_FAIL_BROKEN] = "broken",
+};
+
+const char *
+pool_outcome_name(enum pool_outcome o)
+{
+    return (unsigned)o < POOL_OUTCOME_COUNT ? outcome_names[o] : "?";
+}
+
+/* FNV-1a, then splitmix64's finaliser so that near keys spread. */
+static uint64_t
+mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+    return z ^ (z >> 31);
+}
+
+static uint64_t
+hash_str(const char *s, uint64_t salt)
+{
+    uint64_t h = UINT64_C(0xcbf29ce484222325) ^ salt;
+
+    for (; *s != '\0'; s++) {
+        h ^= (unsigned char)*s;
+        h *= UINT64_C(0x100000001b3);
+    }
+    return mix64(h);
+}
+
+static uint64_t
+rng_next(struct pool *p)
+{
+    uint64_t x = p->rng;
+
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    p->rng = x;
+    return x;
+}
+
+static int
+cmp_point(const void *a, const void *b)
+{
+    const struct ring_point *x = a, *y = b;
+
+    if (x->hash != y->hash)
+        return x->hash < y->hash ? -1 : 1;
+    return x->idx < y->idx ? -1 : x->idx > y->idx;
+}
+
+/* The consistent-hash ring for balance = prefix. */
+static int
+ring_build(struct pool *p)
+{
+    size_t i, k, per, len = 0;
+
+    for (i = 0; i < p->n; i++) {
+        per = (size_t)p->m[i].cfg->weight * RING_PER_WEIGHT;
+        len += per < RING_MAX_PER_UPSTREAM ? per : RING_MAX_PER_UPSTREAM;
+    }
+    p->ring = gw_calloc(len, sizeof(*p->ring));
+    if (p->ring == NULL)
+        return GW_ENOMEM;
+    for (i = 0; i < p->n; i++) {
+        per = (size_t)p->m[i].cfg->weight * RING_PER_WEIGHT;
+        if (per > RING_MAX_PER_UPSTREAM)
+            per = RING_MAX_PER_UPSTREAM;
+        for (k = 0; k < per; k++) {
+            p->ring[p->ring_len].hash = hash_str(p->m[i].cfg->name, k + 1);
+            p->ring[p->ring_len].idx = i;
+            p->ring_len++;
+        }
+    }
+    qsort(p->ring, p->ring_len, sizeof(*p->ring), cmp_point);
+    return 0;
+}
+
+struct pool *
+pool_new(const struct gw_config *cfg)
+{
+    struct pool *p = NULL;
+    struct pool *ret = NULL;
+    size_t i;
+
+    p = gw_calloc(1, sizeof(*p));
+    if (p == NULL)
+        goto out;
+    gw_mutex_init(&p->lock);
+    p->cfg = cfg;
+    p->n = cfg->num_upstreams;
+    p->rng = (uint64_t)gw_now_us() | 1;
+    p->m = gw_calloc(p->n > 0 ? p->n : 1, sizeof(*p->m));
+    if (p->m == NULL)
+        goto out;
+    for (i = 0; i < p->n; i++)
+        p->m[i].cfg = &cfg->upstreams[i];
+    if (ring_build(p) != 0)
+        goto out;
+    ret = p;
+    p = NULL;
+
+out:
+    pool_free(p);
+    return ret;
+}
+
+static void
+models_free(struct member *m)
+{
+    size_t i;
+
+    for (i = 0; i < m->num_models; i++) {
+        gw_free(m->ids[i]);
+        gw_free(m->texts[i]);
+    }
+    gw_free(m->ids);
+    gw_free(m->texts);
+    m->ids = m->texts = NULL;
+    m->num_models = 0;
+}
+
+void
+pool_free(struct pool *p)
+{
+    size_t i;
+
+    if (p == NULL)
+        return;
+    if (p->m != NULL)
+        for (i = 0; i < p->n; i++)
+            models_free(&p->m[i]);
+    gw_free(p->m);
+    gw_free(p->ring);
+    gw_mutex_destroy(&p->lock);
+    gw_free(p);
+}
+
+size_t
+pool_size(const struct pool *p)
+{
+    return p->n;
+}
+
+/* ---- state, under the lock ---- */
+
+/* The state now: an OPEN upstream whose time is up turns HALF_OPEN. */
+static enum pool_state
+state_now(struct member *m, int64_t now)
+{
+    if (m->state == POOL_OPEN && now >= m->open_until_ms) {
+        m->state = POOL_HALF_OPEN;
+        m->trial_out = 0;
+    }
+    return m->state;
+}
+
+/* May it get a new call (ignoring max_inflight)? */
+static int
+usable(struct member *m, int64_t now)
+{
+    enum pool_state s = state_now(m, now);
+
+    if (now < m->hold_until_ms)
+        return 0;
+    return s == POOL_CLOSED || (s == POOL_HALF_OPEN && !m->trial_out);
+}
+
+static int
+has_room(const struct member *m)
+{
+    return m->cfg->max_inflight == 0 || m->inflight < m->cfg->max_inflight;
+}
+
+/* Milliseconds until an unusable upstream may be usable again. */
+static int64_t
+wait_of(const struct member *m, int64_t now)
+{
+    int64_t w = 0;
+
+    if (m->state == POOL_OPEN && m->open_until_ms - now > w)
+        w = m->open_until_ms - now;
+    if (m->hold_until_ms - now > w)
+        w = m->hold_until_ms - now;
+    return w;
+}
+
+static int
+serves(const struct member *m, const char *model)
+{
+    const struct config_upstream *u = m->cfg;
+    size_t i;
+
+    if (model == NULL)
+        return 1;
+    if (u->num_models > 0) {
+        for (i = 0; i < u->num_models; i++)
+            if (strcmp(u->models[i], model) == 0)
+                return 1;
+        return 0;
+    }
+    if (!m->models_known)
+        return 1;               /* not asked yet: it may */
+    for (i = 0; i < m->num_models; i++)
+        if (strcmp(m->ids[i], model) == 0)
+            return 1;
+    return 0;
+}
+
+static uint64_t
+serving_mask(struct pool *p, const char *model)
+{
+    uint64_t mask = 0;
+    size_t i;
+
+    for (i = 0; i < p->n; i++)
+        if (serves(&p->m[i], model))
+            mask |= UINT64_C(1) << i;
+    return mask;
+}
+
+int
+pool_serves(struct pool *p, const char *model)
+{
+    uint64_t mask;
+
+    gw_mutex_lock(&p->lock);
+    mask = serving_mask(p, model);
+    gw_mutex_unlock(&p->lock);
+    return mask != 0;
+}
+
+int
+pool_has_other(struct pool *p, const struct pool_want *want, size_t idx)
+{
+    int64_t now = gw_now_ms();
+    uint64_t cand;
+    size_t i;
+    int ok = 0;
+
+    gw_mutex_lock(&p->lock);
+    cand = serving_mask(p, want->model) & ~want->exclude
+           & ~(UINT64_C(1) << idx);
+    for (i = 0; i < p->n && !ok; i++)
+        ok = (cand & (UINT64_C(1) << i)) && usable(&p->m[i], now);
+    gw_mutex_unlock(&p->lock);
+    return ok;
+}
+
+static void
+take_slot(struct member *m, struct pool_slot *slot, size_t idx)
+{
+    m->inflight++;
+    m->calls++;
+    slot->idx = (int)idx;
+    slot->trial = m->state == POOL_HALF_OPEN;
+    if (slot->trial)
+        m->trial_out = 1;
+}
+
+/* ---- the balancers, under the lock; 'room' is never empty ---- */
+
+static size_t
+lowest_bit(uint64_t mask)
+{
+    return (size_t)__builtin_ctzll(mask);
+}
+
+/* An upstream of 'mask' at random, in proportion to weight. */
+static size_t
+weighted_random(struct pool *p, uint64_t mask)
+{
+    uint64_t total = 0, r;
+    size_t i;
+
+    for (i = 0; i < p->n; i++)
+        if (mask & (UINT64_C(1) << i))
+            total += p->m[i].cfg->weight;
+    r = rng_next(p) % total;
+    for (i = 0; i < p->n; i++) {
+        if (!(mask & (UINT64_C(1) << i)))
+            continue;
+        if (r < p->m[i].cfg->weight)
+            return i;
+        r -= p->m[i].cfg->weight;
+    }
+    return lowest_bit(mask);
+}
+
+/* Power of two choices: two weighted picks, the lighter one by weight. */
+static size_t
+pick_least_inflight(struct pool *p, uint64_t room)
+{
+    size_t a, b;
+    const struct member *ma, *mb;
+
+    if ((room & (room - 1)) == 0)
+        return lowest_bit(room);
+    a = weighted_random(p, room);
+    b = weighted_random(p, room & ~(UINT64_C(1) << a));
+    ma = &p->m[a];
+    mb = &p->m[b];
+    /* inflight / weight, compared without dividing */
+    return mb->inflight * ma->cfg->weight < ma->inflight * mb->cfg->weight
+           ? b : a;
+}
+
+/* nginx's smooth weighted round robin over 'room'. */
+static size_t
+pick_round_robin(struct pool *p, uint64_t room)
+{
+    int64_t total = 0;
+    size_t i, best = p->n;
+
+    for (i = 0; i < p->n; i++) {
+        if (!(room & (UINT64_C(1) << i)))
+            continue;
+        p->m[i].swrr += (int64_t)p->m[i].cfg->weight;
+        total += (int64_t)p->m[i].cfg->weight;
+        if (best == p->n || p->m[i].swrr > p->m[best].swrr)
+            best = i;
+    }
+    p->m[best].swrr -= total;
+    return best;
+}
+
+/*
+ * Consistent hashing with bounded loads (Mirrokni, Thorup, Zadimoghaddam
+ * 2016): walk the ring from the key's point and take the first upstream
+ * with room whose open calls, with this one, stay within (1 + epsilon)
+ * times its weighted share of all the calls on 'usable' upstreams.  The
+ * same prefix keeps landing on the same upstream until that one is
+ * loaded past the bound; then it spills to the next on the ring.
+ */
+static size_t
+pick_prefix(struct pool *p, uint64_t room, uint64_t usable_mask,
+            uint64_t key)
+{
+    uint64_t total = 1, wsum = 0, seen = 0, bit;
+    size_t lo = 0, hi = p->ring_len, mid, k, i;
+    double bound;
+
+    for (i = 0; i < p->n; i++) {
+        if (usable_mask & (UINT64_C(1) << i)) {
+            total += p->m[i].inflight;
+            wsum += p->m[i].cfg->weight;
+        }
+    }
+    while (lo < hi) {
+        mid = lo + (hi - lo) / 2;
+        if (p->ring[mid].hash < key)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    for (k = 0; k < p->ring_len; k++) {
+        i = p->ring[(lo + k) % p->ring_len].idx;
+        bit = UINT64_C(1) << i;
+        if (!(room & bit) || (seen & bit))
+            continue;
+        seen |= bit;
+        bound = (1.0 + p->cfg->prefix_epsilon) * (double)total
+                * (double)p->m[i].cfg->weight / (double)wsum;
+        if ((double)(p->m[i].inflight + 1) <= bound + 0.999999)
+            return i;           /* within ceil(bound) */
+        if (seen == room)
+            break;
+    }
+    return pick_least_inflight(p, room);
+}
+
+static size_t
+pick(struct pool *p, uint64_t room, uint64_t usable_mask, uint64_t key)
+{
+    switch (p->cfg->balance) {
+    case BALANCE_ROUND_ROBIN:
+        return pick_round_robin(p, room);
+    case BALANCE_PREFIX:
+        return pick_prefix(p, room, usable_mask, key);
+    default:
+        return pick_least_inflight(p, room);
+    }
+}
+
+/* ---- admission ---- */
+
+static void
+queue_remove(struct pool *p, struct waiter *w)
+{
+    struct waiter **pp, *prev = NULL;
+
+    for (pp = &p->q_head; *pp != NULL; prev = *pp, pp = &(*pp)->next) {
+        if (*pp == w) {
+            *pp = w->next;
+            if (p->q_tail == w)
+                p->q_tail = prev;
+            p->q_len--;
+            return;
+        }
+    }
+}
+
+/* Upstream 'idx' may have a free slot: hand it to the first waiter. */
+static void
+grant(struct pool *p, size_t idx, int64_t now)
+{
+    struct member *m = &p->m[idx];
+    struct waiter *w;
+    struct pool_slot s;
+
+    for (w = p->q_head; w != NULL; w = w->next) {
+        if (!has_room(m) || !usable(m, now))
+            return;
+        if (!(w->mask & (UINT64_C(1) << idx)))
+            continue;
+        take_slot(m, &s, idx);
+        w->granted = (int)idx;
+        w->trial = s.trial;
+        queue_remove(p, w);
+        pthread_cond_signal(&w->cv);
+        return;
+    }
+}
+
+int
+pool_acquire(struct pool *p, const struct pool_want *want,
+             struct pool_slot *slot, int *retry_after_s)
+{
+    uint64_t cand, use = 0, room = 0, bit;
+    int64_t now = gw_now_ms(), soonest = INT64_MAX, deadline;
+    struct waiter w;
+    size_t i;
+    int rc;
+
+    slot->idx = -1;
+    slot->trial = 0;
+    slot->queued = 0;
+    *retry_after_s = 1;
+    gw_mutex_lock(&p->lock);
+    cand = serving_mask(p, want->model) & ~want->exclude;
+    for (i = 0; i < p->n; i++) {
+        bit = UINT64_C(1) << i;
+        if (!(cand & bit))
+            continue;
+        if (usable(&p->m[i], now)) {
+            use |= bit;
+            if (has_room(&p->m[i]))
+                room |= bit;
+        } else if (wait_of(&p->m[i], now) < soonest) {
+            soonest = wait_of(&p->m[i], now);
+        }
+    }
+    if (cand == 0) {
+        rc = GW_ENOTFOUND;
+        goto out;
+    }
+    if (use == 0) {
+        p->unavailable++;
+        if (soonest != INT64_MAX)
+            *retry_after_s = (int)((soonest + 999) / 1000);
+        if (*retry_after_s < 1)
+            *retry_after_s = 1;
+        rc = GW_EUNAVAIL;
+        goto out;
+    }
+    if (room != 0) {
+        i = pick(p, room, use, want->prefix_hash);
+        take_slot(&p->m[i], slot, i);
+        rc = 0;
+        goto out;
+    }
+
+    /* Every usable candidate is full: wait in line. */
+    rc = GW_ETIMEDOUT;
+    if (p->cfg->queue_timeout_ms == 0 || p->stopping) {
+        p->queue_timeouts++;
+        rc = p->stopping ? GW_ESTOPPING : GW_ETIMEDOUT;
+        goto out;
+    }
+    memset(&w, 0, sizeof(w));
+    gw_cond_init(&w.cv);
+    w.mask = use;
+    w.granted = -1;
+    if (p->q_tail != NULL)
+        p->q_tail->next = &w;
+    else
+        p->q_head = &w;
+    p->q_tail = &w;
+    p->q_len++;
+    p->queue_waits++;
+    deadline = now + p->cfg->queue_timeout_ms;
+    while (w.granted < 0 && !p->stopping
+           && gw_cond_timedwait(&w.cv, &p->lock, deadline) == 0)
+        ;
+    if (w.granted >= 0) {
+        slot->idx = w.granted;
+        slot->trial = w.trial;
+        slot->queued = 1;
+        rc = 0;
+    } else {
+        queue_remove(p, &w);
+        p->queue_timeouts++;
+        rc = p->stopping ? GW_ESTOPPING : GW_ETIMEDOUT;
+    }
+    pthread_cond_destroy(&w.cv);
+
+out:
+    gw_mutex_unlock(&p->lock);
+    return rc;
+}
+
+/* Eject 'm' (under the lock); fills 'ev' for the log line. */
+static void
+eject(struct pool *p, struct member *m, int64_t now, const char *why,
+      struct event *ev)
+{
+    int64_t ms;
+
+    if (m->closed_ms != 0 && now - m->closed_ms > POOL_EJECT_MAX_MS)
+        m->streak = 0;          /* it stayed up long enough: start over */
+    ms = p->cfg->eject_time_ms << m->streak;
+    if (ms > POOL_EJECT_MAX_MS)
+        ms = POOL_EJECT_MAX_MS;
+    if (m->streak < STREAK_MAX)
+        m->streak++;
+    m->state = POOL_OPEN;
+    m->open_until_ms = now + ms;
+    m->fails = 0;
+    m->trial_out = 0;
+    m->ejections++;
+    ev->what = "ejected";
+    ev->name = m->cfg->name;
+    ev->ms = ms;
+    ev->why = why;
+}
+
+/* Judge an outcome for 'm' (under the lock). */
+static void
+judge(struct pool *p, struct member *m, enum pool_outcome o,
+      int64_t retry_after_ms, int64_t now, struct event *ev)
+{
+    enum pool_state s = state_now(m, now);
+
+    if (o == POOL_NEUTRAL)
+        return;
+    if (o == POOL_OK) {
+        m->fails = 0;
+        if (s == POOL_HALF_OPEN) {
+            m->state = POOL_CLOSED;
+            m->closed_ms = now;
+            ev->what = "closed";
+            ev->name = m->cfg->name;
+        }
+        return;
+    }
+    m->failures[o]++;
+    if (retry_after_ms > 0) {
+        /* One Retry-After counts once, however many calls bring it. */
+        if (now < m->hold_until_ms)
+            return;
+        if (retry_after_ms > POOL_RETRY_AFTER_MAX_MS)
+            retry_after_ms = POOL_RETRY_AFTER_MAX_MS;
+        m->hold_until_ms = now + retry_after_ms;
+    }
+    if (s == POOL_HALF_OPEN) {
+        eject(p, m, now, "the half-open trial failed", ev);
+    } else if (s == POOL_CLOSED && ++m->fails >= p->cfg->eject_after) {
+        eject(p, m, now, pool_outcome_name(o), ev);
+    }
+}
+
+static void
+log_event(const struct event *ev)
+{
+    if (ev->what == NULL)
+        return;
+    if (ev->ms > 0)
+        log_msg(GW_LOG_WARN, "pool: upstream %s %s for %" PRId64 "ms "
+                "last_failure=%s", ev->name, ev->what, ev->ms, ev->why);
+    else
+        log_msg(GW_LOG_INFO, "pool: upstream %s %s", ev->name, ev->what);
+}
+
+void
+pool_release(struct pool *p, struct pool_slot *slot, enum pool_outcome o,
+             int64_t retry_after_ms)
+{
+    struct event ev = { NULL, NULL, 0, NULL };
+    struct member *m;
+    int64_t now = gw_now_ms();
+
+    if (slot->idx < 0)
+        return;
+    m = &p->m[slot->idx];
+    gw_mutex_lock(&p->lock);
+    m->inflight--;
+    if (slot->trial && m->state == POOL_HALF_OPEN)
+        m->trial_out = 0;
+    judge(p, m, o, retry_after_ms, now, &ev);
+    grant(p, (size_t)slot->idx, now);
+    gw_mutex_unlock(&p->lock);
+    log_event(&ev);
+    slot->idx = -1;
+    slot->trial = 0;
+}
+
+/* ---- the budget ---- */
+
+/* The bucket for now, emptied if it holds an older second. */
+static size_t
+bucket(struct pool *p)
+{
+    int64_t sec = gw_now_ms() / 1000;
+    size_t i = (size_t)(sec % POOL_BUDGET_WINDOW_S);
+
+    if (p->bucket_s[i] != sec) {
+        p->bucket_s[i] = sec;
+        p->bucket_req[i] = 0;
+        p->bucket_retry[i] = 0;
+    }
+    return i;
+}
+
+static int
+budget_allows(struct pool *p)
+{
+    int64_t sec = gw_now_ms() / 1000;
+    uint64_t req = 0, retry = 0;
+    double allowed;
+    size_t i;
+
+    for (i = 0; i < POOL_BUDGET_WINDOW_S; i++) {
+        if (sec - p->bucket_s[i] < POOL_BUDGET_WINDOW_S) {
+            req += p->bucket_req[i];
+            retry += p->bucket_retry[i];
+        }
+    }
+    allowed = p->cfg->retry_budget * (double)req;
+    if (allowed < (double)p->cfg->retry_budget_min)
+        allowed = (double)p->cfg->retry_budget_min;
+    return (double)retry + 1 <= allowed;
+}
+
+void
+pool_note_request(struct pool *p)
+{
+    gw_mutex_lock(&p->lock);
+    p->bucket_req[bucket(p)]++;
+    gw_mutex_unlock(&p->lock);
+}
+
+int
+pool_budget_take(struct pool *p, int hedge)
+{
+    int ok;
+
+    gw_mutex_lock(&p->lock);
+    ok = budget_allows(p);
+    if (ok) {
+        p->bucket_retry[bucket(p)]++;
+        if (hedge)
+            p->hedges++;
+        else
+            p->retries++;
+    } else {
+        p->budget_refused++;
+    }
+    gw_mutex_unlock(&p->lock);
+    return ok;
+}
+
+int
+pool_budget_peek(struct pool *p)
+{
+    int ok;
+
+    gw_mutex_lock(&p->lock);
+    ok = budget_allows(p);
+    gw_mutex_unlock(&p->lock);
+    return ok;
+}
+
+int
+pool_ready(struct pool *p)
+{
+    int64_t now = gw_now_ms();
+    size_t i;
+    int ok = 0;
+
+    gw_mutex_lock(&p->lock);
+    for (i = 0; i < p->n && !ok; i++) {
+        state_now(&p->m[i], now);
+        ok = p->m[i].state != POOL_OPEN && now >= p->m[i].hold_until_ms;
+    }
+    gw_mutex_unlock(&p->lock);
+    return ok;
+}
+
+void
+pool_stop(struct pool *p)
+{
+    struct waiter *w;
+
+    gw_mutex_lock(&p->lock);
+    p->stopping = 1;
+    for (w = p->q_head; w != NULL; w = w->next)
+        pthread_cond_signal(&w->cv);
+    gw_mutex_unlock(&p->lock);
+}
+
+/* ---- health probes and models ---- */
+
+int
+pool_probe_begin(struct pool *p, size_t idx, int *trial)
+{
+    struct member *m = &p->m[idx];
+    int ok = 1;
+
+    *trial = 0;
+    gw_mutex_lock(&p->lock);
+    if (state_now(m, gw_now_ms()) == POOL_HALF_OPEN) {
+        ok = !m->trial_out;
+        if (ok)
+            m->trial_out = *trial = 1;
+    }
+    gw_mutex_unlock(&p->lock);
+    return ok;
+}
+
+void
+pool_probe_end(struct pool *p, size_t idx, int trial, enum pool_outcome o)
+{
+    struct event ev = { NULL, NULL, 0, NULL };
+    struct member *m = &p->m[idx];
+    int64_t now = gw_now_ms();
+
+    gw_mutex_lock(&p->lock);
+    if (trial && m->state == POOL_HALF_OPEN)
+        m->trial_out = 0;
+    judge(p, m, o, 0, now, &ev);
+    grant(p, idx, now);
+    gw_mutex_unlock(&p->lock);
+    log_event(&ev);
+}
+
+void
+pool_set_models(struct pool *p, size_t idx, char **ids, char **texts,
+                size_t n)
+{
+    struct member *m = &p->m[idx];
+    struct member old;
+
+    gw_mutex_lock(&p->lock);
+    old.ids = m->ids;
+    old.texts = m->texts;
+    old.num_models = m->num_models;
+    m->ids = ids;
+    m->texts = texts;
+    m->num_models = n;
+    m->models_known = 1;
+    gw_mutex_unlock(&p->lock);
+    models_free(&old);          /* outside the lock */
+}
+
+/* Has 'id' been put in the answer already?  'ids' holds n of them. */
+static int
+seen_id(const char *const *ids, size_t n, const char *id)
+{
+    size_t i;
+
+    for (i = 0; i < n; i++)
+        if (strcmp(ids[i], id) == 0)
+            return 1;
+    return 0;
+}
+
+/* The cached object for 'id' from m's GET /v1/models, or NULL. */
+static const char *
+model_text(const struct member *m, const char *id)
+{
+    size_t i;
+
+    for (i = 0; i < m->num_models; i++)
+        if (strcmp(m->ids[i], id) == 0)
+            return m->texts[i];
+    return NULL;
+}
+
+/*
+ * One entry of the union.  A configured model the upstream did not list
+ * (or was not asked about) gets a minimal object; names are validated by
+ * config.c (no quotes, backslashes or controls), so they need no escaping.
+ */
+static int
+add_model(struct buf *out, const struct member *m, const char *id,
+          const char *text, const char **done, size_t *ndone)
+{
+    int rc;
+
+    if (seen_id(done, *ndone, id))
+        return 0;
+    done[(*ndone)++] = id;
+    if (*ndone > 1 && (rc = buf_append(out, ",", 1)) != 0)
+        return rc;
+    if (text != NULL)
+        return buf_append(out, text, strlen(text));
+    return buf_printf(out, "{\"id\":\"%s\",\"object\":\"model\","
+                      "\"created\":0,\"owned_by\":\"%s\"}", id,
+                      m->cfg->name);
+}
+
+int
+pool_models_json(struct pool *p, struct buf *out)
+{
+    const char **done = NULL;
+    size_t ndone = 0, cap = 0, i, k;
+    int64_t now = gw_now_ms();
+    const struct member *m;
+    int rc = GW_ENOMEM;
+
+    gw_mutex_lock(&p->lock);
+    for (i = 0; i < p->n; i++)
+        cap += p->m[i].cfg->num_models + p->m[i].num_models;
+    done = gw_calloc(cap > 0 ? cap : 1, sizeof(*done));
+    if (done == NULL)
+        goto out;
+    rc = buf_append_str(out, "{\"object\":\"list\",\"data\":[");
+    for (i = 0; i < p->n && rc == 0; i++) {
+        m = &p->m[i];
+        if (state_now(&p->m[i], now) == POOL_OPEN)
+            continue;
+        if (m->cfg->num_models > 0) {
+            for (k = 0; k < m->cfg->num_models && rc == 0; k++)
+                rc = add_model(out, m, m->cfg->models[k],
+                               model_text(m, m->cfg->models[k]), done,
+                               &ndone);
+        } else {
+            for (k = 0; k < m->num_models && rc == 0; k++)
+                rc = add_model(out, m, m->ids[k], m->texts[k], done, &ndone);
+        }
+    }
+    if (rc == 0)
+        rc = buf_append(out, "]}", 2);
+
+out:
+    gw_mutex_unlock(&p->lock);
+    gw_free(done);
+    return rc;
+}
+
+/* ---- /metrics ---- */
+
+enum pool_state
+pool_state_of(struct pool *p, size_t idx)
+{
+    enum pool_state s;
+
+    gw_mutex_lock(&p->lock);
+    s = state_now(&p->m[idx], gw_now_ms());
+    gw_mutex_unlock(&p->lock);
+    return s;
+}
+
+/* One "# HELP"/"# TYPE" pair and a per-upstream value of each member. */
+static int
+render_series(struct pool *p, struct buf *out, const char *name,
+              const char *type, const char *help, size_t field)
+{
+    size_t i;
+    int rc;
+
+    rc = buf_printf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name,
+                    type);
+    for (i = 0; i < p->n && rc == 0; i++) {
+        const struct member *m = &p->m[i];
+        uint64_t v = *(const uint64_t *)(const void *)
+                     ((const char *)m + field);
+
+        rc = buf_printf(out, "%s{upstream=\"%s\"} %" PRIu64 "\n", name,
+                        m->cfg->name, v);
+    }
+    return rc;
+}
+
+int
+pool_render_metrics(struct pool *p, struct buf *out)
+{
+    int64_t now = gw_now_ms();
+    size_t i, k;
+    int rc;
+
+    gw_mutex_lock(&p->lock);
+    rc = buf_printf(out, "# HELP infergw_upstream_state Circuit breaker: "
+                    "0 closed, 1 half-open, 2 open (ejected).\n"
+                    "# TYPE infergw_upstream_state gauge\n");
+    for (i = 0; i < p->n && rc == 0; i++)
+        rc = buf_printf(out, "infergw_upstream_state{upstream=\"%s\"} %d\n",
+                        p->m[i].cfg->name, (int)state_now(&p->m[i], now));
+    if (rc == 0)
+        rc = render_series(p, out, "infergw_upstream_open_calls", "gauge",
+                           "Calls open on the upstream now.",
+                           offsetof(struct member, inflight));
+    if (rc == 0)
+        rc = render_series(p, out, "infergw_upstream_calls_total",
+                           "counter", "Calls (attempts) sent to the upstream.",
+                           offsetof(struct member, calls));
+    if (rc == 0)
+        rc = render_series(p, out, "infergw_upstream_ejections_total",
+                           "counter", "Times the upstream was ejected.",
+                           offsetof(struct member, ejections));
+    if (rc == 0)
+        rc = buf_printf(out, "# HELP infergw_upstream_failures_total "
+                        "Failed calls and probes, by kind.\n"
+                        "# TYPE infergw_upstream_failures_total counter\n");
+    for (i = 0; i < p->n && rc == 0; i++)
+        for (k = POOL_FAIL_CONNECT; k < POOL_OUTCOME_COUNT && rc == 0; k++)
+            rc = buf_printf(out, "infergw_upstream_failures_total{upstream="
+                            "\"%s\",kind=\"%s\"} %" PRIu64 "\n",
+                            p->m[i].cfg->name, outcome_names[k],
+                            p->m[i].failures[k]);
+    if (rc == 0)
+        rc = buf_printf(out,
+            "# HELP infergw_upstream_retries_total Attempts made again on "
+            "another upstream before any byte reached a client.\n"
+            "# TYPE infergw_upstream_retries_total counter\n"
+            "infergw_upstream_retries_total %" PRIu64 "\n"
+            "# HELP infergw_upstream_hedges_total Second attempts started "
+            "after hedge_after without a first body byte.\n"
+            "# TYPE infergw_upstream_hedges_total counter\n"
+            "infergw_upstream_hedges_total %" PRIu64 "\n"
+            "# HELP infergw_upstream_retry_budget_exhausted_total Retries "
+            "and hedges refused by the retry budget.\n"
+            "# TYPE infergw_upstream_retry_budget_exhausted_total counter\n"
+            "infergw_upstream_retry_budget_exhausted_total %" PRIu64 "\n"
+            "# HELP infergw_upstream_unavailable_total Requests answered "
+            "503 at once: every upstream for them ejected or held back.\n"
+            "# TYPE infergw_upstream_unavailable_total counter\n"
+            "infergw_upstream_unavailable_total %" PRIu64 "\n"
+            "# HELP infergw_upstream_queue_waits_total Calls that waited "
+            "for a max_inflight slot.\n"
+            "# TYPE infergw_upstream_queue_waits_total counter\n"
+            "infergw_upstream_queue_waits_total %" PRIu64 "\n"
+            "# HELP infergw_upstream_queue_timeouts_total Calls that got "
+            "no slot within queue_timeout (503).\n"
+            "# TYPE infergw_upstream_queue_timeouts_total counter\n"
+            "infergw_upstream_queue_timeouts_total %" PRIu64 "\n"
+            "# HELP infergw_upstream_queued Calls waiting for a slot now.\n"
+            "# TYPE infergw_upstream_queued gauge\n"
+            "infergw_upstream_queued %" PRIu64 "\n",
+            p->retries, p->hedges, p->budget_refused, p->unavailable,
+            p->queue_waits, p->queue_timeouts, p->q_len);
+    gw_mutex_unlock(&p->lock);
+    return rc;
+}

@@ -1,0 +1,181 @@
+/*
+ * pool.h - the upstream fleet: which upstream takes a call, how healthy
+ * each one is, how many calls each may have open, and the retry budget.
+ *
+ * Design (DESIGN.md "Upstream pools and resilience"): one struct pool for
+ * the process, built from cfg->upstreams.  Everything it knows is under
+ * one mutex, held for a few hundred instructions per call (choose and
+ * count on the way in, judge and count on the way out), never across I/O.
+ *
+ * Per upstream it keeps a circuit breaker:
+ *
+ *     CLOSED --eject_after failures in a row--> OPEN (eject_time, doubled
+ *       ^                                        |   on each repeat, at
+ *       |                                        |   most 5m)
+ *       +---- the trial succeeds --- HALF_OPEN <-+ time is up
+ *                                       | the trial fails: OPEN again
+ *
+ * In HALF_OPEN one call (the trial) or a health probe is let through.  A
+ * 429 or 503 with Retry-After also holds an upstream back for that long
+ * (at most POOL_RETRY_AFTER_MAX_MS), counting as one failure however many
+ * calls bring it back meanwhile.
+ *
+ * Admission: an upstream with max_inflight takes at most that many calls
+ * at once.  A call that finds every usable candidate full waits in a FIFO
+ * for up to queue_timeout; a freed slot is handed to the first waiter that
+ * can use it.  A call that finds no usable candidate at all (every one
+ * ejected or held back) fails at once: it never waits for a timeout.
+ *
+ * The retry budget: retries and hedges together, over the last
+ * POOL_BUDGET_WINDOW_S seconds, may be at most retry_budget times the
+ * calls started in that window (first attempts), or retry_budget_min,
+ * whichever is more.
+ *
+ * Models: an upstream serves the models its config lists; with none
+ * listed, the ones its GET /v1/models reported (health.c asks); until it
+ * has answered, any model.  /v1/models is the union over upstreams that
+ * are not ejected, kept from those answers.
+ *
+ * Threads: every function is thread-safe.  The struct pool outlives every
+ * caller (main.c frees it last).
+ */
+#ifndef INFERGW_GATEWAY_POOL_H
+#define INFERGW_GATEWAY_POOL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "buf.h"
+
+struct gw_config;
+struct pool;
+
+#define POOL_BUDGET_WINDOW_S 10
+#define POOL_RETRY_AFTER_MAX_MS (60 * 1000)
+#define POOL_EJECT_MAX_MS (5 * 60 * 1000)
+
+enum pool_state {
+    POOL_CLOSED = 0,
+    POOL_HALF_OPEN = 1,
+    POOL_OPEN = 2,
+};
+
+/* How a call (or probe) went, as far as the upstream's health goes. */
+enum pool_outcome {
+    POOL_OK = 0,            /* an answer: any status but 5xx and 429 */
+    POOL_NEUTRAL,           /* no verdict: the client left, the gateway
+                               stopped or ran out of memory */
+    POOL_FAIL_CONNECT,      /* connect refused, unreachable, TLS */
+    POOL_FAIL_TIMEOUT,      /* connect, first byte, idle or total */
+    POOL_FAIL_STATUS,       /* 5xx */
+    POOL_FAIL_THROTTLED,    /* 429 */
+    POOL_FAIL_BROKEN,       /* connection lost, bad response */
+    POOL_OUTCOME_COUNT
+};
+
+/* Label value of a failure kind ("connect", ...). */
+const char *pool_outcome_name(enum pool_outcome o);
+
+/* What a call asks for. */
+struct pool_want {
+    const char *model;      /* the body's "model"; NULL: any upstream */
+    uint64_t prefix_hash;   /* for balance = prefix (dispatch.c) */
+    uint64_t exclude;       /* bit i: upstream i was tried already */
+};
+
+/* A call's hold on an upstream: from pool_acquire to pool_release. */
+struct pool_slot {
+    int idx;                /* into cfg->upstreams; -1 none */
+    int trial;              /* the half-open trial call */
+    int queued;             /* it waited for a max_inflight slot */
+};
+
+/* Build the pool for cfg (borrowed; outlives the pool).  NULL: no memory. */
+struct pool *pool_new(const struct gw_config *cfg);
+
+void pool_free(struct pool *p);
+
+/*
+ * Does any upstream serve 'model' (NULL: any)?  Ejected ones count: the
+ * answer is about the configuration and the models seen, not health.
+ */
+int pool_serves(struct pool *p, const char *model);
+
+/*
+ * Take a slot on the upstream the balancer picks among those that serve
+ * want->model, are usable and not excluded; wait for one in the FIFO up
+ * to queue_timeout while every such upstream is at its max_inflight.
+ * OUT *slot; OUT *retry_after_s: for the 503 on GW_EUNAVAIL/GW_ETIMEDOUT.
+ * Returns 0, GW_ENOTFOUND (no upstream serves the model, or every one
+ * that does is excluded), GW_EUNAVAIL (none usable), GW_ETIMEDOUT
+ * (queue_timeout passed) or GW_ESTOPPING (pool_stop).
+ */
+int pool_acquire(struct pool *p, const struct pool_want *want,
+                 struct pool_slot *slot, int *retry_after_s);
+
+/*
+ * Give the slot back with the call's outcome; 'retry_after_ms' > 0 is
+ * the upstream's Retry-After on a 429 or 503.  'slot' is reset.
+ */
+void pool_release(struct pool *p, struct pool_slot *slot,
+                  enum pool_outcome o, int64_t retry_after_ms);
+
+/*
+ * Is there an upstream for 'want', other than 'idx' and the excluded
+ * ones, that is usable now?  (Whether a retry could go anywhere.)
+ */
+int pool_has_other(struct pool *p, const struct pool_want *want, size_t idx);
+
+/* A client request (not a retry) that will make upstream calls. */
+void pool_note_request(struct pool *p);
+
+/*
+ * May one more retry or hedge run now?  pool_budget_take counts it when
+ * it may (1), and counts a refusal (0); pool_budget_peek only asks.
+ */
+int pool_budget_take(struct pool *p, int hedge);
+int pool_budget_peek(struct pool *p);
+
+/* Is any upstream usable (not ejected, not held back)?  For /readyz. */
+int pool_ready(struct pool *p);
+
+/* End every queue wait with GW_ESTOPPING, now and from now on. */
+void pool_stop(struct pool *p);
+
+/* ---- for health.c ---- */
+
+/* Number of upstreams (cfg->num_upstreams). */
+size_t pool_size(const struct pool *p);
+
+/*
+ * May upstream 'idx' be probed now?  Always while CLOSED or OPEN; in
+ * HALF_OPEN only when no trial is out, and the probe then is the trial
+ * (OUT *trial = 1).
+ */
+int pool_probe_begin(struct pool *p, size_t idx, int *trial);
+
+/* A probe's outcome: judged like a call's (POOL_OK closes HALF_OPEN). */
+void pool_probe_end(struct pool *p, size_t idx, int trial,
+                    enum pool_outcome o);
+
+/*
+ * Upstream 'idx' answered GET /v1/models: its "data" entries, each one
+ * object's JSON text and its "id" (the arrays and their strings are
+ * stolen; the old ones freed).  Only upstreams without a configured
+ * models list route by these ids.
+ */
+void pool_set_models(struct pool *p, size_t idx, char **ids, char **texts,
+                     size_t n);
+
+/* ---- for route.c ---- */
+
+/* The /v1/models answer: {"object":"list","data":[...]}.  0 or buf error. */
+int pool_models_json(struct pool *p, struct buf *out);
+
+/* Append the per-upstream series of /metrics.  0 or a buf error. */
+int pool_render_metrics(struct pool *p, struct buf *out);
+
+/* Current values, for tests: state, open calls. */
+enum pool_state pool_state_of(struct pool *p, size_t idx);
+
+#endif
