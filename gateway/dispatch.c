@@ -68,7 +68,7 @@ dispatch_run(const struct dispatch_ctx *dc,
     struct pool_want want = { model, prefix_hash, 0 };
     struct upstream_opts opts = { 0, 0 };
     struct pool_slot slot;
-    int rc, retry_after;
+    int rc, retry_after, more, budget;
     size_t idx;
 
     memset(out, 0, sizeof(*out));
@@ -96,10 +96,10 @@ dispatch_run(const struct dispatch_ctx *dc,
          * is (the budget can still refuse later, in a race: then the
          * status stands, as a 502 of ours).
          */
-        opts.stop_on_retryable = (uint64_t)out->attempts < cfg->retries
-                                 && pool_budget_peek(dc->pool)
-                                 && pool_has_other(dc->pool, &want,
-                                                   (size_t)slot.idx);
+        more = (uint64_t)out->attempts < cfg->retries
+               && pool_has_other(dc->pool, &want, (size_t)slot.idx);
+        budget = more && pool_budget_peek(dc->pool);
+        opts.stop_on_retryable = more && budget;
         idx = (size_t)slot.idx;
         out->upstream = cfg->upstreams[idx].name;
         out->attempts++;
@@ -107,6 +107,10 @@ dispatch_run(const struct dispatch_ctx *dc,
         upstream_perform(dc->up, idx, req, &opts, sink, &out->res);
         pool_release(dc->pool, &slot, dispatch_judge(&out->res),
                      out->res.retry_after_ms);
+        /* A retryable status relayed as it came: the budget was spent. */
+        if (more && !budget && out->res.head_seen
+            && upstream_retryable_status(out->res.status))
+            pool_budget_refuse(dc->pool);
         if (!retryable(&out->res)
             || (uint64_t)out->attempts > cfg->retries)
             return out->res.rc;

@@ -789,6 +789,14 @@ pool_budget_peek(struct pool *p)
     return ok;
 }
 
+void
+pool_budget_refuse(struct pool *p)
+{
+    gw_mutex_lock(&p->lock);
+    p->budget_refused++;
+    gw_mutex_unlock(&p->lock);
+}
+
 int
 pool_ready(struct pool *p)
 {

@@ -136,6 +136,9 @@ void pool_note_request(struct pool *p);
 int pool_budget_take(struct pool *p, int hedge);
 int pool_budget_peek(struct pool *p);
 
+/* A retry pool_budget_peek kept from happening: count the refusal. */
+void pool_budget_refuse(struct pool *p);
+
 /* Is any upstream usable (not ejected, not held back)?  For /readyz. */
 int pool_ready(struct pool *p);
 

@@ -457,12 +457,8 @@ parse_status_line(const char *p, size_t n)
     return status >= 100 ? status : -1;
 }
 
-/*
- * Worth trying another upstream for: the upstream is overloaded, down
- * behind a proxy, or timed out behind one (RFC 9110 15.6.3-15.6.5, 6585).
- */
-static int
-retryable_status(int status)
+int
+upstream_retryable_status(int status)
 {
     return status == 429 || status == 502 || status == 503 || status == 504;
 }
@@ -561,7 +557,8 @@ header_cb(char *p, size_t size, size_t n, void *arg)
         x->head_done = 1;
         x->res->status = x->status;
         x->res->retry_after_ms = x->retry_after_ms;
-        if (x->opts->stop_on_retryable && retryable_status(x->status)) {
+        if (x->opts->stop_on_retryable
+            && upstream_retryable_status(x->status)) {
             xfer_fail(x, GW_EUPSTREAM, "retryable status");
             return 0;
         }
@@ -757,7 +754,7 @@ map_result(struct xfer *x, CURLcode cc, const char **reason,
                 *fail = UPF_TIMEOUT;
             else if (x->fail_rc == GW_ENOMEM)
                 *fail = UPF_LOCAL;
-            else if (x->head_done && retryable_status(x->status)
+            else if (x->head_done && upstream_retryable_status(x->status)
                      && !x->res->head_seen)
                 *fail = UPF_STATUS;
             return x->fail_rc;

@@ -140,6 +140,13 @@ int upstream_perform(struct upstream *u, size_t idx,
                      const struct upstream_sink *sink,
                      struct upstream_result *res);
 
+/*
+ * Worth trying another upstream for: the upstream is overloaded (429,
+ * RFC 6585), down behind a proxy, or timed out behind one (502, 503, 504,
+ * RFC 9110 15.6.3-15.6.5).
+ */
+int upstream_retryable_status(int status);
+
 /* Handles created so far (for /metrics and tests). */
 uint64_t upstream_handles_created(struct upstream *u);
 

@@ -1433,7 +1433,8 @@ handle_control(struct req *q)
     bad |= control_param(q, "health", 0, 599, &health);
     bad |= control_param(q, "slow_every", 0, 1000000, &every);
     bad |= control_param(q, "slow_ms", 0, MOCK_MAX_MS, &ms);
-    if (bad || (status != 0 && status < 200) || (health != 0 && health < 200)) {
+    if (bad || (status != 0 && status < 200)
+        || (health != 0 && health < 200)) {
         send_error(q, 400, "use POST /control?status=S&retry_after=N&"
                    "health=S&slow_every=N&slow_ms=MS (S 0 or 200..599)",
                    NULL, "invalid_control");
@@ -1494,7 +1495,8 @@ note_prefix(const struct req *q)
                 prefix_feed(&px, json_string_value(c), json_string_length(c));
         }
     } else if (json_is_string(prompt)) {
-        prefix_feed(&px, json_string_value(prompt), json_string_length(prompt));
+        prefix_feed(&px, json_string_value(prompt),
+                    json_string_length(prompt));
     } else {
         return;
     }

@@ -780,8 +780,9 @@ CODE_FOR_STATUS = {400: "bad_request", 408: "request_timeout",
 REQUEST_ID_RX = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 
-def error_json(resp):
-    """Check the exact OpenAI error shape; returns the inner object."""
+def error_json(resp, param=None):
+    """Check the exact OpenAI error shape (with "param" 'param');
+    returns the inner object."""
     ct = resp.headers.get("Content-Type", "")
     assert ct.split(";")[0].strip().lower() == "application/json", \
         "error Content-Type is %r, want application/json (%r)" % (ct, resp)
@@ -797,20 +798,21 @@ def error_json(resp):
         "error.message not a non-empty string: %r" % (e["message"],)
     assert isinstance(e["type"], str) and e["type"], \
         "error.type not a non-empty string: %r" % (e["type"],)
-    assert e["param"] is None, "error.param is %r, want null" % (e["param"],)
+    assert e["param"] == param, "error.param is %r, want %r" % (
+        e["param"], param)
     assert isinstance(e["code"], str), \
         "error.code not a string: %r" % (e["code"],)
     return e
 
 
-def assert_error(resp, status, code, close=None):
+def assert_error(resp, status, code, close=None, param=None):
     """A gateway-made error: status, Content-Type, exact body shape, code
-    (a string or a set of acceptable strings), an X-Request-Id, and
-    Connection: close when 'close' is True."""
+    (a string or a set of acceptable strings), "param", an X-Request-Id,
+    and Connection: close when 'close' is True."""
     assert resp is not None, "no response"
     assert resp.status == status, "status %s, want %s: %r" % (
         resp.status, status, resp)
-    e = error_json(resp)
+    e = error_json(resp, param)
     codes = {code} if isinstance(code, str) else set(code)
     assert e["code"] in codes, "error.code %r, want %s" % (
         e["code"], " or ".join(sorted(codes)))
@@ -945,17 +947,18 @@ class Gateway:
     """infergw with a generated config file, listening on port 0.
 
     'conf' is {section: {key: value}} merged over the base config
-    ([server] listen = 127.0.0.1:0, [upstream] url = the upstream);
-    'extra' is raw text appended to the file.  Section names may carry a
-    name: "tenant acme"."""
+    ([server] listen = 127.0.0.1:0, [upstream] url = the upstream, left
+    out when upstream_port is None); 'extra' is raw text appended to the
+    file.  Section names may carry a name: "tenant acme"."""
 
     def __init__(self, bin_dir, tmpdir, upstream_port, conf=None, extra="",
                  name="gw", wait=True, env=None):
         self.exe = os.path.join(bin_dir, "infergw")
         assert os.access(self.exe, os.X_OK), "no infergw at %s" % self.exe
-        sections = {"server": {"listen": "127.0.0.1:0"},
-                    "upstream": {"url": "http://127.0.0.1:%d"
-                                 % upstream_port}}
+        sections = {"server": {"listen": "127.0.0.1:0"}}
+        if upstream_port is not None:
+            sections["upstream"] = {"url": "http://127.0.0.1:%d"
+                                    % upstream_port}
         for sec, kv in (conf or {}).items():
             sections.setdefault(sec, {}).update(kv)
         text = ""
@@ -1118,6 +1121,7 @@ class Ctx:
         """Start infergw in front of 'upstream' (a Mock or a port), with
         'env' ({name: value}) added to its environment."""
         port = upstream.port if isinstance(upstream, Mock) else upstream
+        # None: the config names its upstreams itself ([upstream NAME]).
         g = Gateway(self.bin, self.tmp, port, conf, extra,
                     name="gw%d" % (len(self.gateways) + 1), wait=wait,
                     env=env)

@@ -132,6 +132,14 @@ upstream_perform(struct upstream *u, size_t idx,
     return rc;
 }
 
+/* The scripted upstream never answers a retryable status. */
+int
+upstream_retryable_status(int status)
+{
+    (void)status;
+    return 0;
+}
+
 /* ---- clients ---- */
 
 static _Atomic int no;

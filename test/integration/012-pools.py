@@ -1,0 +1,438 @@
+"""012 - upstream pools (issue 9): model routing, /v1/models union,
+balancing, passive and active health, retries and their budget, Retry-After,
+admission control, all-down, /readyz.
+
+Every upstream is a mock; which one answered is read from the mocks'
+/stats ("completions" counts the completion requests each one saw).
+Concurrency is made certain with mock_hold, never hoped for.
+"""
+
+import time
+
+from gwtest import (assert_error, chat_body, has_metric, metric, request,
+                    sse_data, wait_for)
+
+from coalesce_util import finish, finish_all, new_tag, send, start
+
+STATE = "infergw_upstream_state"
+CALLS = "infergw_upstream_calls_total"
+EJECTIONS = "infergw_upstream_ejections_total"
+FAILURES = "infergw_upstream_failures_total"
+RETRIES = "infergw_upstream_retries_total"
+REFUSED = "infergw_upstream_retry_budget_exhausted_total"
+UNAVAILABLE = "infergw_upstream_unavailable_total"
+QUEUE_WAITS = "infergw_upstream_queue_waits_total"
+QUEUE_TIMEOUTS = "infergw_upstream_queue_timeouts_total"
+OPEN_CALLS = "infergw_upstream_open_calls"
+
+
+def pool(t, mocks, routing=None, per=None, names=None):
+    """A gateway over 'mocks' (Mock objects or ports) as [upstream uN],
+    with [routing] settings and per-upstream settings per[i]."""
+    conf = {"routing": dict(routing or {})}
+    for i, m in enumerate(mocks):
+        port = m if isinstance(m, int) else m.port
+        sec = {"url": "http://127.0.0.1:%d" % port}
+        sec.update((per or {}).get(i, {}))
+        conf["upstream %s" % (names[i] if names else "u%d" % i)] = sec
+    return t.gateway(None, conf)
+
+
+def completions(mocks):
+    return [m.stats()["completions"] for m in mocks]
+
+
+def value(g, name, **labels):
+    """A metric that must exist (checked first), summed over labels."""
+    ms = g.metrics()
+    assert has_metric(ms, name, **labels), "no %s %r" % (name, labels)
+    return metric(ms, name, **labels)
+
+
+def control(m, **kw):
+    q = "&".join("%s=%s" % kv for kv in kw.items())
+    r = request(m.port, "POST", "/control?" + q)
+    assert r.status == 200, r
+
+
+def post(g, body):
+    return g.post("/v1/chat/completions", body)
+
+
+# ---- routing by model ------------------------------------------------------
+
+def test_model_picks_the_upstreams_that_serve_it(t):
+    a, b = t.mock(), t.mock()
+    g = pool(t, [a, b], per={0: {"models": "llama-3-8b"},
+                             1: {"models": "qwen2-7b, mock-model"}})
+    for i in range(4):
+        assert post(g, chat_body("l%d" % i, model="llama-3-8b")).status == 200
+    for i in range(3):
+        assert post(g, chat_body("q%d" % i, model="qwen2-7b")).status == 200
+    assert completions([a, b]) == [4, 3]
+    r = post(g, chat_body("x", model="gpt-4"))
+    assert_error(r, 404, "model_not_found", param="model")
+    assert completions([a, b]) == [4, 3], "a 404 went upstream"
+    # A body without "model" may go anywhere: both serve it over time.
+    for i in range(30):
+        assert g.post("/v1/completions",
+                      b'{"prompt":"any %d"}' % i).status == 200
+    assert all(n > 0 for n in (a.stats()["completions"] - 4,
+                               b.stats()["completions"] - 3))
+
+
+def test_discovered_models_route_and_union(t):
+    a = t.mock("-m", "alpha,shared")
+    b = t.mock("-m", "beta,shared")
+    g = pool(t, [a, b])
+
+    def ids():
+        r = g.get("/v1/models")
+        assert r.status == 200, r
+        return sorted(e["id"] for e in r.json()["data"])
+    wait_for(lambda: ids() == ["alpha", "beta", "shared"],
+             msg="union of both upstreams' models, each once")
+    assert post(g, chat_body("a", model="alpha")).status == 200
+    assert post(g, chat_body("b", model="beta")).status == 200
+    assert completions([a, b]) == [1, 1]
+    assert_error(post(g, chat_body("n", model="nope")), 404,
+                 "model_not_found", param="model")
+    # Clients' /v1/models are answered from the cache.
+    before = a.stats()["probes"] + b.stats()["probes"]
+    for _ in range(20):
+        g.get("/v1/models")
+    assert a.stats()["probes"] + b.stats()["probes"] <= before + 4
+
+
+def test_models_of_an_ejected_upstream_leave_the_union(t):
+    a = t.mock("-m", "alpha")
+    b = t.mock("-m", "beta")
+    g = pool(t, [a, b], routing={"health_interval": "100ms",
+                                 "eject_after": 1, "eject_time": "1m"})
+    wait_for(lambda: len(g.get("/v1/models").json()["data"]) == 2)
+    control(b, health=503)
+    wait_for(lambda: value(g, STATE, upstream="u1") == 2, msg="u1 ejected")
+    assert [e["id"] for e in g.get("/v1/models").json()["data"]] == ["alpha"]
+    assert value(g, EJECTIONS, upstream="u1") >= 1
+
+
+# ---- balancing --------------------------------------------------------------
+
+def test_round_robin_follows_weights_exactly(t):
+    a, b = t.mock(), t.mock()
+    g = pool(t, [a, b], routing={"balance": "round_robin"},
+             per={0: {"weight": 3}, 1: {"weight": 1}})
+    for i in range(40):
+        assert post(g, chat_body("rr %d" % i)).status == 200
+    assert completions([a, b]) == [30, 10]
+
+
+def test_least_inflight_weights_share_new_calls(t):
+    a, b = t.mock(), t.mock()
+    g = pool(t, [a, b], per={0: {"weight": 4}, 1: {"weight": 1}})
+    for i in range(200):
+        assert post(g, chat_body("w %d" % i)).status == 200
+    na, nb = completions([a, b])
+    # Idle upstreams: the pick is random by weight, 4:1 (160:40 expected).
+    assert 120 <= na <= 190 and na + nb == 200, (na, nb)
+
+
+def test_least_inflight_prefers_the_idle_upstream(t):
+    a, b = t.mock(), t.mock()
+    g = pool(t, [a, b])
+    tag = new_tag()
+    held = send(g, chat_body("busy", mock_hold=tag))
+    wait_for(lambda: a.stats()["held"] + b.stats()["held"] == 1)
+    busy, idle = (a, b) if a.stats()["held"] == 1 else (b, a)
+    for i in range(10):
+        assert post(g, chat_body("quick %d" % i)).status == 200
+    assert idle.stats()["completions"] == 10, "a call went to the busy one"
+    assert busy.stats()["completions"] == 1
+    busy.release(tag)
+    assert finish(held).resp.status == 200
+
+
+def conversations(n_prompts, turns):
+    """Requests sharing a long system prompt per conversation."""
+    out = []
+    for p in range(n_prompts):
+        system = ("You are assistant number %d. " % p) * 20
+        for k in range(turns):
+            out.append(chat_body("question %d" % k, messages=[
+                {"role": "system", "content": system},
+                {"role": "user", "content": "question %d of %d" % (k, p)}]))
+    return out
+
+
+def test_prefix_balance_sends_a_prefix_to_one_upstream(t):
+    def run(balance):
+        ms = [t.mock("-p", "200") for _ in range(3)]
+        g = pool(t, ms, routing={"balance": balance, "prefix_bytes": "200"})
+        for body in conversations(6, 5):
+            assert post(g, body).status == 200
+        s = [m.stats() for m in ms]
+        return sum(x["prefix_hits"] for x in s), sum(
+            x["prefix_misses"] for x in s)
+    hits, misses = run("prefix")
+    # 6 prompts, each seen once first: every other request is a hit.
+    assert (hits, misses) == (24, 6), (hits, misses)
+    rr_hits, rr_misses = run("round_robin")
+    assert rr_misses > misses and rr_hits < hits, (rr_hits, rr_misses)
+
+
+def test_prefix_balance_bounds_the_load(t):
+    ms = [t.mock() for _ in range(3)]
+    g = pool(t, ms, routing={"balance": "prefix", "prefix_epsilon": "0.25"})
+    tag = new_tag()
+    system = "one shared system prompt " * 20
+    conns = [send(g, chat_body("q%d" % i, mock_hold=tag, messages=[
+        {"role": "system", "content": system},
+        {"role": "user", "content": "q%d" % i}])) for i in range(12)]
+    wait_for(lambda: sum(m.stats()["held"] for m in ms) == 12,
+             msg="12 held calls")
+    held = [m.stats()["held"] for m in ms]
+    # (1 + 0.25) x the mean (4): at most 5 on any upstream.
+    assert max(held) <= 5 and sorted(held) != [0, 0, 12], held
+    for m in ms:
+        m.release(tag)
+    assert all(s.resp.status == 200 for s in finish_all(conns))
+
+
+def test_identical_requests_are_one_flight_whatever_the_balancer(t):
+    ms = [t.mock() for _ in range(3)]
+    g = pool(t, ms, routing={"balance": "round_robin"})
+    tag = new_tag()
+    body = chat_body("same", stream=True, mock_hold=tag)
+    conns = [send(g, body) for _ in range(6)]
+    wait_for(lambda: sum(m.stats()["held"] for m in ms) == 1
+             and value(g, "infergw_coalesce_followers_total") >= 5)
+    assert sum(completions(ms)) == 1
+    for m in ms:
+        m.release(tag)
+    bodies = {s.body for s in finish_all(conns)}
+    assert len(bodies) == 1
+
+
+# ---- passive health ---------------------------------------------------------
+
+def test_retry_before_the_first_byte_is_invisible(t):
+    a, b = t.mock(), t.mock()
+    g = pool(t, [a, b], routing={"balance": "round_robin",
+                                 "eject_after": 100})
+    control(a, status=503)
+    for i in range(6):
+        r = post(g, chat_body("r%d" % i))
+        assert r.status == 200, r
+    na, nb = completions([a, b])
+    assert nb == 6 and na >= 1, (na, nb)
+    assert value(g, RETRIES) == na
+    assert value(g, FAILURES, upstream="u0", kind="status") == na
+
+
+def test_retry_on_connect_failure_and_stream_before_first_byte(t):
+    b = t.mock()
+    dead = t.mock()
+    port = dead.port
+    dead.close()
+    g = pool(t, [port, b], routing={"balance": "round_robin",
+                                    "eject_after": 100})
+    for i in range(4):
+        s = finish(send(g, chat_body("s%d" % i, stream=True)))
+        assert s.resp.status == 200 and s.clean_end, s.resp
+    assert b.stats()["completions"] == 4
+    assert value(g, FAILURES, upstream="u0", kind="connect") >= 1
+
+
+def test_no_retry_after_the_first_body_byte(t):
+    a, b = t.mock(), t.mock()
+    g = pool(t, [a, b])
+    s = finish(send(g, chat_body("cut", stream=True,
+                                 mock_fault="die_mid_stream")))
+    assert s.resp.status == 200 and not s.clean_end
+    assert b"upstream" in s.body and b"error" in s.body, s.body[-200:]
+    assert sum(completions([a, b])) == 1, "retried after bytes were sent"
+    assert value(g, RETRIES) == 0
+
+
+def test_ejection_after_failures_then_half_open_then_closed(t):
+    a, b = t.mock(), t.mock()
+    g = pool(t, [a, b], routing={"balance": "round_robin", "eject_after": 2,
+                                 "eject_time": "1s", "health_interval": 0})
+    control(a, status=500)          # an answer, relayed, but a failure
+    codes = [post(g, chat_body("e%d" % i)).status for i in range(6)]
+    assert codes.count(500) == 2, codes
+    assert value(g, STATE, upstream="u0") == 2
+    calls = a.stats()["completions"]
+    for i in range(5):
+        assert post(g, chat_body("f%d" % i)).status == 200
+    assert a.stats()["completions"] == calls, "an ejected upstream got calls"
+    control(a, status=0)
+    t0 = time.monotonic()
+    wait_for(lambda: value(g, STATE, upstream="u0") == 1, timeout=5,
+             msg="half-open after eject_time")
+    assert time.monotonic() - t0 > 0.5
+    wait_for(lambda: post(g, chat_body("probe %f" % time.monotonic()))
+             and value(g, STATE, upstream="u0") == 0, msg="closed again")
+    assert a.stats()["completions"] > calls
+
+
+def test_half_open_trial_failure_ejects_for_twice_as_long(t):
+    a, b = t.mock(), t.mock()
+    g = pool(t, [a, b], routing={"balance": "round_robin", "eject_after": 1,
+                                 "eject_time": "500ms",
+                                 "health_interval": 0})
+    control(a, status=500)
+    while value(g, STATE, upstream="u0") != 2:
+        post(g, chat_body("x %f" % time.monotonic()))
+    wait_for(lambda: value(g, STATE, upstream="u0") == 1)
+    t0 = time.monotonic()
+    wait_for(lambda: post(g, chat_body("y %f" % time.monotonic()))
+             and value(g, STATE, upstream="u0") == 2, msg="trial failed")
+    wait_for(lambda: value(g, STATE, upstream="u0") == 1, timeout=5)
+    # The second ejection lasts 1 s, the first 0.5 s.
+    assert time.monotonic() - t0 >= 0.9
+    assert value(g, EJECTIONS, upstream="u0") == 2
+
+
+def test_killed_upstream_streams_end_honestly_others_go_on(t):
+    a, b = t.mock(), t.mock()
+    g = pool(t, [a, b], routing={"eject_after": 1, "eject_time": "1s",
+                                 "health_interval": "200ms"})
+    s = start(send(g, chat_body("long", stream=True, mock_chunks=100,
+                                mock_delay_ms=50)))
+    assert s.resp.status == 200
+    assert s.next_event() is not None
+    victim, other = (a, b) if a.stats()["in_progress"] else (b, a)
+    vport, name = victim.port, "u0" if victim is a else "u1"
+    victim.close()
+    s.read_all()
+    assert not s.clean_end, "a cut stream ended cleanly"
+    last = sse_data(s.body.rstrip(b"\n").split(b"\n\n")[-1])
+    assert "error" in last, s.body[-200:]
+    # New requests succeed on the other one; the dead one is ejected.
+    for i in range(10):
+        assert post(g, chat_body("after %d" % i)).status == 200
+    wait_for(lambda: value(g, STATE, upstream=name) == 2)
+    # It comes back on the same port and is readmitted.
+    t.mock("-l", "127.0.0.1:%d" % vport)
+    wait_for(lambda: value(g, STATE, upstream=name) == 0, timeout=10,
+             msg="readmitted by the health probe")
+    assert other.stats()["completions"] >= 10
+
+
+def test_retry_after_keeps_calls_off_for_that_long(t):
+    a, b = t.mock(), t.mock()
+    g = pool(t, [a, b], routing={"balance": "round_robin",
+                                 "eject_after": 100})
+    control(a, status=429, retry_after=2)
+    t0 = time.monotonic()
+    for i in range(4):
+        assert post(g, chat_body("ra %d" % i)).status == 200
+    assert a.stats()["completions"] == 1
+    control(a, status=0)
+    wait_for(lambda: post(g, chat_body("rb %f" % time.monotonic()))
+             and a.stats()["completions"] == 2, timeout=6,
+             msg="calls again after Retry-After")
+    assert time.monotonic() - t0 >= 1.9
+    assert value(g, FAILURES, upstream="u0", kind="throttled") == 1
+
+
+def test_retry_budget_spares_a_failing_fleet(t):
+    a, b = t.mock(), t.mock()
+    g = pool(t, [a, b], routing={"retries": 1, "retry_budget": "20%",
+                                 "retry_budget_min": 3, "eject_after": 1000})
+    control(a, status=503)
+    control(b, status=503)
+    n = 40
+    codes = [post(g, chat_body("fleet %d" % i)).status for i in range(n)]
+    assert set(codes) == {503}, codes
+    calls = sum(completions([a, b]))
+    assert calls <= n * 1.2 + 3, calls
+    assert calls > n, "no retry at all"
+    assert value(g, REFUSED) > 0
+
+
+# ---- admission --------------------------------------------------------------
+
+def test_max_inflight_queues_then_503(t):
+    a = t.mock()
+    g = pool(t, [a], routing={"queue_timeout": "2s"},
+             per={0: {"max_inflight": 1}})
+    tag = new_tag()
+    first = send(g, chat_body("one", mock_hold=tag))
+    wait_for(lambda: a.stats()["held"] == 1)
+    second = send(g, chat_body("two"))
+    wait_for(lambda: value(g, "infergw_upstream_queued") == 1)
+    assert a.stats()["completions"] == 1, "went past max_inflight"
+    a.release(tag)
+    assert finish(first).resp.status == 200
+    assert finish(second).resp.status == 200
+    assert value(g, QUEUE_WAITS) == 1
+
+    tag2 = new_tag()
+    third = send(g, chat_body("three", mock_hold=tag2))
+    wait_for(lambda: a.stats()["held"] == 1)
+    t0 = time.monotonic()
+    r = post(g, chat_body("four"))
+    waited = time.monotonic() - t0
+    assert_error(r, 503, "upstream_unavailable")
+    assert r.headers.get("Retry-After") is not None
+    assert 1.8 <= waited < 5, waited
+    assert value(g, QUEUE_TIMEOUTS) == 1
+    a.release(tag2)
+    assert finish(third).resp.status == 200
+
+
+def test_followers_take_no_slot(t):
+    a = t.mock()
+    g = pool(t, [a], routing={"queue_timeout": 0},
+             per={0: {"max_inflight": 1}})
+    tag = new_tag()
+    body = chat_body("shared", stream=True, mock_hold=tag)
+    conns = [send(g, body) for _ in range(5)]
+    wait_for(lambda: value(g, "infergw_coalesce_followers_total") == 4)
+    a.release(tag)
+    assert all(s.resp.status == 200 for s in finish_all(conns))
+    assert a.stats()["completions"] == 1
+    assert value(g, QUEUE_TIMEOUTS) == 0
+
+
+# ---- all down ---------------------------------------------------------------
+
+def test_all_upstreams_down_fast_503_and_readyz(t):
+    dead = [t.mock(), t.mock()]
+    ports = [m.port for m in dead]
+    for m in dead:
+        m.close()
+    g = pool(t, ports, routing={"eject_after": 1, "eject_time": "1s",
+                                "health_interval": 0})
+    assert g.get("/readyz").status == 200
+    assert_error(post(g, chat_body("x")), 502, "upstream_unreachable")
+    wait_for(lambda: value(g, STATE, upstream="u0") == 2
+             and value(g, STATE, upstream="u1") == 2)
+    t0 = time.monotonic()
+    r = post(g, chat_body("y"))
+    assert time.monotonic() - t0 < 0.5
+    assert_error(r, 503, "upstream_unavailable")
+    assert int(r.headers.get("Retry-After")) >= 1
+    assert value(g, UNAVAILABLE) >= 1
+    r = g.get("/readyz")
+    assert r.status == 503 and r.json()["status"] == "no_upstream", r
+    # Back: one mock on its old port; ready again once half-open.
+    t.mock("-l", "127.0.0.1:%d" % ports[0])
+    wait_for(lambda: g.get("/readyz").status == 200, timeout=5)
+    wait_for(lambda: post(g, chat_body("z %f" % time.monotonic())).status
+             == 200, timeout=5)
+
+
+def test_active_health_ejects_and_readmits_without_traffic(t):
+    a, b = t.mock(), t.mock()
+    g = pool(t, [a, b], routing={"health_interval": "100ms",
+                                 "eject_after": 2, "eject_time": "300ms"})
+    control(a, health=503)
+    wait_for(lambda: value(g, STATE, upstream="u0") == 2)
+    assert value(g, FAILURES, upstream="u0", kind="status") >= 2
+    control(a, health=0)
+    wait_for(lambda: value(g, STATE, upstream="u0") == 0, timeout=5,
+             msg="the probe closed the half-open upstream")
+    assert a.stats()["completions"] == 0
