@@ -184,7 +184,7 @@ def test_prefix_balance_bounds_the_load(t):
     ms = [t.mock() for _ in range(3)]
     g = pool(t, ms, routing={"balance": "prefix", "prefix_epsilon": "0.25"})
     tag = new_tag()
-    system = "one shared system prompt " * 20
+    system = "one shared system prompt " * 60   # past prefix_bytes (1k)
     conns = [send(g, chat_body("q%d" % i, mock_hold=tag, messages=[
         {"role": "system", "content": system},
         {"role": "user", "content": "q%d" % i}])) for i in range(12)]
