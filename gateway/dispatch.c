@@ -58,23 +58,95 @@ fill_refusal(struct dispatch_result *out, int rc, const char *reason)
     out->res.ttfb_us = -1;
 }
 
+/* One dispatch_run(): the slots its attempts hold. */
+struct run {
+    const struct dispatch_ctx *dc;
+    struct pool_want want;
+    struct pool_slot slot[2];       /* an attempt and its hedge */
+    struct dispatch_result *out;
+};
+
+/* The slot held on upstream 'idx', or NULL. */
+static struct pool_slot *
+slot_of(struct run *r, size_t idx)
+{
+    for (int i = 0; i < 2; i++)
+        if (r->slot[i].idx >= 0 && (size_t)r->slot[i].idx == idx)
+            return &r->slot[i];
+    return NULL;
+}
+
+static void
+release(struct run *r, const struct upstream_result *res)
+{
+    struct pool_slot *s = slot_of(r, res->upstream);
+
+    if (s != NULL)
+        pool_release(r->dc->pool, s, dispatch_judge(res),
+                     res->retry_after_ms);
+}
+
+/* upstream_opts.attempt_done: the hedge that lost, or one that failed. */
+static void
+attempt_done(void *arg, const struct upstream_result *res)
+{
+    release(arg, res);
+}
+
+/*
+ * upstream_opts.hedge: a slot on another upstream, at once (no queue),
+ * and the budget's leave.  0 with *idx, or -1: no hedge.
+ */
+static int
+hedge(void *arg, size_t first, size_t *idx)
+{
+    struct run *r = arg;
+    struct pool_want w = r->want;
+    int retry_after;
+
+    w.exclude |= UINT64_C(1) << first;
+    w.no_wait = 1;
+    if (pool_acquire(r->dc->pool, &w, &r->slot[1], &retry_after) != 0)
+        return -1;
+    if (!pool_budget_take(r->dc->pool, 1)) {
+        pool_release(r->dc->pool, &r->slot[1], POOL_NEUTRAL, 0);
+        return -1;
+    }
+    *idx = (size_t)r->slot[1].idx;
+    r->out->attempts++;
+    metrics_upstream_call();
+    return 0;
+}
+
 int
 dispatch_run(const struct dispatch_ctx *dc,
              const struct upstream_request *req, const char *model,
              uint64_t prefix_hash, const struct upstream_sink *sink,
-             struct dispatch_result *out)
+             int watch_fd, struct dispatch_result *out)
 {
     const struct gw_config *cfg = dc->cfg;
-    struct pool_want want = { model, prefix_hash, 0 };
-    struct upstream_opts opts = { 0, 0 };
-    struct pool_slot slot;
+    struct upstream_opts opts;
+    struct run r;
     int rc, retry_after, more, budget;
     size_t idx;
 
     memset(out, 0, sizeof(*out));
+    memset(&r, 0, sizeof(r));
+    r.dc = dc;
+    r.want.model = model;
+    r.want.prefix_hash = prefix_hash;
+    r.out = out;
+    r.slot[0].idx = r.slot[1].idx = -1;
+    memset(&opts, 0, sizeof(opts));
+    opts.watch_fd = watch_fd;
+    opts.stop_fd = dc->stop_fd;
+    opts.hedge_after_ms = cfg->hedge_after_ms;
+    opts.hedge = hedge;
+    opts.attempt_done = attempt_done;
+    opts.arg = &r;
     pool_note_request(dc->pool);
     for (;;) {
-        rc = pool_acquire(dc->pool, &want, &slot, &retry_after);
+        rc = pool_acquire(dc->pool, &r.want, &r.slot[0], &retry_after);
         if (rc != 0) {
             if (out->attempts > 0)
                 return out->res.rc;     /* the last failure stands */
@@ -96,17 +168,20 @@ dispatch_run(const struct dispatch_ctx *dc,
          * is (the budget can still refuse later, in a race: then the
          * status stands, as a 502 of ours).
          */
+        idx = (size_t)r.slot[0].idx;
         more = (uint64_t)out->attempts < cfg->retries
-               && pool_has_other(dc->pool, &want, (size_t)slot.idx);
+               && pool_has_other(dc->pool, &r.want, idx);
         budget = more && pool_budget_peek(dc->pool);
         opts.stop_on_retryable = more && budget;
-        idx = (size_t)slot.idx;
-        out->upstream = cfg->upstreams[idx].name;
         out->attempts++;
         metrics_upstream_call();
         upstream_perform(dc->up, idx, req, &opts, sink, &out->res);
-        pool_release(dc->pool, &slot, dispatch_judge(&out->res),
-                     out->res.retry_after_ms);
+        out->upstream = cfg->upstreams[out->res.upstream].name;
+        /* Both attempts' upstreams are tried, whichever one answered. */
+        r.want.exclude |= UINT64_C(1) << idx;
+        if (r.slot[1].idx >= 0)
+            r.want.exclude |= UINT64_C(1) << r.slot[1].idx;
+        release(&r, &out->res);
         /* A retryable status relayed as it came: the budget was spent. */
         if (more && !budget && out->res.head_seen
             && upstream_retryable_status(out->res.status))
@@ -114,7 +189,6 @@ dispatch_run(const struct dispatch_ctx *dc,
         if (!retryable(&out->res)
             || (uint64_t)out->attempts > cfg->retries)
             return out->res.rc;
-        want.exclude |= UINT64_C(1) << idx;
         if (!pool_budget_take(dc->pool, 0)) {
             log_msg(GW_LOG_INFO, "dispatch: no retry, budget spent "
                     "upstream=%s reason=\"%s\"", out->upstream,

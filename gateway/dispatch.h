@@ -36,18 +36,22 @@ struct dispatch_ctx {
     const struct gw_config *cfg;
     struct pool *pool;
     struct upstream *up;
+    int stop_fd;                    /* readable once the process stops */
 };
 
 struct dispatch_result {
     struct upstream_result res;     /* of the last attempt */
-    int attempts;                   /* upstream calls made */
+    int attempts;                   /* upstream calls made, hedges too */
     const char *upstream;           /* name of the last one; NULL none */
     int retry_after_s;              /* GW_EUNAVAIL: for the 503 */
 };
 
 /*
  * Make the call for 'req' (model 'model', NULL: any; 'prefix_hash' for
- * balance = prefix) into 'sink'.  OUT *out.  Returns out->res.rc: 0, an
+ * balance = prefix) into 'sink', watching the client's socket 'watch_fd'
+ * (-1: none) for a hang-up (sink->on_peer).  With [routing] hedge_after,
+ * an attempt without a first body byte by then gets a hedge on another
+ * upstream (upstream.h), which costs the retry budget.  OUT *out.  Returns out->res.rc: 0, an
  * upstream_perform() code, GW_ENOTFOUND (no upstream serves the model),
  * GW_EUNAVAIL (every upstream for it ejected, held back or full past
  * queue_timeout: answer 503 with out->retry_after_s) or GW_ESTOPPING.
@@ -55,7 +59,7 @@ struct dispatch_result {
 int dispatch_run(const struct dispatch_ctx *dc,
                  const struct upstream_request *req, const char *model,
                  uint64_t prefix_hash, const struct upstream_sink *sink,
-                 struct dispatch_result *out);
+                 int watch_fd, struct dispatch_result *out);
 
 /* How a transfer's result bears on its upstream's health. */
 enum pool_outcome dispatch_judge(const struct upstream_result *res);

@@ -580,6 +580,9 @@ pool_acquire(struct pool *p, const struct pool_want *want,
     }
 
     /* Every usable candidate is full: wait in line. */
+    rc = GW_EUNAVAIL;
+    if (want->no_wait)
+        goto out;
     rc = GW_ETIMEDOUT;
     if (p->cfg->queue_timeout_ms == 0 || p->stopping) {
         p->queue_timeouts++;

@@ -81,6 +81,7 @@ struct pool_want {
     const char *model;      /* the body's "model"; NULL: any upstream */
     uint64_t prefix_hash;   /* for balance = prefix (dispatch.c) */
     uint64_t exclude;       /* bit i: upstream i was tried already */
+    int no_wait;            /* never queue: GW_EUNAVAIL when all full */
 };
 
 /* A call's hold on an upstream: from pool_acquire to pool_release. */

@@ -93,7 +93,7 @@ fwd_init(struct fwd *f, const struct handler_req *hr, const json_t *json)
 static struct dispatch_ctx
 dispatch_of(const struct handler_ctx *ctx)
 {
-    struct dispatch_ctx dc = { ctx->cfg, ctx->pool, ctx->up };
+    struct dispatch_ctx dc = { ctx->cfg, ctx->pool, ctx->up, ctx->stop_fd };
 
     return dc;
 }
@@ -177,18 +177,31 @@ direct_tick(void *arg)
     return 0;
 }
 
+/* The client's socket is readable: gone, or its next request. */
+static int
+direct_peer(void *arg)
+{
+    struct direct *d = arg;
+    struct reply *r = d->hr->reply;
+
+    if (reply_body_complete(r))
+        return 1;
+    return net_peer_gone(r->fd) ? GW_EABORTED : 0;
+}
+
 /* This client alone, with its own request id. */
 static void
 forward_direct(struct handler_req *hr, const struct fwd *fw)
 {
     struct direct d = { hr, 0 };
     struct upstream_sink sink = { &d, direct_head, direct_data,
-                                  direct_tick };
+                                  direct_tick, direct_peer };
     struct dispatch_ctx dc = dispatch_of(hr->ctx);
     struct dispatch_result out;
     struct reply *r = hr->reply;
 
-    dispatch_run(&dc, &fw->ur, fw->model, fw->prefix_hash, &sink, &out);
+    dispatch_run(&dc, &fw->ur, fw->model, fw->prefix_hash, &sink, r->fd,
+                 &out);
     r->upstream_status = out.res.status;
     if (out.res.rc == 0)
         reply_end(r);
@@ -340,6 +353,22 @@ lead_tick(void *arg)
     return lead_nobody(l);
 }
 
+/* Its client's socket is readable: gone (the flight goes on), or not. */
+static int
+lead_peer(void *arg)
+{
+    struct leader *l = arg;
+    int rc;
+
+    if (!l->attached)
+        return 1;
+    if (!net_peer_gone(l->hr->reply->fd))
+        return 0;
+    leader_detach_client(l, "gone");
+    rc = lead_nobody(l);
+    return rc != 0 ? rc : 1;
+}
+
 /*
  * The leader.  The request id it sends upstream is the flight's, not its
  * client's: vLLM builds the completion's "id" from it, and every client
@@ -351,7 +380,8 @@ lead(struct handler_req *hr, struct flight *f, struct fanout_reader *self,
 {
     const struct handler_ctx *ctx = hr->ctx;
     struct leader l;
-    struct upstream_sink sink = { &l, lead_head, lead_data, lead_tick };
+    struct upstream_sink sink = { &l, lead_head, lead_data, lead_tick,
+                                  lead_peer };
     struct upstream_request ur = fw->ur;
     struct dispatch_ctx dc = dispatch_of(ctx);
     struct dispatch_result out;
@@ -372,7 +402,8 @@ lead(struct handler_req *hr, struct flight *f, struct fanout_reader *self,
     log_msg(GW_LOG_INFO, "coalesce: leader key=%s flight=%s", keyhex, f->id);
 
     ur.request_id = f->id;
-    dispatch_run(&dc, &ur, fw->model, fw->prefix_hash, &sink, &out);
+    dispatch_run(&dc, &ur, fw->model, fw->prefix_hash, &sink,
+                 hr->reply->fd, &out);
     coalescer_finish(ctx->co, key, f, res->rc, res->reason);
     fanout_wake_all(f);
     if (res->rc != 0 && res->rc != GW_EABORTED)

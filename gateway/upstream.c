@@ -1,43 +1,64 @@
 /*
- * upstream.c - blocking libcurl transfers to the upstream over a pool of
- * reused easy handles.
+ * upstream.c - libcurl transfers to the upstreams: one call (and, when it
+ * hedges, a second attempt) driven by the calling thread in its own wait,
+ * over a pool of reused sessions.
  *
- * Design: the pool is a LIFO stack of idle handles under one mutex.  Each
- * easy handle keeps its own connection cache (libcurl attaches a private
- * one to a handle driven by curl_easy_perform()), so popping the most
- * recently pushed handle hands out the connection that was used last and
- * is the most likely to still be open.  That is simpler than a share handle
- * with CURL_LOCK_DATA_CONNECT, which needs lock callbacks on every cache
- * access.  Handles are made lazily; at most 'max_connections' idle ones are
- * kept and any extra is cleaned up when it comes back.  The mutex guards
- * only the push and the pop, never a transfer.
+ * Design: a session is a libcurl multi handle with two easy handles.  The
+ * multi handle owns the connection cache, so a session keeps its warm
+ * keep-alive connections (to whichever upstreams it has called) between
+ * calls.  Idle sessions are a LIFO stack under one mutex: popping the most
+ * recently pushed one hands out the connections used last, the most
+ * likely to still be open.  That is simpler than a share handle with
+ * CURL_LOCK_DATA_CONNECT, which needs lock callbacks on every cache access
+ * and which libcurl 7.88 documents as unsafe across threads.  Sessions are
+ * made lazily; at most 'max_connections' idle ones are kept, and any extra
+ * is cleaned up when it comes back.  The mutex guards only the push and
+ * the pop, never a transfer.
+ *
+ * The loop (upstream_perform): the thread adds its transfer to the
+ * session's multi handle and waits in curl_multi_poll(), on libcurl's
+ * sockets plus two of its own: the client's socket (a hang-up is seen at
+ * once) and the stop pipe.  It wakes for socket activity, libcurl's
+ * timers, the next first byte or idle deadline, the hedge deadline and at
+ * least once a second for the sink's on_tick.  This keeps the design
+ * card's shape, one thread per connection blocking in its own wait,
+ * without an event-loop core.
+ *
+ * Hedging: with hedge_after set, an attempt with no first body byte after
+ * that long makes the loop ask the caller for a second upstream, and the
+ * second easy handle runs beside the first.  The response head is held
+ * (upstream.h), so nothing reaches the sink until an attempt has its first
+ * body byte: that attempt wins, and the other is removed from the multi
+ * handle at once (libcurl closes its connection, so the upstream sees the
+ * abort).  An attempt that answers a retryable status while the other
+ * still runs just ends; so does one that fails.  The sink sees one
+ * response, never bytes of two.
  *
  * Options are split in two (see handle_new() and prepare()):
- *   - invariant ones (callbacks, timeouts, TCP_NODELAY, ...) are set once
- *     when a handle is made and stay set, since a pooled handle is never
+ *   - invariant ones (callbacks, TCP_NODELAY, ...) are set once when a
+ *     handle is made and stay set, since a pooled handle is never
  *     curl_easy_reset();
- *   - per-request ones (URL, method and body, header list, the callbacks'
- *     user data) are all set again before every transfer, so no pointer
- *     from an earlier request is ever followed.
+ *   - per-request ones (URL, timeouts, method and body, header list, the
+ *     callbacks' user data) are all set again before every transfer, so
+ *     no pointer from an earlier request is ever followed.
  *
- * Hot path: a transfer on a warm handle makes no allocation of its own.
+ * Hot path: a transfer on a warm session makes no allocation of its own.
  * The URL and the header lines are formatted into a per-handle scratch
  * buffer that keeps its memory, and the header list is a chain of struct
- * curl_slist nodes on the stack instead of curl_slist_append()'s two
- * mallocs per line.  libcurl only reads that list during the transfer.
- * libcurl still allocates internally (it copies the URL, for one).
+ * curl_slist nodes in the attempt's struct xfer instead of
+ * curl_slist_append()'s two mallocs per line.  libcurl only reads that
+ * list during the transfer.  libcurl still allocates internally (it
+ * copies the URL, for one).
  *
  * Timers: libcurl enforces the connect and total timeouts (set per call:
- * they are the upstream's).  The first byte (to the first body byte) and
- * idle timeouts are ours, checked in the progress callback, which
- * libcurl calls after every read and at least once a second while the
- * transfer waits (curl_easy_perform() polls with a 1000 ms cap).  So those
- * two fire up to about a second late; in return nothing makes libcurl wake
- * up more often than it already does.
+ * they are the upstream's).  The first byte timeout (to the first body
+ * byte) and the idle timeout are ours, checked by the loop, which sleeps
+ * no longer than the nearest of them.
  *
  * Locking: 'lock' guards 'idle' and 'num_idle'; everything else in struct
- * upstream is immutable after upstream_new() or atomic.  A struct
- * up_handle and the per-call struct xfer belong to one thread at a time.
+ * upstream is immutable after upstream_new() or atomic.  A session, its
+ * handles and the per-call struct call and struct xfer belong to one
+ * thread at a time.
  */
 #include "upstream.h"
 
@@ -59,11 +80,23 @@
 
 /*
  * The idle stack is sized once from max_connections, clamped to this.  An
- * idle handle holds up to three descriptors: its kept-alive connection and
- * the socketpair libcurl 7.88 makes to wake the private multi handle
- * behind curl_easy_perform().
+ * idle session holds up to UP_SESSION_CONNS kept-alive connections and
+ * the socketpair libcurl 7.88 makes to wake its multi handle.
  */
 #define UP_MAX_IDLE 65536
+
+/* Connections a session's cache keeps (a call uses one, a hedge two). */
+#define UP_SESSION_CONNS 4
+
+/* The longest the loop sleeps: the sink's on_tick runs this often. */
+#define UP_TICK_MS 1000
+
+/* After a client socket turned out readable but not gone (its next
+ * request, pipelined), how long the loop stops watching it. */
+#define UP_PEER_MUTE_MS 100
+
+/* Attempts of one call: the first and its hedge. */
+#define UP_ATTEMPTS 2
 
 /* Scratch for the URL and the request header lines (client-sized input). */
 #define UP_SCRATCH_LIMIT (256 * 1024)
@@ -91,6 +124,12 @@ struct up_handle {
     char errbuf[CURL_ERROR_SIZE];   /* libcurl's detail for the last error */
 };
 
+/* A multi handle and its easy handles (made on first use). */
+struct up_session {
+    CURLM *multi;
+    struct up_handle *h[UP_ATTEMPTS];
+};
+
 struct upstream {
     const struct gw_config *cfg;    /* borrowed, immutable */
     /* Per upstream: "Authorization: Bearer KEY" or NULL; owned, wiped
@@ -100,24 +139,29 @@ struct upstream {
     _Atomic uint64_t created;   /* handles made so far */
 
     struct gw_mutex lock;
-    struct up_handle **idle;    /* guarded by lock: [0, num_idle) */
+    struct up_session **idle;   /* guarded by lock: [0, num_idle) */
     size_t num_idle;            /* guarded by lock; top is idle[num_idle-1] */
 };
 
-/* One transfer's state; lives on upstream_perform()'s stack. */
+struct call;
+
+/* One attempt's state; lives in its struct call. */
 struct xfer {
+    struct call *call;
+    size_t idx;                 /* which upstream */
     const struct config_upstream *up;
-    const struct upstream_opts *opts;
-    const struct upstream_sink *sink;
-    struct upstream_result *res;
+    struct upstream_result res;
     struct up_handle *h;
-    int64_t start_us;           /* just before curl_easy_perform() */
+    struct curl_slist lines[UP_MAX_LINES];  /* the request's header list */
+    int wipe;                   /* the scratch holds a client credential */
+    int running;                /* in the multi handle */
+    int lost;                   /* the other attempt won: end it */
+    int64_t start_us;           /* when it was added */
     int64_t timeout_base_ms;    /* first byte timer origin; -1 not yet */
     int request_sent;           /* whole body handed to the socket */
     curl_off_t body_len;
     uint64_t rx;                /* response bytes, head and body */
-    uint64_t rx_at_last_tick;
-    int64_t last_rx_ms;         /* when 'rx' last moved, seen at a tick */
+    int64_t last_rx_ms;         /* when 'rx' last moved */
 
     /* The response head being read (reset by every status line). */
     int want_status_line;
@@ -129,18 +173,31 @@ struct xfer {
     int64_t retry_after_ms;
     int head_done;              /* the final head is in, maybe held */
 
-    /* Set by a callback that stops the transfer; read after perform. */
+    /* Set by a callback that stops the transfer; read after it ends. */
     int fail_rc;
     const char *fail_reason;
     int sink_stopped;           /* the sink said so: it reports why */
 };
 
-static const struct upstream_opts default_opts = { 0, 0 };
+/* One upstream_perform(): the attempts and which one the sink hears. */
+struct call {
+    struct upstream *u;
+    const struct upstream_request *req;
+    const struct upstream_opts *opts;
+    const struct upstream_sink *sink;
+    struct up_session *s;
+    struct xfer x[UP_ATTEMPTS];
+    int n;                      /* attempts started */
+    struct xfer *winner;        /* the one the sink hears; NULL yet */
+    int hedge_asked;
+};
+
+static const struct upstream_opts default_opts = { 0, 0, -1, -1, 0, NULL,
+                                                   NULL, NULL };
 
 static size_t header_cb(char *p, size_t size, size_t n, void *arg);
 static size_t write_cb(char *p, size_t size, size_t n, void *arg);
-static int xferinfo_cb(void *arg, curl_off_t dltotal, curl_off_t dlnow,
-                       curl_off_t ultotal, curl_off_t ulnow);
+static int other_running(const struct xfer *x);
 
 static void
 handle_free(struct up_handle *h)
@@ -198,9 +255,7 @@ handle_new(struct upstream *u)
         || curl_easy_setopt(c, CURLOPT_ERRORBUFFER, h->errbuf) != CURLE_OK
         || curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, header_cb) != CURLE_OK
         || curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, write_cb) != CURLE_OK
-        || curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, xferinfo_cb)
-           != CURLE_OK
-        || curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L) != CURLE_OK) {
+        || curl_easy_setopt(c, CURLOPT_NOPROGRESS, 1L) != CURLE_OK) {
         /* Not memory: this libcurl lacks an option we rely on. */
         log_msg(GW_LOG_ERROR, "upstream: libcurl refused an option");
         goto out;
@@ -215,34 +270,63 @@ out:
     return ret;
 }
 
-/* Pop the most recently used idle handle, or make one.  NULL on failure. */
-static struct up_handle *
+static void
+session_free(struct up_session *s)
+{
+    if (s == NULL)
+        return;
+    /* The easy handles first: they are never in the multi handle here. */
+    for (int i = 0; i < UP_ATTEMPTS; i++)
+        handle_free(s->h[i]);
+    curl_multi_cleanup(s->multi);       /* closes its cached connections */
+    gw_free(s);
+}
+
+static struct up_session *
+session_new(void)
+{
+    struct up_session *s = gw_calloc(1, sizeof(*s));
+
+    if (s == NULL)
+        return NULL;
+    s->multi = curl_multi_init();
+    if (s->multi == NULL
+        || curl_multi_setopt(s->multi, CURLMOPT_MAXCONNECTS,
+                             (long)UP_SESSION_CONNS) != CURLM_OK) {
+        session_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+/* Pop the most recently used idle session, or make one.  NULL: no memory. */
+static struct up_session *
 pool_take(struct upstream *u)
 {
-    struct up_handle *h = NULL;
+    struct up_session *s = NULL;
 
     gw_mutex_lock(&u->lock);
     if (u->num_idle > 0)
-        h = u->idle[--u->num_idle];
+        s = u->idle[--u->num_idle];
     gw_mutex_unlock(&u->lock);
-    if (h == NULL)
-        h = handle_new(u);              /* outside the lock: it allocates */
-    return h;
+    if (s == NULL)
+        s = session_new();              /* outside the lock: it allocates */
+    return s;
 }
 
-/* Push 'h' (stolen; NULL is fine) back, or free it when the stack is full. */
+/* Push 's' (stolen; NULL is fine) back, or free it when the stack is full. */
 static void
-pool_put(struct upstream *u, struct up_handle *h)
+pool_put(struct upstream *u, struct up_session *s)
 {
-    if (h == NULL)
+    if (s == NULL)
         return;
     gw_mutex_lock(&u->lock);
     if (u->num_idle < u->max_idle) {
-        u->idle[u->num_idle++] = h;
-        h = NULL;
+        u->idle[u->num_idle++] = s;
+        s = NULL;
     }
     gw_mutex_unlock(&u->lock);
-    handle_free(h);                     /* outside the lock: closes sockets */
+    session_free(s);                    /* outside the lock: closes sockets */
 }
 
 /* A value we splice into a header line must not carry a line break. */
@@ -519,8 +603,11 @@ header_cb(char *p, size_t size, size_t n, void *arg)
     int rc;
 
     (void)size;                         /* always 1 */
+    if (x->lost)
+        return 0;                       /* the other attempt won */
     x->rx += n;
-    if (x->res->head_seen)
+    x->last_rx_ms = gw_now_ms();
+    if (x->head_done)
         return n;                       /* trailers: nothing we forward */
     x->head_bytes += n;
     if (x->head_bytes > UP_MAX_HEAD) {
@@ -555,10 +642,10 @@ header_cb(char *p, size_t size, size_t n, void *arg)
         }
         /* Held until the first body byte (upstream.h). */
         x->head_done = 1;
-        x->res->status = x->status;
-        x->res->retry_after_ms = x->retry_after_ms;
-        if (x->opts->stop_on_retryable
-            && upstream_retryable_status(x->status)) {
+        x->res.status = x->status;
+        x->res.retry_after_ms = x->retry_after_ms;
+        if (upstream_retryable_status(x->status)
+            && (x->call->opts->stop_on_retryable || other_running(x))) {
             xfer_fail(x, GW_EUPSTREAM, "retryable status");
             return 0;
         }
@@ -596,6 +683,42 @@ header_cb(char *p, size_t size, size_t n, void *arg)
     return n;
 }
 
+/* Does another attempt of x's call still run (and may still win)? */
+static int
+other_running(const struct xfer *x)
+{
+    const struct call *c = x->call;
+
+    for (int i = 0; i < c->n; i++)
+        if (&c->x[i] != x && c->x[i].running && !c->x[i].lost)
+            return 1;
+    return 0;
+}
+
+/*
+ * May attempt 'x' be the one the sink hears?  The first with a body byte
+ * (or a complete empty body) wins, and every other is marked lost, for
+ * the loop to remove.  While another attempt still runs, one with a
+ * retryable status does not win: it ends and the other goes on.
+ */
+static int
+claim_win(struct xfer *x)
+{
+    struct call *c = x->call;
+
+    if (c->winner != NULL)
+        return c->winner == x;
+    if (other_running(x) && upstream_retryable_status(x->status)) {
+        xfer_fail(x, GW_EUPSTREAM, "retryable status");
+        return 0;
+    }
+    c->winner = x;
+    for (int i = 0; i < c->n; i++)
+        if (&c->x[i] != x)
+            c->x[i].lost = 1;
+    return 1;
+}
+
 /*
  * Tell the sink of the held head (once).  Returns 0 or the sink's code,
  * with the transfer's failure noted.
@@ -603,12 +726,12 @@ header_cb(char *p, size_t size, size_t n, void *arg)
 static int
 deliver_head(struct xfer *x)
 {
-    const struct upstream_sink *s = x->sink;
+    const struct upstream_sink *s = x->call->sink;
     int rc;
 
-    if (x->res->head_seen)
+    if (x->res.head_seen)
         return 0;
-    x->res->head_seen = 1;
+    x->res.head_seen = 1;
     rc = s->on_head(s->arg, x->status,
                     x->has_ctype ? buf_ptr(&x->h->ctype) : NULL,
                     x->has_te ? -1 : x->content_length);
@@ -625,99 +748,32 @@ static size_t
 write_cb(char *p, size_t size, size_t n, void *arg)
 {
     struct xfer *x = arg;
-    const struct upstream_sink *s = x->sink;
+    const struct upstream_sink *s = x->call->sink;
     int rc;
 
     (void)size;                         /* always 1 */
-    if (n == 0)
+    if (n == 0 || x->lost)
         return 0;
     x->rx += n;
+    x->last_rx_ms = gw_now_ms();
     if (!x->head_done) {
         /* Cannot happen over HTTP/1.x (0.9 is refused by default); kept
          * so that on_data can never precede on_head. */
         xfer_fail(x, GW_EUPSTREAM, "bad response head");
         return 0;
     }
-    if (x->res->bytes == 0) {
-        x->res->ttfb_us = gw_now_us() - x->start_us;
-        if (deliver_head(x) != 0)
+    if (x->res.bytes == 0) {
+        x->res.ttfb_us = gw_now_us() - x->start_us;
+        if (!claim_win(x) || deliver_head(x) != 0)
             return 0;
     }
-    x->res->bytes += n;
+    x->res.bytes += n;
     rc = s->on_data(s->arg, p, n);
     if (rc != 0) {
         sink_stop(x, rc);
         return 0;
     }
     return n;
-}
-
-/*
- * CURLOPT_XFERINFOFUNCTION: libcurl calls it after each read and write and
- * about once a second while nothing moves.  Nonzero makes libcurl stop with
- * CURLE_ABORTED_BY_CALLBACK.
- *
- * The first byte timer starts once the connection is up (pretransfer), and
- * starts over when the whole body has been handed to the socket, which the
- * upload counter shows: an upstream that never reads our body is caught
- * too, not only one that never answers.  It runs to the first body byte:
- * a stream's head comes at once, its first event after the prompt is
- * processed.  After that the idle timer takes over, fed by header and
- * body bytes alike.
- */
-static int
-xferinfo_cb(void *arg, curl_off_t dltotal, curl_off_t dlnow,
-            curl_off_t ultotal, curl_off_t ulnow)
-{
-    struct xfer *x = arg;
-    const struct config_upstream *up;
-    const struct upstream_sink *s = x->sink;
-    curl_off_t pretransfer_us = 0;
-    int64_t now;
-
-    (void)dltotal;
-    (void)dlnow;
-    (void)ultotal;
-    if (s->on_tick != NULL) {
-        int rc = s->on_tick(s->arg);
-
-        if (rc != 0) {
-            sink_stop(x, rc);
-            return 1;
-        }
-    }
-    up = x->up;
-    now = gw_now_ms();
-    if (x->res->bytes == 0) {
-        if (x->timeout_base_ms < 0) {
-            if (curl_easy_getinfo(x->h->curl, CURLINFO_PRETRANSFER_TIME_T,
-                                  &pretransfer_us) != CURLE_OK
-                || pretransfer_us <= 0)
-                return 0;               /* still connecting */
-            x->timeout_base_ms = x->start_us / 1000 + pretransfer_us / 1000;
-        }
-        if (!x->request_sent && ulnow >= x->body_len) {
-            x->request_sent = 1;
-            x->timeout_base_ms = now;
-        }
-        if (up->first_byte_timeout_ms > 0
-            && now - x->timeout_base_ms >= up->first_byte_timeout_ms) {
-            xfer_fail(x, GW_ETIMEDOUT, "first byte timeout");
-            return 1;
-        }
-        return 0;
-    }
-    if (x->rx != x->rx_at_last_tick) {
-        x->rx_at_last_tick = x->rx;
-        x->last_rx_ms = now;
-        return 0;
-    }
-    if (up->idle_timeout_ms > 0
-        && now - x->last_rx_ms >= up->idle_timeout_ms) {
-        xfer_fail(x, GW_ETIMEDOUT, "idle timeout");
-        return 1;
-    }
-    return 0;
 }
 
 /*
@@ -737,7 +793,12 @@ map_result(struct xfer *x, CURLcode cc, const char **reason,
         if (!x->head_done)
             break;                      /* ended without a final head */
         *fail = UPF_NONE;
-        /* An empty body: the held head goes now. */
+        /* An empty body: the held head goes now, if this one may win. */
+        if (!claim_win(x)) {
+            *reason = x->fail_reason;
+            *fail = UPF_STATUS;
+            return x->fail_rc;
+        }
         if (deliver_head(x) != 0) {
             *reason = x->fail_reason;
             return x->fail_rc;
@@ -755,7 +816,7 @@ map_result(struct xfer *x, CURLcode cc, const char **reason,
             else if (x->fail_rc == GW_ENOMEM)
                 *fail = UPF_LOCAL;
             else if (x->head_done && upstream_retryable_status(x->status)
-                     && !x->res->head_seen)
+                     && !x->res.head_seen)
                 *fail = UPF_STATUS;
             return x->fail_rc;
         }
@@ -857,7 +918,7 @@ upstream_free(struct upstream *u)
     if (u == NULL)
         return;
     while (u->num_idle > 0)
-        handle_free(u->idle[--u->num_idle]);
+        session_free(u->idle[--u->num_idle]);
     gw_free(u->idle);
     u->idle = NULL;
     for (i = 0; i < CONFIG_MAX_UPSTREAMS; i++) {
@@ -871,6 +932,323 @@ upstream_free(struct upstream *u)
     gw_free(u);
 }
 
+static void
+result_init(struct upstream_result *res, size_t idx)
+{
+    memset(res, 0, sizeof(*res));
+    res->rc = GW_ENOMEM;
+    res->reason = "out of memory";
+    res->ttfb_us = -1;
+    res->failure = UPF_LOCAL;
+    res->upstream = idx;
+}
+
+/*
+ * Attempt 'x' is over: take it out of the multi handle and settle its
+ * result, from libcurl's code 'cc' or, when own_rc != 0, from ours
+ * (own_reason, own_fail).  Logs a failure, unless the sink stopped it.
+ */
+static void
+attempt_end(struct call *c, struct xfer *x, CURLcode cc, int own_rc,
+            const char *own_reason, enum upstream_failure own_fail)
+{
+    enum upstream_failure fail = own_fail;
+    const char *reason = own_reason;
+    int rc = own_rc;
+
+    curl_multi_remove_handle(c->s->multi, x->h->curl);
+    x->running = 0;
+    if (rc == 0)
+        rc = map_result(x, cc, &reason, &fail);
+    else
+        cc = CURLE_OK;
+    x->res.rc = rc;
+    x->res.reason = reason;
+    x->res.failure = fail;
+    if (rc != 0 && !x->lost) {
+        /* The sink reports its own reasons; everything else is ours. */
+        log_msg(x->sink_stopped || fail == UPF_STATUS ? GW_LOG_INFO
+                                                      : GW_LOG_WARN,
+                "upstream: failed upstream=%s reason=\"%s\" error=\"%s\" "
+                "curl=\"%s\" detail=\"%s\" status=%d bytes=%" PRIu64
+                " path=%s", x->up->name, reason, gw_strerror(rc),
+                cc != CURLE_OK ? curl_easy_strerror(cc) : "",
+                cc != CURLE_OK ? x->h->errbuf : "", x->res.status,
+                x->res.bytes, c->req->path);
+    }
+    /* Our copy of the client's key; libcurl's copy in its own request
+     * buffer is out of our reach. */
+    if (x->wipe)
+        mbedtls_platform_zeroize(x->h->scratch.data, x->h->scratch.cap);
+}
+
+/*
+ * Start the next attempt of 'c' on upstream 'idx'.  Returns 0, or a code
+ * with the attempt's result filled (it never ran).
+ */
+static int
+attempt_start(struct call *c, size_t idx)
+{
+    struct upstream *u = c->u;
+    struct xfer *x = &c->x[c->n];
+    struct up_handle **hp = &c->s->h[c->n];
+    const char *reason = "out of memory";
+    int rc = GW_ENOMEM;
+
+    assert(c->n < UP_ATTEMPTS && idx < u->cfg->num_upstreams);
+    memset(x, 0, sizeof(*x));
+    x->call = c;
+    x->idx = idx;
+    x->up = &u->cfg->upstreams[idx];
+    result_init(&x->res, idx);
+    c->n++;
+    if (*hp == NULL)
+        *hp = handle_new(u);
+    x->h = *hp;
+    if (x->h == NULL)
+        goto out;
+    rc = prepare(u, x->h, idx, c->req, c->opts, x->lines, &x->wipe,
+                 &reason);
+    if (rc != 0)
+        goto out;
+    x->timeout_base_ms = -1;
+    x->body_len = (curl_off_t)c->req->body_len;
+    x->want_status_line = 1;
+    x->content_length = -1;
+    /* Pointer options cannot fail; set per call because 'x' is ours. */
+    curl_easy_setopt(x->h->curl, CURLOPT_HEADERDATA, x);
+    curl_easy_setopt(x->h->curl, CURLOPT_WRITEDATA, x);
+    curl_easy_setopt(x->h->curl, CURLOPT_PRIVATE, x);
+    x->start_us = gw_now_us();
+    x->last_rx_ms = x->start_us / 1000;
+    rc = GW_ENOMEM;
+    if (curl_multi_add_handle(c->s->multi, x->h->curl) != CURLM_OK)
+        goto out;
+    x->running = 1;
+    rc = 0;
+
+out:
+    if (rc != 0) {
+        x->res.rc = rc;
+        x->res.reason = reason;
+        x->res.failure = UPF_LOCAL;
+        log_msg(GW_LOG_WARN, "upstream: cannot start upstream=%s "
+                "reason=\"%s\" path=%s", x->up->name, reason, c->req->path);
+        if (x->wipe)
+            mbedtls_platform_zeroize(x->h->scratch.data, x->h->scratch.cap);
+    }
+    return rc;
+}
+
+/*
+ * The first byte and idle timers of a running attempt (the file comment's
+ * "Timers").  The first byte timer starts once the connection is up
+ * (pretransfer) and starts over when the whole request body has been
+ * handed to the socket, so an upstream that never reads the body is
+ * caught too, not only one that never answers.  It runs to the first
+ * body byte: a stream's head comes at once, its first event after the
+ * prompt is processed.  Then the idle timer takes over, fed by header and
+ * body bytes alike.  Ends the attempt when one passes; else OUT *next is
+ * lowered to when one would.
+ */
+static void
+check_timers(struct call *c, struct xfer *x, int64_t now, int64_t *next)
+{
+    const struct config_upstream *up = x->up;
+    curl_off_t pretransfer_us = 0, sent = 0;
+    int64_t due;
+
+    if (x->res.bytes > 0) {
+        due = x->last_rx_ms + up->idle_timeout_ms;
+        if (now >= due) {
+            attempt_end(c, x, CURLE_OK, GW_ETIMEDOUT, "idle timeout",
+                        UPF_TIMEOUT);
+            return;
+        }
+    } else {
+        if (x->timeout_base_ms < 0) {
+            if (curl_easy_getinfo(x->h->curl, CURLINFO_PRETRANSFER_TIME_T,
+                                  &pretransfer_us) != CURLE_OK
+                || pretransfer_us <= 0)
+                return;                 /* still connecting */
+            x->timeout_base_ms = x->start_us / 1000 + pretransfer_us / 1000;
+        }
+        if (!x->request_sent
+            && curl_easy_getinfo(x->h->curl, CURLINFO_SIZE_UPLOAD_T, &sent)
+               == CURLE_OK
+            && sent >= x->body_len) {
+            x->request_sent = 1;
+            x->timeout_base_ms = now;
+        }
+        due = x->timeout_base_ms + up->first_byte_timeout_ms;
+        if (now >= due) {
+            attempt_end(c, x, CURLE_OK, GW_ETIMEDOUT, "first byte timeout",
+                        UPF_TIMEOUT);
+            return;
+        }
+    }
+    if (due < *next)
+        *next = due;
+}
+
+/* The sink stopped the call with 'rc': end every running attempt. */
+static void
+stop_all(struct call *c, int rc)
+{
+    for (int i = 0; i < c->n; i++) {
+        struct xfer *x = &c->x[i];
+
+        if (!x->running)
+            continue;
+        sink_stop(x, rc);
+        attempt_end(c, x, CURLE_OK, x->fail_rc, x->fail_reason, UPF_NONE);
+    }
+}
+
+/* Time for a hedge?  Ask the caller for a second upstream and start it. */
+static void
+maybe_hedge(struct call *c, int64_t now, int64_t *next)
+{
+    const struct upstream_opts *o = c->opts;
+    struct xfer *x0 = &c->x[0];
+    int64_t due;
+    size_t idx;
+
+    if (o->hedge_after_ms <= 0 || o->hedge == NULL || c->hedge_asked
+        || c->n != 1 || !x0->running || c->winner != NULL)
+        return;
+    due = x0->start_us / 1000 + o->hedge_after_ms;
+    if (now < due) {
+        if (due < *next)
+            *next = due;
+        return;
+    }
+    c->hedge_asked = 1;
+    if (o->hedge(o->arg, x0->idx, &idx) != 0)
+        return;
+    log_msg(GW_LOG_INFO, "upstream: hedge upstream=%s after=%" PRId64 "ms "
+            "first=%s path=%s", c->u->cfg->upstreams[idx].name,
+            o->hedge_after_ms, x0->up->name, c->req->path);
+    attempt_start(c, idx);
+}
+
+static int
+any_running(const struct call *c)
+{
+    for (int i = 0; i < c->n; i++)
+        if (c->x[i].running)
+            return 1;
+    return 0;
+}
+
+/* Read libcurl's finished transfers and end the lost ones. */
+static void
+reap(struct call *c)
+{
+    struct xfer *x;
+    CURLMsg *msg;
+    int left;
+
+    while ((msg = curl_multi_info_read(c->s->multi, &left)) != NULL) {
+        if (msg->msg != CURLMSG_DONE)
+            continue;
+        x = NULL;
+        curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&x);
+        if (x != NULL && x->running)
+            attempt_end(c, x, msg->data.result, 0, NULL, UPF_NONE);
+    }
+    for (int i = 0; i < c->n; i++) {
+        x = &c->x[i];
+        if (x->running && x->lost)
+            attempt_end(c, x, CURLE_OK, GW_EABORTED, "lost the hedge",
+                        UPF_NONE);
+    }
+}
+
+/*
+ * The loop (the file comment): until no attempt runs.  Returns the
+ * attempt whose result is the call's: the winner, else the one that
+ * ended last.
+ */
+static struct xfer *
+run(struct call *c)
+{
+    const struct upstream_opts *o = c->opts;
+    const struct upstream_sink *sink = c->sink;
+    struct curl_waitfd extra[2];
+    struct xfer *last = &c->x[0];
+    int64_t now, next, mute_until = 0;
+    long curl_ms;
+    int running, nfds, rc, ready;
+
+    for (;;) {
+        if (curl_multi_perform(c->s->multi, &running) != CURLM_OK) {
+            for (int i = 0; i < c->n; i++)
+                if (c->x[i].running)
+                    attempt_end(c, &c->x[i], CURLE_OK, GW_ENOMEM,
+                                "libcurl multi failure", UPF_LOCAL);
+        }
+        for (int i = 0; i < c->n; i++)
+            if (c->x[i].running)
+                last = &c->x[i];        /* the last to end, if none wins */
+        reap(c);
+        if (!any_running(c)) {
+            /* A hedge may have been granted just as the first ended. */
+            break;
+        }
+        now = gw_now_ms();
+        next = now + UP_TICK_MS;
+        for (int i = 0; i < c->n; i++)
+            if (c->x[i].running)
+                check_timers(c, &c->x[i], now, &next);
+        if (sink->on_tick != NULL && (rc = sink->on_tick(sink->arg)) != 0)
+            stop_all(c, rc);
+        maybe_hedge(c, now, &next);
+        if (!any_running(c))
+            break;
+
+        nfds = 0;
+        if (o->watch_fd >= 0 && now >= mute_until && sink->on_peer != NULL) {
+            extra[nfds].fd = o->watch_fd;
+            extra[nfds].events = CURL_WAIT_POLLIN;
+            extra[nfds++].revents = 0;
+        }
+        if (o->stop_fd >= 0) {
+            extra[nfds].fd = o->stop_fd;
+            extra[nfds].events = CURL_WAIT_POLLIN;
+            extra[nfds++].revents = 0;
+        }
+        if (curl_multi_timeout(c->s->multi, &curl_ms) == CURLM_OK
+            && curl_ms >= 0 && now + curl_ms < next)
+            next = now + curl_ms;
+        curl_multi_poll(c->s->multi, extra, (unsigned)nfds,
+                        gw_ms_left(next), &ready);
+        for (int i = 0; i < nfds; i++) {
+            if (extra[i].revents == 0)
+                continue;
+            if (extra[i].fd == o->stop_fd) {
+                rc = sink->on_tick != NULL ? sink->on_tick(sink->arg) : 0;
+                if (rc != 0)
+                    stop_all(c, rc);
+                continue;
+            }
+            /* The client's socket: readable is a hang-up, or its next
+             * request already; the sink tells which. */
+            rc = sink->on_peer(sink->arg);
+            if (rc < 0)
+                stop_all(c, rc);
+            else
+                mute_until = rc > 0 ? INT64_MAX : now + UP_PEER_MUTE_MS;
+        }
+        if (!any_running(c))
+            break;
+    }
+    for (int i = 0; i < c->n; i++)
+        if (c->x[i].res.head_seen)
+            return &c->x[i];
+    return c->winner != NULL ? c->winner : last;
+}
+
 int
 upstream_perform(struct upstream *u, size_t idx,
                  const struct upstream_request *req,
@@ -878,77 +1256,34 @@ upstream_perform(struct upstream *u, size_t idx,
                  const struct upstream_sink *sink,
                  struct upstream_result *res)
 {
-    enum upstream_failure fail = UPF_LOCAL;
-    struct curl_slist lines[UP_MAX_LINES];
-    struct up_handle *h = NULL;
-    struct xfer x;
-    const char *reason = "out of memory";
-    CURLcode cc = CURLE_OK;
-    int wipe = 0;
-    int rc = GW_ENOMEM;
+    struct call c;
+    struct xfer *final;
 
-    res->rc = rc;
-    res->status = 0;
-    res->head_seen = 0;
-    res->reason = reason;
-    res->bytes = 0;
-    res->ttfb_us = -1;
-    res->failure = UPF_LOCAL;
-    res->retry_after_ms = 0;
-    memset(&x, 0, sizeof(x));
+    memset(&c, 0, sizeof(c));
+    c.u = u;
+    c.req = req;
+    c.opts = opts != NULL ? opts : &default_opts;
+    c.sink = sink;
+    result_init(res, idx);
     assert(idx < u->cfg->num_upstreams);
-    if (opts == NULL)
-        opts = &default_opts;
 
-    h = pool_take(u);
-    if (h == NULL)
-        goto out;
-    rc = prepare(u, h, idx, req, opts, lines, &wipe, &reason);
-    if (rc != 0)
-        goto out;
-
-    x.up = &u->cfg->upstreams[idx];
-    x.opts = opts;
-    x.sink = sink;
-    x.res = res;
-    x.h = h;
-    x.timeout_base_ms = -1;
-    x.body_len = (curl_off_t)req->body_len;
-    x.want_status_line = 1;
-    x.content_length = -1;
-    /* Pointer options cannot fail; set per call because 'x' is ours. */
-    curl_easy_setopt(h->curl, CURLOPT_HEADERDATA, &x);
-    curl_easy_setopt(h->curl, CURLOPT_WRITEDATA, &x);
-    curl_easy_setopt(h->curl, CURLOPT_XFERINFODATA, &x);
-
-    x.start_us = gw_now_us();
-    cc = curl_easy_perform(h->curl);
-    rc = map_result(&x, cc, &reason, &fail);
-
-out:
-    if (rc != 0) {
-        /* The sink reports its own reasons; everything else is ours. */
-        log_msg(x.sink_stopped || fail == UPF_STATUS ? GW_LOG_INFO
-                                                     : GW_LOG_WARN,
-                "upstream: failed upstream=%s reason=\"%s\" error=\"%s\" "
-                "curl=\"%s\" detail=\"%s\" status=%d bytes=%" PRIu64
-                " path=%s", u->cfg->upstreams[idx].name, reason,
-                gw_strerror(rc),
-                cc != CURLE_OK ? curl_easy_strerror(cc) : "",
-                cc != CURLE_OK && h != NULL ? h->errbuf : "", res->status,
-                res->bytes, req->path);
-    }
-    res->failure = fail;
-    /* Our copy of the client's key; libcurl's copy in its own request
-     * buffer is out of our reach. */
-    if (wipe)
-        mbedtls_platform_zeroize(h->scratch.data, h->scratch.cap);
-    /* Even after an error: libcurl has already closed a broken
-     * connection, and the handle itself is fine. */
-    pool_put(u, h);
-    res->rc = rc;
-    res->reason = reason;
-    return rc;
+    c.s = pool_take(u);
+    if (c.s == NULL)
+        return res->rc;
+    if (attempt_start(&c, idx) == 0)
+        final = run(&c);
+    else
+        final = &c.x[0];
+    *res = final->res;
+    for (int i = 0; i < c.n; i++)
+        if (&c.x[i] != final && c.opts->attempt_done != NULL)
+            c.opts->attempt_done(c.opts->arg, &c.x[i].res);
+    /*
+     * Even after an error: libcurl has already closed a broken
+     * connection, and the session itself is fine.
+     */
+    pool_put(u, c.s);
+    return res->rc;
 }
 
 uint64_t

@@ -1,17 +1,20 @@
 /*
- * upstream.h - the libcurl side: one blocking transfer per call, reused
- * connections, and a sink that receives the response as it arrives.
+ * upstream.h - the libcurl side: one call per upstream_perform(), driven
+ * by the calling thread in its own wait (and a hedge beside it, when
+ * asked), reused connections, and a sink that receives the response as
+ * it arrives.
  *
- * Design: a pool of CURL easy handles (a LIFO stack under one mutex).  A
- * handle keeps its own connection cache, so taking the most recently used
- * handle reuses its warm keep-alive connection; handles move between
- * threads, so connections are reused across requests and threads.  The
- * mutex is held only to push or pop a handle, never across a transfer.
- * A handle belongs to one thread between upstream_perform()'s pop and push.
+ * Design: a pool of sessions (a libcurl multi handle with its easy
+ * handles; a LIFO stack under one mutex).  A session keeps its own
+ * connection cache, so taking the most recently used one reuses its warm
+ * keep-alive connections; sessions move between threads, so connections
+ * are reused across requests and threads.  The mutex is held only to push
+ * or pop a session, never across a transfer.  A session belongs to one
+ * thread between upstream_perform()'s pop and push.
  *
- * The sink's callbacks run on the calling thread, inside
- * curl_easy_perform(): they must not block for long (a coalescing leader
- * only appends to its flight and does a non-blocking flush there).
+ * The sink's callbacks run on the calling thread, inside the transfer
+ * loop: they must not block for long (a coalescing leader only appends to
+ * its flight and does a non-blocking flush there).
  *
  * The held head: the sink hears of the response head only with the first
  * body byte (or at the end of an empty body).  vLLM sends a stream's head
@@ -51,7 +54,9 @@ struct upstream_request {
                                    as is; NULL sends the configured key */
 };
 
-/* How one transfer is run, beyond the upstream's configuration. */
+struct upstream_result;
+
+/* How one call is run, beyond the upstream's configuration. */
 struct upstream_opts {
     /*
      * A 429, 502, 503 or 504 head ends the transfer before the sink hears
@@ -60,6 +65,23 @@ struct upstream_opts {
      */
     int stop_on_retryable;
     int64_t total_timeout_ms;   /* > 0: instead of the upstream's */
+    int watch_fd;               /* the client's socket, watched for a
+                                   hang-up (sink->on_peer); -1 none */
+    int stop_fd;                /* readable: run on_tick at once; -1 */
+    /*
+     * Hedging: an attempt with no first body byte after hedge_after_ms
+     * (0: never) calls hedge(arg, first, &idx); 0 with *idx starts a
+     * second attempt on upstream *idx beside it.  The first to produce a
+     * body byte is the one the sink hears; the other is aborted.  An
+     * attempt that fails, or answers a retryable status, while the other
+     * runs just ends.
+     */
+    int64_t hedge_after_ms;
+    int (*hedge)(void *arg, size_t first, size_t *idx);
+    /* Every attempt but the one upstream_perform() returns, when it is
+     * over (the hedge that lost, one that failed): its result. */
+    void (*attempt_done)(void *arg, const struct upstream_result *res);
+    void *arg;
 };
 
 /* Why a transfer failed, for the upstream's health (pool.h). */
@@ -92,9 +114,15 @@ struct upstream_sink {
     int (*on_data)(void *arg, const char *p, size_t n);
     /*
      * Called at least about once a second while the transfer waits (and
-     * often while it moves).  May be NULL.
+     * after every wake-up while it moves).  May be NULL.
      */
     int (*on_tick)(void *arg);
+    /*
+     * opts->watch_fd is readable: a hang-up, or the client's next request.
+     * Returns 0 (not gone: watch again a little later), 1 (stop watching
+     * it) or a GW_E code that stops the call.  May be NULL (not watched).
+     */
+    int (*on_peer)(void *arg);
 };
 
 struct upstream_result {
@@ -111,6 +139,7 @@ struct upstream_result {
                                "connection broken", ... */
     uint64_t bytes;         /* body bytes received */
     int64_t ttfb_us;        /* request start to first body byte; -1 none */
+    size_t upstream;        /* which upstream this attempt went to */
 };
 
 /*
@@ -123,8 +152,9 @@ struct upstream *upstream_new(const struct gw_config *cfg);
 void upstream_free(struct upstream *u);
 
 /*
- * Run one transfer to completion (blocking) on upstream 'idx' of
- * cfg->upstreams.  Borrows 'req', 'opts' (NULL: defaults) and 'sink'.
+ * Run one call to completion (blocking) on upstream 'idx' of
+ * cfg->upstreams, with a hedge on another if opts says so.  Borrows
+ * 'req', 'opts' (NULL: defaults) and 'sink'.
  * Request headers sent: Host (from the URL), Content-Type (POST only)
  * and Accept (both constants), Content-Length, X-Request-Id, and
  * Authorization (req->client_auth, else the upstream's key as Bearer, else
@@ -132,7 +162,8 @@ void upstream_free(struct upstream *u);
  * "Expect:" is suppressed.
  * Timeouts come from the upstream's config: connect, first byte (request
  * sent to the first body byte), idle (between body bytes) and total.
- * OUT *res is always filled.  Returns res->rc.  Thread-safe.
+ * OUT *res is always filled: the result of the attempt the sink heard,
+ * else of the one that ended last.  Returns res->rc.  Thread-safe.
  */
 int upstream_perform(struct upstream *u, size_t idx,
                      const struct upstream_request *req,

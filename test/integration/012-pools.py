@@ -436,3 +436,54 @@ def test_active_health_ejects_and_readmits_without_traffic(t):
     wait_for(lambda: value(g, STATE, upstream="u0") == 0, timeout=5,
              msg="the probe closed the half-open upstream")
     assert a.stats()["completions"] == 0
+
+
+# ---- hedging ---------------------------------------------------------------
+
+def test_hedge_takes_the_fast_upstream_and_aborts_the_slow(t):
+    slow, fast = t.mock(), t.mock()
+    control(slow, slow_every=1, slow_ms=5000)
+    g = pool(t, [slow, fast], routing={"balance": "round_robin",
+                                       "hedge_after": "200ms",
+                                       "retry_budget_min": 100})
+    streams = []
+    for i in range(4):
+        t0 = time.monotonic()
+        s = finish(send(g, chat_body("h%d" % i, stream=True)))
+        streams.append(s)
+        assert time.monotonic() - t0 < 2.5, "waited for the slow upstream"
+        assert s.resp.status == 200 and s.clean_end
+        assert s.body.count(b"data: [DONE]") == 1, "bytes of two attempts"
+    # Round robin: requests 0 and 2 went to the slow one first.
+    assert value(g, "infergw_upstream_hedges_total") == 2
+    wait_for(lambda: slow.stats()["aborted"] == 2,
+             msg="the slow upstream saw both aborts")
+    assert fast.stats()["completions"] == 4
+
+
+def test_hedged_coalesced_flight_two_calls_identical_bodies(t):
+    slow, fast = t.mock(), t.mock()
+    control(slow, slow_every=1, slow_ms=5000)
+    g = pool(t, [slow, fast], routing={"balance": "round_robin",
+                                       "hedge_after": "300ms"})
+    body = chat_body("everyone", stream=True)
+    conns = [send(g, body) for _ in range(20)]
+    streams = finish_all(conns)
+    assert len({s.body for s in streams}) == 1, "clients saw different bytes"
+    assert all(s.clean_end for s in streams)
+    # One flight: its first attempt (slow, round robin's first) and one
+    # hedge, never a call per client.
+    assert completions([slow, fast]) == [1, 1]
+    assert value(g, "infergw_upstream_hedges_total") == 1
+    wait_for(lambda: slow.stats()["aborted"] == 1)
+
+
+def test_no_hedge_when_off(t):
+    slow, fast = t.mock(), t.mock()
+    control(slow, slow_every=1, slow_ms=600)
+    g = pool(t, [slow, fast], routing={"balance": "round_robin"})
+    t0 = time.monotonic()
+    assert post(g, chat_body("patient")).status == 200
+    assert time.monotonic() - t0 >= 0.55
+    assert value(g, "infergw_upstream_hedges_total") == 0
+    assert fast.stats()["completions"] == 0
