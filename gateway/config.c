@@ -1070,6 +1070,13 @@ on_setting(struct loader *ld, const struct cfg_entry *e)
         set_err(ld, e->line, "unknown key '%s' in %s", e->key, where);
         return GW_EINVAL;
     }
+    if (s->scope == S_GLOBAL && ld->upstream != NULL
+        && !ld->upstream_plain) {
+        /* It is every upstream's: only the old plain form may hold it. */
+        set_err(ld, e->line, "'%s' applies to every upstream: set it in "
+                "[routing]", e->key);
+        return GW_EINVAL;
+    }
     line = first_set_line(ld, s, idx);
     if (s->type != T_TENANT_KEY && line != 0) {
         set_err(ld, e->line, "duplicate key '%s' in %s, first set at "

@@ -49,19 +49,10 @@ retryable(const struct upstream_result *res)
            || res->failure == UPF_STATUS || res->failure == UPF_BROKEN;
 }
 
-static void
-fill_refusal(struct dispatch_result *out, int rc, const char *reason)
-{
-    memset(&out->res, 0, sizeof(out->res));
-    out->res.rc = rc;
-    out->res.reason = reason;
-    out->res.ttfb_us = -1;
-}
-
 /* One dispatch_run(): the slots its attempts hold. */
 struct run {
     const struct dispatch_ctx *dc;
-    struct pool_want want;
+    struct pool_want want;          /* .exclude: every upstream tried */
     struct pool_slot slot[2];       /* an attempt and its hedge */
     struct dispatch_result *out;
 };
@@ -76,14 +67,18 @@ slot_of(struct run *r, size_t idx)
     return NULL;
 }
 
+/* Give an attempt's slot back with its verdict. */
 static void
 release(struct run *r, const struct upstream_result *res)
 {
     struct pool_slot *s = slot_of(r, res->upstream);
+    int64_t retry_after = 0;
 
+    /* Only a 429 or a 503 says "not now" (RFC 9110 10.2.3, 6585). */
+    if (res->status == 429 || res->status == 503)
+        retry_after = res->retry_after_ms;
     if (s != NULL)
-        pool_release(r->dc->pool, s, dispatch_judge(res),
-                     res->retry_after_ms);
+        pool_release(r->dc->pool, s, dispatch_judge(res), retry_after);
 }
 
 /* upstream_opts.attempt_done: the hedge that lost, or one that failed. */
@@ -94,8 +89,23 @@ attempt_done(void *arg, const struct upstream_result *res)
 }
 
 /*
+ * upstream_opts.on_winner: this attempt's first body byte is in, so its
+ * upstream answers: a half-open one closes now, not at the end of a
+ * stream that may run for minutes.  An error answer is judged at the end.
+ */
+static void
+on_winner(void *arg, size_t idx, int status)
+{
+    struct run *r = arg;
+    struct pool_slot *s = slot_of(r, idx);
+
+    if (s != NULL && status < 500 && status != 429)
+        pool_note_answer(r->dc->pool, s);
+}
+
+/*
  * upstream_opts.hedge: a slot on another upstream, at once (no queue),
- * and the budget's leave.  0 with *idx, or -1: no hedge.
+ * then the budget's leave.  0 with *idx, or -1: no hedge.
  */
 static int
 hedge(void *arg, size_t first, size_t *idx)
@@ -113,9 +123,45 @@ hedge(void *arg, size_t first, size_t *idx)
         return -1;
     }
     *idx = (size_t)r->slot[1].idx;
+    r->want.exclude |= UINT64_C(1) << *idx;
     r->out->attempts++;
     metrics_upstream_call();
     return 0;
+}
+
+/* The pool said no before any attempt: why, for the client. */
+static int
+refuse(struct dispatch_result *out, int rc, int retry_after)
+{
+    const char *reason = "no upstream available";
+
+    out->retry_after_s = retry_after;
+    if (rc == GW_ETIMEDOUT) {
+        rc = GW_EUNAVAIL;
+        reason = "every upstream is at max_inflight";
+    } else if (rc == GW_ENOTFOUND) {
+        reason = "model not served";
+    } else if (rc == GW_ESTOPPING) {
+        reason = "gateway shutting down";
+    }
+    memset(&out->res, 0, sizeof(out->res));
+    out->res.rc = rc;
+    out->res.reason = reason;
+    out->res.ttfb_us = -1;
+    return rc;
+}
+
+/* The last attempt's failure stands: what the clients are told of it. */
+static int
+stands(struct dispatch_result *out)
+{
+    const struct upstream_result *res = &out->res;
+
+    if (res->failure == UPF_STATUS && !res->head_seen) {
+        out->status = res->status;
+        out->retry_after_s = (int)((res->retry_after_ms + 999) / 1000);
+    }
+    return res->rc;
 }
 
 int
@@ -126,6 +172,7 @@ dispatch_run(const struct dispatch_ctx *dc,
 {
     const struct gw_config *cfg = dc->cfg;
     struct upstream_opts opts;
+    struct pool_want next;
     struct run r;
     int rc, retry_after, more, budget;
     size_t idx;
@@ -143,44 +190,28 @@ dispatch_run(const struct dispatch_ctx *dc,
     opts.hedge_after_ms = cfg->hedge_after_ms;
     opts.hedge = hedge;
     opts.attempt_done = attempt_done;
+    opts.on_winner = on_winner;
     opts.arg = &r;
     pool_note_request(dc->pool);
+    rc = pool_acquire(dc->pool, &r.want, &r.slot[0], &retry_after);
+    if (rc != 0)
+        return refuse(out, rc, retry_after);
     for (;;) {
-        rc = pool_acquire(dc->pool, &r.want, &r.slot[0], &retry_after);
-        if (rc != 0) {
-            if (out->attempts > 0)
-                return out->res.rc;     /* the last failure stands */
-            out->retry_after_s = retry_after;
-            if (rc == GW_ETIMEDOUT) {
-                rc = GW_EUNAVAIL;
-                fill_refusal(out, rc, "every upstream is at max_inflight");
-            } else {
-                fill_refusal(out, rc, rc == GW_ENOTFOUND
-                             ? "model not served"
-                             : rc == GW_ESTOPPING ? "gateway shutting down"
-                             : "no upstream available");
-            }
-            return rc;
-        }
         /*
          * A retryable status stops the transfer unheard only when another
-         * attempt may follow; else the upstream's answer is relayed as it
-         * is (the budget can still refuse later, in a race: then the
-         * status stands, as a 502 of ours).
+         * attempt may follow: an upstream with room now, and the budget.
+         * Else the upstream's answer is relayed as it is.
          */
         idx = (size_t)r.slot[0].idx;
         more = (uint64_t)out->attempts < cfg->retries
                && pool_has_other(dc->pool, &r.want, idx);
         budget = more && pool_budget_peek(dc->pool);
         opts.stop_on_retryable = more && budget;
+        r.want.exclude |= UINT64_C(1) << idx;
         out->attempts++;
         metrics_upstream_call();
         upstream_perform(dc->up, idx, req, &opts, sink, &out->res);
         out->upstream = cfg->upstreams[out->res.upstream].name;
-        /* Both attempts' upstreams are tried, whichever one answered. */
-        r.want.exclude |= UINT64_C(1) << idx;
-        if (r.slot[1].idx >= 0)
-            r.want.exclude |= UINT64_C(1) << r.slot[1].idx;
         release(&r, &out->res);
         /* A retryable status relayed as it came: the budget was spent. */
         if (more && !budget && out->res.head_seen
@@ -188,16 +219,24 @@ dispatch_run(const struct dispatch_ctx *dc,
             pool_budget_refuse(dc->pool);
         if (!retryable(&out->res)
             || (uint64_t)out->attempts > cfg->retries)
-            return out->res.rc;
+            return stands(out);
+        /* The next upstream first, then the budget: no leave is spent on
+         * a retry that has nowhere to go. */
+        next = r.want;
+        next.no_wait = 1;
+        if (pool_acquire(dc->pool, &next, &r.slot[0], &retry_after) != 0)
+            return stands(out);
         if (!pool_budget_take(dc->pool, 0)) {
+            pool_release(dc->pool, &r.slot[0], POOL_NEUTRAL, 0);
             log_msg(GW_LOG_INFO, "dispatch: no retry, budget spent "
                     "upstream=%s reason=\"%s\"", out->upstream,
                     out->res.reason);
-            return out->res.rc;
+            return stands(out);
         }
         log_msg(GW_LOG_INFO, "dispatch: retry after upstream=%s "
-                "reason=\"%s\" status=%d attempt=%d", out->upstream,
-                out->res.reason, out->res.status, out->attempts);
+                "reason=\"%s\" status=%d attempt=%d next=%s", out->upstream,
+                out->res.reason, out->res.status, out->attempts,
+                cfg->upstreams[r.slot[0].idx].name);
     }
 }
 

@@ -43,7 +43,11 @@ struct dispatch_result {
     struct upstream_result res;     /* of the last attempt */
     int attempts;                   /* upstream calls made, hedges too */
     const char *upstream;           /* name of the last one; NULL none */
-    int retry_after_s;              /* GW_EUNAVAIL: for the 503 */
+    int status;                     /* the 429/502/503/504 the last attempt
+                                       stopped at unheard, for the
+                                       clients' answer; 0 none */
+    int retry_after_s;              /* for the 503 of GW_EUNAVAIL, or the
+                                       upstream's with 'status' */
 };
 
 /*

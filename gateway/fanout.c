@@ -34,9 +34,13 @@ enum push_result {
 int
 fanout_begin(struct reply *r, const struct flight_head *h)
 {
+    char extra[40];
+
     r->upstream_status = h->status;
+    reply_retry_after_line(extra, sizeof(extra), h->retry_after_s);
     return reply_begin(r, h->status, h->content_type[0] != '\0'
-                       ? h->content_type : NULL, h->content_length, NULL);
+                       ? h->content_type : NULL, h->content_length,
+                       extra[0] != '\0' ? extra : NULL);
 }
 
 void
@@ -532,7 +536,11 @@ fanout_relay(struct flight *f, struct fanout_reader *r,
             return;
         }
         if (s.state == FLIGHT_FAILED) {
-            reply_upstream_error(rp, s.err_rc, s.err_reason);
+            struct reply_failure fail = { s.err_rc, s.err_reason,
+                                          s.err_status,
+                                          s.err_retry_after_s };
+
+            reply_failure(rp, &fail);
             return;
         }
     }

@@ -111,7 +111,7 @@ flight_readers(struct flight *f)
 
 void
 flight_set_head(struct flight *f, int status, const char *content_type,
-                int64_t content_length)
+                int64_t content_length, int retry_after_s)
 {
     gw_mutex_lock(&f->lock);
     assert(!f->head_set);
@@ -119,6 +119,7 @@ flight_set_head(struct flight *f, int status, const char *content_type,
     snprintf(f->head.content_type, sizeof(f->head.content_type), "%s",
              content_type != NULL ? content_type : "");
     f->head.content_length = content_length;
+    f->head.retry_after_s = retry_after_s;
     f->head_set = 1;
     gw_mutex_unlock(&f->lock);
 }
@@ -222,6 +223,15 @@ flight_finish(struct flight *f, int rc, const char *reason)
 }
 
 void
+flight_set_failure(struct flight *f, int status, int retry_after_s)
+{
+    gw_mutex_lock(&f->lock);
+    f->err_status = status;
+    f->err_retry_after_s = retry_after_s;
+    gw_mutex_unlock(&f->lock);
+}
+
+void
 flight_snap_locked(struct flight *f, size_t lo, struct flight_snap *s)
 {
     assert(gw_mutex_held(&f->lock));
@@ -230,6 +240,8 @@ flight_snap_locked(struct flight *f, size_t lo, struct flight_snap *s)
     s->state = f->state;
     s->err_rc = f->err_rc;
     s->err_reason = f->err_reason;
+    s->err_status = f->err_status;
+    s->err_retry_after_s = f->err_retry_after_s;
     s->nchunks = f->nchunks;
     s->lo = lo;
     s->n = 0;

@@ -66,6 +66,7 @@ struct flight_head {
     int status;
     int64_t content_length;         /* -1 unknown */
     char content_type[FLIGHT_CTYPE_MAX];    /* "" if none */
+    int retry_after_s;              /* the upstream's, on a 429/503; 0 */
 };
 
 /*
@@ -94,6 +95,8 @@ struct flight_snap {
     enum flight_state state;
     int err_rc;                     /* FAILED: GW_ETIMEDOUT, ... */
     const char *err_reason;         /* FAILED: static-like text, or "" */
+    int err_status;                 /* FAILED: flight_set_failure() */
+    int err_retry_after_s;
     size_t nchunks;                 /* chunks appended so far */
     size_t lo, n;                   /* chunk[i] is chunk lo + i */
     struct flight_chunk *chunk[FLIGHT_SNAP_MAX];
@@ -123,6 +126,8 @@ struct flight {
     enum flight_state state;        /* (L) */
     int err_rc;                     /* (L) */
     char err_reason[64];            /* (L) */
+    int err_status;                 /* (L) */
+    int err_retry_after_s;          /* (L) */
 
     struct flight_reader *readers;  /* (L) every attached reader */
     _Atomic unsigned nreaders;      /* (L) to write; anyone may read */
@@ -164,7 +169,7 @@ unsigned flight_readers(struct flight *f);
  * it is truncated to FLIGHT_CTYPE_MAX - 1 bytes.
  */
 void flight_set_head(struct flight *f, int status, const char *content_type,
-                     int64_t content_length);
+                     int64_t content_length, int retry_after_s);
 
 /*
  * Leader only.  Append a copy of p[0..n) as one chunk.  Past 'max_bytes'
@@ -182,6 +187,14 @@ int flight_append(struct flight *f, const char *p, size_t n,
  * caller hands them back (fanout_wake_all()).
  */
 void flight_finish(struct flight *f, int rc, const char *reason);
+
+/*
+ * Before a failing flight_finish(): the upstream status its last attempt
+ * stopped at unheard (429/502/503/504, else 0) and the Retry-After
+ * seconds for the clients' answer (0: none), as reply_failure() takes
+ * them.  The driver only.
+ */
+void flight_set_failure(struct flight *f, int status, int retry_after_s);
 
 /*
  * OUT *s: what a reader at position 'lo' may send (see struct

@@ -40,14 +40,11 @@ struct probe {
 };
 
 static int
-probe_head(void *arg, int status, const char *content_type,
-           int64_t content_length)
+probe_head(void *arg, const struct upstream_head *h)
 {
     struct probe *pr = arg;
 
-    (void)content_type;
-    (void)content_length;
-    pr->status = status;
+    pr->status = h->status;
     return 0;
 }
 
@@ -76,13 +73,17 @@ probe(struct health *h, size_t idx, const char *path, struct probe *pr)
     struct upstream_sink sink = { pr, probe_head, probe_data, probe_tick,
                                   NULL };
     struct upstream_opts opts = { 0, HEALTH_PROBE_MAX_MS, -1, -1, 0, NULL,
-                                  NULL, NULL };
+                                  NULL, NULL, NULL };
     struct upstream_result res;
 
     pr->h = h;
     pr->status = 0;
     buf_reset(&pr->body);
     upstream_perform(h->up, idx, &req, &opts, &sink, &res);
+    /* A server without the endpoint says nothing about its health. */
+    if (res.rc == 0 && (res.status == 404 || res.status == 405
+                        || res.status == 501))
+        return POOL_NEUTRAL;
     if (res.rc == 0 && (res.status < 200 || res.status > 299))
         return res.status == 429 ? POOL_FAIL_THROTTLED : POOL_FAIL_STATUS;
     if (res.rc == GW_EABORTED)
@@ -145,9 +146,13 @@ take_models(struct health *h, size_t idx, const struct buf *body)
         }
         n++;
     }
-    pool_set_models(h->pool, idx, ids, texts, n);
-    ids = texts = NULL;
-    n = 0;
+    /* No usable entry: as if it had not answered (it may take any
+     * model), rather than an upstream that serves none. */
+    if (n > 0) {
+        pool_set_models(h->pool, idx, ids, texts, n);
+        ids = texts = NULL;
+        n = 0;
+    }
 
 out:
     if (ids != NULL || texts != NULL)
@@ -161,20 +166,20 @@ beat(struct health *h, int probe_health)
     struct probe pr;
     enum pool_outcome o;
     size_t i;
-    int trial;
+    uint64_t trial;
 
     buf_init(&pr.body, HEALTH_MODELS_MAX_BYTES);
     for (i = 0; i < pool_size(h->pool) && !atomic_load(&h->stopping); i++) {
         if (probe_health && pool_probe_begin(h->pool, i, &trial)) {
             o = probe(h, i, "/health", &pr);
             pool_probe_end(h->pool, i, trial, o);
-            if (o != POOL_OK)
+            if (o != POOL_OK && o != POOL_NEUTRAL) {
                 log_msg(GW_LOG_WARN, "health: upstream %s failed GET "
                         "/health kind=%s status=%d",
                         h->cfg->upstreams[i].name, pool_outcome_name(o),
                         pr.status);
-            if (o != POOL_OK)
                 continue;       /* no models from a failing upstream */
+            }
         }
         if (probe(h, i, "/v1/models", &pr) == POOL_OK)
             take_models(h, i, &pr.body);

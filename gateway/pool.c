@@ -38,6 +38,7 @@ struct member {
     unsigned streak;            /* ejections since it last stayed up */
     int64_t closed_ms;          /* when it last closed; 0 never ejected */
     int trial_out;              /* HALF_OPEN: the one call is out */
+    uint64_t trial_gen;         /* numbers the trials */
     int64_t hold_until_ms;      /* Retry-After: no new calls before */
 
     uint64_t inflight;          /* calls holding a slot */
@@ -65,8 +66,9 @@ struct waiter {
     struct waiter *next;
     pthread_cond_t cv;
     uint64_t mask;              /* upstreams it can use */
-    int granted;                /* the upstream whose slot it was given */
-    int trial;
+    int granted;                /* the upstream whose slot it was given;
+                                   -1 none yet, -2 none can come */
+    uint64_t trial;
 };
 
 struct pool {
@@ -351,7 +353,8 @@ pool_has_other(struct pool *p, const struct pool_want *want, size_t idx)
     cand = serving_mask(p, want->model) & ~want->exclude
            & ~(UINT64_C(1) << idx);
     for (i = 0; i < p->n && !ok; i++)
-        ok = (cand & (UINT64_C(1) << i)) && usable(&p->m[i], now);
+        ok = (cand & (UINT64_C(1) << i)) && usable(&p->m[i], now)
+             && has_room(&p->m[i]);
     gw_mutex_unlock(&p->lock);
     return ok;
 }
@@ -362,9 +365,19 @@ take_slot(struct member *m, struct pool_slot *slot, size_t idx)
     m->inflight++;
     m->calls++;
     slot->idx = (int)idx;
-    slot->trial = m->state == POOL_HALF_OPEN;
-    if (slot->trial)
+    slot->trial = 0;
+    if (m->state == POOL_HALF_OPEN) {
         m->trial_out = 1;
+        slot->trial = ++m->trial_gen;
+    }
+}
+
+/* Is 'trial' the half-open upstream's current trial?  Then it is over. */
+static void
+end_trial(struct member *m, uint64_t trial)
+{
+    if (trial != 0 && trial == m->trial_gen && m->state == POOL_HALF_OPEN)
+        m->trial_out = 0;
 }
 
 /* ---- the balancers, under the lock; 'room' is never empty ---- */
@@ -493,6 +506,32 @@ pick(struct pool *p, uint64_t room, uint64_t usable_mask, uint64_t key)
 
 /* ---- admission ---- */
 
+static void queue_remove(struct pool *p, struct waiter *w);
+
+/*
+ * After an ejection or a hold: a waiter none of whose upstreams is
+ * usable now would only sleep to its queue_timeout; tell it at once.
+ */
+static void
+wake_hopeless(struct pool *p, int64_t now)
+{
+    struct waiter *w, *next;
+    size_t i;
+    int hope;
+
+    for (w = p->q_head; w != NULL; w = next) {
+        next = w->next;
+        hope = 0;
+        for (i = 0; i < p->n && !hope; i++)
+            hope = (w->mask & (UINT64_C(1) << i)) && usable(&p->m[i], now);
+        if (hope)
+            continue;
+        w->granted = -2;
+        queue_remove(p, w);
+        pthread_cond_signal(&w->cv);
+    }
+}
+
 static void
 queue_remove(struct pool *p, struct waiter *w)
 {
@@ -601,7 +640,7 @@ pool_acquire(struct pool *p, const struct pool_want *want,
     p->q_len++;
     p->queue_waits++;
     deadline = now + p->cfg->queue_timeout_ms;
-    while (w.granted < 0 && !p->stopping
+    while (w.granted == -1 && !p->stopping
            && gw_cond_timedwait(&w.cv, &p->lock, deadline) == 0)
         ;
     if (w.granted >= 0) {
@@ -609,6 +648,9 @@ pool_acquire(struct pool *p, const struct pool_want *want,
         slot->trial = w.trial;
         slot->queued = 1;
         rc = 0;
+    } else if (w.granted == -2) {
+        p->unavailable++;
+        rc = GW_EUNAVAIL;       /* every upstream it could use went away */
     } else {
         queue_remove(p, &w);
         p->queue_timeouts++;
@@ -679,6 +721,8 @@ judge(struct pool *p, struct member *m, enum pool_outcome o,
     } else if (s == POOL_CLOSED && ++m->fails >= p->cfg->eject_after) {
         eject(p, m, now, pool_outcome_name(o), ev);
     }
+    if (m->state == POOL_OPEN || now < m->hold_until_ms)
+        wake_hopeless(p, now);
 }
 
 static void
@@ -706,14 +750,32 @@ pool_release(struct pool *p, struct pool_slot *slot, enum pool_outcome o,
     m = &p->m[slot->idx];
     gw_mutex_lock(&p->lock);
     m->inflight--;
-    if (slot->trial && m->state == POOL_HALF_OPEN)
-        m->trial_out = 0;
+    end_trial(m, slot->trial);
     judge(p, m, o, retry_after_ms, now, &ev);
     grant(p, (size_t)slot->idx, now);
     gw_mutex_unlock(&p->lock);
     log_event(&ev);
     slot->idx = -1;
     slot->trial = 0;
+}
+
+void
+pool_note_answer(struct pool *p, struct pool_slot *slot)
+{
+    struct event ev = { NULL, NULL, 0, NULL };
+    struct member *m;
+    int64_t now = gw_now_ms();
+
+    if (slot->idx < 0)
+        return;
+    m = &p->m[slot->idx];
+    gw_mutex_lock(&p->lock);
+    end_trial(m, slot->trial);
+    slot->trial = 0;
+    judge(p, m, POOL_OK, 0, now, &ev);
+    grant(p, (size_t)slot->idx, now);
+    gw_mutex_unlock(&p->lock);
+    log_event(&ev);
 }
 
 /* ---- the budget ---- */
@@ -831,7 +893,7 @@ pool_stop(struct pool *p)
 /* ---- health probes and models ---- */
 
 int
-pool_probe_begin(struct pool *p, size_t idx, int *trial)
+pool_probe_begin(struct pool *p, size_t idx, uint64_t *trial)
 {
     struct member *m = &p->m[idx];
     int ok = 1;
@@ -840,23 +902,25 @@ pool_probe_begin(struct pool *p, size_t idx, int *trial)
     gw_mutex_lock(&p->lock);
     if (state_now(m, gw_now_ms()) == POOL_HALF_OPEN) {
         ok = !m->trial_out;
-        if (ok)
-            m->trial_out = *trial = 1;
+        if (ok) {
+            m->trial_out = 1;
+            *trial = ++m->trial_gen;
+        }
     }
     gw_mutex_unlock(&p->lock);
     return ok;
 }
 
 void
-pool_probe_end(struct pool *p, size_t idx, int trial, enum pool_outcome o)
+pool_probe_end(struct pool *p, size_t idx, uint64_t trial,
+               enum pool_outcome o)
 {
     struct event ev = { NULL, NULL, 0, NULL };
     struct member *m = &p->m[idx];
     int64_t now = gw_now_ms();
 
     gw_mutex_lock(&p->lock);
-    if (trial && m->state == POOL_HALF_OPEN)
-        m->trial_out = 0;
+    end_trial(m, trial);
     judge(p, m, o, 0, now, &ev);
     grant(p, idx, now);
     gw_mutex_unlock(&p->lock);

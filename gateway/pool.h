@@ -87,7 +87,8 @@ struct pool_want {
 /* A call's hold on an upstream: from pool_acquire to pool_release. */
 struct pool_slot {
     int idx;                /* into cfg->upstreams; -1 none */
-    int trial;              /* the half-open trial call */
+    uint64_t trial;         /* the half-open trial call: its generation
+                               (a stale one clears nothing); 0 not one */
     int queued;             /* it waited for a max_inflight slot */
 };
 
@@ -115,6 +116,13 @@ int pool_acquire(struct pool *p, const struct pool_want *want,
                  struct pool_slot *slot, int *retry_after_s);
 
 /*
+ * The call has its answer (its first body byte): judged a success now,
+ * so a half-open upstream closes at once rather than when a long stream
+ * ends.  The slot stays taken; pool_release still judges how it ended.
+ */
+void pool_note_answer(struct pool *p, struct pool_slot *slot);
+
+/*
  * Give the slot back with the call's outcome; 'retry_after_ms' > 0 is
  * the upstream's Retry-After on a 429 or 503.  'slot' is reset.
  */
@@ -123,7 +131,8 @@ void pool_release(struct pool *p, struct pool_slot *slot,
 
 /*
  * Is there an upstream for 'want', other than 'idx' and the excluded
- * ones, that is usable now?  (Whether a retry could go anywhere.)
+ * ones, that is usable now and has room?  (Whether a retry could go
+ * anywhere at once.)
  */
 int pool_has_other(struct pool *p, const struct pool_want *want, size_t idx);
 
@@ -156,10 +165,10 @@ size_t pool_size(const struct pool *p);
  * HALF_OPEN only when no trial is out, and the probe then is the trial
  * (OUT *trial = 1).
  */
-int pool_probe_begin(struct pool *p, size_t idx, int *trial);
+int pool_probe_begin(struct pool *p, size_t idx, uint64_t *trial);
 
 /* A probe's outcome: judged like a call's (POOL_OK closes HALF_OPEN). */
-void pool_probe_end(struct pool *p, size_t idx, int trial,
+void pool_probe_end(struct pool *p, size_t idx, uint64_t trial,
                     enum pool_outcome o);
 
 /*

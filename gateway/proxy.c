@@ -98,16 +98,14 @@ dispatch_of(const struct handler_ctx *ctx)
     return dc;
 }
 
-/* No response reached the client: say why, with the pool's Retry-After. */
-static void
-reply_dispatch_error(struct reply *r, const struct dispatch_result *out)
+/* What the clients of a failed call are told (reply.h). */
+static struct reply_failure
+failure_of(const struct dispatch_result *out)
 {
-    if (out->res.rc == GW_EUNAVAIL)
-        reply_error_full(r, 503, "server_error", NULL,
-                         "upstream_unavailable", out->res.reason,
-                         out->retry_after_s);
-    else
-        reply_upstream_error(r, out->res.rc, out->res.reason);
+    struct reply_failure f = { out->res.rc, out->res.reason, out->status,
+                               out->retry_after_s };
+
+    return f;
 }
 
 static void
@@ -143,13 +141,15 @@ struct direct {
 };
 
 static int
-direct_head(void *arg, int status, const char *content_type,
-            int64_t content_length)
+direct_head(void *arg, const struct upstream_head *h)
 {
     struct reply *r = ((struct direct *)arg)->hr->reply;
+    char extra[40];
 
-    r->upstream_status = status;
-    return reply_begin(r, status, content_type, content_length, NULL) != 0
+    r->upstream_status = h->status;
+    reply_retry_after_line(extra, sizeof(extra), h->retry_after_s);
+    return reply_begin(r, h->status, h->content_type, h->content_length,
+                       extra[0] != '\0' ? extra : NULL) != 0
            ? GW_ENOMEM : 0;
 }
 
@@ -198,17 +198,19 @@ forward_direct(struct handler_req *hr, const struct fwd *fw)
                                   direct_tick, direct_peer };
     struct dispatch_ctx dc = dispatch_of(hr->ctx);
     struct dispatch_result out;
+    struct reply_failure fail;
     struct reply *r = hr->reply;
 
     dispatch_run(&dc, &fw->ur, fw->model, fw->prefix_hash, &sink, r->fd,
                  &out);
+    fail = failure_of(&out);
     r->upstream_status = out.res.status;
     if (out.res.rc == 0)
         reply_end(r);
     else if (out.res.rc == GW_EABORTED || r->broken)
         reply_gone(r);          /* the client went away: nothing to say */
     else
-        reply_dispatch_error(r, &out);
+        reply_failure(r, &fail);
 }
 
 /* The flight's id for the access log: a copy, the flight goes first. */
@@ -288,15 +290,15 @@ lead_nobody(struct leader *l)
 }
 
 static int
-lead_head(void *arg, int status, const char *content_type,
-          int64_t content_length)
+lead_head(void *arg, const struct upstream_head *h)
 {
     struct leader *l = arg;
     struct reply *r = l->hr->reply;
 
-    flight_set_head(l->f, status, content_type, content_length);
+    flight_set_head(l->f, h->status, h->content_type, h->content_length,
+                    h->retry_after_s);
     /* From the flight's head, as every follower's: the same bytes. */
-    r->upstream_status = status;
+    r->upstream_status = h->status;
     if (l->attached && fanout_begin(r, &l->f->head) != 0)
         leader_detach_client(l, "out of memory");
     return 0;
@@ -404,6 +406,8 @@ lead(struct handler_req *hr, struct flight *f, struct fanout_reader *self,
     ur.request_id = f->id;
     dispatch_run(&dc, &ur, fw->model, fw->prefix_hash, &sink,
                  hr->reply->fd, &out);
+    if (res->rc != 0)
+        flight_set_failure(f, out.status, out.retry_after_s);
     coalescer_finish(ctx->co, key, f, res->rc, res->reason);
     fanout_wake_all(f);
     if (res->rc != 0 && res->rc != GW_EABORTED)

@@ -264,6 +264,15 @@ reply_send(struct reply *r, int status, const char *content_type,
     return rc;
 }
 
+void
+reply_retry_after_line(char *out, size_t n, int seconds)
+{
+    if (seconds > 0)
+        snprintf(out, n, "Retry-After: %d\r\n", seconds);
+    else if (n > 0)
+        out[0] = '\0';
+}
+
 int
 reply_error_full(struct reply *r, int status, const char *type,
                  const char *param, const char *code, const char *message,
@@ -277,9 +286,7 @@ reply_error_full(struct reply *r, int status, const char *type,
         reply_fail_body(r, type, code, message);
         return GW_ECLOSED;
     }
-    extra[0] = '\0';
-    if (retry_after_s > 0)
-        snprintf(extra, sizeof(extra), "Retry-After: %d\r\n", retry_after_s);
+    reply_retry_after_line(extra, sizeof(extra), retry_after_s);
     buf_init(&b, 4096);
     rc = jsonx_error_body(&b, message, type, param, code);
     if (rc == 0)
@@ -314,6 +321,33 @@ reply_request_error(struct reply *r, int status, const char *msg)
     r->keep_alive = 0;
     return reply_error(r, status, "invalid_request_error", code,
                        msg != NULL ? msg : http_reason(status));
+}
+
+void
+reply_failure(struct reply *r, const struct reply_failure *f)
+{
+    char msg[64];
+    int s = f->status, ra = f->retry_after_s;
+
+    if (f->rc == GW_EUNAVAIL) {
+        reply_error_full(r, 503, "server_error", NULL,
+                         "upstream_unavailable",
+                         f->reason != NULL ? f->reason : "no upstream",
+                         ra > 0 ? ra : 1);
+        return;
+    }
+    if (s == 429 || s == 502 || s == 503 || s == 504) {
+        /* The upstream's own verdict, which no retry could change. */
+        snprintf(msg, sizeof(msg), "upstream answered %d", s);
+        reply_error_full(r, s, s == 429 ? "rate_limit_error"
+                                        : "upstream_error", NULL,
+                         s == 504 ? "upstream_timeout"
+                         : s == 502 ? "upstream_error"
+                                    : "upstream_overloaded", msg,
+                         s == 429 || s == 503 ? (ra > 0 ? ra : 1) : 0);
+        return;
+    }
+    reply_upstream_error(r, f->rc, f->reason);
 }
 
 void

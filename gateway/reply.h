@@ -134,6 +134,12 @@ void reply_close_unread(struct reply *r);
  */
 int reply_body_complete(const struct reply *r);
 
+/*
+ * "Retry-After: N\r\n" into out (n >= 32), for reply_begin()'s 'extra';
+ * "" when seconds <= 0.  A relayed 429 or 503 keeps the upstream's.
+ */
+void reply_retry_after_line(char *out, size_t n, int seconds);
+
 /* A whole response with Content-Length in one write. */
 int reply_send(struct reply *r, int status, const char *content_type,
                const char *body, size_t len, const char *extra);
@@ -167,6 +173,21 @@ int reply_request_error(struct reply *r, int status, const char *msg);
  * sent, the same as an SSE error event and an unclean end.
  */
 void reply_upstream_error(struct reply *r, int rc, const char *reason);
+
+/*
+ * What a failed upstream call tells its clients: reply_upstream_error()'s
+ * rc and reason, and the upstream's status when the call stopped at one
+ * unheard (a 429/502/503/504 no retry could follow: answered with that
+ * status), and Retry-After seconds (> 0) for a 429 or 503.
+ */
+struct reply_failure {
+    int rc;
+    const char *reason;
+    int status;
+    int retry_after_s;
+};
+
+void reply_failure(struct reply *r, const struct reply_failure *f);
 
 /* Send "HTTP/1.1 100 Continue" (RFC 9110 10.1.1).  0 or a net error. */
 int reply_continue(struct reply *r);

@@ -193,7 +193,7 @@ struct call {
 };
 
 static const struct upstream_opts default_opts = { 0, 0, -1, -1, 0, NULL,
-                                                   NULL, NULL };
+                                                   NULL, NULL, NULL };
 
 static size_t header_cb(char *p, size_t size, size_t n, void *arg);
 static size_t write_cb(char *p, size_t size, size_t n, void *arg);
@@ -716,6 +716,8 @@ claim_win(struct xfer *x)
     for (int i = 0; i < c->n; i++)
         if (&c->x[i] != x)
             c->x[i].lost = 1;
+    if (c->opts->on_winner != NULL)
+        c->opts->on_winner(c->opts->arg, x->idx, x->status);
     return 1;
 }
 
@@ -727,14 +729,19 @@ static int
 deliver_head(struct xfer *x)
 {
     const struct upstream_sink *s = x->call->sink;
+    struct upstream_head head;
     int rc;
 
     if (x->res.head_seen)
         return 0;
     x->res.head_seen = 1;
-    rc = s->on_head(s->arg, x->status,
-                    x->has_ctype ? buf_ptr(&x->h->ctype) : NULL,
-                    x->has_te ? -1 : x->content_length);
+    head.status = x->status;
+    head.content_type = x->has_ctype ? buf_ptr(&x->h->ctype) : NULL;
+    head.content_length = x->has_te ? -1 : x->content_length;
+    head.retry_after_s = 0;
+    if (x->status == 429 || x->status == 503)
+        head.retry_after_s = (int)((x->retry_after_ms + 999) / 1000);
+    rc = s->on_head(s->arg, &head);
     if (rc != 0)
         sink_stop(x, rc);
     return rc;

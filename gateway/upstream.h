@@ -81,6 +81,10 @@ struct upstream_opts {
     /* Every attempt but the one upstream_perform() returns, when it is
      * over (the hedge that lost, one that failed): its result. */
     void (*attempt_done)(void *arg, const struct upstream_result *res);
+    /* The attempt on upstream 'idx' has its first body byte (or a whole
+     * empty body) of a response with 'status', and is the one the sink
+     * hears.  May be NULL. */
+    void (*on_winner)(void *arg, size_t idx, int status);
     void *arg;
 };
 
@@ -94,6 +98,14 @@ enum upstream_failure {
     UPF_LOCAL,              /* ours: out of memory, bad request */
 };
 
+/* What the sink is told of the upstream's response head. */
+struct upstream_head {
+    int status;
+    const char *content_type;   /* NULL when absent */
+    int64_t content_length;     /* -1 when unknown */
+    int retry_after_s;          /* Retry-After of a 429 or 503; 0 none */
+};
+
 /*
  * Where the response goes.  Each callback returns 0 to go on, or a GW_E*
  * code that stops the transfer with that code as its result:
@@ -103,13 +115,9 @@ enum upstream_failure {
  */
 struct upstream_sink {
     void *arg;
-    /*
-     * The final response's status and headers are in (1xx skipped).
-     * 'content_type' is NULL when absent, 'content_length' -1 when
-     * unknown.  Called once, before any on_data.
-     */
-    int (*on_head)(void *arg, int status, const char *content_type,
-                   int64_t content_length);
+    /* The final response's head is in (1xx skipped): once, before any
+     * on_data, with the first body byte (the held head, above). */
+    int (*on_head)(void *arg, const struct upstream_head *h);
     /* A piece of the body (de-chunked). */
     int (*on_data)(void *arg, const char *p, size_t n);
     /*

@@ -153,6 +153,7 @@ static struct mock_state {
 
     /* POST /control (docs/MOCK_UPSTREAM.md "Instance control"). */
     long force_status;          /* every completion answers this; 0 off */
+    int force_fault;            /* ... or has this enum fault; 0 off */
     long force_retry_after;     /* ... with Retry-After: N; 0 none */
     long health_status;         /* GET /health answers this; 0 = 200 */
     long slow_every, slow_ms;   /* from -s, changeable */
@@ -219,6 +220,8 @@ enum fault {
     FAULT_BIG_HEADERS,
     FAULT_CHUNKED_JSON,
     FAULT_CHUNKED_JSON_DIE,
+    FAULT_HEAD_DIE,
+    FAULT_HEAD_STALL,
 };
 
 struct req;
@@ -228,7 +231,8 @@ static int query_param(const struct http_request *r, const char *name,
 
 static const char *const fault_names[] = {
     "", "reset", "stall", "die_mid_stream", "stall_mid_stream",
-    "big_headers", "chunked_json", "chunked_json_die",
+    "big_headers", "chunked_json", "chunked_json_die", "head_then_die",
+    "head_then_stall",
 };
 
 /* One request and what has been answered so far. */
@@ -800,7 +804,8 @@ read_knobs(struct req *q, char *err, size_t errlen, const char **param)
         if (q->fault == FAULT_NONE) {
             snprintf(err, errlen, "mock_fault must be one of reset, stall, "
                      "die_mid_stream, stall_mid_stream, big_headers, "
-                     "chunked_json, chunked_json_die");
+                     "chunked_json, chunked_json_die, head_then_die, "
+                     "head_then_stall");
             return GW_EINVAL;
         }
     }
@@ -974,6 +979,17 @@ stream_completion(struct req *q)
         n = 2;
     if (send_head(q, 200, "text/event-stream", -1, NULL, 0) != 0)
         goto out;
+    /* vLLM's head comes at once, its first event after the prefill: a
+     * server that dies or hangs in between has sent no body byte. */
+    if (q->fault == FAULT_HEAD_DIE) {
+        q->close = 1;
+        goto out;
+    }
+    if (q->fault == FAULT_HEAD_STALL) {
+        wait_client(q, MOCK_STALL_MS);
+        q->close = 1;
+        goto out;
+    }
     if (q->route == R_CHAT
         && send_event(q, chunk_new(q, choices_new(q, "assistant", NULL,
                                                   NULL), NULL)) != 0)
@@ -1310,6 +1326,7 @@ handle_v1_post(struct req *q)
     }
     if (q->route != R_EMBED) {
         long every, ms, force, retry_after;
+        enum fault fault;
         uint64_t seq;
 
         lock();
@@ -1318,6 +1335,7 @@ handle_v1_post(struct req *q)
         ms = st.slow_ms;
         force = st.force_status;
         retry_after = st.force_retry_after;
+        fault = (enum fault)st.force_fault;
         unlock();
         if (every > 0 && seq % (uint64_t)every == 0)
             q->first_ms += ms;
@@ -1325,6 +1343,8 @@ handle_v1_post(struct req *q)
             q->mock_status = force;
             q->retry_after = retry_after;
         }
+        if (q->fault == FAULT_NONE)
+            q->fault = fault;
     }
     if (q->first_ms > 0 && wait_client(q, q->first_ms) != 0)
         goto out;
@@ -1419,6 +1439,9 @@ static void
 handle_control(struct req *q)
 {
     long status, retry_after, health, every, ms;
+    enum fault fault;
+    char name[32];
+    size_t i;
     int bad = 0;
 
     lock();
@@ -1427,7 +1450,15 @@ handle_control(struct req *q)
     health = st.health_status;
     every = st.slow_every;
     ms = st.slow_ms;
+    fault = (enum fault)st.force_fault;
     unlock();
+    if (query_param(q->r, "fault", name, sizeof(name)) == 0) {
+        fault = FAULT_NONE;
+        for (i = 1; i < GW_ARRAY_LEN(fault_names); i++)
+            if (strcmp(name, fault_names[i]) == 0)
+                fault = (enum fault)i;
+        bad |= fault == FAULT_NONE && strcmp(name, "none") != 0;
+    }
     bad |= control_param(q, "status", 0, 599, &status);
     bad |= control_param(q, "retry_after", 0, 3600, &retry_after);
     bad |= control_param(q, "health", 0, 599, &health);
@@ -1436,8 +1467,9 @@ handle_control(struct req *q)
     if (bad || (status != 0 && status < 200)
         || (health != 0 && health < 200)) {
         send_error(q, 400, "use POST /control?status=S&retry_after=N&"
-                   "health=S&slow_every=N&slow_ms=MS (S 0 or 200..599)",
-                   NULL, "invalid_control");
+                   "health=S&slow_every=N&slow_ms=MS&fault=F (S 0 or "
+                   "200..599, F a mock_fault or none)", NULL,
+                   "invalid_control");
         return;
     }
     lock();
@@ -1446,6 +1478,7 @@ handle_control(struct req *q)
     st.health_status = health;
     st.slow_every = every;
     st.slow_ms = ms;
+    st.force_fault = (int)fault;
     unlock();
     send_json(q, 200, json_pack("{s:i, s:i, s:i, s:i, s:i}", "status",
                                 (int)status, "retry_after", (int)retry_after,

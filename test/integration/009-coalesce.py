@@ -436,7 +436,7 @@ def test_globally_disabled_bypasses(t):
 
 
 def test_different_params_different_flights(t):
-    m = t.mock()
+    m = t.mock("-m", "mock-model,other-model")     # both served
     g = t.gateway(m)
     tag = new_tag()
     base = dict(stream=True, mock_hold=tag, mock_chunks=6)

@@ -151,7 +151,7 @@ START_TEST(test_every_client_gets_every_byte)
     struct buf got[8];
     char line[32];
 
-    flight_set_head(f, 200, "text/event-stream", -1);
+    flight_set_head(f, 200, "text/event-stream", -1, 0);
     for (int i = 0; i < 8; i++) {
         client_open(&c[i], f, 60000);
         c[i].o = &o;
@@ -202,7 +202,7 @@ START_TEST(test_take_only_the_readers_behind)
     struct fanout_reader *list, *third;
     struct flight_snap s;
 
-    flight_set_head(f, 200, NULL, -1);
+    flight_set_head(f, 200, NULL, -1, 0);
     for (int i = 0; i < 3; i++) {
         client_open(&c[i], f, 60000);
         park_threadless(f, &c[i]);
@@ -265,7 +265,7 @@ START_TEST(test_full_socket_hands_back_with_pending)
     static char big[1 << 20];
 
     memset(big, 'b', sizeof(big));
-    flight_set_head(f, 200, NULL, -1);
+    flight_set_head(f, 200, NULL, -1, 0);
     open_fast_and_slow(f, &fast, &slow);
     park_threadless(f, &fast);
     park_threadless(f, &slow);
@@ -304,7 +304,7 @@ START_TEST(test_pending_enomem_drops_that_client)
     static char big[1 << 20];
 
     memset(big, 'b', sizeof(big));
-    flight_set_head(f, 200, NULL, -1);
+    flight_set_head(f, 200, NULL, -1, 0);
     open_fast_and_slow(f, &ok, &slow);
     park_threadless(f, &slow);
     park_threadless(f, &ok);
@@ -332,7 +332,7 @@ START_TEST(test_helpers_bounded_per_flight)
     struct fanout_reader *list;
     struct flight_snap s;
 
-    flight_set_head(f, 200, NULL, -1);
+    flight_set_head(f, 200, NULL, -1, 0);
     for (int i = 0; i < 10; i++) {
         client_open(&c[i], f, 60000);
         park_threadless(f, &c[i]);
@@ -410,7 +410,7 @@ START_TEST(test_helper_serves_its_own_client_between_takes)
         pthread_t t;
         int busy;
 
-        flight_set_head(f, 200, NULL, -1);
+        flight_set_head(f, 200, NULL, -1, 0);
         for (int i = 0; i <= N; i++) {
             client_open(&c[i], f, 60000);
             park_threadless(f, &c[i]);      /* c[0] first: the helper */
@@ -455,7 +455,7 @@ START_TEST(test_sweep_finds_gone_and_late)
     struct client ok, gone, late;
     int64_t now = gw_now_ms();
 
-    flight_set_head(f, 200, NULL, -1);
+    flight_set_head(f, 200, NULL, -1, 0);
     client_open(&ok, f, 60000);
     client_open(&gone, f, 60000);
     client_open(&late, f, 60000);
@@ -539,7 +539,7 @@ START_TEST(test_relay_stop_ends_stream_defined_way)
     struct client c;
     struct buf got;
 
-    flight_set_head(f, 200, "text/event-stream", -1);
+    flight_set_head(f, 200, "text/event-stream", -1, 0);
     append_str(f, "data: 1\n\n");
     client_open(&c, f, 60000);
     c.o = &o;
@@ -570,7 +570,7 @@ START_TEST(test_relay_failure_same_for_all)
     struct client c[3];
     struct buf got[3];
 
-    flight_set_head(f, 200, "text/event-stream", -1);
+    flight_set_head(f, 200, "text/event-stream", -1, 0);
     for (int i = 0; i < 3; i++) {
         client_open(&c[i], f, 60000);
         c[i].o = &o;

@@ -54,7 +54,7 @@ START_TEST(test_replay_from_zero)
     flight_snap(f, 0, &s);
     ck_assert_ptr_null(s.head);         /* no head yet */
     ck_assert_uint_eq(s.n, 0);
-    flight_set_head(f, 200, "text/event-stream", -1);
+    flight_set_head(f, 200, "text/event-stream", -1, 0);
     append_n(f, 0, 20, BIG);
     /* A late joiner gets everything, FLIGHT_SNAP_MAX at a time. */
     ck_assert_int_eq(flight_attach(f, &b), 0);
@@ -97,7 +97,7 @@ START_TEST(test_bound_counts_chunk_overhead)
     size_t max = 1024, n = 0;
 
     ck_assert_int_eq(flight_attach(f, &a), 0);
-    flight_set_head(f, 200, NULL, -1);
+    flight_set_head(f, 200, NULL, -1, 0);
     while (n * (1 + FLIGHT_CHUNK_OVERHEAD) <= max) {
         ck_assert_int_eq(flight_attach(f, &b), 0);  /* still joinable */
         flight_detach(f, &b);
@@ -128,7 +128,7 @@ START_TEST(test_trim_follows_the_slowest_reader)
     memset(chunk, 'z', sizeof(chunk));
     ck_assert_int_eq(flight_attach(f, &fast), 0);
     ck_assert_int_eq(flight_attach(f, &slow), 0);
-    flight_set_head(f, 200, NULL, -1);
+    flight_set_head(f, 200, NULL, -1, 0);
     for (size_t i = 0; i < 1000; i++) {
         ck_assert_int_eq(flight_append(f, chunk, sizeof(chunk), max), 0);
         set_pos(&fast, i + 1);          /* the fast one keeps up */
@@ -168,7 +168,7 @@ START_TEST(test_no_trim_while_joinable)
     struct flight_snap s;
 
     ck_assert_int_eq(flight_attach(f, &a), 0);
-    flight_set_head(f, 200, NULL, -1);
+    flight_set_head(f, 200, NULL, -1, 0);
     for (int i = 0; i < 50; i++) {
         append_n(f, i, 1, BIG);
         set_pos(&a, (size_t)i + 1);
@@ -191,7 +191,7 @@ START_TEST(test_append_enomem_leaves_flight_unchanged)
     struct flight_snap s;
 
     ck_assert_int_eq(flight_attach(f, &a), 0);
-    flight_set_head(f, 200, NULL, -1);
+    flight_set_head(f, 200, NULL, -1, 0);
     alloc_fail_after(1, 0);             /* the chunk */
     ck_assert_int_eq(flight_append(f, "x", 1, BIG), GW_ENOMEM);
     alloc_fail_after(2, 0);             /* the vector (its first slots) */

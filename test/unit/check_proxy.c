@@ -120,7 +120,8 @@ upstream_perform(struct upstream *u, size_t idx,
     res->ttfb_us = -1;
     res->status = 200;
     res->head_seen = 1;
-    rc = sink->on_head(sink->arg, 200, up.ctype, -1);
+    rc = sink->on_head(sink->arg, &(struct upstream_head){ 200, up.ctype,
+                                                           -1, 0 });
     for (int i = 0; rc == 0 && i < NCHUNKS; i++) {
         rc = up_wait(sink, i);
         if (rc == 0)

@@ -1,0 +1,419 @@
+/*
+ * check_pool.c - the upstream pool (gateway/pool.c): the breaker and its
+ * half-open trial, the admission FIFO (granted, timed out, stopped, told
+ * at once when hopeless), the retry budget, the balancers, model routing.
+ * The queue cases run real threads, so TSan sees the locking.
+ */
+#include <check.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "buf.h"
+#include "config.h"
+#include "pool.h"
+#include "testutil.h"
+#include "util.h"
+
+static struct gw_config cfg;
+static struct pool *pool;
+
+/* A pool over 'n' upstreams u0.. with [routing] and per-upstream text. */
+static void
+make_pool(int n, const char *routing, const char *per)
+{
+    char text[4096], err[256];
+    int len;
+
+    len = snprintf(text, sizeof(text), "[routing]\nhealth_interval = 0\n%s",
+                   routing);
+    for (int i = 0; i < n; i++)
+        len += snprintf(text + len, sizeof(text) - (size_t)len,
+                        "[upstream u%d]\nurl = http://127.0.0.1:%d\n%s", i,
+                        9000 + i, per);
+    ck_assert_msg(config_load_text("t.conf", text, &cfg, err,
+                                   sizeof(err)) == 0, "%s", err);
+    pool = pool_new(&cfg);
+    ck_assert_ptr_nonnull(pool);
+}
+
+static void
+teardown(void)
+{
+    pool_free(pool);
+    pool = NULL;
+    config_release(&cfg);
+}
+
+static int
+take(struct pool_slot *s)
+{
+    struct pool_want w = { NULL, 0, 0, 0 };
+    int ra;
+
+    return pool_acquire(pool, &w, s, &ra);
+}
+
+/* Poll (with a deadline) until upstream 0 is in state 'want'. */
+static void
+wait_state(enum pool_state want)
+{
+    int64_t end = gw_now_ms() + 5000;
+
+    while (pool_state_of(pool, 0) != want) {
+        ck_assert_msg(gw_now_ms() < end, "state %d, want %d",
+                      pool_state_of(pool, 0), want);
+        poll(NULL, 0, 5);
+    }
+}
+
+/* ---- the breaker ---- */
+
+START_TEST(test_eject_half_open_close)
+{
+    struct pool_slot s, t;
+    int ra;
+    struct pool_want w = { NULL, 0, 0, 0 };
+
+    make_pool(1, "eject_after = 2\neject_time = 100ms\n", "");
+    ck_assert_int_eq(take(&s), 0);
+    pool_release(pool, &s, POOL_FAIL_CONNECT, 0);
+    ck_assert_int_eq(pool_state_of(pool, 0), POOL_CLOSED);
+    ck_assert_int_eq(take(&s), 0);
+    pool_release(pool, &s, POOL_FAIL_TIMEOUT, 0);
+    ck_assert_int_eq(pool_state_of(pool, 0), POOL_OPEN);
+    ck_assert(!pool_ready(pool));
+    ck_assert_int_eq(pool_acquire(pool, &w, &s, &ra), GW_EUNAVAIL);
+    ck_assert_int_ge(ra, 1);
+    wait_state(POOL_HALF_OPEN);
+    ck_assert(pool_ready(pool));
+    ck_assert_int_eq(take(&s), 0);          /* the trial */
+    ck_assert_uint_ne(s.trial, 0);
+    ck_assert_int_eq(take(&t), GW_EUNAVAIL);    /* one trial at a time */
+    pool_note_answer(pool, &s);             /* its first body byte */
+    ck_assert_int_eq(pool_state_of(pool, 0), POOL_CLOSED);
+    ck_assert_int_eq(take(&t), 0);
+    pool_release(pool, &t, POOL_OK, 0);
+    pool_release(pool, &s, POOL_OK, 0);
+}
+END_TEST
+
+START_TEST(test_failed_trial_doubles_eject_time)
+{
+    struct pool_slot s;
+    int64_t t0, first, second;
+
+    make_pool(1, "eject_after = 1\neject_time = 200ms\n", "");
+    ck_assert_int_eq(take(&s), 0);
+    t0 = gw_now_ms();
+    pool_release(pool, &s, POOL_FAIL_STATUS, 0);
+    wait_state(POOL_HALF_OPEN);
+    first = gw_now_ms() - t0;
+    ck_assert_int_ge(first, 200);
+    ck_assert_int_eq(take(&s), 0);
+    t0 = gw_now_ms();
+    pool_release(pool, &s, POOL_FAIL_BROKEN, 0);     /* the trial fails */
+    ck_assert_int_eq(pool_state_of(pool, 0), POOL_OPEN);
+    wait_state(POOL_HALF_OPEN);
+    second = gw_now_ms() - t0;
+    ck_assert_int_ge(second, 400);
+}
+END_TEST
+
+START_TEST(test_stale_trial_clears_nothing)
+{
+    struct pool_slot old, d, a, b;
+
+    make_pool(1, "eject_after = 1\neject_time = 50ms\n", "");
+    ck_assert_int_eq(take(&old), 0);        /* taken while closed */
+    ck_assert_int_eq(take(&d), 0);
+    pool_release(pool, &d, POOL_FAIL_CONNECT, 0);
+    wait_state(POOL_HALF_OPEN);
+    ck_assert_int_eq(take(&a), 0);          /* trial 1 */
+    pool_release(pool, &old, POOL_FAIL_CONNECT, 0);  /* ejects again */
+    ck_assert_int_eq(pool_state_of(pool, 0), POOL_OPEN);
+    wait_state(POOL_HALF_OPEN);
+    ck_assert_int_eq(take(&b), 0);          /* trial 2 */
+    pool_release(pool, &a, POOL_NEUTRAL, 0);    /* trial 1 ends late */
+    ck_assert_int_eq(take(&d), GW_EUNAVAIL);    /* trial 2 still out */
+    pool_release(pool, &b, POOL_OK, 0);
+    ck_assert_int_eq(pool_state_of(pool, 0), POOL_CLOSED);
+}
+END_TEST
+
+START_TEST(test_retry_after_holds_and_counts_once)
+{
+    struct pool_slot s, t;
+
+    make_pool(1, "eject_after = 2\n", "");
+    ck_assert_int_eq(take(&s), 0);
+    ck_assert_int_eq(take(&t), 0);
+    pool_release(pool, &s, POOL_FAIL_THROTTLED, 300);
+    ck_assert_int_eq(take(&s), GW_EUNAVAIL);    /* held back */
+    ck_assert(!pool_ready(pool));
+    /* The second 429 of the same hold is not a second failure. */
+    pool_release(pool, &t, POOL_FAIL_THROTTLED, 300);
+    ck_assert_int_eq(pool_state_of(pool, 0), POOL_CLOSED);
+    while (take(&s) != 0)
+        poll(NULL, 0, 10);
+    pool_release(pool, &s, POOL_OK, 0);
+}
+END_TEST
+
+/* ---- admission ---- */
+
+struct waiter_arg {
+    int rc;
+    struct pool_slot slot;
+};
+
+static void *
+waiter(void *arg)
+{
+    struct waiter_arg *a = arg;
+
+    a->rc = take(&a->slot);
+    return NULL;
+}
+
+/* Poll until the pool says 'n' calls wait. */
+static void
+wait_queued(int n)
+{
+    char want[64];
+    int64_t end = gw_now_ms() + 5000;
+    struct buf b;
+
+    snprintf(want, sizeof(want), "\ninfergw_upstream_queued %d\n", n);
+    for (;;) {
+        buf_init(&b, 1 << 20);
+        ck_assert_int_eq(pool_render_metrics(pool, &b), 0);
+        ck_assert_int_eq(buf_append(&b, "", 1), 0);
+        if (strstr(buf_ptr(&b), want) != NULL) {
+            buf_release(&b);
+            return;
+        }
+        buf_release(&b);
+        ck_assert_msg(gw_now_ms() < end, "never %d queued", n);
+        poll(NULL, 0, 5);
+    }
+}
+
+START_TEST(test_queue_granted_in_order)
+{
+    struct waiter_arg a = { 1, { -1, 0, 0 } }, b = { 1, { -1, 0, 0 } };
+    struct pool_slot s;
+    pthread_t ta, tb;
+
+    make_pool(1, "queue_timeout = 5s\n", "max_inflight = 1\n");
+    ck_assert_int_eq(take(&s), 0);
+    ck_assert_int_eq(pthread_create(&ta, NULL, waiter, &a), 0);
+    wait_queued(1);
+    ck_assert_int_eq(pthread_create(&tb, NULL, waiter, &b), 0);
+    wait_queued(2);
+    pool_release(pool, &s, POOL_OK, 0);     /* to the first in line */
+    pthread_join(ta, NULL);
+    ck_assert_int_eq(a.rc, 0);
+    ck_assert(a.slot.queued);
+    wait_queued(1);
+    pool_release(pool, &a.slot, POOL_OK, 0);
+    pthread_join(tb, NULL);
+    ck_assert_int_eq(b.rc, 0);
+    pool_release(pool, &b.slot, POOL_OK, 0);
+}
+END_TEST
+
+START_TEST(test_queue_timeout_and_no_wait)
+{
+    struct pool_want w = { NULL, 0, 0, 1 };
+    struct pool_slot s, t;
+    int64_t t0;
+    int ra;
+
+    make_pool(1, "queue_timeout = 100ms\n", "max_inflight = 1\n");
+    ck_assert_int_eq(take(&s), 0);
+    ck_assert_int_eq(pool_acquire(pool, &w, &t, &ra), GW_EUNAVAIL);
+    t0 = gw_now_ms();
+    ck_assert_int_eq(take(&t), GW_ETIMEDOUT);
+    ck_assert_int_ge(gw_now_ms() - t0, 100);
+    pool_release(pool, &s, POOL_OK, 0);
+}
+END_TEST
+
+START_TEST(test_queue_stop_and_hopeless)
+{
+    struct waiter_arg a = { 1, { -1, 0, 0 } };
+    struct pool_slot s;
+    pthread_t ta;
+
+    /* Every upstream it could use is ejected: told at once. */
+    make_pool(1, "queue_timeout = 10s\neject_after = 1\neject_time = 1m\n",
+              "max_inflight = 1\n");
+    ck_assert_int_eq(take(&s), 0);
+    ck_assert_int_eq(pthread_create(&ta, NULL, waiter, &a), 0);
+    wait_queued(1);
+    pool_release(pool, &s, POOL_FAIL_CONNECT, 0);
+    pthread_join(ta, NULL);
+    ck_assert_int_eq(a.rc, GW_EUNAVAIL);
+    teardown();
+
+    /* The stop ends the wait. */
+    make_pool(1, "queue_timeout = 10s\n", "max_inflight = 1\n");
+    ck_assert_int_eq(take(&s), 0);
+    a.rc = 1;
+    ck_assert_int_eq(pthread_create(&ta, NULL, waiter, &a), 0);
+    wait_queued(1);
+    pool_stop(pool);
+    pthread_join(ta, NULL);
+    ck_assert_int_eq(a.rc, GW_ESTOPPING);
+    pool_release(pool, &s, POOL_OK, 0);
+}
+END_TEST
+
+/* ---- the budget ---- */
+
+START_TEST(test_budget_share_and_minimum)
+{
+    int i, n = 0;
+
+    make_pool(2, "retry_budget = 20%\nretry_budget_min = 3\n", "");
+    for (i = 0; i < 10; i++)
+        pool_note_request(pool);
+    while (pool_budget_take(pool, 0))
+        n++;
+    ck_assert_int_eq(n, 3);                 /* max(3, 20% of 10) */
+    ck_assert(!pool_budget_peek(pool));
+    for (i = 0; i < 20; i++)
+        pool_note_request(pool);
+    while (pool_budget_take(pool, 1))
+        n++;
+    ck_assert_int_eq(n, 6);                 /* 20% of 30 */
+}
+END_TEST
+
+/* ---- balancing and models ---- */
+
+START_TEST(test_round_robin_weights)
+{
+    struct pool_slot s;
+    int count[2] = { 0, 0 };
+
+    char err[256];
+    const char *text = "[routing]\nbalance = round_robin\n"
+                       "health_interval = 0\n"
+                       "[upstream u0]\nurl = http://h:1\nweight = 3\n"
+                       "[upstream u1]\nurl = http://h:2\n";
+
+    ck_assert_int_eq(config_load_text("t", text, &cfg, err, sizeof(err)), 0);
+    pool = pool_new(&cfg);
+    for (int i = 0; i < 40; i++) {
+        ck_assert_int_eq(take(&s), 0);
+        count[s.idx]++;
+        pool_release(pool, &s, POOL_OK, 0);
+    }
+    ck_assert_int_eq(count[0], 30);
+    ck_assert_int_eq(count[1], 10);
+}
+END_TEST
+
+START_TEST(test_prefix_sticks_and_bounds)
+{
+    struct pool_want w = { NULL, UINT64_C(0x1234567890abcdef), 0, 0 };
+    struct pool_slot s[12];
+    int count[3] = { 0, 0, 0 }, first, ra;
+
+    make_pool(3, "balance = prefix\nprefix_epsilon = 0.25\n", "");
+    ck_assert_int_eq(pool_acquire(pool, &w, &s[0], &ra), 0);
+    first = s[0].idx;
+    pool_release(pool, &s[0], POOL_OK, 0);
+    for (int i = 0; i < 5; i++) {           /* idle: always the same one */
+        ck_assert_int_eq(pool_acquire(pool, &w, &s[0], &ra), 0);
+        ck_assert_int_eq(s[0].idx, first);
+        pool_release(pool, &s[0], POOL_OK, 0);
+    }
+    for (int i = 0; i < 12; i++) {          /* loaded: spills, bounded */
+        ck_assert_int_eq(pool_acquire(pool, &w, &s[i], &ra), 0);
+        count[s[i].idx]++;
+    }
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_le(count[i], 5);      /* ceil(1.25 x 12 / 3) */
+    ck_assert_int_ge(count[first], 4);
+    for (int i = 0; i < 12; i++)
+        pool_release(pool, &s[i], POOL_OK, 0);
+}
+END_TEST
+
+START_TEST(test_models_route)
+{
+    char err[256];
+    char **ids = gw_calloc(1, sizeof(*ids));
+    char **texts = gw_calloc(1, sizeof(*texts));
+    struct pool_want w = { "beta", 0, 0, 0 };
+    struct pool_slot s;
+    struct buf b;
+    int ra;
+    const char *text = "[routing]\nhealth_interval = 0\n"
+                       "[upstream a]\nurl = http://h:1\nmodels = alpha\n"
+                       "[upstream b]\nurl = http://h:2\n";
+
+    ck_assert_int_eq(config_load_text("t", text, &cfg, err, sizeof(err)), 0);
+    pool = pool_new(&cfg);
+    /* b has not answered yet: it may take any model. */
+    ck_assert(pool_serves(pool, "anything"));
+    ids[0] = gw_strdup("beta");
+    texts[0] = gw_strdup("{\"id\":\"beta\",\"object\":\"model\"}");
+    pool_set_models(pool, 1, ids, texts, 1);
+    ck_assert(!pool_serves(pool, "anything"));
+    ck_assert(pool_serves(pool, "alpha") && pool_serves(pool, "beta"));
+    ck_assert_int_eq(pool_acquire(pool, &w, &s, &ra), 0);
+    ck_assert_int_eq(s.idx, 1);
+    pool_release(pool, &s, POOL_OK, 0);
+    w.exclude = 2;
+    ck_assert_int_eq(pool_acquire(pool, &w, &s, &ra), GW_ENOTFOUND);
+    buf_init(&b, 1 << 16);
+    ck_assert_int_eq(pool_models_json(pool, &b), 0);
+    ck_assert_int_eq(buf_append(&b, "", 1), 0);
+    ck_assert_str_eq(buf_ptr(&b), "{\"object\":\"list\",\"data\":["
+                     "{\"id\":\"alpha\",\"object\":\"model\",\"created\":0,"
+                     "\"owned_by\":\"a\"},"
+                     "{\"id\":\"beta\",\"object\":\"model\"}]}");
+    buf_release(&b);
+}
+END_TEST
+
+static Suite *
+pool_suite(void)
+{
+    Suite *s = suite_create("pool");
+    TCase *tc = tcase("breaker");
+
+    tcase_add_checked_fixture(tc, NULL, teardown);
+    tcase_add_test(tc, test_eject_half_open_close);
+    tcase_add_test(tc, test_failed_trial_doubles_eject_time);
+    tcase_add_test(tc, test_stale_trial_clears_nothing);
+    tcase_add_test(tc, test_retry_after_holds_and_counts_once);
+    suite_add_tcase(s, tc);
+    tc = tcase("admission");
+    tcase_add_checked_fixture(tc, NULL, teardown);
+    tcase_add_test(tc, test_queue_granted_in_order);
+    tcase_add_test(tc, test_queue_timeout_and_no_wait);
+    tcase_add_test(tc, test_queue_stop_and_hopeless);
+    suite_add_tcase(s, tc);
+    tc = tcase("choice");
+    tcase_add_checked_fixture(tc, NULL, teardown);
+    tcase_add_test(tc, test_budget_share_and_minimum);
+    tcase_add_test(tc, test_round_robin_weights);
+    tcase_add_test(tc, test_prefix_sticks_and_bounds);
+    tcase_add_test(tc, test_models_route);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int
+main(void)
+{
+    return test_run(srunner_create(pool_suite()));
+}
