@@ -152,6 +152,8 @@ bench: deps
 	@BIN=$(BUILD)/bin sh tools/bench_proxy.sh
 	@BUILD=$(BUILD) sh tools/bench_coalesce.sh
 	@python3 tools/bench_flight_memory.py --bin $(BUILD)/bin
+	@BIN=$(BUILD)/bin sh tools/bench_pool.sh
+	@BIN=$(BUILD)/bin sh tools/bench_stream_cost.sh
 
 # libFuzzer with clang; 'make check' replays the corpus through the same
 # targets with a small standalone driver instead.

@@ -737,24 +737,36 @@ log_event(const struct event *ev)
         log_msg(GW_LOG_INFO, "pool: upstream %s %s", ev->name, ev->what);
 }
 
+/*
+ * Judge outcome 'o' for upstream 'idx' (and the end of trial 'trial'),
+ * then hand a slot that may have come free to a waiter.  'gone': a slot
+ * is given back.
+ */
+static void
+settle(struct pool *p, size_t idx, uint64_t trial, int gone,
+       enum pool_outcome o, int64_t retry_after_ms)
+{
+    struct event ev = { NULL, NULL, 0, NULL };
+    struct member *m = &p->m[idx];
+    int64_t now = gw_now_ms();
+
+    gw_mutex_lock(&p->lock);
+    if (gone)
+        m->inflight--;
+    end_trial(m, trial);
+    judge(p, m, o, retry_after_ms, now, &ev);
+    grant(p, idx, now);
+    gw_mutex_unlock(&p->lock);
+    log_event(&ev);
+}
+
 void
 pool_release(struct pool *p, struct pool_slot *slot, enum pool_outcome o,
              int64_t retry_after_ms)
 {
-    struct event ev = { NULL, NULL, 0, NULL };
-    struct member *m;
-    int64_t now = gw_now_ms();
-
     if (slot->idx < 0)
         return;
-    m = &p->m[slot->idx];
-    gw_mutex_lock(&p->lock);
-    m->inflight--;
-    end_trial(m, slot->trial);
-    judge(p, m, o, retry_after_ms, now, &ev);
-    grant(p, (size_t)slot->idx, now);
-    gw_mutex_unlock(&p->lock);
-    log_event(&ev);
+    settle(p, (size_t)slot->idx, slot->trial, 1, o, retry_after_ms);
     slot->idx = -1;
     slot->trial = 0;
 }
@@ -762,20 +774,10 @@ pool_release(struct pool *p, struct pool_slot *slot, enum pool_outcome o,
 void
 pool_note_answer(struct pool *p, struct pool_slot *slot)
 {
-    struct event ev = { NULL, NULL, 0, NULL };
-    struct member *m;
-    int64_t now = gw_now_ms();
-
     if (slot->idx < 0)
         return;
-    m = &p->m[slot->idx];
-    gw_mutex_lock(&p->lock);
-    end_trial(m, slot->trial);
+    settle(p, (size_t)slot->idx, slot->trial, 0, POOL_OK, 0);
     slot->trial = 0;
-    judge(p, m, POOL_OK, 0, now, &ev);
-    grant(p, (size_t)slot->idx, now);
-    gw_mutex_unlock(&p->lock);
-    log_event(&ev);
 }
 
 /* ---- the budget ---- */
@@ -915,16 +917,7 @@ void
 pool_probe_end(struct pool *p, size_t idx, uint64_t trial,
                enum pool_outcome o)
 {
-    struct event ev = { NULL, NULL, 0, NULL };
-    struct member *m = &p->m[idx];
-    int64_t now = gw_now_ms();
-
-    gw_mutex_lock(&p->lock);
-    end_trial(m, trial);
-    judge(p, m, o, 0, now, &ev);
-    grant(p, idx, now);
-    gw_mutex_unlock(&p->lock);
-    log_event(&ev);
+    settle(p, idx, trial, 0, o, 0);
 }
 
 void

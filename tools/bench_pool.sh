@@ -12,16 +12,16 @@
 #
 # hedge: 3 upstreams, each delaying the first byte of every 20th completion
 #   by 2 s (mock -s 20:2000; healthy first byte FIRST_MS).  HEDGE_CLIENTS
-#   clients send HEDGE_REQUESTS distinct (never coalesced) streams in all,
-#   first with hedge_after = 0, then with hedge_after at the first run's
-#   p95 time to first byte.  Reports TTFT p50/p99/p99.9 for both and the
+#   clients loop distinct (never coalesced) streams for HEDGE_SECS, first
+#   with hedge_after = 0, then with hedge_after at the first run's p95
+#   time to first byte.  Reports TTFT p50/p99/p99.9 for both and the
 #   extra upstream calls (upstream completions - client requests).
 #   Target: p99 within 2x the healthy p50; extra calls <= 10 %.
 #
 # Usage: sh tools/bench_pool.sh [failover|hedge|all]   (make first)
 # Environment: BIN=build/default/bin, OUT=FILE (also write the report),
 #   CLIENTS=50 DURATION=20 KILL_AT=5 CHUNKS=20 DELAY_MS=20 (failover),
-#   HEDGE_CLIENTS=10 HEDGE_REQUESTS=2000 FIRST_MS=20 (hedge), KEEP=1.
+#   HEDGE_CLIENTS=20 HEDGE_SECS=20 FIRST_MS=20 (hedge), KEEP=1.
 set -eu
 
 ORIG=$(pwd)
@@ -34,8 +34,8 @@ DURATION=${DURATION:-20}
 KILL_AT=${KILL_AT:-5}
 CHUNKS=${CHUNKS:-20}
 DELAY_MS=${DELAY_MS:-20}
-HEDGE_CLIENTS=${HEDGE_CLIENTS:-10}
-HEDGE_REQUESTS=${HEDGE_REQUESTS:-2000}
+HEDGE_CLIENTS=${HEDGE_CLIENTS:-20}
+HEDGE_SECS=${HEDGE_SECS:-20}
 FIRST_MS=${FIRST_MS:-20}
 OUT=${OUT:-}
 case $OUT in ''|/*) ;; *) OUT=$ORIG/$OUT ;; esac
@@ -48,15 +48,8 @@ done
 command -v curl >/dev/null 2>&1 || sh tools/install-deps.sh curl \
     || die "no curl"
 
-TMP=$(mktemp -d)
-PIDS=""
-cleanup() {
-    for p in $PIDS; do kill "$p" 2>/dev/null || true; done
-    for p in $PIDS; do wait "$p" 2>/dev/null || true; done
-    if [ -z "$KEEP" ]; then rm -rf "$TMP"; else echo "kept $TMP" >&2; fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+. tools/bench_lib.sh
+bench_tmp
 
 report() {
     echo "$*"
@@ -182,11 +175,9 @@ hedge_run() {   # hedge_run HEDGE_AFTER LABEL: sets nothing, writes files
         "$P0" "$P1" "$P2"
     gateway "$TMP/hedge-$2.conf"
     BODY='{"model":"mock-model","messages":[{"role":"user","content":"hedge"}],"stream":true,"temperature":0.7}'
-    per=$((HEDGE_REQUESTS / HEDGE_CLIENTS))
-    # Closed loop long enough for 'per' requests each: stop by count.
     "$BIN/loadgen" -c "$HEDGE_CLIENTS" \
         -u "http://127.0.0.1:$GW_PORT/v1/chat/completions" -d "$BODY" \
-        --loop 3600 --max-requests "$HEDGE_REQUESTS" -t 60 \
+        --loop "$HEDGE_SECS" -t 60 \
         -o "$TMP/hedge-$2.json" >"$TMP/hedge-$2.summary" \
         2>"$TMP/hedge-$2.err" || true
     calls=0
@@ -209,7 +200,7 @@ print(max(1, round(t[math.ceil(0.95 * len(t)) - 1] / 1000)))
 EOF
 )
     hedge_run "${P95}ms" on
-    python3 - "$TMP" "$P95" "$HEDGE_REQUESTS" <<'EOF' | while IFS= read -r line; do report "$line"; done
+    python3 - "$TMP" "$P95" "$HEDGE_SECS" <<'EOF' | while IFS= read -r line; do report "$line"; done
 import json, math, sys
 tmp, p95, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 def pct(v, q):
@@ -222,8 +213,8 @@ for label in ("off", "on"):
     rows.append((label, len(recs), len(t), pct(t, .5), pct(t, .99),
                  pct(t, .999), calls, 100.0 * (calls - len(recs)) / len(recs)))
 healthy_p50 = rows[0][3]
-print("### hedging: 3 upstreams, every 20th first byte of each delayed 2 s, %d requests"
-      % n)
+print("### hedging: 3 upstreams, every 20th first byte of each delayed 2 s, "
+      "%d s of closed-loop streams per setting" % n)
 print("")
 print("| hedge_after | requests | ok | TTFT p50 ms | p99 ms | p99.9 ms | upstream calls | extra calls | p99 / healthy p50 |")
 print("|---|---|---|---|---|---|---|---|---|")

@@ -48,8 +48,10 @@
 #   DURATION=10s            one wrk run (POST)
 #   CONNS="1 10 50"         connection counts (POST)
 #   REPS=3                  repetitions of the interleaved sweep
-#   GET_CONNS="1 50"        connection counts of the GET /v1/models
-#                           variant; empty skips it
+#   GET_CONNS=""            connection counts of the GET /v1/models
+#                           variant; empty (the default) skips it: since
+#                           issue 9 the gateway answers /v1/models from
+#                           its cache, so it is no longer a relay
 #   GET_DURATION=3s         one wrk run (GET)
 #   ORIGIN_WORKERS=1        origin nginx workers
 #   PROXY_WORKERS=auto      proxy nginx workers
@@ -71,7 +73,7 @@ case $INFERGW in /*) ;; *) [ -e "$ORIG/$INFERGW" ] && INFERGW=$ORIG/$INFERGW ;; 
 DURATION=${DURATION:-10s}
 CONNS=${CONNS:-1 10 50}
 REPS=${REPS:-3}
-GET_CONNS=${GET_CONNS-1 50}
+GET_CONNS=${GET_CONNS-}
 GET_DURATION=${GET_DURATION:-3s}
 ORIGIN_WORKERS=${ORIGIN_WORKERS:-1}
 PROXY_WORKERS=${PROXY_WORKERS:-auto}
