@@ -16,13 +16,18 @@
  * the pop, never a transfer.
  *
  * The loop (upstream_perform): the thread adds its transfer to the
- * session's multi handle and waits in curl_multi_poll(), on libcurl's
- * sockets plus two of its own: the client's socket (a hang-up is seen at
- * once) and the stop pipe.  It wakes for socket activity, libcurl's
- * timers, the next first byte or idle deadline, the hedge deadline and at
- * least once a second for the sink's on_tick.  This keeps the design
- * card's shape, one thread per connection blocking in its own wait,
- * without an event-loop core.
+ * session's multi handle and waits in one poll() of its own, on the
+ * sockets libcurl asks it to watch (CURLMOPT_SOCKETFUNCTION) plus two
+ * more: the client's socket (a hang-up is seen at once) and the stop
+ * pipe.  It wakes for socket activity, libcurl's timer
+ * (CURLMOPT_TIMERFUNCTION), the next first byte or idle deadline, the
+ * hedge deadline and at least once a second for the sink's on_tick, and
+ * tells libcurl which socket is ready (curl_multi_socket_action()).
+ * Telling it spares libcurl a poll() of its own to find out, which
+ * curl_multi_perform() and curl_easy_perform() make for every read
+ * (docs/BENCHMARKS.md counts the system calls per chunk).  This keeps
+ * the design card's shape, one thread per connection blocking in its own
+ * wait, without an event-loop core.
  *
  * Hedging: with hedge_after set, an attempt with no first body byte after
  * that long makes the loop ask the caller for a second upstream, and the
@@ -63,7 +68,9 @@
 #include "upstream.h"
 
 #include <assert.h>
+#include <errno.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -124,10 +131,21 @@ struct up_handle {
     char errbuf[CURL_ERROR_SIZE];   /* libcurl's detail for the last error */
 };
 
-/* A multi handle and its easy handles (made on first use). */
+/* Sockets one session's transfers may have open at once (a hedge, and
+ * happy eyeballs connecting over two addresses each). */
+#define UP_MAX_SOCKS 8
+
+/*
+ * A multi handle and its easy handles (made on first use), and what
+ * libcurl asked its thread to watch: sockets with events, and a timer.
+ */
 struct up_session {
     CURLM *multi;
     struct up_handle *h[UP_ATTEMPTS];
+    struct pollfd socks[UP_MAX_SOCKS];
+    int nsocks;
+    int64_t timer_ms;           /* when to tell libcurl its time is up;
+                                   -1 none */
 };
 
 struct upstream {
@@ -282,6 +300,52 @@ session_free(struct up_session *s)
     gw_free(s);
 }
 
+/*
+ * CURLMOPT_SOCKETFUNCTION: watch 'fd' for 'what' from now on (or no more,
+ * CURL_POLL_REMOVE).  Returns 0; -1 (libcurl then fails the transfer)
+ * past UP_MAX_SOCKS.
+ */
+static int
+sock_cb(CURL *easy, curl_socket_t fd, int what, void *arg, void *sockp)
+{
+    struct up_session *s = arg;
+    short events = 0;
+    int i;
+
+    (void)easy;
+    (void)sockp;
+    for (i = 0; i < s->nsocks && s->socks[i].fd != fd; i++)
+        ;
+    if (what == CURL_POLL_REMOVE) {
+        if (i < s->nsocks)
+            s->socks[i] = s->socks[--s->nsocks];
+        return 0;
+    }
+    if (what == CURL_POLL_IN || what == CURL_POLL_INOUT)
+        events |= POLLIN;
+    if (what == CURL_POLL_OUT || what == CURL_POLL_INOUT)
+        events |= POLLOUT;
+    if (i == s->nsocks) {
+        if (s->nsocks == UP_MAX_SOCKS)
+            return -1;
+        s->nsocks++;
+        s->socks[i].fd = fd;
+    }
+    s->socks[i].events = events;
+    return 0;
+}
+
+/* CURLMOPT_TIMERFUNCTION: libcurl wants to be told in 'ms' (-1: never). */
+static int
+timer_cb(CURLM *multi, long ms, void *arg)
+{
+    struct up_session *s = arg;
+
+    (void)multi;
+    s->timer_ms = ms < 0 ? -1 : gw_now_ms() + ms;
+    return 0;
+}
+
 static struct up_session *
 session_new(void)
 {
@@ -289,10 +353,17 @@ session_new(void)
 
     if (s == NULL)
         return NULL;
+    s->timer_ms = -1;
     s->multi = curl_multi_init();
     if (s->multi == NULL
         || curl_multi_setopt(s->multi, CURLMOPT_MAXCONNECTS,
-                             (long)UP_SESSION_CONNS) != CURLM_OK) {
+                             (long)UP_SESSION_CONNS) != CURLM_OK
+        || curl_multi_setopt(s->multi, CURLMOPT_SOCKETFUNCTION, sock_cb)
+           != CURLM_OK
+        || curl_multi_setopt(s->multi, CURLMOPT_SOCKETDATA, s) != CURLM_OK
+        || curl_multi_setopt(s->multi, CURLMOPT_TIMERFUNCTION, timer_cb)
+           != CURLM_OK
+        || curl_multi_setopt(s->multi, CURLMOPT_TIMERDATA, s) != CURLM_OK) {
         session_free(s);
         return NULL;
     }
@@ -1182,27 +1253,26 @@ run(struct call *c)
 {
     const struct upstream_opts *o = c->opts;
     const struct upstream_sink *sink = c->sink;
-    struct curl_waitfd extra[2];
+    struct up_session *se = c->s;
+    struct pollfd pfd[UP_MAX_SOCKS + 2];
     struct xfer *last = &c->x[0];
     int64_t now, next, mute_until = 0;
-    long curl_ms;
-    int running, nfds, rc, ready;
+    int running, n, ns, w_at, s_at, rc, ev;
+    CURLMcode mc = CURLM_OK;
 
     for (;;) {
-        if (curl_multi_perform(c->s->multi, &running) != CURLM_OK) {
+        for (int i = 0; i < c->n; i++)
+            if (c->x[i].running)
+                last = &c->x[i];        /* the last to end, if none wins */
+        if (mc != CURLM_OK) {
             for (int i = 0; i < c->n; i++)
                 if (c->x[i].running)
                     attempt_end(c, &c->x[i], CURLE_OK, GW_ENOMEM,
                                 "libcurl multi failure", UPF_LOCAL);
         }
-        for (int i = 0; i < c->n; i++)
-            if (c->x[i].running)
-                last = &c->x[i];        /* the last to end, if none wins */
         reap(c);
-        if (!any_running(c)) {
-            /* A hedge may have been granted just as the first ended. */
+        if (!any_running(c))
             break;
-        }
         now = gw_now_ms();
         next = now + UP_TICK_MS;
         for (int i = 0; i < c->n; i++)
@@ -1214,31 +1284,55 @@ run(struct call *c)
         if (!any_running(c))
             break;
 
-        nfds = 0;
+        /* libcurl's sockets (a copy: telling libcurl changes the set),
+         * then the client's and the stop pipe. */
+        ns = se->nsocks;
+        memcpy(pfd, se->socks, (size_t)ns * sizeof(pfd[0]));
+        n = ns;
+        w_at = s_at = -1;
         if (o->watch_fd >= 0 && now >= mute_until && sink->on_peer != NULL) {
-            extra[nfds].fd = o->watch_fd;
-            extra[nfds].events = CURL_WAIT_POLLIN;
-            extra[nfds++].revents = 0;
+            pfd[n].fd = o->watch_fd;
+            pfd[n].events = POLLIN;
+            w_at = n++;
         }
         if (o->stop_fd >= 0) {
-            extra[nfds].fd = o->stop_fd;
-            extra[nfds].events = CURL_WAIT_POLLIN;
-            extra[nfds++].revents = 0;
+            pfd[n].fd = o->stop_fd;
+            pfd[n].events = POLLIN;
+            s_at = n++;
         }
-        if (curl_multi_timeout(c->s->multi, &curl_ms) == CURLM_OK
-            && curl_ms >= 0 && now + curl_ms < next)
-            next = now + curl_ms;
-        curl_multi_poll(c->s->multi, extra, (unsigned)nfds,
-                        gw_ms_left(next), &ready);
-        for (int i = 0; i < nfds; i++) {
-            if (extra[i].revents == 0)
+        for (int i = 0; i < n; i++)
+            pfd[i].revents = 0;
+        if (se->timer_ms >= 0 && se->timer_ms < next)
+            next = se->timer_ms;
+        if (poll(pfd, (nfds_t)n, gw_ms_left(next)) == -1 && errno != EINTR)
+            mc = CURLM_INTERNAL_ERROR;  /* cannot happen with valid fds */
+        for (int i = 0; i < ns && mc == CURLM_OK; i++) {
+            if (pfd[i].revents == 0)
                 continue;
-            if (extra[i].fd == o->stop_fd) {
-                rc = sink->on_tick != NULL ? sink->on_tick(sink->arg) : 0;
-                if (rc != 0)
-                    stop_all(c, rc);
-                continue;
-            }
+            ev = 0;
+            if (pfd[i].revents & (POLLIN | POLLHUP))
+                ev |= CURL_CSELECT_IN;
+            if (pfd[i].revents & POLLOUT)
+                ev |= CURL_CSELECT_OUT;
+            if (pfd[i].revents & (POLLERR | POLLNVAL))
+                ev |= CURL_CSELECT_ERR;
+            mc = curl_multi_socket_action(se->multi, pfd[i].fd, ev,
+                                          &running);
+            if (mc == CURLM_BAD_SOCKET)
+                mc = CURLM_OK;  /* closed by the action before it */
+        }
+        if (mc == CURLM_OK && se->timer_ms >= 0
+            && gw_now_ms() >= se->timer_ms) {
+            se->timer_ms = -1;
+            mc = curl_multi_socket_action(se->multi, CURL_SOCKET_TIMEOUT, 0,
+                                          &running);
+        }
+        if (s_at >= 0 && pfd[s_at].revents != 0) {
+            rc = sink->on_tick != NULL ? sink->on_tick(sink->arg) : 0;
+            if (rc != 0)
+                stop_all(c, rc);
+        }
+        if (w_at >= 0 && pfd[w_at].revents != 0 && any_running(c)) {
             /* The client's socket: readable is a hang-up, or its next
              * request already; the sink tells which. */
             rc = sink->on_peer(sink->arg);
@@ -1247,8 +1341,6 @@ run(struct call *c)
             else
                 mute_until = rc > 0 ? INT64_MAX : now + UP_PEER_MUTE_MS;
         }
-        if (!any_running(c))
-            break;
     }
     for (int i = 0; i < c->n; i++)
         if (c->x[i].res.head_seen)

@@ -4,10 +4,12 @@
 #
 # failover: CLIENTS (50) clients loop streams for DURATION (20 s) through
 #   one gateway over 3 upstreams (least_inflight); at KILL_AT (5 s) one
-#   upstream is killed (SIGKILL).  Reports every client error with when it
-#   happened and whether its stream was open at the kill, and how long
-#   after the kill the killed upstream still got calls (the gateway's
-#   infergw_upstream_calls_total for it, sampled every 50 ms).
+#   upstream is killed (SIGKILL).  Reports every client error and whether
+#   its stream was open at the kill; how long after the kill the gateway
+#   ejected the dead upstream (infergw_upstream_state, sampled every
+#   50 ms), after which no new request goes to it; and the calls it still
+#   got after that (the half-open trials, one per eject_time, doubling,
+#   each refused and retried elsewhere unseen).
 #   Target: errors only for streams open on the killed upstream.
 #
 # hedge: 3 upstreams, each delaying the first byte of every 20th completion
@@ -72,18 +74,22 @@ mock() {
     PORT=$(sed -n 's/.*listening port=\([0-9]*\).*/\1/p' "$TMP/$name.out")
 }
 
-# gateway CONF_FILE: start infergw; sets GW_PORT and GW_PID.
+# gateway CONF_FILE: start infergw (its config names the port, GW_PORT,
+# since log_level = warn does not log it); sets GW_PID.
 gateway() {
     "$BIN/infergw" -c "$1" >"$1.log" 2>&1 &
     GW_PID=$!
     PIDS="$PIDS $GW_PID"
     i=0
-    while ! grep -q 'server: listening' "$1.log" 2>/dev/null; do
+    until curl -s -o /dev/null "http://127.0.0.1:$GW_PORT/healthz"; do
         i=$((i + 1))
         [ $i -lt 200 ] || die "infergw did not start: $(cat "$1.log")"
         sleep 0.02
     done
-    GW_PORT=$(sed -n 's/.*server: listening.*port=\([0-9]*\).*/\1/p' "$1.log")
+}
+
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
 
 # conf FILE ROUTING_LINES PORT...: a config over the given upstreams.
@@ -92,7 +98,7 @@ conf() {
     routing=$2
     shift 2
     {
-        printf '[server]\nlisten = 127.0.0.1:0\nlog_level = warn\n'
+        printf '[server]\nlisten = 127.0.0.1:%s\nlog_level = warn\n' "$GW_PORT"
         printf 'access_log = off\nmax_connections = 4096\n'
         printf '[routing]\n%b\n' "$routing"
         n=0
@@ -107,6 +113,7 @@ failover() {
     mock f0 -n "$CHUNKS" -d "$DELAY_MS"; P0=$PORT
     mock f1 -n "$CHUNKS" -d "$DELAY_MS"; P1=$PORT
     mock f2 -n "$CHUNKS" -d "$DELAY_MS"; P2=$PORT; VICTIM=$MOCK_PID
+    GW_PORT=$(free_port)
     conf "$TMP/failover.conf" 'health_interval = 1s\neject_after = 3' \
         "$P0" "$P1" "$P2"
     gateway "$TMP/failover.conf"
@@ -115,9 +122,12 @@ failover() {
     (
         t0=$(date +%s%3N)
         while :; do
-            v=$(curl -s "http://127.0.0.1:$GW_PORT/metrics" \
+            m=$(curl -s "http://127.0.0.1:$GW_PORT/metrics")
+            v=$(echo "$m" \
                 | sed -n 's/^infergw_upstream_calls_total{upstream="u2"} //p')
-            echo "$(( $(date +%s%3N) - t0 )) $v"
+            st=$(echo "$m" \
+                | sed -n 's/^infergw_upstream_state{upstream="u2"} //p')
+            echo "$(( $(date +%s%3N) - t0 )) $v $st"
             sleep 0.05
         done
     ) >"$TMP/samples" &
@@ -146,21 +156,20 @@ after = [r for r in bad if r["send_us"] > kill_us]
 samples = []
 for line in open(tmp + "/samples"):
     parts = line.split()
-    if len(parts) == 2:
-        samples.append((int(parts[0]), float(parts[1])))
-last_change = None
-for (t0, v0), (t1, v1) in zip(samples, samples[1:]):
-    if v1 != v0:
-        last_change = t1
+    if len(parts) == 3:
+        samples.append((int(parts[0]), float(parts[1]), int(parts[2])))
+ejected = next((t for t, v, st in samples if t > kill_ms and st == 2), None)
+at_eject = next((v for t, v, st in samples if t == ejected), None)
+last = samples[-1][1] if samples else None
 print("### failover: %s clients x %s s, 3 upstreams, one killed at %.1f s"
       % (clients, duration, kill_ms / 1000))
 print("")
-print("| requests | ok | client errors | of them started before the kill | started after | last new call to the killed upstream after the kill |")
-print("|---|---|---|---|---|---|")
-print("| %d | %d | %d | %d | %d | %s |" % (
+print("| requests | ok | client errors | of them started before the kill | started after | killed upstream ejected after | its calls after the ejection (half-open trials) |")
+print("|---|---|---|---|---|---|---|")
+print("| %d | %d | %d | %d | %d | %s | %s |" % (
     summ["requests"], summ["ok"], len(bad), len(open_at_kill), len(after),
-    "%d ms" % (last_change - kill_ms) if last_change and last_change > kill_ms
-    else "none seen after the kill"))
+    "%d ms" % (ejected - kill_ms) if ejected is not None else "never",
+    "%d" % (last - at_eject) if at_eject is not None else "-"))
 print("")
 print("client errors by kind: %s" % json.dumps(summ["error_kinds"]))
 EOF
@@ -171,6 +180,7 @@ hedge_run() {   # hedge_run HEDGE_AFTER LABEL: sets nothing, writes files
     mock h0 -f "$FIRST_MS" -s 20:2000; P0=$PORT
     mock h1 -f "$FIRST_MS" -s 20:2000; P1=$PORT
     mock h2 -f "$FIRST_MS" -s 20:2000; P2=$PORT
+    GW_PORT=$(free_port)
     conf "$TMP/hedge-$2.conf" "hedge_after = $1\nretry_budget = 20%" \
         "$P0" "$P1" "$P2"
     gateway "$TMP/hedge-$2.conf"

@@ -12,7 +12,10 @@
 # calls per chunk under strace -c (a separate, shorter run: strace slows
 # what it traces).
 #
-# BASE=path/to/an/older/infergw adds a third column set, to compare a
+# Beside them runs tools/relay_floor, the least a thread-per-connection
+# relay does per chunk (one read, one write): the floor of the design
+# card's model, to tell the model's cost from the gateway's.
+# BASE=path/to/an/older/infergw adds another infergw, to compare a
 # change of the transfer loop in one run.
 #
 # Usage: sh tools/bench_stream_cost.sh   (make first)
@@ -67,10 +70,13 @@ PIDS="$PIDS $!"
 wait_line "$TMP/mock.out" 'listening port='
 MOCK=$(sed -n 's/.*listening port=\([0-9]*\).*/\1/p' "$TMP/mock.out")
 
+# log_level = warn keeps the per-request info lines out of the CPU
+# figures, and with them the "listening port=" line: so a port of ours.
 start_gw() {    # start_gw NAME BINARY: sets GW_PORT, GW_PID
+    GW_PORT=$(free_port)
     cat >"$TMP/$1.conf" <<EOF
 [server]
-listen = 127.0.0.1:0
+listen = 127.0.0.1:$GW_PORT
 log_level = warn
 access_log = off
 max_connections = 4096
@@ -82,9 +88,12 @@ EOF
     "$2" -c "$TMP/$1.conf" >"$TMP/$1.log" 2>&1 &
     GW_PID=$!
     PIDS="$PIDS $GW_PID"
-    wait_line "$TMP/$1.log" 'server: listening'
-    GW_PORT=$(sed -n 's/.*server: listening.*port=\([0-9]*\).*/\1/p' \
-        "$TMP/$1.log")
+    i=0
+    until curl -s -o /dev/null "http://127.0.0.1:$GW_PORT/healthz"; do
+        i=$((i + 1))
+        [ $i -lt 100 ] || die "$1 did not start: $(cat "$TMP/$1.log")"
+        sleep 0.05
+    done
 }
 
 start_gw infergw "$BIN/infergw"
@@ -142,12 +151,27 @@ until curl -s -o /dev/null "http://127.0.0.1:$NG_PORT/health"; do
 done
 TARGETS="$TARGETS nginx"
 
-port_of() { case $1 in infergw) echo "$IG_PORT" ;; base) echo "$BASE_PORT" ;; nginx) echo "$NG_PORT" ;; esac; }
+"$BIN/relay_floor" -l 127.0.0.1:0 -u "127.0.0.1:$MOCK" >"$TMP/floor.out" 2>&1 &
+FL_PID=$!
+PIDS="$PIDS $FL_PID"
+wait_line "$TMP/floor.out" 'listening port='
+FL_PORT=$(sed -n 's/.*listening port=\([0-9]*\).*/\1/p' "$TMP/floor.out")
+TARGETS="$TARGETS floor"
+
+port_of() {
+    case $1 in
+    infergw) echo "$IG_PORT" ;;
+    base) echo "$BASE_PORT" ;;
+    nginx) echo "$NG_PORT" ;;
+    floor) echo "$FL_PORT" ;;
+    esac
+}
 pids_of() {
     case $1 in
     infergw) echo "$IG_PID" ;;
     base) echo "$BASE_PID" ;;
     nginx) echo "$NG_PID $(pgrep -P "$NG_PID" | tr '\n' ' ')" ;;
+    floor) echo "$FL_PID" ;;
     esac
 }
 # CPU ticks (utime + stime, all threads) of the given processes.
@@ -217,18 +241,19 @@ for line in open(tmp + "/raw").read().split("\n")[1:]:
     rows.setdefault((tgt, int(c)), []).append(
         (int(ok) / (float(wall) / 1000), float(p99), us_chunk))
 med = lambda v: statistics.median(v)
-print("| conns | proxy | streams/s | p99 stream ms | CPU µs per chunk | CPU / nginx |")
-print("|---|---|---|---|---|---|")
+print("| conns | proxy | streams/s | p99 stream ms | CPU µs per chunk | CPU / nginx | CPU / floor |")
+print("|---|---|---|---|---|---|---|")
 for c in sorted({k[1] for k in rows}):
     ng = med([r[2] for r in rows[("nginx", c)]])
-    for tgt in ("infergw", "base", "nginx"):
+    fl = med([r[2] for r in rows[("floor", c)]])
+    for tgt in ("infergw", "base", "nginx", "floor"):
         if (tgt, c) not in rows:
             continue
         v = rows[(tgt, c)]
         cpu = med([r[2] for r in v])
-        print("| %d | %s | %.1f | %.0f | %.1f | %.2fx |" % (
+        print("| %d | %s | %.1f | %.0f | %.1f | %.2fx | %.2fx |" % (
             c, tgt, med([r[0] for r in v]), med([r[1] for r in v]), cpu,
-            cpu / ng))
+            cpu / ng, cpu / fl))
 if sys_targets:
     print("")
     print("| proxy (50 conns, strace -c) | system calls per chunk | top calls |")
@@ -238,7 +263,7 @@ if sys_targets:
         for line in open("%s/strace-%s" % (tmp, tgt)):
             m = re.match(r"\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?(\w+)$",
                          line)
-            if m:
+            if m and m.group(2) != "total":
                 total += int(m.group(1))
                 top.append((int(m.group(1)), m.group(2)))
         ok = json.load(open("%s/st-%s.json" % (tmp, tgt)))["ok"]

@@ -10,10 +10,13 @@
  * the upstream.  Per request the thread reads the request (head up to
  * the blank line, body by Content-Length), writes it upstream unchanged,
  * reads the response the same way and writes it back: four system calls
- * and two waits, on blocking sockets.  Nothing else: no routing, no
- * parsing beyond the end of the head and Content-Length, no JSON, no
- * limits, no timeouts, no logs, no chunked bodies; any surprise closes
- * the connection.
+ * and two waits, on blocking sockets.  A chunked response (a stream) is
+ * passed on as it arrives, one read and one write per piece, until its
+ * last chunk: the least a thread-per-stream relay does per chunk
+ * (tools/bench_stream_cost.sh).  Nothing else: no routing, no parsing
+ * beyond the end of the head, Content-Length and a chunked
+ * Transfer-Encoding, no JSON, no limits, no timeouts, no logs; any
+ * surprise closes the connection.
  *
  * Why: infergw's design card fixes the model (one blocking thread per
  * client, libcurl upstream).  This program measures what that model can
@@ -113,6 +116,57 @@ relay_one(struct side *from, int to)
     return 0;
 }
 
+/* Does the head p[0..n) say "Transfer-Encoding: chunked"? */
+static int
+is_chunked(const char *p, size_t n)
+{
+    return memmem(p, n, "\r\nTransfer-Encoding: chunked", 28) != NULL
+           || memmem(p, n, "\r\ntransfer-encoding: chunked", 28) != NULL;
+}
+
+/*
+ * Pass the response from 'u' to 'to': a whole message, or a chunked one
+ * piece by piece as it comes, until the bytes so far end with the last
+ * chunk "0\r\n\r\n" (a yardstick's shortcut: no trailers, no parse).
+ */
+static int
+relay_response(struct side *u, int to)
+{
+    char tail[5] = { 0 };
+    const char *end;
+    size_t k;
+    ssize_t r;
+
+    while ((end = memmem(u->buf, u->len, "\r\n\r\n", 4)) == NULL) {
+        if (u->len == sizeof(u->buf))
+            return -1;
+        r = read(u->fd, u->buf + u->len, sizeof(u->buf) - u->len);
+        if (r <= 0)
+            return -1;
+        u->len += (size_t)r;
+    }
+    if (!is_chunked(u->buf, (size_t)(end - u->buf) + 4))
+        return relay_one(u, to);
+    for (;;) {
+        if (write_all(to, u->buf, u->len) != 0)
+            return -1;
+        if (u->len >= sizeof(tail)) {
+            memcpy(tail, u->buf + u->len - sizeof(tail), sizeof(tail));
+        } else {
+            k = sizeof(tail) - u->len;
+            memmove(tail, tail + u->len, k);
+            memcpy(tail + k, u->buf, u->len);
+        }
+        u->len = 0;
+        if (memcmp(tail, "0\r\n\r\n", 5) == 0)
+            return 0;
+        r = read(u->fd, u->buf, sizeof(u->buf));
+        if (r <= 0)
+            return -1;
+        u->len = (size_t)r;
+    }
+}
+
 static void *
 serve(void *arg)
 {
@@ -129,7 +183,7 @@ serve(void *arg)
         || connect(u->fd, (struct sockaddr *)&j->up, j->up_len) != 0)
         goto out;
     setsockopt(u->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    while (relay_one(c, u->fd) == 0 && relay_one(u, c->fd) == 0)
+    while (relay_one(c, u->fd) == 0 && relay_response(u, c->fd) == 0)
         ;
 out:
     if (u != NULL && u->fd > 0)
