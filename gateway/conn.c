@@ -96,11 +96,12 @@ access_log(struct conn *c)
     if (!c->ctx->cfg->access_log)
         return;
     log_msg(GW_LOG_INFO, "access method=%.*s path=%.*s model=%s status=%d "
-            "upstream_status=%d bytes=%llu ms=%lld ttft_ms=%lld "
-            "coalesce=%s%s%s%s",
+            "upstream=%s attempts=%d upstream_status=%d bytes=%llu ms=%lld "
+            "ttft_ms=%lld coalesce=%s%s%s%s",
             (int)c->req.method_len, c->req.method,
             (int)c->req.path_len, c->req.path,
             hr->model[0] != '\0' ? hr->model : "-", r->status,
+            hr->upstream != NULL ? hr->upstream : "-", hr->attempts,
             r->upstream_status, (unsigned long long)r->bytes_out,
             (long long)(us / 1000),
             (long long)(r->ttfb_us >= 0 ? r->ttfb_us / 1000 : -1),

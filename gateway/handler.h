@@ -81,6 +81,11 @@ struct handler_req {
     char flight_id[32];             /* leader or follower: a copy of the
                                        flight's id (the upstream's
                                        X-Request-Id); "" otherwise */
+    const char *upstream;           /* direct or leader: the name of the
+                                       upstream that answered last
+                                       (config's); NULL otherwise */
+    int attempts;                   /* ... and its calls, retries and
+                                       hedges included */
 };
 
 #endif

@@ -204,6 +204,8 @@ forward_direct(struct handler_req *hr, const struct fwd *fw)
     dispatch_run(&dc, &fw->ur, fw->model, fw->prefix_hash, &sink, r->fd,
                  &out);
     fail = failure_of(&out);
+    hr->upstream = out.upstream;
+    hr->attempts = out.attempts;
     r->upstream_status = out.res.status;
     if (out.res.rc == 0)
         reply_end(r);
@@ -406,6 +408,8 @@ lead(struct handler_req *hr, struct flight *f, struct fanout_reader *self,
     ur.request_id = f->id;
     dispatch_run(&dc, &ur, fw->model, fw->prefix_hash, &sink,
                  hr->reply->fd, &out);
+    hr->upstream = out.upstream;
+    hr->attempts = out.attempts;
     if (res->rc != 0)
         flight_set_failure(f, out.status, out.retry_after_s);
     coalescer_finish(ctx->co, key, f, res->rc, res->reason);

@@ -1232,7 +1232,14 @@ reap(struct call *c)
             continue;
         x = NULL;
         curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&x);
-        if (x != NULL && x->running)
+        if (x == NULL || !x->running)
+            continue;
+        /* A loser that libcurl ended (its callbacks refuse data) lost;
+         * its connection did nothing wrong. */
+        if (x->lost)
+            attempt_end(c, x, CURLE_OK, GW_EABORTED, "lost the hedge",
+                        UPF_NONE);
+        else
             attempt_end(c, x, msg->data.result, 0, NULL, UPF_NONE);
     }
     for (int i = 0; i < c->n; i++) {

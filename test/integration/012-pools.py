@@ -533,6 +533,9 @@ def test_hedge_takes_the_fast_upstream_and_aborts_the_slow(t):
     wait_for(lambda: slow.stats()["aborted"] == 2,
              msg="the slow upstream saw both aborts")
     assert fast.stats()["completions"] == 4
+    # Losing a race is no failure of the loser's upstream.
+    assert value(g, FAILURES, upstream="u0") == 0
+    assert value(g, STATE, upstream="u0") == 0
 
 
 def test_hedged_coalesced_flight_two_calls_identical_bodies(t):
