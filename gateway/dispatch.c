@@ -52,6 +52,8 @@ retryable(const struct upstream_result *res)
 /* One dispatch_run(): the slots its attempts hold. */
 struct run {
     const struct dispatch_ctx *dc;
+    const struct upstream_sink *sink;
+    int watch_fd;
     struct pool_want want;          /* .exclude: every upstream tried */
     struct pool_slot slot[2];       /* an attempt and its hedge */
     struct dispatch_result *out;
@@ -129,6 +131,21 @@ hedge(void *arg, size_t first, size_t *idx)
     return 0;
 }
 
+/*
+ * pool_want.gone, while the call waits for a max_inflight slot: has
+ * everyone who wanted it left?  The sink's on_peer says (for a leader,
+ * only once no follower is left either).
+ */
+static int
+waiting_gone(void *arg)
+{
+    const struct run *r = arg;
+
+    if (r->watch_fd < 0 || r->sink->on_peer == NULL)
+        return 0;
+    return r->sink->on_peer(r->sink->arg) < 0;
+}
+
 /* The pool said no before any attempt: why, for the client. */
 static int
 refuse(struct dispatch_result *out, int rc, int retry_after)
@@ -143,6 +160,8 @@ refuse(struct dispatch_result *out, int rc, int retry_after)
         reason = "model not served";
     } else if (rc == GW_ESTOPPING) {
         reason = "gateway shutting down";
+    } else if (rc == GW_EABORTED) {
+        reason = "client gone while queued";
     }
     memset(&out->res, 0, sizeof(out->res));
     out->res.rc = rc;
@@ -182,6 +201,10 @@ dispatch_run(const struct dispatch_ctx *dc,
     r.dc = dc;
     r.want.model = model;
     r.want.prefix_hash = prefix_hash;
+    r.want.gone = waiting_gone;
+    r.want.gone_arg = &r;
+    r.sink = sink;
+    r.watch_fd = watch_fd;
     r.out = out;
     r.slot[0].idx = r.slot[1].idx = -1;
     memset(&opts, 0, sizeof(opts));

@@ -16,6 +16,7 @@
 #include "buf.h"
 #include "config.h"
 #include "dispatch.h"
+#include "jsonx.h"
 #include "log.h"
 #include "pool.h"
 #include "upstream.h"
@@ -54,7 +55,7 @@ probe_data(void *arg, const char *p, size_t n)
     struct probe *pr = arg;
     int rc = buf_append(&pr->body, p, n);
 
-    return rc == 0 ? 0 : rc == GW_ENOMEM ? GW_ENOMEM : GW_EABORTED;
+    return rc == 0 ? 0 : rc == GW_ENOMEM ? GW_ENOMEM : GW_ETOOBIG;
 }
 
 static int
@@ -86,7 +87,7 @@ probe(struct health *h, size_t idx, const char *path, struct probe *pr)
         return POOL_NEUTRAL;
     if (res.rc == 0 && (res.status < 200 || res.status > 299))
         return res.status == 429 ? POOL_FAIL_THROTTLED : POOL_FAIL_STATUS;
-    if (res.rc == GW_EABORTED)
+    if (res.rc == GW_ETOOBIG)
         return POOL_FAIL_BROKEN;        /* an answer past our bound */
     return dispatch_judge(&res);
 }
@@ -112,14 +113,15 @@ free_models(char **ids, char **texts, size_t n)
 static void
 take_models(struct health *h, size_t idx, const struct buf *body)
 {
-    json_t *root, *data, *e;
-    json_error_t jerr;
-    char **ids = NULL, **texts = NULL, *dumped;
+    json_t *root = NULL, *data, *e;
+    char **ids = NULL, **texts = NULL, *dumped, err[128];
     size_t n = 0, i;
     const char *id;
 
-    root = json_loadb(buf_ptr(body), buf_len(body), JSON_REJECT_DUPLICATES,
-                      &jerr);
+    /* At most JSONX_MAX_DEPTH deep, as client bodies: we relay this. */
+    if (jsonx_parse_object(buf_ptr(body), buf_len(body), JSONX_MAX_DEPTH,
+                           &root, err, sizeof(err)) != 0)
+        root = NULL;
     data = json_object_get(root, "data");
     if (!json_is_array(data)) {
         log_msg(GW_LOG_WARN, "health: upstream %s: GET /v1/models is not "
@@ -134,11 +136,15 @@ take_models(struct health *h, size_t idx, const struct buf *body)
         id = json_string_value(json_object_get(e, "id"));
         if (id == NULL || n == HEALTH_MODELS_MAX || strlen(id) > 256)
             continue;
-        ids[n] = gw_strdup(id);
         dumped = json_dumps(e, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        if (dumped != NULL && strlen(dumped) > HEALTH_MODEL_MAX_BYTES) {
+            free(dumped);       /* one model's entry: not a novel */
+            continue;
+        }
         /* Kept on our allocator, like every string the pool frees. */
         texts[n] = dumped != NULL ? gw_strdup(dumped) : NULL;
         free(dumped);           /* jansson's malloc */
+        ids[n] = gw_strdup(id);
         if (ids[n] == NULL || texts[n] == NULL) {
             gw_free(ids[n]);
             gw_free(texts[n]);

@@ -26,6 +26,7 @@ struct health;
 #define HEALTH_PROBE_MAX_MS 5000
 #define HEALTH_MODELS_MAX_BYTES (1 << 20)
 #define HEALTH_MODELS_MAX 256           /* entries kept per upstream */
+#define HEALTH_MODEL_MAX_BYTES 4096     /* one entry's JSON, else dropped */
 
 /*
  * Start the thread; the first beat runs at once.  Borrows everything

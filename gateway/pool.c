@@ -67,7 +67,8 @@ struct waiter {
     pthread_cond_t cv;
     uint64_t mask;              /* upstreams it can use */
     int granted;                /* the upstream whose slot it was given;
-                                   -1 none yet, -2 none can come */
+                                   -1 none yet, -2 none can come, -3 its
+                                   caller is gone */
     uint64_t trial;
 };
 
@@ -578,7 +579,7 @@ pool_acquire(struct pool *p, const struct pool_want *want,
     int64_t now = gw_now_ms(), soonest = INT64_MAX, deadline;
     struct waiter w;
     size_t i;
-    int rc;
+    int rc, gone;
 
     slot->idx = -1;
     slot->trial = 0;
@@ -640,9 +641,25 @@ pool_acquire(struct pool *p, const struct pool_want *want,
     p->q_len++;
     p->queue_waits++;
     deadline = now + p->cfg->queue_timeout_ms;
-    while (w.granted == -1 && !p->stopping
-           && gw_cond_timedwait(&w.cv, &p->lock, deadline) == 0)
-        ;
+    while (w.granted == -1 && !p->stopping) {
+        int64_t until = gw_now_ms() + POOL_QUEUE_CHECK_MS;
+
+        if (gw_cond_timedwait(&w.cv, &p->lock,
+                              until < deadline ? until : deadline) == 0)
+            continue;                   /* signalled (or spurious) */
+        if (gw_now_ms() >= deadline)
+            break;
+        if (want->gone == NULL)
+            continue;
+        /* Its I/O (a peek at a socket) goes without the lock. */
+        gw_mutex_unlock(&p->lock);
+        gone = want->gone(want->gone_arg);
+        gw_mutex_lock(&p->lock);
+        if (gone && w.granted == -1) {
+            w.granted = -3;
+            break;
+        }
+    }
     if (w.granted >= 0) {
         slot->idx = w.granted;
         slot->trial = w.trial;
@@ -651,6 +668,9 @@ pool_acquire(struct pool *p, const struct pool_want *want,
     } else if (w.granted == -2) {
         p->unavailable++;
         rc = GW_EUNAVAIL;       /* every upstream it could use went away */
+    } else if (w.granted == -3) {
+        queue_remove(p, &w);
+        rc = GW_EABORTED;       /* its client left: no slot, no call */
     } else {
         queue_remove(p, &w);
         p->queue_timeouts++;
@@ -939,16 +959,30 @@ pool_set_models(struct pool *p, size_t idx, char **ids, char **texts,
     models_free(&old);          /* outside the lock */
 }
 
-/* Has 'id' been put in the answer already?  'ids' holds n of them. */
-static int
-seen_id(const char *const *ids, size_t n, const char *id)
-{
-    size_t i;
+/*
+ * The ids put in the /v1/models answer so far: an open-addressed set of
+ * borrowed strings, twice the size of what may go in, so a lookup is a
+ * probe or two (64 upstreams of 320 models each stay cheap under the
+ * pool lock).
+ */
+struct idset {
+    const char **slot;
+    size_t mask;
+};
 
-    for (i = 0; i < n; i++)
-        if (strcmp(ids[i], id) == 0)
-            return 1;
-    return 0;
+/* Add 'id'; 1 if it is new, 0 if it was there. */
+static int
+idset_add(struct idset *set, const char *id)
+{
+    size_t k = (size_t)hash_str(id, 0) & set->mask;
+
+    while (set->slot[k] != NULL) {
+        if (strcmp(set->slot[k], id) == 0)
+            return 0;
+        k = (k + 1) & set->mask;
+    }
+    set->slot[k] = id;
+    return 1;
 }
 
 /* The cached object for 'id' from m's GET /v1/models, or NULL. */
@@ -964,20 +998,20 @@ model_text(const struct member *m, const char *id)
 }
 
 /*
- * One entry of the union.  A configured model the upstream did not list
- * (or was not asked about) gets a minimal object; names are validated by
- * config.c (no quotes, backslashes or controls), so they need no escaping.
+ * One entry of the union, unless its id is in already.  A configured
+ * model the upstream did not list (or was not asked about) gets a
+ * minimal object; names are validated by config.c (no quotes,
+ * backslashes or controls), so they need no escaping.
  */
 static int
 add_model(struct buf *out, const struct member *m, const char *id,
-          const char *text, const char **done, size_t *ndone)
+          const char *text, struct idset *done, size_t *ndone)
 {
     int rc;
 
-    if (seen_id(done, *ndone, id))
+    if (!idset_add(done, id))
         return 0;
-    done[(*ndone)++] = id;
-    if (*ndone > 1 && (rc = buf_append(out, ",", 1)) != 0)
+    if ((*ndone)++ > 0 && (rc = buf_append(out, ",", 1)) != 0)
         return rc;
     if (text != NULL)
         return buf_append(out, text, strlen(text));
@@ -989,8 +1023,8 @@ add_model(struct buf *out, const struct member *m, const char *id,
 int
 pool_models_json(struct pool *p, struct buf *out)
 {
-    const char **done = NULL;
-    size_t ndone = 0, cap = 0, i, k;
+    struct idset done = { NULL, 0 };
+    size_t ndone = 0, cap = 0, size = 2, i, k;
     int64_t now = gw_now_ms();
     const struct member *m;
     int rc = GW_ENOMEM;
@@ -998,8 +1032,11 @@ pool_models_json(struct pool *p, struct buf *out)
     gw_mutex_lock(&p->lock);
     for (i = 0; i < p->n; i++)
         cap += p->m[i].cfg->num_models + p->m[i].num_models;
-    done = gw_calloc(cap > 0 ? cap : 1, sizeof(*done));
-    if (done == NULL)
+    while (size < 2 * cap)
+        size *= 2;
+    done.slot = gw_calloc(size, sizeof(*done.slot));
+    done.mask = size - 1;
+    if (done.slot == NULL)
         goto out;
     rc = buf_append_str(out, "{\"object\":\"list\",\"data\":[");
     for (i = 0; i < p->n && rc == 0; i++) {
@@ -1009,11 +1046,12 @@ pool_models_json(struct pool *p, struct buf *out)
         if (m->cfg->num_models > 0) {
             for (k = 0; k < m->cfg->num_models && rc == 0; k++)
                 rc = add_model(out, m, m->cfg->models[k],
-                               model_text(m, m->cfg->models[k]), done,
+                               model_text(m, m->cfg->models[k]), &done,
                                &ndone);
         } else {
             for (k = 0; k < m->num_models && rc == 0; k++)
-                rc = add_model(out, m, m->ids[k], m->texts[k], done, &ndone);
+                rc = add_model(out, m, m->ids[k], m->texts[k], &done,
+                               &ndone);
         }
     }
     if (rc == 0)
@@ -1021,7 +1059,7 @@ pool_models_json(struct pool *p, struct buf *out)
 
 out:
     gw_mutex_unlock(&p->lock);
-    gw_free(done);
+    gw_free(done.slot);
     return rc;
 }
 

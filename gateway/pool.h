@@ -53,6 +53,7 @@ struct pool;
 #define POOL_BUDGET_WINDOW_S 10
 #define POOL_RETRY_AFTER_MAX_MS (60 * 1000)
 #define POOL_EJECT_MAX_MS (5 * 60 * 1000)
+#define POOL_QUEUE_CHECK_MS 100
 
 enum pool_state {
     POOL_CLOSED = 0,
@@ -82,6 +83,10 @@ struct pool_want {
     uint64_t prefix_hash;   /* for balance = prefix (dispatch.c) */
     uint64_t exclude;       /* bit i: upstream i was tried already */
     int no_wait;            /* never queue: GW_EUNAVAIL when all full */
+    /* While queued, asked every POOL_QUEUE_CHECK_MS without the lock:
+     * nonzero means nobody wants the call any more.  May be NULL. */
+    int (*gone)(void *arg);
+    void *gone_arg;
 };
 
 /* A call's hold on an upstream: from pool_acquire to pool_release. */
@@ -110,7 +115,8 @@ int pool_serves(struct pool *p, const char *model);
  * OUT *slot; OUT *retry_after_s: for the 503 on GW_EUNAVAIL/GW_ETIMEDOUT.
  * Returns 0, GW_ENOTFOUND (no upstream serves the model, or every one
  * that does is excluded), GW_EUNAVAIL (none usable), GW_ETIMEDOUT
- * (queue_timeout passed) or GW_ESTOPPING (pool_stop).
+ * (queue_timeout passed), GW_EABORTED (want->gone said so while queued:
+ * a client that left never takes a slot) or GW_ESTOPPING (pool_stop).
  */
 int pool_acquire(struct pool *p, const struct pool_want *want,
                  struct pool_slot *slot, int *retry_after_s);

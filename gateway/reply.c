@@ -80,8 +80,12 @@ reply_begin(struct reply *r, int status, const char *content_type,
             int64_t content_length, const char *extra)
 {
     struct buf *h = &r->head;
+    /* RFC 9112 6.3: never a body, whatever else the upstream said. */
+    int no_body = status < 200 || status == 204 || status == 304;
     int rc;
 
+    if (no_body)
+        content_length = 0;
     r->status = status;
     r->event_stream = content_type != NULL
                       && strncmp(content_type, "text/event-stream", 17) == 0;
@@ -100,7 +104,7 @@ reply_begin(struct reply *r, int status, const char *content_type,
     rc = buf_printf(h, "HTTP/1.1 %d %s\r\n", status, http_reason(status));
     if (rc == 0 && content_type != NULL)
         rc = buf_printf(h, "Content-Type: %s\r\n", content_type);
-    if (rc == 0 && r->framing == REPLY_LENGTH)
+    if (rc == 0 && r->framing == REPLY_LENGTH && !no_body)
         rc = buf_printf(h, "Content-Length: %lld\r\n",
                         (long long)content_length);
     if (rc == 0 && r->framing == REPLY_CHUNKED)

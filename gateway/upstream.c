@@ -585,6 +585,7 @@ sink_stop(struct xfer *x, int rc)
     case GW_EABORTED:  reason = "aborted by client side"; break;
     case GW_ENOMEM:    reason = "out of memory"; break;
     case GW_ESTOPPING: reason = "gateway shutting down"; break;
+    case GW_ETOOBIG:   reason = "response too large"; break;
     default:           reason = "stopped by the gateway"; break;
     }
     xfer_fail(x, rc, reason);
@@ -609,7 +610,8 @@ parse_status_line(const char *p, size_t n)
             return -1;
         status = status * 10 + (p[k] - '0');
     }
-    return status >= 100 ? status : -1;
+    /* RFC 9110 15: 1xx to 5xx; "999" is not an answer we can relay. */
+    return status >= 100 && status <= 599 ? status : -1;
 }
 
 int
@@ -635,7 +637,19 @@ parse_retry_after(const char *p, size_t n)
             return 0;
         v = v * 10 + (p[i] - '0');
     }
-    return v * 1000;
+    return v * 1000 < UPSTREAM_RETRY_AFTER_MAX_MS ? v * 1000
+                                                 : UPSTREAM_RETRY_AFTER_MAX_MS;
+}
+
+/* A field value: no control character but HTAB (RFC 9110 5.5). */
+static int
+field_value_ok(const char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (((unsigned char)p[i] < 0x20 && p[i] != '\t')
+            || (unsigned char)p[i] == 0x7f)
+            return 0;
+    return 1;
 }
 
 /* Content-Length value: 1*DIGIT (RFC 9110 8.6), else -1. */
@@ -734,6 +748,11 @@ header_cb(char *p, size_t size, size_t n, void *arg)
     while (end > v && (end[-1] == ' ' || end[-1] == '\t'))
         end--;
     if (gw_strieq(p, name_len, "content-type")) {
+        if (!field_value_ok(v, (size_t)(end - v))) {
+            /* We relay this one: a CR or NUL in it would be ours. */
+            xfer_fail(x, GW_EUPSTREAM, "bad response header");
+            return 0;
+        }
         buf_reset(&h->ctype);
         rc = buf_append(&h->ctype, v, (size_t)(end - v));
         if (rc == GW_ENOMEM) {

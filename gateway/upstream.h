@@ -98,19 +98,27 @@ enum upstream_failure {
     UPF_LOCAL,              /* ours: out of memory, bad request */
 };
 
+/*
+ * An upstream's Retry-After is capped at this: a server asking for days
+ * is not told to the clients, and is not believed by the pool (pool.h).
+ */
+#define UPSTREAM_RETRY_AFTER_MAX_MS (60 * 1000)
+
 /* What the sink is told of the upstream's response head. */
 struct upstream_head {
     int status;
     const char *content_type;   /* NULL when absent */
     int64_t content_length;     /* -1 when unknown */
-    int retry_after_s;          /* Retry-After of a 429 or 503; 0 none */
+    int retry_after_s;          /* Retry-After of a 429 or 503, capped at
+                                   UPSTREAM_RETRY_AFTER_MAX_MS; 0 none */
 };
 
 /*
  * Where the response goes.  Each callback returns 0 to go on, or a GW_E*
  * code that stops the transfer with that code as its result:
  * GW_EABORTED (the client went away, or nobody listens any more),
- * GW_ENOMEM, GW_ESTOPPING (the process is stopping).  The sink reports
+ * GW_ENOMEM, GW_ESTOPPING (the process is stopping), GW_ETOOBIG (more
+ * than the sink will take).  The sink reports
  * its own failures; upstream.c only notes them at info level.
  */
 struct upstream_sink {

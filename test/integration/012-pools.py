@@ -7,12 +7,15 @@ Every upstream is a mock; which one answered is read from the mocks'
 Concurrency is made certain with mock_hold, never hoped for.
 """
 
+import socket
+import threading
 import time
 
 from gwtest import (assert_error, chat_body, has_metric, metric, request,
                     sse_data, wait_for)
 
 from coalesce_util import finish, finish_all, new_tag, send, start
+from gwtest import Connection, JSON_HEADERS
 
 STATE = "infergw_upstream_state"
 CALLS = "infergw_upstream_calls_total"
@@ -564,3 +567,125 @@ def test_no_hedge_when_off(t):
     assert time.monotonic() - t0 >= 0.55
     assert value(g, "infergw_upstream_hedges_total") == 0
     assert fast.stats()["completions"] == 0
+
+
+# ---- admission: a client that leaves the queue -----------------------------
+
+def test_a_client_that_leaves_the_queue_takes_no_slot(t):
+    a = t.mock()
+    g = pool(t, [a], routing={"queue_timeout": "10s"},
+             per={0: {"max_inflight": 1}})
+    tag = new_tag()
+    first = send(g, chat_body("holder", mock_hold=tag))
+    wait_for(lambda: a.stats()["held"] == 1)
+    leaver = send(g, chat_body("leaver"))
+    wait_for(lambda: value(g, "infergw_upstream_queued") == 1)
+    leaver.close()
+    wait_for(lambda: value(g, "infergw_upstream_queued") == 0,
+             msg="the waiter whose client left is out of the queue")
+    a.release(tag)
+    assert finish(first).resp.status == 200
+    assert post(g, chat_body("after")).status == 200
+    assert a.stats()["completions"] == 2, "the leaver made a call"
+
+
+# ---- hostile upstream heads -------------------------------------------------
+
+class RawUpstream:
+    """A one-trick upstream: every request gets 'answer' (bytes), and the
+    connection is closed unless keep is set; GET /health gets 200."""
+
+    def __init__(self, answer, keep=False):
+        self.answer, self.keep = answer, keep
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._conn, args=(c,),
+                             daemon=True).start()
+
+    def _conn(self, c):
+        buf = b""
+        try:
+            while True:
+                while b"\r\n\r\n" not in buf:
+                    d = c.recv(65536)
+                    if not d:
+                        return
+                    buf += d
+                head, buf = buf.split(b"\r\n\r\n", 1)
+                n = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        n = int(line.split(b":")[1])
+                while len(buf) < n:
+                    buf += c.recv(65536)
+                buf = buf[n:]
+                if head.startswith(b"GET"):
+                    c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n"
+                              b"\r\n")
+                    continue
+                c.sendall(self.answer)
+                if not self.keep:
+                    return
+        finally:
+            c.close()
+
+    def close(self):
+        self.sock.close()
+
+
+def test_upstream_204_has_no_body_and_keeps_the_connection(t):
+    up = RawUpstream(b"HTTP/1.1 204 No Content\r\n\r\n", keep=True)
+    try:
+        g = pool(t, [up.port], routing={"health_interval": 0})
+        c = Connection(g.port)
+        for i in range(2):
+            r = c.request("POST", "/v1/chat/completions", JSON_HEADERS,
+                          chat_body("nothing %d" % i))
+            assert r.status == 204, r
+            assert r.headers.get("Transfer-Encoding") is None, r
+            assert r.headers.get("Content-Length") is None, r
+            assert r.body == b"", r
+        assert c.is_open()
+    finally:
+        up.close()
+
+
+def test_upstream_heads_we_cannot_relay_are_502(t):
+    for answer in (b"HTTP/1.1 999 Odd\r\nContent-Length: 2\r\n\r\n{}",
+                   b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r"
+                   b"X-Injected: yes\r\nContent-Length: 2\r\n\r\n{}",
+                   b"HTTP/1.1 200 OK\r\nContent-Type: a\x01b\r\n"
+                   b"Content-Length: 2\r\n\r\n{}"):
+        up = RawUpstream(answer)
+        try:
+            g = pool(t, [up.port], routing={"health_interval": 0,
+                                            "eject_after": 100})
+            r = post(g, chat_body("odd"))
+            assert_error(r, 502, "upstream_error")
+            assert r.headers.get("X-Injected") is None, r
+        finally:
+            up.close()
+
+
+def test_retry_after_is_capped_for_clients(t):
+    up = RawUpstream(b"HTTP/1.1 503 Busy\r\nRetry-After: 99999999\r\n"
+                     b"Content-Type: application/json\r\n"
+                     b"Content-Length: 2\r\n\r\n{}")
+    try:
+        g = pool(t, [up.port], routing={"health_interval": 0,
+                                        "eject_after": 100})
+        r = post(g, chat_body("later"))
+        assert r.status == 503, r
+        assert r.headers.get("Retry-After") == "60", r
+    finally:
+        up.close()
