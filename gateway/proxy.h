@@ -1,6 +1,7 @@
 /*
  * proxy.h - forward one client request upstream and relay the answer,
- * by one of three paths:
+ * by one of three paths (each makes its upstream call through
+ * dispatch.h, which picks the upstream, retries and hedges):
  *
  *  - direct: this client alone (not coalescable, bypassed, or a bound
  *    reached).  Each upstream piece is written to the client as it
@@ -20,9 +21,11 @@
 struct handler_req;
 
 /*
- * Forward hr's request (head, body) and answer the client.  'json' is the
- * parsed body (borrowed; NULL for GET).  'coalescable' says the route may
- * coalesce (the policy decides).
+ * Forward hr's POST (head, body) and answer the client.  'json' is the
+ * parsed body, a JSON object (borrowed): its "model" picks the upstreams
+ * (404 model_not_found when none serves it), and the call is made on the
+ * pool (dispatch.h).  'coalescable' says the route may coalesce (the
+ * policy decides).
  */
 void proxy_forward(struct handler_req *hr, const json_t *json,
                    int coalescable);

@@ -11,11 +11,10 @@ import socket
 import threading
 import time
 
-from gwtest import (assert_error, chat_body, has_metric, metric, request,
-                    sse_data, wait_for)
+from gwtest import (JSON_HEADERS, Connection, assert_error, chat_body,
+                    has_metric, metric, request, sse_data, wait_for)
 
 from coalesce_util import finish, finish_all, new_tag, send, start
-from gwtest import Connection, JSON_HEADERS
 
 STATE = "infergw_upstream_state"
 CALLS = "infergw_upstream_calls_total"
@@ -431,15 +430,22 @@ def test_retry_budget_spares_a_failing_fleet(t):
 
 # ---- admission --------------------------------------------------------------
 
-def test_max_inflight_queues_then_503(t):
+def queued_behind_a_held_call(t, queue_timeout):
+    """One upstream with max_inflight = 1, its slot held by a call
+    (released with the tag), and a second call queued behind it."""
     a = t.mock()
-    g = pool(t, [a], routing={"queue_timeout": "2s"},
+    g = pool(t, [a], routing={"queue_timeout": queue_timeout},
              per={0: {"max_inflight": 1}})
     tag = new_tag()
-    first = send(g, chat_body("one", mock_hold=tag))
+    first = send(g, chat_body("holder", mock_hold=tag))
     wait_for(lambda: a.stats()["held"] == 1)
-    second = send(g, chat_body("two"))
+    second = send(g, chat_body("queued"))
     wait_for(lambda: value(g, "infergw_upstream_queued") == 1)
+    return a, g, tag, first, second
+
+
+def test_max_inflight_queues_then_503(t):
+    a, g, tag, first, second = queued_behind_a_held_call(t, "2s")
     assert a.stats()["completions"] == 1, "went past max_inflight"
     a.release(tag)
     assert finish(first).resp.status == 200
@@ -472,6 +478,17 @@ def test_followers_take_no_slot(t):
     assert all(s.resp.status == 200 for s in finish_all(conns))
     assert a.stats()["completions"] == 1
     assert value(g, QUEUE_TIMEOUTS) == 0
+
+
+def test_a_client_that_leaves_the_queue_takes_no_slot(t):
+    a, g, tag, first, leaver = queued_behind_a_held_call(t, "10s")
+    leaver.close()
+    wait_for(lambda: value(g, "infergw_upstream_queued") == 0,
+             msg="the waiter whose client left is out of the queue")
+    a.release(tag)
+    assert finish(first).resp.status == 200
+    assert post(g, chat_body("after")).status == 200
+    assert a.stats()["completions"] == 2, "the leaver made a call"
 
 
 # ---- all down ---------------------------------------------------------------
@@ -567,26 +584,6 @@ def test_no_hedge_when_off(t):
     assert time.monotonic() - t0 >= 0.55
     assert value(g, "infergw_upstream_hedges_total") == 0
     assert fast.stats()["completions"] == 0
-
-
-# ---- admission: a client that leaves the queue -----------------------------
-
-def test_a_client_that_leaves_the_queue_takes_no_slot(t):
-    a = t.mock()
-    g = pool(t, [a], routing={"queue_timeout": "10s"},
-             per={0: {"max_inflight": 1}})
-    tag = new_tag()
-    first = send(g, chat_body("holder", mock_hold=tag))
-    wait_for(lambda: a.stats()["held"] == 1)
-    leaver = send(g, chat_body("leaver"))
-    wait_for(lambda: value(g, "infergw_upstream_queued") == 1)
-    leaver.close()
-    wait_for(lambda: value(g, "infergw_upstream_queued") == 0,
-             msg="the waiter whose client left is out of the queue")
-    a.release(tag)
-    assert finish(first).resp.status == 200
-    assert post(g, chat_body("after")).status == 200
-    assert a.stats()["completions"] == 2, "the leaver made a call"
 
 
 # ---- hostile upstream heads -------------------------------------------------
@@ -689,3 +686,18 @@ def test_retry_after_is_capped_for_clients(t):
         assert r.headers.get("Retry-After") == "60", r
     finally:
         up.close()
+
+
+# ---- -t --------------------------------------------------------------------
+
+def test_check_flag_validates_pools(t):
+    good = t.write("good.conf", "[routing]\nbalance = round_robin\n"
+                   "[upstream a]\nurl = http://127.0.0.1:1\nmodels = m1\n"
+                   "[upstream b]\nurl = http://127.0.0.1:2\nweight = 2\n")
+    rc, out = t.infergw("-t", "-c", good)
+    assert rc == 0 and "is valid" in out, (rc, out)
+    bad = t.write("bad.conf", "[upstream a]\nurl = http://127.0.0.1:1\n"
+                  "[upstream a]\nurl = http://127.0.0.1:2\n")
+    rc, out = t.infergw("-t", "-c", bad)
+    assert rc == 2, (rc, out)
+    assert "bad.conf:3: duplicate upstream 'a', first at line 1" in out, out

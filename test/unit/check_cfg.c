@@ -755,6 +755,54 @@ START_TEST(test_load_full)
 }
 END_TEST
 
+START_TEST(test_load_upstreams_and_routing)
+{
+    struct gw_config c;
+    char err[256];
+    const struct config_upstream *u;
+
+    ck_assert_msg(config_load_text("g.conf",
+        "[routing]\nbalance = prefix\nretry_budget = 12.5%\n"
+        "first_byte_timeout = 2s\nhedge_after = 150ms\n"
+        "[upstream gpu-a]\nurl = http://10.0.0.5:8000/\n"
+        "models = llama-3-8b, qwen2-7b\nweight = 3\nmax_inflight = 8\n"
+        "idle_timeout = 5s\n"
+        "[upstream gpu-b]\nurl = http://10.0.0.6:8000\n", &c, err,
+        sizeof(err)) == 0, "%s", err);
+    ck_assert_uint_eq(c.num_upstreams, 2);
+    ck_assert_int_eq(c.balance, BALANCE_PREFIX);
+    ck_assert(c.retry_budget == 0.125);
+    ck_assert_int_eq(c.hedge_after_ms, 150);
+    u = config_find_upstream(&c, "gpu-a");
+    ck_assert_ptr_nonnull(u);
+    ck_assert_str_eq(u->url, "http://10.0.0.5:8000");
+    ck_assert_uint_eq(u->num_models, 2);
+    ck_assert_str_eq(u->models[0], "llama-3-8b");
+    ck_assert_str_eq(u->models[1], "qwen2-7b");
+    ck_assert_uint_eq(u->weight, 3);
+    ck_assert_uint_eq(u->max_inflight, 8);
+    ck_assert_int_eq(u->idle_timeout_ms, 5000);
+    /* Unset timeouts are [routing]'s, wherever that section stands. */
+    ck_assert_int_eq(u->first_byte_timeout_ms, 2000);
+    u = config_find_upstream(&c, "gpu-b");
+    ck_assert_uint_eq(u->num_models, 0);
+    ck_assert_int_eq(u->first_byte_timeout_ms, 2000);
+    ck_assert_int_eq(u->idle_timeout_ms, 30000);
+    ck_assert_ptr_null(config_find_upstream(&c, "default"));
+    config_release(&c);
+
+    /* No upstream section: the built-in default, with [routing]'s
+     * timeouts even when [routing] comes last. */
+    ck_assert_int_eq(config_load_text("g.conf", "[routing]\n"
+                                      "connect_timeout = 7s\n", &c, err,
+                                      sizeof(err)), 0);
+    ck_assert_uint_eq(c.num_upstreams, 1);
+    ck_assert_str_eq(c.upstreams[0].name, "default");
+    ck_assert_int_eq(c.upstreams[0].connect_timeout_ms, 7000);
+    config_release(&c);
+}
+END_TEST
+
 START_TEST(test_load_empty)
 {
     struct gw_config c, d;
@@ -1047,6 +1095,46 @@ static const struct {
       "gateway.conf:3: tenant 'x' has no api_key" },
     { "[tenant a]\n[tenant b]\napi_key = k\n", GW_EINVAL,
       "gateway.conf:1: tenant 'a' has no api_key" },
+    /* upstreams and routing (issue 9) */
+    { "[upstream a]\nurl = http://h\n[upstream a]\nurl = http://i\n",
+      GW_EINVAL, "gateway.conf:3: duplicate upstream 'a', first at line 1" },
+    { "[upstream]\n[upstream default]\nurl = http://h\n", GW_EINVAL,
+      "gateway.conf:2: duplicate upstream 'default', first at line 1" },
+    { "[upstream a]\nweight = 2\n[routing]\n", GW_EINVAL,
+      "gateway.conf:1: upstream 'a' has no url" },
+    { "[upstream a]\nurl = http://h\nmodels = x, y, x\n", GW_EINVAL,
+      "gateway.conf:3: models: 'x' is listed twice" },
+    { "[upstream a]\nurl = http://h\nmodels = x,,y\n", GW_EINVAL,
+      "gateway.conf:3: models: expected model names separated by commas "
+      "(at most 64, each at most 64 characters, without blanks or quotes)"
+      ", got 'x,,y'" },
+    { "[upstream a]\nurl = http://h\nforward_client_auth = on\n",
+      GW_EINVAL, "gateway.conf:3: 'forward_client_auth' applies to every "
+      "upstream: set it in [routing]" },
+    { "[upstream]\nforward_client_auth = on\n[routing]\n"
+      "forward_client_auth = off\n", GW_EINVAL,
+      "gateway.conf:4: duplicate key 'forward_client_auth' in [routing], "
+      "first set at line 2" },
+    { "[upstream a]\nurl = http://h\nweight = 0\n", GW_EINVAL,
+      "gateway.conf:3: weight: expected an integer 1..1000, got '0'" },
+    { "[routing]\nbalance = random\n", GW_EINVAL,
+      "gateway.conf:2: balance: expected least_inflight, round_robin or "
+      "prefix, got 'random'" },
+    { "[routing]\nretry_budget = 20\n", GW_EINVAL,
+      "gateway.conf:2: retry_budget: expected a share 0%..100%, as in 20%, "
+      "got '20'" },
+    { "[routing]\nretry_budget = 101%\n", GW_EINVAL,
+      "gateway.conf:2: retry_budget: expected a share 0%..100%, as in 20%, "
+      "got '101%'" },
+    { "[routing]\neject_time = 6m\n", GW_EINVAL,
+      "gateway.conf:2: eject_time: expected a duration 1ms..5m "
+      DUR_HINT ", got '6m'" },
+    { "[routing]\nretries = 64\n", GW_EINVAL,
+      "gateway.conf:2: retries: expected an integer 0..63, got '64'" },
+    { "[upstream a b]\n", GW_EPARSE,
+      "gateway.conf:1: bad section header '[upstream a b]': expected "
+      "[section] or [section name] made of letters, digits, '_', '-' and "
+      "'.'" },
     /* syntax errors come through from cfg.c */
     { "[server]\nlisten\n", GW_EPARSE,
       "gateway.conf:2: expected 'key = value'" },
@@ -1121,6 +1209,23 @@ START_TEST(test_load_err_limits)
     ck_assert_int_eq(buf_printf(&t, "[tenant %064d]\napi_key = k\n", 0), 0);
     ck_assert_int_eq(config_load_text("g.conf", buf_ptr(&t), &c, err,
                                       sizeof(err)), 0);
+    config_release(&c);
+
+    /* 65 upstreams: the 65th header is refused; 64 are fine. */
+    buf_reset(&t);
+    for (i = 0; i <= CONFIG_MAX_UPSTREAMS; i++)
+        ck_assert_int_eq(buf_printf(&t, "[upstream u%d]\nurl = http://h%d\n",
+                                    i, i), 0);
+    ck_assert_int_eq(config_load_text("g.conf", buf_ptr(&t), &c, err,
+                                      sizeof(err)), GW_EINVAL);
+    ck_assert_str_eq(err, "g.conf:129: too many upstreams (at most 64)");
+    buf_reset(&t);
+    for (i = 0; i < CONFIG_MAX_UPSTREAMS; i++)
+        ck_assert_int_eq(buf_printf(&t, "[upstream u%d]\nurl = http://h%d\n",
+                                    i, i), 0);
+    ck_assert_int_eq(config_load_text("g.conf", buf_ptr(&t), &c, err,
+                                      sizeof(err)), 0);
+    ck_assert_uint_eq(c.num_upstreams, CONFIG_MAX_UPSTREAMS);
     config_release(&c);
     buf_release(&t);
 }
@@ -1455,6 +1560,7 @@ config_suite(void)
     tc = tcase("load_ok");
     tcase_add_test(tc, test_load_full);
     tcase_add_test(tc, test_load_empty);
+    tcase_add_test(tc, test_load_upstreams_and_routing);
     tcase_add_loop_test(tc, test_load_ok, 0, (int)GW_ARRAY_LEN(load_ok));
     tcase_add_test(tc, test_url_trailing_slash);
     tcase_add_test(tc, test_load_file_ok);
