@@ -50,7 +50,7 @@
  *
  * Timeouts: a parked reader waits without a timer.  The leader looks at
  * the parked readers at most once a second (fanout_sweep(), from its
- * upstream progress callback, which libcurl calls at least that often):
+ * sink's on_tick, which the transfer loop calls at least that often):
  * one poll() of all their sockets finds clients that hung up, and a
  * reader past its deadline (follower_timeout without progress) is handed
  * back to answer 504.  A stop wakes everyone (fanout_wake_all()).

@@ -26,9 +26,9 @@
 
 /*
  * After the stop, how long connection threads get to end their streams
- * the defined way.  Every wait they can be in ends at the stop, and the
- * slowest to notice, an upstream transfer, hears of it within about a
- * second (libcurl's progress callback); this is the margin.
+ * the defined way.  Every wait they can be in ends at the stop (an
+ * upstream transfer's loop watches the stop pipe too; a health probe
+ * hears of it within a second); this is the margin.
  */
 #define STOP_GRACE_MS 5000
 

@@ -32,12 +32,12 @@
 #include "upstream.h"
 
 /*
- * How often, at most, a relay looks for a client that hung up.  libcurl
- * calls the progress callback after every read and write (six to eight
- * times for a small request) and about once a second while the upstream
- * is quiet; one poll() per call was the largest share of the gateway's
- * system calls.  A client that goes away is still noticed within this
- * long during a quiet wait, and at once by the next write.
+ * How often, at most, a relay's on_tick looks for a client that hung up.
+ * The transfer loop calls on_tick after every wake-up (each chunk) and
+ * about once a second while the upstream is quiet, and one poll() per
+ * call was once the largest share of the gateway's system calls.  The
+ * loop also watches the client's socket itself (on_peer), so a hang-up
+ * is seen at once; this check is the fallback.
  */
 #define PEER_CHECK_MS 100
 

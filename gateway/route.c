@@ -86,14 +86,19 @@ static void
 serve_models(struct handler_req *hr)
 {
     struct buf b;
+    int rc;
 
-    buf_init(&b, 4 << 20);
-    if (pool_models_json(hr->ctx->pool, &b) == 0)
+    /* 64 upstreams x 256 models of 4 KiB each could pass this; the ids
+     * are deduplicated first, so a real fleet is far below it. */
+    buf_init(&b, 16 << 20);
+    rc = pool_models_json(hr->ctx->pool, &b);
+    if (rc == 0)
         reply_send(hr->reply, 200, "application/json", buf_ptr(&b),
                    buf_len(&b), NULL);
     else
         reply_error(hr->reply, 503, "server_error", "overloaded",
-                    "out of memory");
+                    rc == GW_ENOMEM ? "out of memory"
+                                    : "the model list is too large");
     buf_release(&b);
 }
 

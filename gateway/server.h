@@ -21,8 +21,8 @@
  *    request head or body still arriving (answered 503), at once through
  *    the pipe; a parked follower at once, or, if the
  *    leader had it claimed just then, when its leader's upstream
- *    transfer stops, which its progress callback does within about a
- *    second (GW_ESTOPPING).  Every stream still open ends the defined
+ *    transfer stops, which its loop does at once: it watches the stop
+ *    pipe (GW_ESTOPPING).  Every stream still open ends the defined
  *    way: an SSE error event once a stream is under way, else a 503, and
  *    no clean end.  server_wait() then waits for the threads to leave.
  *

@@ -903,7 +903,7 @@ map_result(struct xfer *x, CURLcode cc, const char **reason,
         *reason = "complete";
         return 0;
     case CURLE_WRITE_ERROR:             /* a header or write callback */
-    case CURLE_ABORTED_BY_CALLBACK:     /* the progress callback */
+    case CURLE_ABORTED_BY_CALLBACK:     /* (no progress callback is set) */
         if (x->fail_rc != 0) {
             *reason = x->fail_reason;
             if (x->sink_stopped)
