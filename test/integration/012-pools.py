@@ -575,6 +575,24 @@ def test_hedged_coalesced_flight_two_calls_identical_bodies(t):
     wait_for(lambda: slow.stats()["aborted"] == 1)
 
 
+def test_hedges_cost_the_retry_budget(t):
+    slow, fast = t.mock(), t.mock()
+    control(slow, slow_every=1, slow_ms=800)
+    g = pool(t, [slow, fast], routing={"balance": "round_robin",
+                                       "hedge_after": "100ms",
+                                       "retry_budget": "0%",
+                                       "retry_budget_min": 1})
+    assert post(g, chat_body("first")).status == 200    # slow, hedged
+    wait_for(lambda: slow.stats()["aborted"] == 1, msg="the hedge won")
+    assert post(g, chat_body("second")).status == 200   # fast
+    t0 = time.monotonic()
+    assert post(g, chat_body("third")).status == 200    # slow: no leave
+    assert time.monotonic() - t0 >= 0.75, "hedged past the budget"
+    assert slow.stats()["aborted"] == 1
+    assert value(g, "infergw_upstream_hedges_total") == 1
+    assert value(g, REFUSED) >= 1
+
+
 def test_no_hedge_when_off(t):
     slow, fast = t.mock(), t.mock()
     control(slow, slow_every=1, slow_ms=600)
