@@ -63,6 +63,7 @@
 #include "util.h"
 
 #define MOCK_MODEL "mock-model"
+#define MOCK_DEMO_MODEL "llama-3-8b"        /* the tutorial's demo asks it */
 #define MOCK_MAX_HEAD (64 * 1024)           /* request line + fields */
 #define MOCK_IN_LIMIT (256 * 1024)          /* read ahead of the parser */
 #define MOCK_MAX_BODY (64 * 1024 * 1024)    /* request body */
@@ -111,7 +112,8 @@ static struct options {
     long slow_every;            /* -s N:MS: every Nth completion ... */
     long slow_ms;               /* ... waits this much more */
     long prefix_bytes;          /* -p: prompt bytes a prefix is */
-} opt = { "127.0.0.1:8000", 8, 0, 0, 0, { MOCK_MODEL }, 1, 0, 0, 256 };
+} opt = { "127.0.0.1:8000", 8, 0, 0, 0, { MOCK_MODEL, MOCK_DEMO_MODEL }, 2,
+          0, 0, 256 };
 
 /*
  * A request waiting on a mock_hold.  It lives on the waiting thread's stack
@@ -300,7 +302,7 @@ usage(FILE *f)
             "(default 0)\n"
             "  -d MS    delay between streamed chunks (default 0)\n"
             "  -m LIST  models GET /v1/models lists, comma-separated "
-            "(default mock-model)\n"
+            "(default mock-model,llama-3-8b)\n"
             "  -s N:MS  every Nth completion waits MS more for its first "
             "byte\n"
             "  -p N     prompt bytes that make a prefix, for prefix_hits "

@@ -210,3 +210,17 @@ def test_access_log_line_per_request(t):
     for x in (rid, rid2, rid3):
         n = sum(1 for l in g.log_lines() if re.search(_access_rx(x), l))
         assert n == 1, "%d access lines for req=%s" % (n, x)
+
+
+def test_the_seed_demo_model_is_served_by_the_bundled_mock(t):
+    """The tutorial's demo asks for "llama-3-8b": once the gateway has the
+    mock's model list, that model must still be routed (make run)."""
+    m = t.mock()
+    g = t.gateway(m)
+    wait_for(lambda: "llama-3-8b" in [e["id"] for e in
+                                      g.get("/v1/models").json()["data"]],
+             msg="the demo model in /v1/models")
+    r = g.post("/v1/chat/completions",
+               b'{"model":"llama-3-8b","messages":[{"role":"user",'
+               b'"content":"identical"}],"stream":true}')
+    assert r.status == 200, r
