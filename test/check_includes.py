@@ -8,7 +8,8 @@ A depends on module B when a.c or a.h includes "b.h".  DESIGN.md
 "Modules, one way" wants
 
     server -> conn -> route -> proxy -> {coalesce, flight, fanout,
-                                         upstream, reply}
+                                         dispatch, reply}
+    dispatch -> {pool, upstream};   main -> health -> {pool, upstream}
 
 with everything on common/; so this fails, naming the cycle, when any
 chain of includes leads from a module back to itself.  It also fails when
