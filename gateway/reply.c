@@ -327,19 +327,16 @@ reply_request_error(struct reply *r, int status, const char *msg)
                        msg != NULL ? msg : http_reason(status));
 }
 
+/* One mapping from a failed call to its answer (reply.h). */
 void
 reply_failure(struct reply *r, const struct reply_failure *f)
 {
-    char msg[64];
-    int s = f->status, ra = f->retry_after_s;
+    const char *reason = f->reason;
+    char msg[128];
+    int s = f->status, ra = f->retry_after_s > 0 ? f->retry_after_s : 1;
 
-    if (f->rc == GW_EUNAVAIL) {
-        reply_error_full(r, 503, "server_error", NULL,
-                         "upstream_unavailable",
-                         f->reason != NULL ? f->reason : "no upstream",
-                         ra > 0 ? ra : 1);
-        return;
-    }
+    if (reason == NULL || reason[0] == '\0')
+        reason = "failed";
     if (s == 429 || s == 502 || s == 503 || s == 504) {
         /* The upstream's own verdict, which no retry could change. */
         snprintf(msg, sizeof(msg), "upstream answered %d", s);
@@ -348,20 +345,10 @@ reply_failure(struct reply *r, const struct reply_failure *f)
                          s == 504 ? "upstream_timeout"
                          : s == 502 ? "upstream_error"
                                     : "upstream_overloaded", msg,
-                         s == 429 || s == 503 ? (ra > 0 ? ra : 1) : 0);
+                         s == 429 || s == 503 ? ra : 0);
         return;
     }
-    reply_upstream_error(r, f->rc, f->reason);
-}
-
-void
-reply_upstream_error(struct reply *r, int rc, const char *reason)
-{
-    char msg[128];
-
-    if (reason == NULL || reason[0] == '\0')
-        reason = "failed";
-    switch (rc) {
+    switch (f->rc) {
     case GW_ETIMEDOUT:
         snprintf(msg, sizeof(msg), "upstream %s", reason);
         reply_error(r, 504, "upstream_error", "upstream_timeout", msg);
@@ -375,7 +362,8 @@ reply_upstream_error(struct reply *r, int rc, const char *reason)
                     "gateway shutting down");
         return;
     case GW_EUNAVAIL:
-        reply_error(r, 503, "server_error", "upstream_unavailable", reason);
+        reply_error_full(r, 503, "server_error", NULL,
+                         "upstream_unavailable", reason, ra);
         return;
     case GW_ENOTFOUND:
         reply_error_full(r, 404, "invalid_request_error", "model",
@@ -389,6 +377,14 @@ reply_upstream_error(struct reply *r, int rc, const char *reason)
                     ? "upstream_unreachable" : "upstream_error", msg);
         return;
     }
+}
+
+void
+reply_upstream_error(struct reply *r, int rc, const char *reason)
+{
+    struct reply_failure f = { rc, reason, 0, 0 };
+
+    reply_failure(r, &f);
 }
 
 int

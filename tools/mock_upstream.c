@@ -481,6 +481,15 @@ wait_client(struct req *q, int64_t ms)
     }
 }
 
+/* A server that hangs: no answer until the client leaves (or
+ * MOCK_STALL_MS), then close. */
+static void
+stall(struct req *q)
+{
+    wait_client(q, MOCK_STALL_MS);
+    q->close = 1;
+}
+
 /* Append a 64 KiB header field, for the big_headers fault. */
 static int
 append_big_header(struct buf *h)
@@ -988,8 +997,7 @@ stream_completion(struct req *q)
         goto out;
     }
     if (q->fault == FAULT_HEAD_STALL) {
-        wait_client(q, MOCK_STALL_MS);
-        q->close = 1;
+        stall(q);
         goto out;
     }
     if (q->route == R_CHAT
@@ -1014,8 +1022,7 @@ stream_completion(struct req *q)
         goto out;
     }
     if (q->fault == FAULT_STALL_MID) {
-        wait_client(q, MOCK_STALL_MS);
-        q->close = 1;
+        stall(q);
         goto out;
     }
     if (send_event(q, chunk_new(q, choices_new(q, NULL, NULL, q->finish),
@@ -1360,8 +1367,7 @@ handle_v1_post(struct req *q)
         goto out;
     }
     if (q->fault == FAULT_STALL) {
-        wait_client(q, MOCK_STALL_MS);
-        q->close = 1;
+        stall(q);
         goto out;
     }
     if (q->mock_status >= 400) {

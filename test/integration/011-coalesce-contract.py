@@ -345,3 +345,45 @@ def test_duplicate_keys_refused(t):
     assert completions(m) == []
     s = finish(send(g, chat_body("after", stream=True)))
     assert_complete_stream(s)
+
+
+def test_retries_and_hedges_send_only_constants_and_key_data(t):
+    """A coalesced flight that is retried (u0 answers 503) and then hedged
+    (u1 is slow, u2 wins): every attempt, on every upstream, carries the
+    same flight id, that upstream's own configured key, the client's body
+    and the constants; no client's header, id or credential."""
+    from gwtest import request
+    mocks = [t.mock() for _ in range(3)]
+    assert request(mocks[0].port, "POST", "/control?status=503").status \
+        == 200
+    assert request(mocks[1].port, "POST",
+                   "/control?slow_every=1&slow_ms=5000").status == 200
+    conf = {"routing": {"balance": "round_robin", "hedge_after": "1s",
+                        "eject_after": 100}}
+    for i, m in enumerate(mocks):
+        conf["upstream u%d" % i] = {"url": "http://127.0.0.1:%d" % m.port,
+                                    "api_key": "sk-up-%d" % i}
+    g = t.gateway(None, conf)
+    body = chat_body("contract, retried and hedged", stream=True)
+    ids = ["client-r-%d" % i for i in range(4)]
+    conns = [send(g, body, headers=HOSTILE + [
+        ("X-Request-Id", rid), ("Authorization", "Bearer sk-client-%d" % i)])
+        for i, rid in enumerate(ids)]
+    streams = finish_all(conns)
+    for s in streams:
+        assert_complete_stream(s)
+    assert sorted(roles(streams)) == ["follower"] * 3 + ["leader"]
+    assert_same_bodies(streams)
+    recs = [(m, completions(m)) for m in mocks]
+    assert [len(r) for _, r in recs] == [1, 1, 1], \
+        "want one attempt on each: the call, its retry, its hedge"
+    fids = {assert_coalesced_call(r[0], body, m.port,
+                                  auth="Bearer sk-up-%d" % i)
+            for i, (m, r) in enumerate(recs)}
+    assert len(fids) == 1, "attempts of one flight with different ids"
+    fid = fids.pop()
+    assert fid not in ids
+    for rid in ids:
+        assert rid.encode() not in streams[0].body
+    # The hedge won on u2; the slow u1 saw the abort.
+    wait_for(lambda: json.loads(mocks[1].get("/stats").body)["aborted"] == 1)
