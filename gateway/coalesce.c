@@ -67,44 +67,7 @@ coalescer_free(struct coalescer *co)
     gw_free(co);
 }
 
-/* ---- tenant and policy ---- */
-
-/* Constant-time equality, so a key's prefix cannot be probed by timing. */
-static int
-secret_eq(const char *a, size_t alen, const char *b)
-{
-    size_t blen = strlen(b);
-    unsigned char d = alen != blen;
-
-    for (size_t i = 0; i < alen; i++)
-        d |= (unsigned char)(a[i] ^ b[i < blen ? i : 0]);
-    return d == 0 && blen > 0;
-}
-
-size_t
-coalesce_tenant(const struct gw_config *cfg, const struct http_request *r)
-{
-    const struct http_header *h = http_find_header(r, "Authorization");
-    const char *key;
-    size_t len;
-
-    if (h == NULL || h->value_len < 7 || !gw_strieq(h->value, 7, "Bearer "))
-        return CONFIG_MAX_TENANTS;
-    key = h->value + 7;
-    len = h->value_len - 7;
-    for (size_t t = 0; t < cfg->num_tenants; t++)
-        for (size_t k = 0; k < cfg->tenants[t].num_keys; k++)
-            if (secret_eq(key, len, cfg->tenants[t].api_keys[k]))
-                return t;
-    return CONFIG_MAX_TENANTS;
-}
-
-const char *
-coalesce_tenant_name(const struct gw_config *cfg, size_t tenant)
-{
-    return tenant < cfg->num_tenants ? cfg->tenants[tenant].name
-                                     : "default";
-}
+/* ---- policy ---- */
 
 /* Every field line of both names counts, as one list (RFC 9110 5.3). */
 static int

@@ -54,16 +54,6 @@ struct coalescer *coalescer_new(const struct gw_config *cfg);
 void coalescer_free(struct coalescer *co);
 
 /*
- * The tenant of a request: the [tenant] whose api_key equals the client's
- * "Authorization: Bearer KEY" (compared in constant time), else the
- * default tenant, CONFIG_MAX_TENANTS.  With no tenants configured every
- * client is "default".
- */
-size_t coalesce_tenant(const struct gw_config *cfg,
-                       const struct http_request *r);
-const char *coalesce_tenant_name(const struct gw_config *cfg, size_t tenant);
-
-/*
  * May this request coalesce?  Returns 1, or 0 with OUT *why set.
  * Refused: coalescing off (globally or for the tenant), opt-out headers
  * (X-Infergw-Coalesce: off, Cache-Control: no-cache or no-store, in any

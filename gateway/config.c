@@ -16,7 +16,8 @@
  * one message "FILE:LINE: ..."; a half-valid config is never used.
  *
  * API keys (upstream.api_key, tenant api_key) are never echoed in messages
- * and are wiped before their memory is freed.
+ * and are wiped before their memory is freed; a tenant's key is kept only
+ * as its SHA-256, and the file's text is wiped by cfg.c.
  */
 #include "config.h"
 
@@ -31,6 +32,7 @@
 #include <strings.h>
 
 #include <mbedtls/platform_util.h>
+#include <mbedtls/sha256.h>
 
 #include "alloc.h"
 #include "cfg.h"
@@ -47,7 +49,8 @@ enum setting_type {
     T_LISTEN,           /* char *: HOST:PORT, [v6]:PORT or :PORT */
     T_URL,              /* char *: http(s)://..., trailing '/' stripped */
     T_SECRET,           /* char *: wiped on free; 'min' = shortest length */
-    T_TENANT_KEY,       /* appended to config_tenant.api_keys */
+    T_TENANT_KEY,       /* its SHA-256 appended to config_tenant.key_sha256 */
+    T_TENANT_KEY_SHA256,    /* 64 hex digits, appended likewise */
     T_UINT,             /* uint64_t in [min, max] */
     T_SIZE,             /* uint64_t bytes in [min, max] */
     T_DURATION,         /* int64_t milliseconds in [min, max] */
@@ -167,8 +170,13 @@ static const struct setting settings[] = {
       "10m", 1, DAY_MS },
     { "coalesce", "leader_writes", T_BOOL, C(leader_writes), "on", 0, 0 },
 
-    { "tenant", "api_key", T_TENANT_KEY, TN(api_keys), NULL, 1, 0 },
+    { "tenant", "api_key", T_TENANT_KEY, TN(key_sha256), NULL, 1, 0 },
+    { "tenant", "api_key_sha256", T_TENANT_KEY_SHA256, TN(key_sha256), NULL,
+      0, 0 },
     { "tenant", "coalesce", T_BOOL, TN(coalesce), "on", 0, 0 },
+    { "tenant", "max_inflight", T_UINT, TN(max_inflight), "0", 0, 1000000 },
+    { "tenant", "requests_per_minute", T_UINT, TN(requests_per_minute), "0",
+      0, 1000000000 },
 };
 
 #define NUM_SETTINGS GW_ARRAY_LEN(settings)
@@ -413,6 +421,9 @@ describe(const struct setting *s, char *out, size_t n)
         snprintf(out, n, "a %skey without blanks, quotes or control "
                  "characters", s->min > 0 ? "non-empty " : "");
         break;
+    case T_TENANT_KEY_SHA256:
+        snprintf(out, n, "64 hex digits (the SHA-256 of the key)");
+        break;
     case T_UINT:
         snprintf(out, n, "an integer %" PRIu64 "..%" PRIu64, s->min,
                  s->max);
@@ -549,8 +560,8 @@ bad:
 /*
  * Parse 'v' as setting 's' and store it in 'base' (the struct its scope
  * names).  Borrows both.  Returns 0, GW_EINVAL (nothing
- * stored) or GW_ENOMEM.  T_TENANT_KEY is stored by the caller, which also
- * checks it against every other tenant.
+ * stored) or GW_ENOMEM.  A tenant's key is only checked here: the
+ * caller stores its digest, and checks it against every other tenant's.
  */
 static int
 set_value(const struct setting *s, char *base, const char *v)
@@ -587,6 +598,10 @@ set_value(const struct setting *s, char *base, const char *v)
         if (s->type == T_TENANT_KEY)
             return 0;
         return replace_string(field, v, 1);
+    case T_TENANT_KEY_SHA256:
+        return strlen(v) == 2 * CONFIG_KEY_DIGEST_LEN
+               && strspn(v, "0123456789abcdefABCDEF") == strlen(v)
+               ? 0 : GW_EINVAL;
     case T_UINT:
         if (cfg_parse_uint(v, s->max, &u) != 0 || u < s->min)
             return GW_EINVAL;
@@ -771,7 +786,7 @@ config_find_upstream(const struct gw_config *c, const char *name)
 void
 config_release(struct gw_config *c)
 {
-    size_t i, k;
+    size_t i;
 
     gw_free(c->path);
     gw_free(c->listen);
@@ -781,8 +796,7 @@ config_release(struct gw_config *c)
         struct config_tenant *t = &c->tenants[i];
 
         gw_free(t->name);
-        for (k = 0; k < t->num_keys; k++)
-            wipe_free(t->api_keys[k]);
+        mbedtls_platform_zeroize(t->key_sha256, sizeof(t->key_sha256));
     }
     /* Leaves every pointer NULL, so a second release is harmless. */
     memset(c, 0, sizeof(*c));
@@ -969,12 +983,33 @@ on_header(struct loader *ld, const struct cfg_entry *e)
     return 0;
 }
 
-/* A tenant's api_key: unique across all tenants, at most 16 each. */
+/* 64 hex digits (set_value checked them) to CONFIG_KEY_DIGEST_LEN bytes. */
+static void
+unhex_digest(const char *hex, unsigned char *out)
+{
+    for (size_t i = 0; i < CONFIG_KEY_DIGEST_LEN; i++) {
+        unsigned v = 0;
+
+        for (size_t j = 0; j < 2; j++) {
+            char ch = hex[2 * i + j];
+
+            v = v * 16 + (unsigned)(ch <= '9' ? ch - '0'
+                                    : (ch | 0x20) - 'a' + 10);
+        }
+        out[i] = (unsigned char)v;
+    }
+}
+
+/*
+ * A tenant's api_key or api_key_sha256: its digest, unique across all
+ * tenants (a key and its own digest are the same key), at most 16 each.
+ */
 static int
-add_tenant_key(struct loader *ld, const struct cfg_entry *e)
+add_tenant_key(struct loader *ld, const struct cfg_entry *e, int hashed)
 {
     struct gw_config *c = ld->c;
     struct config_tenant *t = ld->tenant;
+    unsigned char d[CONFIG_KEY_DIGEST_LEN];
     size_t i, k;
 
     if (t->num_keys == CONFIG_MAX_TENANT_KEYS) {
@@ -982,19 +1017,23 @@ add_tenant_key(struct loader *ld, const struct cfg_entry *e)
                 t->name, CONFIG_MAX_TENANT_KEYS);
         return GW_EINVAL;
     }
+    if (hashed)
+        unhex_digest(e->value, d);
+    else
+        mbedtls_sha256_ret((const unsigned char *)e->value,
+                           strlen(e->value), d, 0);
     for (i = 0; i < c->num_tenants; i++) {
         for (k = 0; k < c->tenants[i].num_keys; k++) {
-            if (strcmp(c->tenants[i].api_keys[k], e->value) == 0) {
+            if (memcmp(c->tenants[i].key_sha256[k], d, sizeof(d)) == 0) {
+                mbedtls_platform_zeroize(d, sizeof(d));
                 set_err(ld, e->line, "this api_key is already used by "
                         "tenant '%s'", c->tenants[i].name);
                 return GW_EINVAL;
             }
         }
     }
-    t->api_keys[t->num_keys] = gw_strdup(e->value);
-    if (t->api_keys[t->num_keys] == NULL)
-        return GW_ENOMEM;
-    t->num_keys++;
+    memcpy(t->key_sha256[t->num_keys++], d, sizeof(d));
+    mbedtls_platform_zeroize(d, sizeof(d));
     return 0;
 }
 
@@ -1078,7 +1117,8 @@ on_setting(struct loader *ld, const struct cfg_entry *e)
         return GW_EINVAL;
     }
     line = first_set_line(ld, s, idx);
-    if (s->type != T_TENANT_KEY && line != 0) {
+    if (s->type != T_TENANT_KEY && s->type != T_TENANT_KEY_SHA256
+        && line != 0) {
         set_err(ld, e->line, "duplicate key '%s' in %s, first set at "
                 "line %d", e->key, where, line);
         return GW_EINVAL;
@@ -1086,7 +1126,8 @@ on_setting(struct loader *ld, const struct cfg_entry *e)
     rc = set_value(s, setting_base(ld, s), e->value);
     if (rc == GW_EINVAL) {
         describe(s, expected, sizeof(expected));
-        if (s->type == T_SECRET || s->type == T_TENANT_KEY)
+        if (s->type == T_SECRET || s->type == T_TENANT_KEY
+            || s->type == T_TENANT_KEY_SHA256)
             set_err(ld, e->line, "%s: expected %s", e->key, expected);
         else
             set_err(ld, e->line, "%s: expected %s, got '%s'", e->key,
@@ -1095,8 +1136,8 @@ on_setting(struct loader *ld, const struct cfg_entry *e)
     }
     if (rc != 0)
         return rc;
-    if (s->type == T_TENANT_KEY)
-        rc = add_tenant_key(ld, e);
+    if (s->type == T_TENANT_KEY || s->type == T_TENANT_KEY_SHA256)
+        rc = add_tenant_key(ld, e, s->type == T_TENANT_KEY_SHA256);
     else if (s->type == T_MODELS)
         rc = check_models(ld, e);
     if (rc != 0)

@@ -16,6 +16,7 @@
 #define CONFIG_MAX_UPSTREAMS 64     /* a set of them fits a uint64_t */
 #define CONFIG_MAX_MODELS 64        /* per upstream */
 #define CONFIG_NAME_MAX 64          /* tenant, upstream and model names */
+#define CONFIG_KEY_DIGEST_LEN 32    /* SHA-256 of a tenant's API key */
 
 enum config_balance {
     BALANCE_LEAST_INFLIGHT = 0, /* power of two choices on open calls */
@@ -43,11 +44,19 @@ struct config_upstream {
     int line;                   /* its section header; 0 = built in */
 };
 
+/*
+ * A tenant's keys are kept only as SHA-256 digests: an api_key line is
+ * hashed at load (its text is wiped with the file's), an api_key_sha256
+ * line gives the digest itself.  A client's key is hashed and compared
+ * in constant time (tenant.h).
+ */
 struct config_tenant {
     char *name;
-    char *api_keys[CONFIG_MAX_TENANT_KEYS];   /* wiped before free */
-    size_t num_keys;
+    unsigned char key_sha256[CONFIG_MAX_TENANT_KEYS][CONFIG_KEY_DIGEST_LEN];
+    size_t num_keys;            /* digests wiped on release */
     int coalesce;               /* per-tenant switch, default on */
+    uint64_t max_inflight;      /* 0 = no limit on requests under way */
+    uint64_t requests_per_minute;   /* 0 = no limit; a token bucket */
 };
 
 struct gw_config {

@@ -4,6 +4,7 @@
  */
 #include "conn.h"
 
+#include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -81,6 +82,8 @@ start_request(struct conn *c)
     hr->request_id = c->request_id;
     hr->route = ROUTE_OTHER;
     hr->tenant = CONFIG_MAX_TENANTS;
+    hr->pass = NULL;
+    hr->prompt_tokens = hr->completion_tokens = -1;
     reply_start(&c->reply, c->request_id, c->req.minor,
                 c->req.keep_alive && !handler_draining(c->ctx));
 }
@@ -91,13 +94,19 @@ access_log(struct conn *c)
     const struct handler_req *hr = &c->hr;
     const struct reply *r = &c->reply;
     int64_t us = gw_now_us() - r->start_us;
+    char usage_field[64] = "";
 
     metrics_request(hr->route, r->status, us, r->ttfb_us);
     if (!c->ctx->cfg->access_log)
         return;
+    if (hr->prompt_tokens >= 0)
+        snprintf(usage_field, sizeof(usage_field),
+                 " prompt_tokens=%lld completion_tokens=%lld",
+                 (long long)hr->prompt_tokens,
+                 (long long)hr->completion_tokens);
     log_msg(GW_LOG_INFO, "access method=%.*s path=%.*s model=%s status=%d "
             "upstream=%s attempts=%d upstream_status=%d bytes=%llu ms=%lld "
-            "ttft_ms=%lld coalesce=%s%s%s%s",
+            "ttft_ms=%lld coalesce=%s%s%s%s%s",
             (int)c->req.method_len, c->req.method,
             (int)c->req.path_len, c->req.path,
             hr->model[0] != '\0' ? hr->model : "-", r->status,
@@ -107,7 +116,7 @@ access_log(struct conn *c)
             (long long)(r->ttfb_us >= 0 ? r->ttfb_us / 1000 : -1),
             r->role != NULL ? r->role : "-",
             hr->flight_id[0] != '\0' ? " flight=" : "",
-            hr->flight_id,
+            hr->flight_id, usage_field,
             r->broken ? " broken=1" : "");
 }
 

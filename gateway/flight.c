@@ -232,6 +232,31 @@ flight_set_failure(struct flight *f, int status, int retry_after_s)
 }
 
 void
+flight_set_usage(struct flight *f, int64_t prompt, int64_t completion)
+{
+    gw_mutex_lock(&f->lock);
+    f->has_usage = 1;
+    f->usage_prompt = prompt;
+    f->usage_completion = completion;
+    gw_mutex_unlock(&f->lock);
+}
+
+int
+flight_usage(struct flight *f, int64_t *prompt, int64_t *completion)
+{
+    int ok;
+
+    gw_mutex_lock(&f->lock);
+    ok = f->state == FLIGHT_DONE && f->has_usage;
+    if (ok) {
+        *prompt = f->usage_prompt;
+        *completion = f->usage_completion;
+    }
+    gw_mutex_unlock(&f->lock);
+    return ok;
+}
+
+void
 flight_snap_locked(struct flight *f, size_t lo, struct flight_snap *s)
 {
     assert(gw_mutex_held(&f->lock));

@@ -128,6 +128,8 @@ struct flight {
     char err_reason[64];            /* (L) */
     int err_status;                 /* (L) */
     int err_retry_after_s;          /* (L) */
+    int has_usage;                  /* (L) usage.h: what the call cost */
+    int64_t usage_prompt, usage_completion;     /* (L) */
 
     struct flight_reader *readers;  /* (L) every attached reader */
     _Atomic unsigned nreaders;      /* (L) to write; anyone may read */
@@ -195,6 +197,13 @@ void flight_finish(struct flight *f, int rc, const char *reason);
  * them.  The driver only.
  */
 void flight_set_failure(struct flight *f, int status, int retry_after_s);
+
+/* Before a successful flight_finish(): the call's token usage.  The
+ * driver only. */
+void flight_set_usage(struct flight *f, int64_t prompt, int64_t completion);
+
+/* The usage of a DONE flight: 1 with both set, else 0. */
+int flight_usage(struct flight *f, int64_t *prompt, int64_t *completion);
 
 /*
  * OUT *s: what a reader at position 'lo' may send (see struct

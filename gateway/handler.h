@@ -8,7 +8,7 @@
  * the modules depend one way (DESIGN.md "Modules, one way"):
  *
  *   server -> conn -> route -> proxy -> {coalesce, flight, fanout,
- *                                        dispatch, reply}
+ *                                        dispatch, reply, tenant, usage}
  *   dispatch -> {pool, upstream};  server -> health -> {pool, upstream}
  */
 #ifndef INFERGW_GATEWAY_HANDLER_H
@@ -26,6 +26,8 @@ struct upstream;
 struct pool;
 struct coalescer;
 struct reply;
+struct tenants;
+struct tenant_entry;
 
 /*
  * Immutable once the server starts, and shared by every thread; the
@@ -37,6 +39,7 @@ struct handler_ctx {
     struct upstream *up;            /* the transfers */
     struct pool *pool;              /* which upstream, and its health */
     struct coalescer *co;
+    struct tenants *tenants;        /* limits and bills (tenant.h) */
     const _Atomic int *draining;    /* SIGTERM: readyz 503, no keep-alive,
                                        requests under way go on */
     const _Atomic int *stopping;    /* drain_timeout passed: every wait
@@ -77,6 +80,10 @@ struct handler_req {
     enum metrics_route route;
     size_t tenant;                  /* config index, or CONFIG_MAX_TENANTS
                                        for "default" */
+    struct tenant_entry *pass;      /* admitted by the tenant's limits:
+                                       the proxy bills it; or NULL */
+    int64_t prompt_tokens;          /* the usage this client received, */
+    int64_t completion_tokens;      /* or -1 */
     char model[64];
     char flight_id[32];             /* leader or follower: a copy of the
                                        flight's id (the upstream's

@@ -20,6 +20,7 @@
 #include "log.h"
 #include "pool.h"
 #include "server.h"
+#include "tenant.h"
 #include "upstream.h"
 
 #define INFERGW_VERSION "0.1.0"
@@ -72,6 +73,7 @@ main(int argc, char **argv)
     struct pool *pool = NULL;
     struct health *health = NULL;
     struct coalescer *co = NULL;
+    struct tenants *tenants = NULL;
     struct server srv;
     char err[512];
     int test_only = 0, sig_fd = -1, opt, rc;
@@ -113,11 +115,12 @@ main(int argc, char **argv)
     up = upstream_new(&cfg);
     pool = pool_new(&cfg);
     co = coalescer_new(&cfg);
-    if (up == NULL || pool == NULL || co == NULL) {
+    tenants = tenants_new();
+    if (up == NULL || pool == NULL || co == NULL || tenants == NULL) {
         log_msg(GW_LOG_ERROR, "main: out of memory at startup");
         return 1;
     }
-    if (server_init(&srv, &cfg, up, pool, co) != 0
+    if (server_init(&srv, &cfg, up, pool, co, tenants) != 0
         || server_listen(&srv) != 0)
         return 1;
     health = health_start(&cfg, pool, up);
@@ -153,6 +156,7 @@ main(int argc, char **argv)
     health_stop(health);
     server_release(&srv);
     coalescer_free(co);
+    tenants_free(tenants);
     pool_free(pool);
     upstream_free(up);
     curl_global_cleanup();

@@ -29,7 +29,9 @@
 #include "net.h"
 #include "pool.h"
 #include "reply.h"
+#include "tenant.h"
 #include "upstream.h"
+#include "usage.h"
 
 /*
  * How often, at most, a relay's on_tick looks for a client that hung up.
@@ -133,19 +135,39 @@ peer_check_due(int64_t *last)
     return 1;
 }
 
+/*
+ * Bill the usage hr's client received (tenant.h), if it received all of
+ * it: a 2xx body that ended cleanly.  'saved': a follower's.
+ */
+static void
+bill(struct handler_req *hr, int64_t prompt, int64_t completion, int saved)
+{
+    const struct reply *r = hr->reply;
+
+    if (r->broken || r->status < 200 || r->status > 299)
+        return;
+    hr->prompt_tokens = prompt;
+    hr->completion_tokens = completion;
+    tenants_bill(hr->ctx->tenants, hr->pass, hr->model, (uint64_t)prompt,
+                 (uint64_t)completion, saved);
+}
+
 /* ---- direct: the client's own socket is the sink ---- */
 
 struct direct {
     struct handler_req *hr;
     int64_t peer_check_ms;
+    struct usage_scan usage;
 };
 
 static int
 direct_head(void *arg, const struct upstream_head *h)
 {
-    struct reply *r = ((struct direct *)arg)->hr->reply;
+    struct direct *d = arg;
+    struct reply *r = d->hr->reply;
     char extra[40];
 
+    usage_scan_head(&d->usage, h->status, h->content_type);
     r->upstream_status = h->status;
     reply_retry_after_line(extra, sizeof(extra), h->retry_after_s);
     return reply_begin(r, h->status, h->content_type, h->content_length,
@@ -158,8 +180,10 @@ direct_data(void *arg, const char *p, size_t n)
 {
     struct direct *d = arg;
 
-    if (reply_body(d->hr->reply, p, n) == 0)
+    if (reply_body(d->hr->reply, p, n) == 0) {
+        usage_scan_feed(&d->usage, p, n);
         return 0;
+    }
     return handler_stopping(d->hr->ctx) ? GW_ESTOPPING : GW_EABORTED;
 }
 
@@ -193,26 +217,31 @@ direct_peer(void *arg)
 static void
 forward_direct(struct handler_req *hr, const struct fwd *fw)
 {
-    struct direct d = { hr, 0 };
+    struct direct d = { hr, 0, { 0 } };
     struct upstream_sink sink = { &d, direct_head, direct_data,
                                   direct_tick, direct_peer };
     struct dispatch_ctx dc = dispatch_of(hr->ctx);
     struct dispatch_result out;
     struct reply_failure fail;
     struct reply *r = hr->reply;
+    int64_t prompt, completion;
 
+    usage_scan_init(&d.usage);
     dispatch_run(&dc, &fw->ur, fw->model, fw->prefix_hash, &sink, r->fd,
                  &out);
     fail = failure_of(&out);
     hr->upstream = out.upstream;
     hr->attempts = out.attempts;
     r->upstream_status = out.res.status;
-    if (out.res.rc == 0)
+    if (out.res.rc == 0) {
         reply_end(r);
-    else if (out.res.rc == GW_EABORTED || r->broken)
+        if (usage_scan_end(&d.usage, &prompt, &completion))
+            bill(hr, prompt, completion, 0);
+    } else if (out.res.rc == GW_EABORTED || r->broken)
         reply_gone(r);          /* the client went away: nothing to say */
     else
         reply_failure(r, &fail);
+    usage_scan_release(&d.usage);
 }
 
 /* The flight's id for the access log: a copy, the flight goes first. */
@@ -236,6 +265,7 @@ struct leader {
     int64_t peer_check_ms;          /* its client, see PEER_CHECK_MS */
     int64_t self_moved_ms;          /* its client last took bytes */
     int64_t sweep_ms;               /* last fanout_sweep() */
+    struct usage_scan usage;        /* what the call cost */
 };
 
 static struct fanout_opts
@@ -299,6 +329,7 @@ lead_head(void *arg, const struct upstream_head *h)
 
     flight_set_head(l->f, h->status, h->content_type, h->content_length,
                     h->retry_after_s);
+    usage_scan_head(&l->usage, h->status, h->content_type);
     /* From the flight's head, as every follower's: the same bytes. */
     r->upstream_status = h->status;
     if (l->attached && fanout_begin(r, &l->f->head) != 0)
@@ -322,6 +353,7 @@ lead_data(void *arg, const char *p, size_t n)
                 "flight=%s bytes=%zu", l->f->id, n);
         return GW_ENOMEM;
     }
+    usage_scan_feed(&l->usage, p, n);
     if (l->attached)
         lead_push_self(l);
     fanout_after_append(l->f, &l->opts);
@@ -390,8 +422,10 @@ lead(struct handler_req *hr, struct flight *f, struct fanout_reader *self,
     struct dispatch_ctx dc = dispatch_of(ctx);
     struct dispatch_result out;
     const struct upstream_result *res = &out.res;
+    int64_t prompt, completion;
 
     memset(&l, 0, sizeof(l));
+    usage_scan_init(&l.usage);
     l.hr = hr;
     l.self = self;
     l.f = f;
@@ -412,6 +446,9 @@ lead(struct handler_req *hr, struct flight *f, struct fanout_reader *self,
     hr->attempts = out.attempts;
     if (res->rc != 0)
         flight_set_failure(f, out.status, out.retry_after_s);
+    else if (usage_scan_end(&l.usage, &prompt, &completion))
+        flight_set_usage(f, prompt, completion);
+    usage_scan_release(&l.usage);
     coalescer_finish(ctx->co, key, f, res->rc, res->reason);
     fanout_wake_all(f);
     if (res->rc != 0 && res->rc != GW_EABORTED)
@@ -423,6 +460,8 @@ lead(struct handler_req *hr, struct flight *f, struct fanout_reader *self,
         /* The transfer is over: now the client may take its time. */
         fanout_relay(f, self, &l.opts);
         coalescer_detach(ctx->co, key, f, &self->fr);
+        if (flight_usage(f, &prompt, &completion))
+            bill(hr, prompt, completion, 0);
     }
     flight_unref(f);            /* the driver's reference */
 }
@@ -435,14 +474,20 @@ follow(struct handler_req *hr, struct flight *f, struct fanout_reader *r,
 {
     const struct handler_ctx *ctx = hr->ctx;
     struct fanout_opts o = opts_of(ctx);
+    int64_t prompt, completion;
+    int billed;
 
     hr->reply->role = "follower";
     note_flight(hr, f);
     metrics_coalesce_follower(hr->tenant);
     log_msg(GW_LOG_INFO, "coalesce: follower key=%s flight=%s tenant=%s",
-            keyhex, f->id, coalesce_tenant_name(ctx->cfg, hr->tenant));
+            keyhex, f->id, tenant_name(ctx->cfg, hr->tenant));
     fanout_relay(f, r, &o);
+    /* Before the detach: it may drop the last reference. */
+    billed = flight_usage(f, &prompt, &completion);
     coalescer_detach(ctx->co, key, f, &r->fr);
+    if (billed)
+        bill(hr, prompt, completion, 1);
 }
 
 static void
@@ -467,7 +512,7 @@ coalesce(struct handler_req *hr, const struct fwd *fw)
     struct flight *f;
     char keyhex[13];
 
-    coalesce_key(coalesce_tenant_name(ctx->cfg, hr->tenant), &fw->ur, key);
+    coalesce_key(tenant_name(ctx->cfg, hr->tenant), &fw->ur, key);
     coalesce_key_hex(key, keyhex);
     fanout_reader_init(&r, hr->reply, ctx->cfg->follower_timeout_ms);
     switch (coalescer_join(ctx->co, key, &r.fr, &f, &why)) {

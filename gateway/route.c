@@ -19,6 +19,7 @@
 #include "pool.h"
 #include "proxy.h"
 #include "reply.h"
+#include "tenant.h"
 
 enum route_kind {
     KIND_COMPLETION,        /* POST JSON object, may coalesce */
@@ -69,7 +70,8 @@ serve_metrics(struct handler_req *hr)
 
     buf_init(&b, 4 << 20);
     if (metrics_render(&b, hr->ctx->cfg) == 0
-        && pool_render_metrics(hr->ctx->pool, &b) == 0)
+        && pool_render_metrics(hr->ctx->pool, &b) == 0
+        && tenants_render_metrics(hr->ctx->tenants, &b) == 0)
         reply_send(hr->reply, 200, "text/plain; version=0.0.4; charset=utf-8",
                    buf_ptr(&b), buf_len(&b), NULL);
     else
@@ -132,6 +134,40 @@ send_405(struct reply *r, const char *allowed)
         reply_send(r, 405, "application/json", buf_ptr(&b), buf_len(&b),
                    allow);
     buf_release(&b);
+}
+
+/*
+ * The tenant's limits (tenant.h): 0 and hr->pass set, or the 429 (or
+ * 503) is sent.  Keep-alive stays: the body was read.
+ */
+static int
+admit(struct handler_req *hr)
+{
+    char msg[160];
+    int wait;
+
+    switch (tenants_enter(hr->ctx->tenants, hr->ctx->cfg, hr->tenant,
+                          gw_now_ms(), &hr->pass, &wait)) {
+    case TENANT_ADMITTED:
+        return 0;
+    case TENANT_MAX_INFLIGHT:
+        snprintf(msg, sizeof(msg), "tenant '%s' has max_inflight requests "
+                 "under way; try again later",
+                 tenant_name(hr->ctx->cfg, hr->tenant));
+        break;
+    case TENANT_RATE:
+        snprintf(msg, sizeof(msg), "tenant '%s' is over its "
+                 "requests_per_minute; try again in %d s",
+                 tenant_name(hr->ctx->cfg, hr->tenant), wait);
+        break;
+    case TENANT_NOMEM:
+        reply_error(hr->reply, 503, "server_error", "overloaded",
+                    "out of memory");
+        return GW_ENOMEM;
+    }
+    reply_error_full(hr->reply, 429, "requests", NULL, "rate_limit_exceeded",
+                     msg, wait);
+    return GW_EUNAVAIL;
 }
 
 /*
@@ -225,7 +261,7 @@ route_request(struct handler_req *hr)
          * keys; without, everyone is tenant "default".  Checked before
          * the body is read, so a stranger cannot make us buffer it.
          */
-        hr->tenant = coalesce_tenant(cfg, req);
+        hr->tenant = tenant_identify(cfg, req);
         if (cfg->num_tenants > 0 && hr->tenant >= CONFIG_MAX_TENANTS) {
             if (req->body_kind != HTTP_BODY_NONE)
                 reply_close_unread(r);
@@ -265,7 +301,11 @@ route_request(struct handler_req *hr)
             return;
         }
         note_model(hr, body);
-        proxy_forward(hr, body, rt->kind == KIND_COMPLETION);
+        if (admit(hr) == 0) {
+            proxy_forward(hr, body, rt->kind == KIND_COMPLETION);
+            tenants_leave(hr->ctx->tenants, hr->pass);
+            hr->pass = NULL;
+        }
         json_decref(body);
         return;
     }

@@ -42,7 +42,8 @@ close_pair(int p[2])
 
 int
 server_init(struct server *s, const struct gw_config *cfg,
-            struct upstream *up, struct pool *pool, struct coalescer *co)
+            struct upstream *up, struct pool *pool, struct coalescer *co,
+            struct tenants *tenants)
 {
     int wake[2] = { -1, -1 }, stop[2] = { -1, -1 }, done[2] = { -1, -1 };
     int attr = 0, rc = GW_EIO, err;
@@ -82,6 +83,7 @@ server_init(struct server *s, const struct gw_config *cfg,
     s->ctx.up = up;
     s->ctx.pool = pool;
     s->ctx.co = co;
+    s->ctx.tenants = tenants;
     s->ctx.draining = &s->draining;
     s->ctx.stopping = &s->stopping;
     s->ctx.wake_fd = s->wake_rd;

@@ -42,6 +42,7 @@
 struct gw_config;
 struct upstream;
 struct coalescer;
+struct tenants;
 
 struct server {
     struct handler_ctx ctx;         /* immutable once server_init() is
@@ -64,7 +65,8 @@ struct server {
  * (logged) with nothing left open.
  */
 int server_init(struct server *s, const struct gw_config *cfg,
-                struct upstream *up, struct pool *pool, struct coalescer *co);
+                struct upstream *up, struct pool *pool, struct coalescer *co,
+                struct tenants *tenants);
 
 /* Bind and listen; logs "server: listening addr=... port=N". */
 int server_listen(struct server *s);

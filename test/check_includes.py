@@ -8,7 +8,7 @@ A depends on module B when a.c or a.h includes "b.h".  DESIGN.md
 "Modules, one way" wants
 
     server -> conn -> route -> proxy -> {coalesce, flight, fanout,
-                                         dispatch, reply}
+                                         dispatch, reply, tenant, usage}
     dispatch -> {pool, upstream};   main -> health -> {pool, upstream}
 
 with everything on common/; so this fails, naming the cycle, when any

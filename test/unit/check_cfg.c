@@ -18,6 +18,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <mbedtls/sha256.h>
+
 #include "alloc.h"
 #include "buf.h"
 #include "cfg.h"
@@ -699,7 +701,19 @@ static const char full_config[] =
     "api_key = sk-acme-2\n"
     "[tenant research.lab-2]\n"
     "coalesce = off\n"
-    "api_key = sk-research\n";
+    "api_key = sk-research\n"
+    "max_inflight = 4\n"
+    "requests_per_minute = 600\n";
+
+/* Is 'digest' the SHA-256 of 'key'?  (Keys are kept only so.) */
+static int
+key_is(const unsigned char *digest, const char *key)
+{
+    unsigned char d[CONFIG_KEY_DIGEST_LEN];
+
+    mbedtls_sha256_ret((const unsigned char *)key, strlen(key), d, 0);
+    return memcmp(d, digest, sizeof(d)) == 0;
+}
 
 START_TEST(test_load_full)
 {
@@ -743,13 +757,17 @@ START_TEST(test_load_full)
     ck_assert_uint_eq(c.num_tenants, 2);
     ck_assert_str_eq(c.tenants[0].name, "acme");
     ck_assert_uint_eq(c.tenants[0].num_keys, 2);
-    ck_assert_str_eq(c.tenants[0].api_keys[0], "sk-acme-1");
-    ck_assert_str_eq(c.tenants[0].api_keys[1], "sk-acme-2");
+    ck_assert(key_is(c.tenants[0].key_sha256[0], "sk-acme-1"));
+    ck_assert(key_is(c.tenants[0].key_sha256[1], "sk-acme-2"));
     ck_assert_int_eq(c.tenants[0].coalesce, 1);
     ck_assert_str_eq(c.tenants[1].name, "research.lab-2");
     ck_assert_uint_eq(c.tenants[1].num_keys, 1);
-    ck_assert_str_eq(c.tenants[1].api_keys[0], "sk-research");
+    ck_assert(key_is(c.tenants[1].key_sha256[0], "sk-research"));
     ck_assert_int_eq(c.tenants[1].coalesce, 0);
+    ck_assert_uint_eq(c.tenants[0].max_inflight, 0);
+    ck_assert_uint_eq(c.tenants[0].requests_per_minute, 0);
+    ck_assert_uint_eq(c.tenants[1].max_inflight, 4);
+    ck_assert_uint_eq(c.tenants[1].requests_per_minute, 600);
     config_release(&c);
     ck_assert(config_is_empty(&c));
 }
@@ -1484,8 +1502,17 @@ START_TEST(test_sample_documents_defaults)
     ck_assert_int_eq(cfg_parse_text("uncommented", text, strlen(text), &f,
                                     err, sizeof(err)), 0);
     for (i = 0; config_schema_entry(i, &section, &key, &alias) == 0; i++) {
-        if (strcmp(section, "tenant") == 0 || alias)
-            continue;           /* shown as an example; or said in words */
+        if (strcmp(section, "tenant") == 0) {
+            char line[64];
+
+            /* Shown in the example sections. */
+            snprintf(line, sizeof(line), "#   %s = ", key);
+            ck_assert_msg(strstr(text, line) != NULL, "etc/gateway.conf "
+                          "does not show tenant.%s", key);
+            continue;
+        }
+        if (alias)
+            continue;           /* said in words */
         for (k = 0; k < f.count; k++)
             if (strcmp(f.entries[k].section, section) == 0
                 && strcmp(f.entries[k].key, key) == 0)

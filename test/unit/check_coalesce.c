@@ -13,6 +13,7 @@
 #include "coalesce.h"
 #include "config.h"
 #include "flight.h"
+#include "tenant.h"
 #include "testutil.h"
 #include "util.h"
 
@@ -429,20 +430,20 @@ START_TEST(test_tenants)
                      0);
     ck_assert_int_gt(parse("POST / HTTP/1.1\r\nHost: x\r\n"
                            "Authorization: Bearer sk-acme\r\n\r\n", &r), 0);
-    ck_assert_uint_eq(coalesce_tenant(&c, &r), 0);
-    ck_assert_str_eq(coalesce_tenant_name(&c, 0), "acme");
+    ck_assert_uint_eq(tenant_identify(&c, &r), 0);
+    ck_assert_str_eq(tenant_name(&c, 0), "acme");
     ck_assert_int_gt(parse("POST / HTTP/1.1\r\nHost: x\r\n"
                            "Authorization: Bearer sk-g2\r\n\r\n", &r), 0);
-    ck_assert_uint_eq(coalesce_tenant(&c, &r), 1);
+    ck_assert_uint_eq(tenant_identify(&c, &r), 1);
     ck_assert_int_eq(coalesce_eligible(&c, 1, &r, j, &why), 0);
     ck_assert_int_eq(why, BYPASS_TENANT);
     ck_assert_int_gt(parse("POST / HTTP/1.1\r\nHost: x\r\n"
                            "Authorization: Bearer sk-acm\r\n\r\n", &r), 0);
-    ck_assert_uint_eq(coalesce_tenant(&c, &r), CONFIG_MAX_TENANTS);
-    ck_assert_str_eq(coalesce_tenant_name(&c, CONFIG_MAX_TENANTS),
+    ck_assert_uint_eq(tenant_identify(&c, &r), CONFIG_MAX_TENANTS);
+    ck_assert_str_eq(tenant_name(&c, CONFIG_MAX_TENANTS),
                      "default");
     ck_assert_int_gt(parse("POST / HTTP/1.1\r\nHost: x\r\n\r\n", &r), 0);
-    ck_assert_uint_eq(coalesce_tenant(&c, &r), CONFIG_MAX_TENANTS);
+    ck_assert_uint_eq(tenant_identify(&c, &r), CONFIG_MAX_TENANTS);
     json_decref(j);
     config_release(&c);
     config_defaults(&cfg);          /* for teardown */

@@ -1,0 +1,322 @@
+/*
+ * tenant.c - tenants: who, limits, bill (tenant.h).
+ */
+#include "tenant.h"
+
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <mbedtls/platform_util.h>
+#include <mbedtls/sha256.h>
+
+#include "alloc.h"
+#include "config.h"
+#include "util.h"
+
+/*
+ * Model rows per tenant; the rest is billed in one more row.  Its label
+ * has a blank, which a client's model name cannot (route.c turns blanks
+ * into '_'), so the two never meet in one series.
+ */
+#define TENANT_MAX_MODELS 32
+#define OTHER_MODEL "(other models)"
+
+/* ---- who ---- */
+
+size_t
+tenant_identify(const struct gw_config *cfg, const struct http_request *r)
+{
+    const struct http_header *h = http_find_header(r, "Authorization");
+    unsigned char d[CONFIG_KEY_DIGEST_LEN];
+    size_t found = CONFIG_MAX_TENANTS;
+
+    if (cfg->num_tenants == 0 || h == NULL || h->value_len < 8
+        || !gw_strieq(h->value, 7, "Bearer "))
+        return CONFIG_MAX_TENANTS;
+    mbedtls_sha256_ret((const unsigned char *)h->value + 7,
+                       h->value_len - 7, d, 0);
+    /* Every digest is compared, all the way: no early exit. */
+    for (size_t t = 0; t < cfg->num_tenants; t++) {
+        const struct config_tenant *ct = &cfg->tenants[t];
+
+        for (size_t k = 0; k < ct->num_keys; k++) {
+            unsigned char diff = 0;
+
+            for (size_t i = 0; i < sizeof(d); i++)
+                diff |= (unsigned char)(d[i] ^ ct->key_sha256[k][i]);
+            /* Branch-free select; keys are unique across tenants. */
+            found ^= (found ^ t) & ((size_t)0 - (size_t)(diff == 0));
+        }
+    }
+    mbedtls_platform_zeroize(d, sizeof(d));
+    return found;
+}
+
+const char *
+tenant_name(const struct gw_config *cfg, size_t tenant)
+{
+    return tenant < cfg->num_tenants ? cfg->tenants[tenant].name
+                                     : TENANT_DEFAULT_NAME;
+}
+
+/* ---- state ---- */
+
+struct model_bill {
+    char model[64];
+    uint64_t prompt, completion;
+};
+
+struct tenant_entry {
+    char name[CONFIG_NAME_MAX + 1];
+    uint64_t inflight;
+    double tokens;              /* the rate bucket; valid once 'filled' */
+    int64_t refilled_ms;
+    int filled;
+    uint64_t rejected[2];       /* max_inflight, requests_per_minute */
+    uint64_t saved;             /* tokens followers got for nothing */
+    struct model_bill bills[TENANT_MAX_MODELS + 1];  /* + "_other" */
+    size_t nbills;
+};
+
+struct tenants {
+    struct gw_mutex lock;
+    struct tenant_entry **v;    /* each allocated alone: passes point in */
+    size_t n, cap;
+};
+
+struct tenants *
+tenants_new(void)
+{
+    struct tenants *ts = gw_calloc(1, sizeof(*ts));
+
+    if (ts != NULL)
+        gw_mutex_init(&ts->lock);
+    return ts;
+}
+
+void
+tenants_free(struct tenants *ts)
+{
+    if (ts == NULL)
+        return;
+    for (size_t i = 0; i < ts->n; i++)
+        gw_free(ts->v[i]);
+    gw_free(ts->v);
+    gw_mutex_destroy(&ts->lock);
+    gw_free(ts);
+}
+
+/* The entry called 'name', made if new; NULL on ENOMEM.  Locked. */
+static struct tenant_entry *
+entry_of(struct tenants *ts, const char *name)
+{
+    struct tenant_entry *e;
+
+    for (size_t i = 0; i < ts->n; i++)
+        if (strcmp(ts->v[i]->name, name) == 0)
+            return ts->v[i];
+    if (ts->n == ts->cap) {
+        size_t cap = ts->cap == 0 ? 8 : ts->cap * 2;
+        struct tenant_entry **v = gw_realloc(ts->v, cap * sizeof(*v));
+
+        if (v == NULL)
+            return NULL;
+        ts->v = v;
+        ts->cap = cap;
+    }
+    e = gw_calloc(1, sizeof(*e));
+    if (e == NULL)
+        return NULL;
+    snprintf(e->name, sizeof(e->name), "%s", name);
+    ts->v[ts->n++] = e;
+    return e;
+}
+
+/*
+ * Refill the bucket of 'e' for a limit of 'rpm' and take one token if
+ * there is one.  Returns 0, or the seconds until a token is due.
+ */
+static int
+take_token(struct tenant_entry *e, uint64_t rpm, int64_t now_ms)
+{
+    double cap = (double)rpm, per_ms = (double)rpm / 60000.0;
+
+    if (!e->filled) {
+        e->filled = 1;
+        e->tokens = cap;
+    } else if (now_ms > e->refilled_ms) {
+        e->tokens += (double)(now_ms - e->refilled_ms) * per_ms;
+    }
+    e->refilled_ms = now_ms;
+    if (e->tokens > cap)
+        e->tokens = cap;        /* also when a reload lowered the limit */
+    if (e->tokens >= 1.0) {
+        e->tokens -= 1.0;
+        return 0;
+    }
+    /* Whole seconds, rounded up (a token due in 20.0 s is "20"). */
+    return (int)(((int64_t)((1.0 - e->tokens) / per_ms + 0.5) + 999) / 1000);
+}
+
+enum tenant_limit
+tenants_enter(struct tenants *ts, const struct gw_config *cfg, size_t tenant,
+              int64_t now_ms, struct tenant_entry **out, int *retry_after_s)
+{
+    const struct config_tenant *ct = tenant < cfg->num_tenants
+                                     ? &cfg->tenants[tenant] : NULL;
+    enum tenant_limit verdict = TENANT_ADMITTED;
+    struct tenant_entry *e;
+    int wait = 0;
+
+    *out = NULL;
+    *retry_after_s = 0;
+    gw_mutex_lock(&ts->lock);
+    e = entry_of(ts, tenant_name(cfg, tenant));
+    if (e == NULL) {
+        verdict = TENANT_NOMEM;
+    } else if (ct != NULL && ct->max_inflight > 0
+               && e->inflight >= ct->max_inflight) {
+        /* No clock says when one ends: a second is a polite guess. */
+        verdict = TENANT_MAX_INFLIGHT;
+        wait = 1;
+    } else if (ct != NULL && ct->requests_per_minute > 0
+               && (wait = take_token(e, ct->requests_per_minute,
+                                     now_ms)) != 0) {
+        verdict = TENANT_RATE;
+    }
+    if (verdict == TENANT_ADMITTED) {
+        e->inflight++;
+        *out = e;
+    } else if (verdict != TENANT_NOMEM) {
+        e->rejected[verdict == TENANT_RATE]++;
+    }
+    gw_mutex_unlock(&ts->lock);
+    *retry_after_s = wait < 1 && verdict != TENANT_ADMITTED ? 1 : wait;
+    return verdict;
+}
+
+void
+tenants_leave(struct tenants *ts, struct tenant_entry *e)
+{
+    if (e == NULL)
+        return;
+    gw_mutex_lock(&ts->lock);
+    e->inflight--;
+    gw_mutex_unlock(&ts->lock);
+}
+
+/* The bill row of 'model' in 'e' (OTHER_MODEL once the rows are full). */
+static struct model_bill *
+bill_of(struct tenant_entry *e, const char *model)
+{
+    size_t i;
+
+    for (i = 0; i < e->nbills; i++)
+        if (strcmp(e->bills[i].model, model) == 0)
+            return &e->bills[i];
+    if (e->nbills >= TENANT_MAX_MODELS) {
+        if (e->nbills > TENANT_MAX_MODELS)
+            return &e->bills[TENANT_MAX_MODELS];
+        model = OTHER_MODEL;
+    }
+    snprintf(e->bills[e->nbills].model, sizeof(e->bills[e->nbills].model),
+             "%s", model);
+    return &e->bills[e->nbills++];
+}
+
+void
+tenants_bill(struct tenants *ts, struct tenant_entry *e, const char *model,
+             uint64_t prompt, uint64_t completion, int saved)
+{
+    struct model_bill *b;
+
+    if (e == NULL)
+        return;
+    gw_mutex_lock(&ts->lock);
+    b = bill_of(e, model[0] != '\0' ? model : "-");
+    b->prompt += prompt;
+    b->completion += completion;
+    if (saved)
+        e->saved += prompt + completion;
+    gw_mutex_unlock(&ts->lock);
+}
+
+/* 'model' as a label value: \ and " escaped (the caller bans the rest). */
+static int
+put_label(struct buf *out, const char *s)
+{
+    int rc = 0;
+
+    for (; *s != '\0' && rc == 0; s++)
+        rc = (*s == '\\' || *s == '"') ? buf_printf(out, "\\%c", *s)
+                                       : buf_append(out, s, 1);
+    return rc;
+}
+
+/* One family with a sample per tenant: the uint64_t at 'offset'.  Locked. */
+static int
+per_tenant(const struct tenants *ts, struct buf *out, const char *name,
+           const char *type, const char *help, size_t offset)
+{
+    int rc = buf_printf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help,
+                        name, type);
+
+    for (size_t i = 0; i < ts->n && rc == 0; i++)
+        rc = buf_printf(out, "%s{tenant=\"%s\"} %llu\n", name,
+                        ts->v[i]->name, (unsigned long long)
+                        *(const uint64_t *)((const char *)ts->v[i] + offset));
+    return rc;
+}
+
+int
+tenants_render_metrics(struct tenants *ts, struct buf *out)
+{
+    static const char *const kinds[2] = { "prompt", "completion" };
+    static const char *const limits[2] = { "max_inflight",
+                                           "requests_per_minute" };
+    int rc;
+
+    gw_mutex_lock(&ts->lock);
+    rc = per_tenant(ts, out, "infergw_tenant_requests_inflight", "gauge",
+                    "Requests under way, by tenant.",
+                    offsetof(struct tenant_entry, inflight));
+    if (rc == 0)
+        rc = buf_append_str(out,
+            "# HELP infergw_tenant_rejected_total Requests refused with 429 "
+            "by a tenant limit.\n"
+            "# TYPE infergw_tenant_rejected_total counter\n");
+    for (size_t i = 0; i < ts->n && rc == 0; i++)
+        for (size_t l = 0; l < 2 && rc == 0; l++)
+            rc = buf_printf(out, "infergw_tenant_rejected_total{tenant=\"%s\","
+                            "limit=\"%s\"} %llu\n", ts->v[i]->name, limits[l],
+                            (unsigned long long)ts->v[i]->rejected[l]);
+    if (rc == 0)
+        rc = buf_append_str(out,
+            "# HELP infergw_tokens_total Tokens in the usage each client "
+            "received, by tenant, model and kind.\n"
+            "# TYPE infergw_tokens_total counter\n");
+    for (size_t i = 0; i < ts->n && rc == 0; i++) {
+        const struct tenant_entry *e = ts->v[i];
+
+        for (size_t b = 0; b < e->nbills && rc == 0; b++)
+            for (size_t k = 0; k < 2 && rc == 0; k++) {
+                rc = buf_printf(out, "infergw_tokens_total{tenant=\"%s\","
+                                "model=\"", e->name);
+                if (rc == 0)
+                    rc = put_label(out, e->bills[b].model);
+                if (rc == 0)
+                    rc = buf_printf(out, "\",kind=\"%s\"} %llu\n", kinds[k],
+                                    (unsigned long long)(k == 0
+                                        ? e->bills[b].prompt
+                                        : e->bills[b].completion));
+            }
+    }
+    if (rc == 0)
+        rc = per_tenant(ts, out, "infergw_coalesce_tokens_saved_total",
+                        "counter", "Tokens that coalesced followers received "
+                        "without an upstream call.",
+                        offsetof(struct tenant_entry, saved));
+    gw_mutex_unlock(&ts->lock);
+    return rc;
+}

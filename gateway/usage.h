@@ -1,0 +1,66 @@
+/*
+ * usage.h - the token usage in an upstream response, read from the bytes
+ * as they pass to the clients.
+ *
+ * OpenAI-style servers (vLLM) say what a call cost in a "usage" object:
+ *  - a JSON body (not streamed) has it at the top level;
+ *  - a stream has it in one "data:" event near the end when the request
+ *    asked for it (stream_options.include_usage); the other events carry
+ *    "usage": null, or running totals (continuous_usage_stats), so the
+ *    last usage object seen wins.
+ * {"prompt_tokens": N, "completion_tokens": M, ...}; an embedding's usage
+ * has no completion_tokens (0).
+ *
+ * Only 2xx responses are read.  Memory is bounded: a JSON body is kept
+ * up to USAGE_MAX_BODY bytes (a larger one is not billed), and of a stream
+ * only a line that did not arrive whole, up to USAGE_MAX_LINE.  Lines that
+ * cannot hold a usage object ("usage": then '{') are never parsed, so a
+ * stream costs one memmem() per line.
+ *
+ * A struct usage_scan belongs to one transfer's thread; no locking.
+ */
+#ifndef INFERGW_GATEWAY_USAGE_H
+#define INFERGW_GATEWAY_USAGE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "buf.h"
+
+#define USAGE_MAX_BODY (1u << 20)
+#define USAGE_MAX_LINE (64u << 10)
+
+enum usage_mode {
+    USAGE_OFF = 0,              /* not 2xx, or no head yet */
+    USAGE_JSON,
+    USAGE_SSE,
+};
+
+struct usage_scan {
+    enum usage_mode mode;
+    struct buf pending;         /* JSON: the body so far; SSE: the
+                                   unfinished line */
+    int overflow;               /* JSON: past USAGE_MAX_BODY; SSE: this
+                                   line is past USAGE_MAX_LINE */
+    int64_t prompt, completion; /* -1 until a usage object was read */
+};
+
+void usage_scan_init(struct usage_scan *u);
+
+/* The response head: what to look for (text/event-stream or JSON). */
+void usage_scan_head(struct usage_scan *u, int status,
+                     const char *content_type);
+
+/* A piece of the body, as it passes. */
+void usage_scan_feed(struct usage_scan *u, const char *p, size_t n);
+
+/*
+ * The body is complete: a JSON body is parsed now.  Returns 1 with
+ * *prompt and *completion set when a usage object was found, else 0.
+ */
+int usage_scan_end(struct usage_scan *u, int64_t *prompt,
+                   int64_t *completion);
+
+void usage_scan_release(struct usage_scan *u);
+
+#endif

@@ -1,0 +1,243 @@
+"""015 - tenants (issue 10): max_inflight and requests_per_minute limits
+(429 with Retry-After; coalesced followers count as the tenant's
+requests, not as upstream calls), keys stored as api_key_sha256, and the
+token bill from the upstream's usage: infergw_tokens_total,
+infergw_coalesce_tokens_saved_total and the access log.
+"""
+
+import hashlib
+import re
+
+from gwtest import assert_error, chat_body, completion_body, sse_data, \
+    sse_events, wait_for
+
+from coalesce_util import (CHAT, COMPLETIONS, assert_complete_stream,
+                           finish, finish_all, new_tag, present, role,
+                           send, wait_state)
+
+REJECTED = "infergw_tenant_rejected_total"
+INFLIGHT = "infergw_tenant_requests_inflight"
+TOKENS = "infergw_tokens_total"
+SAVED = "infergw_coalesce_tokens_saved_total"
+
+
+def auth(key):
+    return {"Authorization": "Bearer %s" % key}
+
+
+JSON_A = {"Authorization": "Bearer sk-a", "Content-Type": "application/json"}
+
+
+def retry_after(resp):
+    v = resp.headers.get("Retry-After")
+    assert v is not None and v.isdigit(), "Retry-After %r" % (v,)
+    return int(v)
+
+
+def test_max_inflight_counts_followers_not_calls(t):
+    m = t.mock()
+    g = t.gateway(m, extra="[tenant a]\napi_key = sk-a\nmax_inflight = 2\n"
+                           "[tenant b]\napi_key = sk-b\n")
+    tag = new_tag()
+    body = chat_body("limits", stream=True, mock_hold=tag)
+    # A leader and its follower: two of a's requests, one upstream call.
+    c1 = send(g, body, headers=auth("sk-a"))
+    wait_state(g, m, held=1, leaders=1)
+    c2 = send(g, body, headers=auth("sk-a"))
+    wait_state(g, m, held=1, followers=1)
+    gm = g.metrics()
+    assert present(gm, INFLIGHT, tenant="a") == 2
+    # The third is over a's limit, though it would cost no call either.
+    conn = g.connection()
+    r3 = conn.request("POST", CHAT, JSON_A, body)
+    assert_error(r3, 429, "rate_limit_exceeded")
+    assert retry_after(r3) >= 1
+    assert b"max_inflight" in r3.body, r3.body
+    assert role(r3) is None, "a refused request has a role %r" % role(r3)
+    # Another tenant is not held back by a's limit.
+    c4 = send(g, body, headers=auth("sk-b"))
+    wait_state(g, m, held=2, leaders=2)
+    m.release(tag)
+    for s in finish_all([c1, c2, c4]):
+        assert_complete_stream(s)
+    wait_state(g, m, completions=2, upstream=2)
+    gm = g.metrics()
+    assert present(gm, REJECTED, tenant="a", limit="max_inflight") == 1
+    assert present(gm, REJECTED, tenant="b", limit="max_inflight") == 0
+    wait_for(lambda: present(g.metrics(), INFLIGHT, tenant="a") == 0)
+    # Under the limit again: served.
+    r = g.post(CHAT, chat_body("again"), dict(auth("sk-a"),
+               **{"Content-Type": "application/json"}))
+    assert r.status == 200, r
+    # The 429 kept the connection: the body was read, like any answer's.
+    r = conn.request("POST", CHAT, JSON_A, chat_body("same connection"))
+    assert r.status == 200, r
+
+
+def test_requests_per_minute(t):
+    m = t.mock()
+    g = t.gateway(m, extra="[tenant a]\napi_key = sk-a\n"
+                           "requests_per_minute = 3\n"
+                           "[tenant b]\napi_key = sk-b\n")
+    h = dict(auth("sk-a"), **{"Content-Type": "application/json"})
+    for i in range(3):
+        r = g.post(CHAT, chat_body("rpm %d" % i), h)
+        assert r.status == 200, (i, r)
+    r = g.post(CHAT, chat_body("rpm 3"), h)
+    assert_error(r, 429, "rate_limit_exceeded")
+    # One token every 20 s at 3 a minute.
+    assert 1 <= retry_after(r) <= 20, r.headers.get("Retry-After")
+    assert b"requests_per_minute" in r.body, r.body
+    r = g.post(CHAT, chat_body("rpm b"), dict(auth("sk-b"),
+               **{"Content-Type": "application/json"}))
+    assert r.status == 200, r
+    assert m.stats()["completions"] == 4
+    gm = g.metrics()
+    assert present(gm, REJECTED, tenant="a",
+                   limit="requests_per_minute") == 1
+
+
+def test_api_key_sha256_and_keys_never_logged(t):
+    m = t.mock()
+    key = "sk-only-its-digest-9f2c"
+    digest = hashlib.sha256(key.encode()).hexdigest()
+    g = t.gateway(m, extra="[tenant h]\napi_key_sha256 = %s\n"
+                           "[tenant p]\napi_key = sk-plain-77aa\n" % digest)
+    ok = dict(auth(key), **{"Content-Type": "application/json"})
+    r = g.post(CHAT, chat_body("hashed"), ok)
+    assert r.status == 200, r
+    r = g.post(CHAT, chat_body("hashed"), dict(auth(digest), **{
+        "Content-Type": "application/json"}))
+    assert_error(r, 401, "invalid_api_key")
+    r = g.post(CHAT, chat_body("hashed"), dict(auth(key[:-1]), **{
+        "Content-Type": "application/json"}))
+    assert_error(r, 401, "invalid_api_key")
+    r = g.post(CHAT, chat_body("plain"), dict(auth("sk-plain-77aa"), **{
+        "Content-Type": "application/json"}))
+    assert r.status == 200, r
+    g.wait_log(r"access .*status=200")
+    log = "\n".join(g.log_lines())
+    for secret in (key, "sk-plain-77aa", "sk-plain"):
+        assert secret not in log, "a key in the log"
+
+
+def usage_of_stream(body):
+    """The usage object of a stream's events (the last one), or None."""
+    found = None
+    for ev in sse_events(body):
+        d = sse_data(ev)
+        if isinstance(d, dict) and isinstance(d.get("usage"), dict):
+            found = d["usage"]
+    return found
+
+
+def access_usage(g, n):
+    """The (prompt, completion) of each of the first n access lines that
+    carry a usage (waits for them)."""
+    rx = re.compile(r"\baccess .*prompt_tokens=(\d+) "
+                    r"completion_tokens=(\d+)")
+
+    def lines():
+        got = [rx.search(l) for l in g.access_lines()]
+        got = [(int(x.group(1)), int(x.group(2))) for x in got if x]
+        return got if len(got) >= n else None
+    return wait_for(lines, msg="%d access lines with usage" % n)
+
+
+def test_tokens_billed_from_usage(t):
+    m = t.mock()
+    g = t.gateway(m, extra="[tenant a]\napi_key = sk-a\n"
+                           "[tenant b]\napi_key = sk-b\n")
+    h = dict(auth("sk-a"), **{"Content-Type": "application/json"})
+    # Not streamed: the body's usage.
+    r = g.post(COMPLETIONS, completion_body("count me"), h)
+    assert r.status == 200, r
+    u1 = r.json()["usage"]
+    # Streamed with include_usage: the usage chunk.
+    body = chat_body("count me too", stream=True,
+                     stream_options={"include_usage": True})
+    s = finish(send(g, body, headers=auth("sk-a")))
+    assert_complete_stream(s)
+    u2 = usage_of_stream(s.body)
+    assert u2 is not None, "the mock sent no usage chunk"
+    # Streamed without it: nothing to bill.
+    s = finish(send(g, chat_body("no usage asked", stream=True),
+                    headers=auth("sk-a")))
+    assert_complete_stream(s)
+    assert usage_of_stream(s.body) is None
+    model = "mock-model"
+    want_p = u1["prompt_tokens"] + u2["prompt_tokens"]
+    want_c = u1["completion_tokens"] + u2["completion_tokens"]
+    assert want_p > 0 and want_c > 0, (u1, u2)
+
+    def billed():
+        gm = g.metrics()
+        if not any(k[0] == TOKENS for k in gm):
+            return None
+        return (present(gm, TOKENS, tenant="a", model=model, kind="prompt"),
+                present(gm, TOKENS, tenant="a", model=model,
+                        kind="completion"))
+    assert wait_for(billed) == (want_p, want_c)
+    assert access_usage(g, 2) == [
+        (u1["prompt_tokens"], u1["completion_tokens"]),
+        (u2["prompt_tokens"], u2["completion_tokens"])]
+    assert present(g.metrics(), SAVED, tenant="a") == 0
+
+
+def test_followers_billed_and_saved(t):
+    m = t.mock()
+    g = t.gateway(m, extra="[tenant a]\napi_key = sk-a\n")
+    tag = new_tag()
+    body = chat_body("one call for three", stream=True, mock_hold=tag,
+                     stream_options={"include_usage": True})
+    conns = [send(g, body, headers=auth("sk-a"))]
+    wait_state(g, m, held=1, leaders=1)
+    conns += [send(g, body, headers=auth("sk-a")) for _ in range(2)]
+    wait_state(g, m, held=1, followers=2)
+    m.release(tag)
+    streams = finish_all(conns)
+    for s in streams:
+        assert_complete_stream(s)
+    u = usage_of_stream(streams[0].body)
+    p, c = u["prompt_tokens"], u["completion_tokens"]
+    wait_state(g, m, completions=1, upstream=1)
+
+    def billed():
+        gm = g.metrics()
+        if not any(k[0] == SAVED for k in gm):
+            return None
+        return (present(gm, TOKENS, tenant="a", model="mock-model",
+                        kind="prompt"),
+                present(gm, TOKENS, tenant="a", model="mock-model",
+                        kind="completion"),
+                present(gm, SAVED, tenant="a"))
+    # Each of the three received the usage; two got it for nothing.
+    assert wait_for(lambda: billed() == (3 * p, 3 * c, 2 * (p + c))
+                    and billed()), billed()
+    assert access_usage(g, 3) == [(p, c)] * 3
+
+
+def test_no_bill_for_an_error_or_a_cut_stream(t):
+    m = t.mock()
+    g = t.gateway(m, extra="[tenant a]\napi_key = sk-a\n")
+    h = dict(auth("sk-a"), **{"Content-Type": "application/json"})
+    r = g.post(CHAT, chat_body("x", mock_status=429), h)
+    assert r.status == 429, r
+    # Cut mid-way: neither the stream nor the cut JSON body is billed.
+    body = chat_body("cut", stream=True, mock_fault="die_mid_stream",
+                     stream_options={"include_usage": True})
+    s = finish(send(g, body, headers=auth("sk-a")))
+    assert not s.clean_end
+    s = finish(send(g, chat_body("cut", mock_fault="die_mid_stream"),
+                    headers=auth("sk-a")))
+    r = g.post(CHAT, chat_body("fine"), dict(auth("sk-a"), **{
+        "Content-Type": "application/json"}))
+    assert r.status == 200, r
+    u = r.json()["usage"]
+    gm = g.metrics()
+    assert present(gm, TOKENS, tenant="a", model="mock-model",
+                   kind="prompt") == u["prompt_tokens"]
+    assert present(gm, TOKENS, tenant="a", model="mock-model",
+                   kind="completion") == u["completion_tokens"]
+    assert access_usage(g, 1) == [(u["prompt_tokens"],
+                                   u["completion_tokens"])]

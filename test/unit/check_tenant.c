@@ -1,0 +1,394 @@
+/*
+ * check_tenant.c - unit tests for gateway/tenant.c and gateway/usage.c:
+ * who a request belongs to (keys as digests), the limits, the bill, and
+ * the token usage read from passing response bytes.
+ */
+#include <check.h>
+
+#include <stdio.h>
+#include <string.h>
+
+#include <mbedtls/sha256.h>
+
+#include "buf.h"
+#include "config.h"
+#include "http.h"
+#include "tenant.h"
+#include "usage.h"
+#include "util.h"
+#include "testutil.h"
+
+/* sha256("sk-hashed") */
+#define HASHED_HEX \
+    "3f0f5a0d4d1d6b2c7b1b8f1f54e0a5c6d0b9b3b3e8f0e0b6b0a7f1c2d3e4f5a6"
+
+static struct gw_config cfg;
+static struct http_request req;
+static char head[512];
+
+/* Load 'text' into cfg; the test fails with the loader's message. */
+static void
+load(const char *text)
+{
+    char err[256];
+
+    config_release(&cfg);
+    if (config_load_text("t.conf", text, &cfg, err, sizeof(err)) != 0)
+        ck_abort_msg("config: %s", err);
+}
+
+/* Parse a request head with 'auth' as its Authorization (NULL: none). */
+static const struct http_request *
+with_auth(const char *auth)
+{
+    int n = snprintf(head, sizeof(head), "POST / HTTP/1.1\r\nHost: x\r\n"
+                     "%s%s%s\r\n", auth != NULL ? "Authorization: " : "",
+                     auth != NULL ? auth : "", auth != NULL ? "\r\n" : "");
+
+    memset(&req, 0, sizeof(req));
+    ck_assert_int_gt(http_parse_request(head, (size_t)n, 16384, &req), 0);
+    return &req;
+}
+
+static void
+setup(void)
+{
+    config_defaults(&cfg);
+}
+
+static void
+teardown(void)
+{
+    config_release(&cfg);
+}
+
+START_TEST(test_identify_plain_and_hashed_keys)
+{
+    char conf[512];
+    unsigned char d[32];
+    char hex[65];
+
+    /* The digest of "sk-hashed", written as the operator would. */
+    mbedtls_sha256_ret((const unsigned char *)"sk-hashed", 9, d, 0);
+    for (int i = 0; i < 32; i++)
+        snprintf(hex + 2 * i, 3, "%02X", d[i]);
+    snprintf(conf, sizeof(conf), "[tenant acme]\napi_key = sk-acme\n"
+             "[tenant beta]\napi_key_sha256 = %s\napi_key = sk-b2\n", hex);
+    load(conf);
+    ck_assert_uint_eq(tenant_identify(&cfg, with_auth("Bearer sk-acme")), 0);
+    ck_assert_str_eq(tenant_name(&cfg, 0), "acme");
+    ck_assert_uint_eq(tenant_identify(&cfg, with_auth("Bearer sk-hashed")),
+                      1);
+    ck_assert_uint_eq(tenant_identify(&cfg, with_auth("bearer sk-b2")), 1);
+    ck_assert_uint_eq(tenant_identify(&cfg, with_auth("Bearer sk-acm")),
+                      CONFIG_MAX_TENANTS);
+    ck_assert_uint_eq(tenant_identify(&cfg, with_auth("Bearer sk-acmee")),
+                      CONFIG_MAX_TENANTS);
+    ck_assert_uint_eq(tenant_identify(&cfg, with_auth("Bearer ")),
+                      CONFIG_MAX_TENANTS);
+    ck_assert_uint_eq(tenant_identify(&cfg, with_auth("Basic sk-acme")),
+                      CONFIG_MAX_TENANTS);
+    ck_assert_uint_eq(tenant_identify(&cfg, with_auth(NULL)),
+                      CONFIG_MAX_TENANTS);
+    ck_assert_str_eq(tenant_name(&cfg, CONFIG_MAX_TENANTS), "default");
+}
+END_TEST
+
+/* A plain key and the digest of the same key are one key twice. */
+START_TEST(test_key_and_its_digest_collide)
+{
+    char conf[512], err[256];
+    unsigned char d[32];
+    char hex[65];
+    struct gw_config c;
+
+    mbedtls_sha256_ret((const unsigned char *)"sk-x", 4, d, 0);
+    for (int i = 0; i < 32; i++)
+        snprintf(hex + 2 * i, 3, "%02x", d[i]);
+    snprintf(conf, sizeof(conf), "[tenant a]\napi_key = sk-x\n"
+             "[tenant b]\napi_key_sha256 = %s\n", hex);
+    ck_assert_int_eq(config_load_text("t.conf", conf, &c, err, sizeof(err)),
+                     GW_EINVAL);
+    ck_assert_str_eq(err, "t.conf:4: this api_key is already used by "
+                     "tenant 'a'");
+}
+END_TEST
+
+static const char *const bad_digests[] = {
+    "abc",
+    HASHED_HEX "0",                         /* 65 digits */
+    "3f0f5a0d4d1d6b2c7b1b8f1f54e0a5c6d0b9b3b3e8f0e0b6b0a7f1c2d3e4f5ag",
+};
+
+START_TEST(test_bad_digest)
+{
+    char conf[512], err[256];
+    struct gw_config c;
+
+    snprintf(conf, sizeof(conf), "[tenant a]\napi_key_sha256 = %s\n",
+             bad_digests[_i]);
+    ck_assert_int_eq(config_load_text("t.conf", conf, &c, err, sizeof(err)),
+                     GW_EINVAL);
+    ck_assert_str_eq(err, "t.conf:2: api_key_sha256: expected 64 hex digits "
+                     "(the SHA-256 of the key)");
+}
+END_TEST
+
+START_TEST(test_max_inflight)
+{
+    struct tenants *ts = tenants_new();
+    struct tenant_entry *p1, *p2, *p3;
+    int wait;
+
+    load("[tenant a]\napi_key = k1\nmax_inflight = 2\n"
+         "[tenant b]\napi_key = k2\n");
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, &p1, &wait),
+                     TENANT_ADMITTED);
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, &p2, &wait),
+                     TENANT_ADMITTED);
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, &p3, &wait),
+                     TENANT_MAX_INFLIGHT);
+    ck_assert_ptr_null(p3);
+    ck_assert_int_eq(wait, 1);
+    /* Another tenant is not held back by a's limit. */
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 1, 0, &p3, &wait),
+                     TENANT_ADMITTED);
+    tenants_leave(ts, p3);
+    tenants_leave(ts, p1);
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, &p1, &wait),
+                     TENANT_ADMITTED);
+    tenants_leave(ts, p1);
+    tenants_leave(ts, p2);
+    tenants_free(ts);
+}
+END_TEST
+
+START_TEST(test_requests_per_minute)
+{
+    struct tenants *ts = tenants_new();
+    struct tenant_entry *p;
+    int wait;
+
+    load("[tenant a]\napi_key = k1\nrequests_per_minute = 3\n");
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 1000, &p, &wait),
+                         TENANT_ADMITTED);
+        tenants_leave(ts, p);
+    }
+    /* Empty: one token per 20 s at 3 a minute. */
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 1000, &p, &wait),
+                     TENANT_RATE);
+    ck_assert_int_eq(wait, 20);
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 11000, &p, &wait),
+                     TENANT_RATE);
+    ck_assert_int_eq(wait, 10);
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 21000, &p, &wait),
+                     TENANT_ADMITTED);
+    tenants_leave(ts, p);
+    /* A full minute refills no more than the minute's worth. */
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 10000000, &p, &wait),
+                         TENANT_ADMITTED);
+        tenants_leave(ts, p);
+    }
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 10000000, &p, &wait),
+                     TENANT_RATE);
+    tenants_free(ts);
+}
+END_TEST
+
+START_TEST(test_bill_and_render)
+{
+    struct tenants *ts = tenants_new();
+    struct tenant_entry *p;
+    struct buf b;
+    int wait;
+    char model[16];
+
+    load("[tenant a]\napi_key = k1\n");
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, &p, &wait),
+                     TENANT_ADMITTED);
+    tenants_bill(ts, p, "m1", 10, 5, 0);
+    tenants_bill(ts, p, "m1", 10, 5, 1);
+    tenants_bill(ts, p, "we\\ird", 1, 2, 0);
+    /* Past 32 models the rest is billed in one row. */
+    for (int i = 0; i < 40; i++) {
+        snprintf(model, sizeof(model), "x%d", i);
+        tenants_bill(ts, p, model, 1, 1, 0);
+    }
+    buf_init(&b, 1 << 20);
+    ck_assert_int_eq(tenants_render_metrics(ts, &b), 0);
+    ck_assert_int_eq(buf_append(&b, "", 1), 0);
+    ck_assert_ptr_nonnull(strstr(buf_ptr(&b), "infergw_tokens_total{tenant="
+                                 "\"a\",model=\"m1\",kind=\"prompt\"} 20\n"));
+    ck_assert_ptr_nonnull(strstr(buf_ptr(&b), "infergw_tokens_total{tenant="
+                                 "\"a\",model=\"m1\",kind=\"completion\"} "
+                                 "10\n"));
+    ck_assert_ptr_nonnull(strstr(buf_ptr(&b), "model=\"we\\\\ird\""));
+    ck_assert_ptr_nonnull(strstr(buf_ptr(&b), "infergw_tokens_total{tenant="
+                                 "\"a\",model=\"(other models)\","
+                                 "kind=\"prompt\"} 10\n"));
+    ck_assert_ptr_nonnull(strstr(buf_ptr(&b),
+                                 "infergw_coalesce_tokens_saved_total"
+                                 "{tenant=\"a\"} 15\n"));
+    ck_assert_ptr_nonnull(strstr(buf_ptr(&b),
+                                 "infergw_tenant_requests_inflight"
+                                 "{tenant=\"a\"} 1\n"));
+    tenants_leave(ts, p);
+    buf_release(&b);
+    tenants_free(ts);
+}
+END_TEST
+
+/* ---- usage ---- */
+
+/* Feed 'body' to a scan in pieces of 'step' bytes; the usage or -1. */
+static int64_t
+scan(int status, const char *ctype, const char *body, size_t step,
+     int64_t *completion)
+{
+    struct usage_scan u;
+    size_t n = strlen(body);
+    int64_t prompt = -1;
+
+    *completion = -1;
+    usage_scan_init(&u);
+    usage_scan_head(&u, status, ctype);
+    for (size_t i = 0; i < n; i += step)
+        usage_scan_feed(&u, body + i, n - i < step ? n - i : step);
+    if (!usage_scan_end(&u, &prompt, completion))
+        prompt = -1;
+    usage_scan_release(&u);
+    return prompt;
+}
+
+static const char sse_body[] =
+    "data: {\"choices\":[{\"delta\":{\"content\":\"\\\"usage\\\": {\"}}],"
+    "\"usage\":null}\n\n"
+    "data: {\"choices\":[],\"usage\": {\"prompt_tokens\":7,"
+    "\"completion_tokens\":3,\"total_tokens\":10}}\r\n\r\n"
+    "data: [DONE]\n\n";
+
+START_TEST(test_usage_sse_any_pieces)
+{
+    int64_t c;
+
+    for (size_t step = 1; step < sizeof(sse_body); step++) {
+        ck_assert_int_eq(scan(200, "text/event-stream; charset=utf-8",
+                              sse_body, step, &c), 7);
+        ck_assert_int_eq(c, 3);
+    }
+}
+END_TEST
+
+START_TEST(test_usage_json)
+{
+    int64_t c;
+
+    ck_assert_int_eq(scan(200, "application/json",
+                          "{\"id\":\"x\",\"usage\":{\"prompt_tokens\":12,"
+                          "\"completion_tokens\":4}}", 5, &c), 12);
+    ck_assert_int_eq(c, 4);
+    /* An embedding: no completion_tokens. */
+    ck_assert_int_eq(scan(200, "application/json",
+                          "{\"usage\":{\"prompt_tokens\":9,"
+                          "\"total_tokens\":9}}", 3, &c), 9);
+    ck_assert_int_eq(c, 0);
+}
+END_TEST
+
+static const char *const no_usage[] = {
+    "{\"usage\":null}",
+    "{\"usage\":{\"prompt_tokens\":-1}}",
+    "{\"usage\":{\"prompt_tokens\":1.5}}",
+    "{\"usage\":{\"prompt_tokens\":\"7\"}}",
+    "{\"usage\":{\"completion_tokens\":7}}",
+    "{\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":true}}",
+    "{\"usage\":{\"prompt_tokens\":1}",         /* cut */
+    "not json",
+    "",
+};
+
+START_TEST(test_usage_refused)
+{
+    int64_t c;
+
+    ck_assert_int_eq(scan(200, "application/json", no_usage[_i], 4, &c), -1);
+}
+END_TEST
+
+START_TEST(test_usage_not_2xx_and_bounds)
+{
+    static const char ok[] = "{\"usage\":{\"prompt_tokens\":1,"
+                             "\"completion_tokens\":1}}";
+    struct buf big;
+    int64_t c;
+
+    ck_assert_int_eq(scan(429, "application/json", ok, 4, &c), -1);
+    ck_assert_int_eq(scan(500, "text/event-stream", "data: {\"usage\":"
+                          "{\"prompt_tokens\":1}}\n", 4, &c), -1);
+    /* A JSON body past USAGE_MAX_BODY is not billed. */
+    buf_init(&big, 4 * USAGE_MAX_BODY);
+    ck_assert_int_eq(buf_append_str(&big, "{\"pad\":\""), 0);
+    for (size_t i = 0; i < USAGE_MAX_BODY; i++)
+        ck_assert_int_eq(buf_append(&big, "a", 1), 0);
+    ck_assert_int_eq(buf_append_str(&big, "\",\"usage\":{\"prompt_tokens\":"
+                                    "1}}"), 0);
+    ck_assert_int_eq(buf_append(&big, "", 1), 0);
+    ck_assert_int_eq(scan(200, "application/json", buf_ptr(&big), 65536, &c),
+                     -1);
+    /* A stream line past USAGE_MAX_LINE is skipped, the next one read. */
+    buf_reset(&big);
+    ck_assert_int_eq(buf_append_str(&big, "data: {\"usage\":{\"prompt_tokens"
+                                    "\":5},\"pad\":\""), 0);
+    for (size_t i = 0; i < USAGE_MAX_LINE; i++)
+        ck_assert_int_eq(buf_append(&big, "a", 1), 0);
+    ck_assert_int_eq(buf_append_str(&big, "\"}\n"), 0);
+    ck_assert_int_eq(buf_append(&big, "", 1), 0);
+    ck_assert_int_eq(scan(200, "text/event-stream", buf_ptr(&big), 1000, &c),
+                     -1);
+    big.len--;
+    ck_assert_int_eq(buf_append_str(&big, "data: {\"usage\":{\"prompt_tokens"
+                                    "\":6}}\n"), 0);
+    ck_assert_int_eq(buf_append(&big, "", 1), 0);
+    ck_assert_int_eq(scan(200, "text/event-stream", buf_ptr(&big), 1000, &c),
+                     6);
+    buf_release(&big);
+}
+END_TEST
+
+static Suite *
+tenant_suite(void)
+{
+    Suite *s = suite_create("tenant");
+    TCase *tc = tcase("identify");
+
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_identify_plain_and_hashed_keys);
+    tcase_add_test(tc, test_key_and_its_digest_collide);
+    tcase_add_loop_test(tc, test_bad_digest, 0,
+                        (int)GW_ARRAY_LEN(bad_digests));
+    suite_add_tcase(s, tc);
+
+    tc = tcase("limits");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_max_inflight);
+    tcase_add_test(tc, test_requests_per_minute);
+    tcase_add_test(tc, test_bill_and_render);
+    suite_add_tcase(s, tc);
+
+    tc = tcase("usage");
+    tcase_add_test(tc, test_usage_sse_any_pieces);
+    tcase_add_test(tc, test_usage_json);
+    tcase_add_loop_test(tc, test_usage_refused, 0,
+                        (int)GW_ARRAY_LEN(no_usage));
+    tcase_add_test(tc, test_usage_not_2xx_and_bounds);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int
+main(void)
+{
+    return test_run(srunner_create(tenant_suite()));
+}
