@@ -8,14 +8,27 @@
 #   make ubsan      every test under UBSan alone (build/ubsan/)
 #   make tsan       every test under ThreadSanitizer (build/tsan/)
 #   make fuzz       libFuzzer targets with clang (build/fuzz/)
-#   make install    PREFIX=/usr/local, DESTDIR honoured
+#   make install    binary, gateway.conf (an existing one is kept), man
+#                   pages and systemd unit; PREFIX, BINDIR, SYSCONFDIR,
+#                   MANDIR, SYSTEMDUNITDIR and DESTDIR honoured
+#   make uninstall  the same files; gateway.conf only if unedited
 #   make bench      the benchmark scripts (docs/BENCHMARKS.md)
 #
-# Users may override CC, CFLAGS, LDFLAGS, PREFIX, BINDIR and SYSCONFDIR.
+# Users may override CC, CFLAGS, LDFLAGS, PREFIX, BINDIR, SYSCONFDIR,
+# MANDIR and SYSTEMDUNITDIR.  SYSCONFDIR is also compiled in, as the
+# default -c path: build with the one you install with (the unit passes -c).
 
 PREFIX ?= /usr/local
 BINDIR ?= $(PREFIX)/bin
 SYSCONFDIR ?= $(PREFIX)/etc
+MANDIR ?= $(PREFIX)/share/man
+SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
+# The unit's @BINDIR@/@SYSCONFDIR@, and the default paths the man pages
+# show, become the ones of this install.
+INSTALL_SUBST = sed -e 's|@BINDIR@|$(BINDIR)|g' \
+    -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' \
+    -e 's|/usr/local/etc/infergw|$(SYSCONFDIR)/infergw|g' \
+    -e 's|/usr/local/lib/systemd/system|$(SYSTEMDUNITDIR)|g'
 CFLAGS ?= -O2
 LDFLAGS ?=
 SANITIZE ?=
@@ -165,14 +178,45 @@ fuzz:
 	    $(PKG_LIBS) $(MBEDTLS_LIBS)
 	@echo "run: mkdir -p build/fuzz/corpus && build/fuzz/fuzz_http build/fuzz/corpus test/fuzz/corpus/http"
 
-install: all
-	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(SYSCONFDIR)/infergw
+# Only the gateway is installed, so only it is built (not the tools, nor
+# the ./infergw copy).  An operator's gateway.conf is never overwritten,
+# and uninstall removes it only while it is still the sample.
+install: $(BUILD)/bin/infergw
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(SYSCONFDIR)/infergw \
+	    $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man8 \
+	    $(DESTDIR)$(SYSTEMDUNITDIR)
 	install -m 755 $(BUILD)/bin/infergw $(DESTDIR)$(BINDIR)/infergw
-	install -m 644 etc/gateway.conf $(DESTDIR)$(SYSCONFDIR)/infergw/gateway.conf
+	@conf=$(DESTDIR)$(SYSCONFDIR)/infergw/gateway.conf; \
+	if [ -e "$$conf" ]; then \
+	    echo "kept the existing $$conf"; \
+	else \
+	    echo "install -m 644 etc/gateway.conf $$conf"; \
+	    install -m 644 etc/gateway.conf "$$conf"; \
+	fi
+	$(INSTALL_SUBST) man/infergw.8 > $(DESTDIR)$(MANDIR)/man8/infergw.8
+	$(INSTALL_SUBST) man/gateway.conf.5 \
+	    > $(DESTDIR)$(MANDIR)/man5/gateway.conf.5
+	$(INSTALL_SUBST) etc/infergw.service.in \
+	    > $(DESTDIR)$(SYSTEMDUNITDIR)/infergw.service
+	chmod 644 $(DESTDIR)$(MANDIR)/man8/infergw.8 \
+	    $(DESTDIR)$(MANDIR)/man5/gateway.conf.5 \
+	    $(DESTDIR)$(SYSTEMDUNITDIR)/infergw.service
 
 uninstall:
-	rm -f $(DESTDIR)$(BINDIR)/infergw
-	rm -f $(DESTDIR)$(SYSCONFDIR)/infergw/gateway.conf
+	rm -f $(DESTDIR)$(BINDIR)/infergw \
+	    $(DESTDIR)$(MANDIR)/man8/infergw.8 \
+	    $(DESTDIR)$(MANDIR)/man5/gateway.conf.5 \
+	    $(DESTDIR)$(SYSTEMDUNITDIR)/infergw.service
+	@conf=$(DESTDIR)$(SYSCONFDIR)/infergw/gateway.conf; \
+	if [ ! -e "$$conf" ]; then \
+	    :; \
+	elif cmp -s etc/gateway.conf "$$conf"; then \
+	    echo "rm -f $$conf"; \
+	    rm -f "$$conf"; \
+	    rmdir "$${conf%/*}" 2>/dev/null || true; \
+	else \
+	    echo "kept $$conf: it differs from etc/gateway.conf"; \
+	fi
 
 format:
 	clang-format -i common/*.[ch] gateway/*.[ch] tools/*.c test/unit/*.c
