@@ -116,21 +116,29 @@ $(BUILD)/test/check_%: test/unit/check_%.c $(UT_OBJ)
 	    $(UT_OBJ) $(ALL_LDFLAGS) $(CHECK_LIBS) $(PKG_LIBS) $(MBEDTLS_LIBS)
 
 # check_proxy drives the three paths over a scripted upstream of its own:
-# it links every gateway object but upstream.o (curl's test stubs' way).
-PROXY_UT_OBJ := $(filter-out $(BUILD)/ut/gateway/upstream.o,$(UT_OBJ))
+# it links every gateway object but upstream.o (curl's test stubs' way),
+# live.o, the one other module that makes upstreams (stubbed there too),
+# and server.o, which needs live.o.
+PROXY_UT_OBJ := $(filter-out $(BUILD)/ut/gateway/upstream.o \
+                  $(BUILD)/ut/gateway/live.o $(BUILD)/ut/gateway/server.o, \
+                  $(UT_OBJ))
 $(BUILD)/test/check_proxy: test/unit/check_proxy.c $(PROXY_UT_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(CHECK_CFLAGS) -DINFERGW_UNIT_TEST -o $@ $< \
 	    $(PROXY_UT_OBJ) $(ALL_LDFLAGS) $(CHECK_LIBS) $(PKG_LIBS) \
 	    $(MBEDTLS_LIBS)
 
-# The fuzz target built with a small corpus-replay main() instead of
-# libFuzzer, so 'make check' runs every corpus file through it under gcc.
-FUZZ_REPLAY := $(BUILD)/test/fuzz_http_replay
-$(FUZZ_REPLAY): test/fuzz/fuzz_http.c test/fuzz/replay.c $(LIB)
+# Fuzz targets: test/fuzz/fuzz_NAME.c, seeded from test/fuzz/corpus/NAME/.
+# Each is also built with $(CC) and a small corpus-replay main() instead
+# of libFuzzer (replay.c), linked with the -DINFERGW_UNIT_TEST objects as
+# the unit tests are, so that 'make unit' runs every corpus file through
+# its target under this variant's sanitizers.
+FUZZ_NAMES := $(patsubst test/fuzz/fuzz_%.c,%,$(sort $(wildcard test/fuzz/fuzz_*.c)))
+FUZZ_REPLAY := $(FUZZ_NAMES:%=$(BUILD)/test/fuzz_%_replay)
+$(BUILD)/test/fuzz_%_replay: test/fuzz/fuzz_%.c test/fuzz/replay.c $(UT_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -o $@ test/fuzz/fuzz_http.c test/fuzz/replay.c \
-	    $(LIB) $(ALL_LDFLAGS)
+	$(CC) $(ALL_CFLAGS) -DINFERGW_UNIT_TEST -o $@ $< test/fuzz/replay.c \
+	    $(UT_OBJ) $(ALL_LDFLAGS) $(PKG_LIBS) $(MBEDTLS_LIBS)
 
 # Fresh-machine set-up: installs missing Debian packages (or says how).
 deps:
@@ -139,7 +147,9 @@ deps:
 unit: $(UNITS) $(FUZZ_REPLAY)
 	@python3 test/check_includes.py
 	@sh test/unit/run.sh $(UNITS)
-	@$(FUZZ_REPLAY) test/fuzz/corpus/http
+	@for n in $(FUZZ_NAMES); do \
+	    $(BUILD)/test/fuzz_$${n}_replay test/fuzz/corpus/$$n || exit 1; \
+	done
 
 integration: all
 	@python3 test/integration/run.py --bin $(BUILD)/bin
@@ -168,15 +178,52 @@ bench: deps
 	@BIN=$(BUILD)/bin sh tools/bench_pool.sh
 	@BIN=$(BUILD)/bin sh tools/bench_stream_cost.sh
 
-# libFuzzer with clang; 'make check' replays the corpus through the same
-# targets with a small standalone driver instead.
+# libFuzzer with clang, under ASan and UBSan, in build/fuzz/: builds every
+# target, then runs each for FUZZ_TIME seconds (0: build only).  libFuzzer
+# writes the inputs it finds to the first corpus directory it is given,
+# build/fuzz/corpus/NAME/ (kept, so the next run goes on from there), and
+# only reads the seeds in test/fuzz/corpus/NAME/.  A crash is saved as
+# build/fuzz/crash/NAME-crash-<sha1> and the run fails with its report;
+# the whole log of each run is build/fuzz/NAME.log.  Reproduce with
+# build/fuzz/fuzz_NAME FILE; keep the input in the seeds as a regression.
+FUZZ_TIME ?= 60
+FUZZ_CC ?= clang
+FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -DINFERGW_UNIT_TEST -g -O1 \
+               -Wall -Wextra -Wshadow -Wformat=2 -pthread -MMD -MP \
+               -Icommon -Igateway -fno-omit-frame-pointer \
+               -fsanitize=address,undefined -fno-sanitize-recover=all
+FUZZ_OBJ := $(UT_OBJ:$(BUILD)/ut/%=build/fuzz/obj/%)
+FUZZ_BINS := $(FUZZ_NAMES:%=build/fuzz/fuzz_%)
+
+# The gateway's objects get libFuzzer's coverage instrumentation too.
+build/fuzz/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link $(PKG_CFLAGS) \
+	    -c $< -o $@
+
+build/fuzz/fuzz_%: test/fuzz/fuzz_%.c $(FUZZ_OBJ)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer $(PKG_CFLAGS) -o $@ $< \
+	    $(FUZZ_OBJ) $(PKG_LIBS) $(MBEDTLS_LIBS)
+
 fuzz:
-	@mkdir -p build/fuzz
-	clang -std=c11 -D_GNU_SOURCE -g -O1 -Icommon \
-	    -fsanitize=fuzzer,address,undefined \
-	    -o build/fuzz/fuzz_http test/fuzz/fuzz_http.c $(COMMON_SRC) \
-	    $(PKG_LIBS) $(MBEDTLS_LIBS)
-	@echo "run: mkdir -p build/fuzz/corpus && build/fuzz/fuzz_http build/fuzz/corpus test/fuzz/corpus/http"
+	@sh tools/install-deps.sh clang libclang-rt-dev
+	@$(MAKE) --no-print-directory $(FUZZ_BINS)
+	@[ "$(FUZZ_TIME)" -gt 0 ] || exit 0; \
+	for n in $(FUZZ_NAMES); do \
+	    mkdir -p build/fuzz/corpus/$$n build/fuzz/crash; \
+	    echo "fuzz: $$n for $(FUZZ_TIME)s"; \
+	    if ! build/fuzz/fuzz_$$n -max_total_time=$(FUZZ_TIME) -timeout=10 \
+	        -print_final_stats=1 -artifact_prefix=build/fuzz/crash/$$n- \
+	        build/fuzz/corpus/$$n test/fuzz/corpus/$$n \
+	        >build/fuzz/$$n.log 2>&1; then \
+	        tail -n 60 build/fuzz/$$n.log; exit 1; \
+	    fi; \
+	    grep -E '^#[0-9]+[[:space:]]+DONE|^stat::(number_of_executed_units|average_exec_per_sec|new_units_added)' \
+	        build/fuzz/$$n.log; \
+	done
+
+-include $(shell find build/fuzz -name '*.d' 2>/dev/null)
 
 # Only the gateway is installed, so only it is built (not the tools, nor
 # the ./infergw copy).  An operator's gateway.conf is never overwritten,

@@ -10,7 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
-int gw_log_level_cur = GW_LOG_INFO;
+_Atomic int gw_log_level_cur = GW_LOG_INFO;
 static int log_fd = 2;
 static _Thread_local char request_id[65];
 
@@ -30,7 +30,7 @@ log_level_parse(const char *s)
 void
 log_set_level(int level)
 {
-    gw_log_level_cur = level;
+    atomic_store_explicit(&gw_log_level_cur, level, memory_order_relaxed);
 }
 
 void

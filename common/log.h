@@ -15,6 +15,8 @@
 #ifndef INFERGW_COMMON_LOG_H
 #define INFERGW_COMMON_LOG_H
 
+#include <stdatomic.h>
+
 #include "util.h"
 
 enum gw_log_level {
@@ -24,7 +26,8 @@ enum gw_log_level {
     GW_LOG_DEBUG = 3,
 };
 
-extern int gw_log_level_cur;    /* read-only after startup */
+/* Set at start-up and by a reload while other threads log: atomic. */
+extern _Atomic int gw_log_level_cur;
 
 /* Parse "error", "warn", "info" or "debug"; -1 if unknown. */
 int log_level_parse(const char *s);
@@ -40,17 +43,20 @@ const char *log_request_id(void);   /* "-" when none */
 
 void log_write(int level, int err, const char *fmt, ...) GW_PRINTF(3, 4);
 
+#define GW_LOG_LEVEL() \
+    atomic_load_explicit(&gw_log_level_cur, memory_order_relaxed)
+
 /* The level is checked before the arguments are formatted (redis). */
 #define log_msg(level, ...)                                     \
     do {                                                        \
-        if ((level) <= gw_log_level_cur)                        \
+        if ((level) <= GW_LOG_LEVEL())                          \
             log_write((level), 0, __VA_ARGS__);                 \
     } while (0)
 
 /* Appends err=<strerror(err)> ; pass the saved errno explicitly (nginx). */
 #define log_errno(level, err, ...)                              \
     do {                                                        \
-        if ((level) <= gw_log_level_cur)                        \
+        if ((level) <= GW_LOG_LEVEL())                          \
             log_write((level), (err), __VA_ARGS__);             \
     } while (0)
 

@@ -27,9 +27,10 @@ struct entry {
 };
 
 struct coalescer {
-    const struct gw_config *cfg;    /* borrowed, immutable */
     struct gw_mutex lock;           /* guards every field below and every
                                        entry */
+    uint64_t max_followers;         /* [coalesce]'s, of the config in */
+    uint64_t max_flights;           /* force (coalescer_set_limits) */
     struct entry **bucket;
     size_t nbuckets;                /* a power of two */
     size_t count;                   /* entries */
@@ -51,9 +52,18 @@ coalescer_new(const struct gw_config *cfg)
         return NULL;
     }
     co->nbuckets = n;
-    co->cfg = cfg;
     gw_mutex_init(&co->lock);
+    coalescer_set_limits(co, cfg);
     return co;
+}
+
+void
+coalescer_set_limits(struct coalescer *co, const struct gw_config *cfg)
+{
+    gw_mutex_lock(&co->lock);
+    co->max_followers = cfg->max_followers;
+    co->max_flights = cfg->max_flights;
+    gw_mutex_unlock(&co->lock);
 }
 
 void
@@ -189,15 +199,21 @@ hash_field(mbedtls_sha256_context *h, const void *p, size_t n)
 }
 
 void
-coalesce_key(const char *tenant, const struct upstream_request *ur,
+coalesce_key(const char *tenant, uint64_t generation,
+             const struct upstream_request *ur,
              unsigned char key[FLIGHT_KEY_LEN])
 {
     mbedtls_sha256_context h;
     const char *auth = ur->client_auth;
+    unsigned char gen[8];
+
+    for (int i = 0; i < 8; i++)
+        gen[i] = (unsigned char)(generation >> (8 * i));
 
     mbedtls_sha256_init(&h);
     mbedtls_sha256_starts_ret(&h, 0);
-    hash_field(&h, "infergw-coalesce-v3", 19);
+    hash_field(&h, "infergw-coalesce-v4", 19);
+    hash_field(&h, gen, sizeof(gen));
     hash_field(&h, tenant, strlen(tenant));
     hash_field(&h, ur->method, strlen(ur->method));
     hash_field(&h, ur->path, strlen(ur->path));
@@ -263,7 +279,7 @@ static enum coalesce_role
 follow_locked(struct coalescer *co, struct entry *e, struct flight_reader *r,
               struct flight **out, enum metrics_bypass *why)
 {
-    if (e->followers >= co->cfg->max_followers) {
+    if (e->followers >= co->max_followers) {
         *why = BYPASS_MAX_FOLLOWERS;
         return COALESCE_BYPASS;
     }
@@ -286,7 +302,7 @@ lead_locked(struct coalescer *co, struct entry **pp, const unsigned char *key,
     struct entry *e;
     struct flight *f;
 
-    if (co->count >= co->cfg->max_flights) {
+    if (co->count >= co->max_flights) {
         *why = BYPASS_MAX_FLIGHTS;
         return COALESCE_BYPASS;
     }

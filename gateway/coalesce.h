@@ -30,6 +30,7 @@
 #define INFERGW_GATEWAY_COALESCE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <jansson.h>
 
@@ -47,8 +48,12 @@ enum coalesce_role {
     COALESCE_BYPASS,
 };
 
-/* NULL on ENOMEM.  Borrows 'cfg' for its lifetime. */
+/* NULL on ENOMEM.  Takes its limits from 'cfg' (not kept). */
 struct coalescer *coalescer_new(const struct gw_config *cfg);
+
+/* A reloaded configuration's max_followers and max_flights, from now on
+ * (the flights under way keep their followers). */
+void coalescer_set_limits(struct coalescer *co, const struct gw_config *cfg);
 
 /* Frees the map; every flight must have finished.  NULL-safe. */
 void coalescer_free(struct coalescer *co);
@@ -70,7 +75,8 @@ int coalesce_eligible(const struct gw_config *cfg, size_t tenant,
                       enum metrics_bypass *why);
 
 /*
- * The key: SHA-256 over the tenant name and every client-derived field
+ * The key: SHA-256 over the configuration's generation (live.h), the
+ * tenant name and every client-derived field
  * of 'ur' that reaches the upstream (upstream.h):
  * method, path (with its query), the raw body and the forwarded
  * credential (client_auth, or its absence), each length-prefixed so that
@@ -80,9 +86,12 @@ int coalesce_eligible(const struct gw_config *cfg, size_t tenant,
  * upstream is not in it: which upstreams may answer follows from the
  * body's model, and the one that does is a constant of the
  * configuration as far as the contract goes (one balancing decision per
- * flight, dispatch.h).  OUT key.
+ * flight, dispatch.h).  The generation makes that true across a reload:
+ * a request under a new configuration never joins a flight made under
+ * an old one.  OUT key.
  */
-void coalesce_key(const char *tenant, const struct upstream_request *ur,
+void coalesce_key(const char *tenant, uint64_t generation,
+                  const struct upstream_request *ur,
                   unsigned char key[FLIGHT_KEY_LEN]);
 
 /* The first 6 key bytes in hex, for log lines ("a4f1c2..."). */

@@ -12,6 +12,7 @@
 #include "alloc.h"
 #include "config.h"
 #include "handler.h"
+#include "live.h"
 #include "log.h"
 #include "net.h"
 #include "reply.h"
@@ -26,7 +27,11 @@
 #define LINGER_BYTES ((size_t)64 << 20)
 
 struct conn {
-    const struct handler_ctx *ctx;
+    const struct handler_ctx *base;     /* the server's */
+    struct handler_ctx ctx;     /* the base, with this request's
+                                   generation's config, upstream, pool */
+    struct generation *gen;     /* held from the wait for a head to the
+                                   access-log line */
     int fd;                     /* owned */
     struct buf in;              /* bytes read, not yet parsed */
     struct buf head;            /* this request's head; req views it */
@@ -74,7 +79,7 @@ start_request(struct conn *c)
     struct handler_req *hr = &c->hr;
 
     memset(hr, 0, sizeof(*hr));
-    hr->ctx = c->ctx;
+    hr->ctx = &c->ctx;
     hr->req = &c->req;
     hr->in = &c->in;
     hr->body = &c->body;
@@ -85,7 +90,7 @@ start_request(struct conn *c)
     hr->pass = NULL;
     hr->prompt_tokens = hr->completion_tokens = -1;
     reply_start(&c->reply, c->request_id, c->req.minor,
-                c->req.keep_alive && !handler_draining(c->ctx));
+                c->req.keep_alive && !handler_draining(&c->ctx));
 }
 
 static void
@@ -97,7 +102,7 @@ access_log(struct conn *c)
     char usage_field[64] = "";
 
     metrics_request(hr->route, r->status, us, r->ttfb_us);
-    if (!c->ctx->cfg->access_log)
+    if (!c->ctx.cfg->access_log)
         return;
     if (hr->prompt_tokens >= 0)
         snprintf(usage_field, sizeof(usage_field),
@@ -125,7 +130,7 @@ static void
 head_failed(struct conn *c, int rc)
 {
     /* The stop, with a head under way: say so (it may still be read). */
-    int stopped = rc == GW_EABORTED && handler_stopping(c->ctx)
+    int stopped = rc == GW_EABORTED && handler_stopping(&c->ctx)
                   && buf_len(&c->in) > 0;
 
     /* Before any byte: a quiet close (idle, drain, peer gone). */
@@ -150,21 +155,56 @@ head_failed(struct conn *c, int rc)
     metrics_request(ROUTE_OTHER, c->reply.status, 0, -1);
 }
 
+/*
+ * The configuration in force now, for the next request on this
+ * connection: its generation, and the limits and timeouts it sets.
+ */
+static void
+use_generation(struct conn *c)
+{
+    const struct gw_config *cfg;
+
+    c->gen = live_acquire(c->base->live);
+    cfg = &c->gen->cfg;
+    c->ctx = *c->base;
+    c->ctx.cfg = cfg;
+    c->ctx.up = c->gen->up;
+    c->ctx.pool = c->gen->pool;
+    c->ctx.generation = c->gen->id;
+    c->in.limit = CONN_IN_LIMIT(cfg);
+    c->head.limit = (size_t)cfg->max_header_size;
+    c->body.limit = (size_t)cfg->max_request_body;
+    c->reply.send_timeout_ms = cfg->send_timeout_ms;
+}
+
+static void
+drop_generation(struct conn *c)
+{
+    live_release(c->base->live, c->gen);
+    c->gen = NULL;
+    c->ctx.cfg = NULL;
+    c->ctx.up = NULL;
+    c->ctx.pool = NULL;
+}
+
 static void
 serve_loop(struct conn *c)
 {
-    const struct gw_config *cfg = c->ctx->cfg;
+    const struct gw_config *cfg;
     int rc;
 
     for (;;) {
+        drop_generation(c);
+        use_generation(c);
+        cfg = c->ctx.cfg;
         buf_compact(&c->in);
         log_set_request_id(NULL);
         memset(&c->req, 0, sizeof(c->req));
         rc = http_read_head(c->fd, &c->in, &c->head,
                             (size_t)cfg->max_header_size,
                             gw_now_ms() + cfg->idle_timeout_ms,
-                            (int)cfg->header_timeout_ms, c->ctx->wake_fd,
-                            c->ctx->stop_fd, &c->req);
+                            (int)cfg->header_timeout_ms, c->ctx.wake_fd,
+                            c->ctx.stop_fd, &c->req);
         if (rc != 0) {
             head_failed(c, rc);
             return;
@@ -174,7 +214,7 @@ serve_loop(struct conn *c)
         route_request(&c->hr);
         access_log(c);
         if (!c->reply.keep_alive || c->reply.broken
-            || handler_stopping(c->ctx))
+            || handler_stopping(&c->ctx))
             return;
     }
 }
@@ -196,7 +236,7 @@ linger_close(struct conn *c)
 
     shutdown(c->fd, SHUT_WR);
     while (total < LINGER_BYTES
-           && net_read(c->fd, sink, sizeof(sink), deadline, c->ctx->stop_fd,
+           && net_read(c->fd, sink, sizeof(sink), deadline, c->ctx.stop_fd,
                        &n) == 0)
         total += n;
 }
@@ -204,7 +244,7 @@ linger_close(struct conn *c)
 void
 conn_serve(const struct handler_ctx *ctx, int fd)
 {
-    const struct gw_config *cfg = ctx->cfg;
+    const struct gw_config *cfg;
     struct conn *c;
     char id[17];
 
@@ -216,8 +256,10 @@ conn_serve(const struct handler_ctx *ctx, int fd)
         reply_refuse(fd, id, "out of memory, retry later");
         return;
     }
-    c->ctx = ctx;
+    c->base = ctx;
     c->fd = fd;
+    use_generation(c);
+    cfg = c->ctx.cfg;
     buf_init(&c->in, CONN_IN_LIMIT(cfg));
     buf_init(&c->head, (size_t)cfg->max_header_size);
     buf_init(&c->body, (size_t)cfg->max_request_body);
@@ -226,6 +268,7 @@ conn_serve(const struct handler_ctx *ctx, int fd)
     serve_loop(c);
     if (c->reply.linger && !c->reply.broken)
         linger_close(c);
+    drop_generation(c);
     close(c->fd);
     buf_release(&c->in);
     buf_release(&c->head);

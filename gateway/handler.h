@@ -9,13 +9,15 @@
  *
  *   server -> conn -> route -> proxy -> {coalesce, flight, fanout,
  *                                        dispatch, reply, tenant, usage}
- *   dispatch -> {pool, upstream};  server -> health -> {pool, upstream}
+ *   dispatch -> {pool, upstream};  {server, conn} -> live -> {health,
+ *   pool, upstream}
  */
 #ifndef INFERGW_GATEWAY_HANDLER_H
 #define INFERGW_GATEWAY_HANDLER_H
 
 #include <stdatomic.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "buf.h"
 #include "http.h"
@@ -28,16 +30,24 @@ struct coalescer;
 struct reply;
 struct tenants;
 struct tenant_entry;
+struct live;
 
 /*
- * Immutable once the server starts, and shared by every thread; the
- * objects it points to are thread-safe.  The two flags are set once each,
- * and the descriptors become readable at the same moments.
+ * The server's is immutable once it starts, and shared by every thread;
+ * the objects it points to are thread-safe.  The two flags are set once
+ * each, and the descriptors become readable at the same moments.
+ *
+ * The first three come from the configuration generation a request runs
+ * on (live.h): the server's has them NULL, and conn.c gives each request
+ * a copy with its generation's.
  */
 struct handler_ctx {
     const struct gw_config *cfg;
     struct upstream *up;            /* the transfers */
     struct pool *pool;              /* which upstream, and its health */
+    uint64_t generation;            /* the configuration's (coalesce.h) */
+    struct live *live;              /* conn.c's: where generations come
+                                       from */
     struct coalescer *co;
     struct tenants *tenants;        /* limits and bills (tenant.h) */
     const _Atomic int *draining;    /* SIGTERM: readyz 503, no keep-alive,

@@ -3,7 +3,8 @@
  *
  * Order matters: global library set-up (curl_global_init, jansson's hash
  * seed) and the signal mask happen here, before any thread exists, so every
- * thread inherits SIGINT/SIGTERM blocked and only the signalfd sees them.
+ * thread inherits SIGHUP/SIGINT/SIGTERM blocked and only the signalfd sees
+ * them.
  */
 #include <curl/curl.h>
 #include <jansson.h>
@@ -16,12 +17,10 @@
 
 #include "coalesce.h"
 #include "config.h"
-#include "health.h"
+#include "live.h"
 #include "log.h"
-#include "pool.h"
 #include "server.h"
 #include "tenant.h"
-#include "upstream.h"
 
 #define INFERGW_VERSION "0.1.0"
 
@@ -56,6 +55,7 @@ block_signals(int *sig_fd)
 
     signal(SIGPIPE, SIG_IGN);   /* writes use MSG_NOSIGNAL; curl too */
     sigemptyset(&set);
+    sigaddset(&set, SIGHUP);
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
     if (pthread_sigmask(SIG_BLOCK, &set, NULL) != 0)
@@ -69,9 +69,7 @@ main(int argc, char **argv)
 {
     const char *path = INFERGW_DEFAULT_CONF;
     struct gw_config cfg;
-    struct upstream *up = NULL;
-    struct pool *pool = NULL;
-    struct health *health = NULL;
+    struct live *live = NULL;
     struct coalescer *co = NULL;
     struct tenants *tenants = NULL;
     struct server srv;
@@ -112,23 +110,22 @@ main(int argc, char **argv)
     }
     json_object_seed(0);
 
-    up = upstream_new(&cfg);
-    pool = pool_new(&cfg);
     co = coalescer_new(&cfg);
     tenants = tenants_new();
-    if (up == NULL || pool == NULL || co == NULL || tenants == NULL) {
+    if (co == NULL || tenants == NULL) {
         log_msg(GW_LOG_ERROR, "main: out of memory at startup");
         return 1;
     }
-    if (server_init(&srv, &cfg, up, pool, co, tenants) != 0
+    live = live_new(&cfg);          /* takes cfg; starts the health beat */
+    if (live == NULL)
+        return 1;
+    if (server_init(&srv, live, co, tenants) != 0
         || server_listen(&srv) != 0)
         return 1;
-    health = health_start(&cfg, pool, up);
-    if (health == NULL)
-        return 1;
     log_msg(GW_LOG_INFO, "main: infergw %s started config=%s upstreams=%zu "
-            "balance=%s", INFERGW_VERSION, path, cfg.num_upstreams,
-            config_balance_name(cfg.balance));
+            "balance=%s", INFERGW_VERSION, path,
+            live_current(live)->cfg.num_upstreams,
+            config_balance_name(live_current(live)->cfg.balance));
     if (server_run(&srv, sig_fd) != 0)
         return 1;
     rc = server_drain(&srv, sig_fd);
@@ -153,14 +150,11 @@ main(int argc, char **argv)
             _exit(1);
         }
     }
-    health_stop(health);
     server_release(&srv);
+    live_free(live);
     coalescer_free(co);
     tenants_free(tenants);
-    pool_free(pool);
-    upstream_free(up);
     curl_global_cleanup();
-    config_release(&cfg);
     close(sig_fd);
     log_msg(GW_LOG_INFO, "main: exit status=%d", rc != 0);
     return rc != 0;

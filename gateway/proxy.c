@@ -512,7 +512,8 @@ coalesce(struct handler_req *hr, const struct fwd *fw)
     struct flight *f;
     char keyhex[13];
 
-    coalesce_key(tenant_name(ctx->cfg, hr->tenant), &fw->ur, key);
+    coalesce_key(tenant_name(ctx->cfg, hr->tenant), ctx->generation, &fw->ur,
+                 key);
     coalesce_key_hex(key, keyhex);
     fanout_reader_init(&r, hr->reply, ctx->cfg->follower_timeout_ms);
     switch (coalescer_join(ctx->co, key, &r.fr, &f, &why)) {

@@ -21,6 +21,7 @@
 #include "config.h"
 #include "conn.h"
 #include "fanout.h"
+#include "live.h"
 #include "log.h"
 #include "metrics.h"
 #include "net.h"
@@ -32,6 +33,17 @@ struct thread_arg {
     int fd;
 };
 
+/*
+ * The configuration in force.  Only the thread that reloads it (the one
+ * running server_run and then server_drain) may look without holding a
+ * reference (live.h), and only these functions do.
+ */
+static const struct gw_config *
+cfg_of(const struct server *s)
+{
+    return &live_current(s->live)->cfg;
+}
+
 static void
 close_pair(int p[2])
 {
@@ -41,16 +53,17 @@ close_pair(int p[2])
 }
 
 int
-server_init(struct server *s, const struct gw_config *cfg,
-            struct upstream *up, struct pool *pool, struct coalescer *co,
+server_init(struct server *s, struct live *live, struct coalescer *co,
             struct tenants *tenants)
 {
     int wake[2] = { -1, -1 }, stop[2] = { -1, -1 }, done[2] = { -1, -1 };
     int attr = 0, rc = GW_EIO, err;
     long ncpu;
 
+    const struct gw_config *cfg = &live_current(live)->cfg;
+
     memset(s, 0, sizeof(*s));
-    s->cfg = cfg;
+    s->live = live;
     s->listen_fd = -1;
     if (pipe2(wake, O_CLOEXEC) == -1 || pipe2(stop, O_CLOEXEC) == -1
         || pipe2(done, O_CLOEXEC | O_NONBLOCK) == -1) {
@@ -79,9 +92,7 @@ server_init(struct server *s, const struct gw_config *cfg,
     s->done_wr = done[1];
     wake[0] = wake[1] = stop[0] = stop[1] = done[0] = done[1] = -1;
     ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    s->ctx.cfg = cfg;
-    s->ctx.up = up;
-    s->ctx.pool = pool;
+    s->ctx.live = live;
     s->ctx.co = co;
     s->ctx.tenants = tenants;
     s->ctx.draining = &s->draining;
@@ -103,11 +114,11 @@ out:
 int
 server_listen(struct server *s)
 {
-    int rc = net_listen(s->cfg->listen, 1024, &s->listen_fd, &s->port);
+    int rc = net_listen(cfg_of(s)->listen, 1024, &s->listen_fd, &s->port);
 
     if (rc == 0)
         log_msg(GW_LOG_INFO, "server: listening addr=%s port=%u",
-                s->cfg->listen, (unsigned)s->port);
+                cfg_of(s)->listen, (unsigned)s->port);
     return rc;
 }
 
@@ -144,7 +155,8 @@ reject(struct server *s, int fd, const char *why, const char *message)
     gw_random_hex(id, 16);
     reply_refuse(fd, id, message);
     log_msg(GW_LOG_WARN, "server: rejected connection reason=%s max=%llu "
-            "req=%s", why, (unsigned long long)s->cfg->max_connections, id);
+            "req=%s", why, (unsigned long long)cfg_of(s)->max_connections,
+            id);
 }
 
 static void
@@ -154,7 +166,7 @@ spawn(struct server *s, int fd)
     pthread_t t;
     int rc;
 
-    if (atomic_load(&s->active) >= (long)s->cfg->max_connections) {
+    if (atomic_load(&s->active) >= (long)cfg_of(s)->max_connections) {
         reject(s, fd, "max_connections", "too many connections, retry later");
         return;
     }
@@ -177,12 +189,24 @@ spawn(struct server *s, int fd)
     }
 }
 
+/* The signal waiting on 'sig_fd' (SIGHUP, SIGINT, SIGTERM), or 0. */
 static int
 got_signal(int sig_fd)
 {
     struct signalfd_siginfo si;
 
-    return read(sig_fd, &si, sizeof(si)) == (ssize_t)sizeof(si);
+    if (read(sig_fd, &si, sizeof(si)) != (ssize_t)sizeof(si))
+        return 0;
+    return (int)si.ssi_signo;
+}
+
+/* SIGHUP: the file again; and the coalescer's limits from it. */
+static void
+reload(struct server *s)
+{
+    log_msg(GW_LOG_INFO, "server: SIGHUP, reloading %s", cfg_of(s)->path);
+    if (live_reload(s->live) == 0)
+        coalescer_set_limits(s->ctx.co, cfg_of(s));
 }
 
 int
@@ -203,8 +227,16 @@ server_run(struct server *s, int sig_fd)
             log_errno(GW_LOG_ERROR, errno, "server: poll");
             return GW_EIO;
         }
-        if (pfd[1].revents != 0 && got_signal(sig_fd))
-            break;
+        if (pfd[1].revents != 0) {
+            int sig = got_signal(sig_fd);
+
+            if (sig == SIGHUP) {
+                reload(s);
+                continue;
+            }
+            if (sig != 0)
+                break;
+        }
         if (pfd[0].revents == 0)
             continue;
         /* Take everything pending: one poll per burst, not per client. */
@@ -229,7 +261,7 @@ server_run(struct server *s, int sig_fd)
     close(s->listen_fd);
     s->listen_fd = -1;
     log_msg(GW_LOG_INFO, "server: draining connections=%ld timeout_ms=%lld",
-            atomic_load(&s->active), (long long)s->cfg->drain_timeout_ms);
+            atomic_load(&s->active), (long long)cfg_of(s)->drain_timeout_ms);
     return 0;
 }
 
@@ -251,8 +283,15 @@ wait_threads(struct server *s, int64_t deadline, int sig_fd)
         pfd[0].revents = pfd[1].revents = 0;
         if (poll(pfd, sig_fd >= 0 ? 2 : 1, gw_ms_left(deadline)) == 0)
             return GW_ETIMEDOUT;
-        if (sig_fd >= 0 && pfd[1].revents != 0 && got_signal(sig_fd))
-            return GW_EABORTED;
+        if (sig_fd >= 0 && pfd[1].revents != 0) {
+            int sig = got_signal(sig_fd);
+
+            if (sig == SIGHUP)
+                log_msg(GW_LOG_WARN, "server: SIGHUP while draining: "
+                        "nothing is reloaded");
+            else if (sig != 0)
+                return GW_EABORTED;
+        }
         if (pfd[0].revents != 0)
             while (read(s->done_rd, x, sizeof(x)) > 0)
                 ;
@@ -263,7 +302,8 @@ wait_threads(struct server *s, int64_t deadline, int sig_fd)
 int
 server_drain(struct server *s, int sig_fd)
 {
-    int rc = wait_threads(s, gw_now_ms() + s->cfg->drain_timeout_ms, sig_fd);
+    int rc = wait_threads(s, gw_now_ms() + cfg_of(s)->drain_timeout_ms,
+                          sig_fd);
 
     if (rc == GW_ETIMEDOUT)
         log_msg(GW_LOG_WARN, "server: drain timeout connections=%ld",
@@ -287,7 +327,7 @@ server_stop(struct server *s)
     /* Parked followers sleep without a timer: wake them to see it; and
      * the calls queued for a max_inflight slot. */
     coalescer_each(s->ctx.co, fanout_wake_all);
-    pool_stop(s->ctx.pool);
+    live_stop(s->live);
 }
 
 int

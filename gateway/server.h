@@ -2,7 +2,8 @@
  * server.h - listening socket, accept loop, one thread per connection,
  * and the drain and stop that end the process.
  *
- * Design: main() blocks SIGINT and SIGTERM in every thread and hands the
+ * Design: main() blocks SIGHUP, SIGINT and SIGTERM in every thread and
+ * hands the
  * accept loop a signalfd, so no signal handler exists at all.  The accept
  * loop poll()s the listener and the signalfd.  Each accepted connection
  * gets a detached thread with the configured small stack and the
@@ -39,15 +40,14 @@
 
 #include "handler.h"
 
-struct gw_config;
-struct upstream;
+struct live;
 struct coalescer;
 struct tenants;
 
 struct server {
     struct handler_ctx ctx;         /* immutable once server_init() is
                                        done; given to every connection */
-    const struct gw_config *cfg;    /* borrowed; immutable */
+    struct live *live;              /* borrowed: the configuration */
     int listen_fd;
     uint16_t port;                  /* the port actually bound */
     int wake_rd, wake_wr;           /* pipe; readable once draining */
@@ -64,8 +64,7 @@ struct server {
  * Prepare 's'; borrows everything.  Returns 0, or GW_EIO or GW_EINVAL
  * (logged) with nothing left open.
  */
-int server_init(struct server *s, const struct gw_config *cfg,
-                struct upstream *up, struct pool *pool, struct coalescer *co,
+int server_init(struct server *s, struct live *live, struct coalescer *co,
                 struct tenants *tenants);
 
 /* Bind and listen; logs "server: listening addr=... port=N". */
@@ -73,6 +72,7 @@ int server_listen(struct server *s);
 
 /*
  * Accept connections until SIGINT/SIGTERM arrives on 'sig_fd' (a
+ * SIGHUP reloads the configuration, live.h, and accepting goes on) (a
  * signalfd).  Then starts the drain (readyz 503, wake pipe, listener
  * closed) and returns 0.  GW_EIO on a fatal accept error.
  */

@@ -9,7 +9,8 @@ A depends on module B when a.c or a.h includes "b.h".  DESIGN.md
 
     server -> conn -> route -> proxy -> {coalesce, flight, fanout,
                                          dispatch, reply, tenant, usage}
-    dispatch -> {pool, upstream};   main -> health -> {pool, upstream}
+    dispatch -> {pool, upstream};   {server, conn} -> live -> {health,
+                                     pool, upstream}
 
 with everything on common/; so this fails, naming the cycle, when any
 chain of includes leads from a module back to itself.  It also fails when

@@ -54,7 +54,7 @@ key_of(const char *body, unsigned char key[FLIGHT_KEY_LEN])
     struct upstream_request ur = ureq("POST", "/v1/chat/completions", body,
                                       NULL);
 
-    coalesce_key("default", &ur, key);
+    coalesce_key("default", 1, &ur, key);
 }
 
 /* ---- the map ---- */
@@ -232,7 +232,7 @@ key4(const char *t, const char *method, const char *path,
 {
     struct upstream_request ur = ureq(method, path, body, auth);
 
-    coalesce_key(t, &ur, key);
+    coalesce_key(t, 1, &ur, key);
 }
 
 START_TEST(test_key_separates_fields)
@@ -271,8 +271,11 @@ START_TEST(test_key_separates_fields)
     /* The client's request id is not hashed: the flight sends its own. */
     ur = ureq("POST", "/v1/completions", "{}", NULL);
     ur.request_id = "another-client";
-    coalesce_key("t1", &ur, b);
+    coalesce_key("t1", 1, &ur, b);
     ck_assert_int_eq(memcmp(a, b, FLIGHT_KEY_LEN), 0);
+    /* A reloaded configuration starts its own flights (live.h). */
+    coalesce_key("t1", 2, &ur, b);
+    ck_assert_int_ne(memcmp(a, b, FLIGHT_KEY_LEN), 0);
 }
 END_TEST
 

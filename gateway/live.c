@@ -1,0 +1,217 @@
+/*
+ * live.c - generations of the configuration, and the reload (live.h).
+ */
+#include "live.h"
+
+#include <string.h>
+
+#include "alloc.h"
+#include "health.h"
+#include "log.h"
+#include "pool.h"
+#include "upstream.h"
+#include "util.h"
+
+struct live {
+    struct gw_mutex lock;
+    struct generation *cur;         /* (L) holds one reference */
+    struct generation *gens;        /* (L) every generation alive */
+};
+
+/* NULL-safe; the generation is no longer current nor used. */
+static void
+gen_free(struct generation *g)
+{
+    if (g == NULL)
+        return;
+    health_stop(g->health);
+    pool_free(g->pool);
+    upstream_free(g->up);
+    config_release(&g->cfg);
+    gw_free(g);
+}
+
+/* A generation from 'cfg' (moved in), with its objects; NULL (logged). */
+static struct generation *
+gen_build(struct gw_config *cfg, uint64_t id)
+{
+    struct generation *g = gw_calloc(1, sizeof(*g));
+
+    if (g == NULL) {
+        config_release(cfg);
+        log_msg(GW_LOG_ERROR, "live: out of memory for a configuration");
+        return NULL;
+    }
+    memcpy(&g->cfg, cfg, sizeof(*cfg));
+    memset(cfg, 0, sizeof(*cfg));
+    g->id = id;
+    g->refs = 1;                    /* the one 'cur' holds */
+    g->up = upstream_new(&g->cfg);
+    g->pool = pool_new(&g->cfg);
+    if (g->up == NULL || g->pool == NULL) {
+        log_msg(GW_LOG_ERROR, "live: out of memory for the upstreams");
+        gen_free(g);
+        return NULL;
+    }
+    g->health = health_start(&g->cfg, g->pool, g->up);
+    if (g->health == NULL) {
+        gen_free(g);
+        return NULL;
+    }
+    return g;
+}
+
+struct live *
+live_new(struct gw_config *cfg)
+{
+    struct live *l = gw_calloc(1, sizeof(*l));
+
+    if (l == NULL) {
+        config_release(cfg);
+        return NULL;
+    }
+    l->cur = l->gens = gen_build(cfg, 1);
+    if (l->cur == NULL) {
+        gw_free(l);
+        return NULL;
+    }
+    gw_mutex_init(&l->lock);
+    return l;
+}
+
+void
+live_free(struct live *l)
+{
+    struct generation *g, *next;
+
+    if (l == NULL)
+        return;
+    for (g = l->gens; g != NULL; g = next) {
+        next = g->next;
+        gen_free(g);
+    }
+    gw_mutex_destroy(&l->lock);
+    gw_free(l);
+}
+
+struct generation *
+live_acquire(struct live *l)
+{
+    struct generation *g;
+
+    gw_mutex_lock(&l->lock);
+    g = l->cur;
+    g->refs++;
+    gw_mutex_unlock(&l->lock);
+    return g;
+}
+
+void
+live_release(struct live *l, struct generation *g)
+{
+    struct generation **pp;
+    int last;
+
+    if (g == NULL)
+        return;
+    gw_mutex_lock(&l->lock);
+    last = --g->refs == 0;
+    if (last) {
+        for (pp = &l->gens; *pp != g; pp = &(*pp)->next)
+            ;
+        *pp = g->next;
+    }
+    gw_mutex_unlock(&l->lock);
+    if (last) {
+        log_msg(GW_LOG_INFO, "live: configuration generation=%llu freed, "
+                "its last request is over", (unsigned long long)g->id);
+        gen_free(g);
+    }
+}
+
+const struct generation *
+live_current(struct live *l)
+{
+    return l->cur;              /* only the reloading thread writes it */
+}
+
+/*
+ * The settings only start-up reads keep the values in force, and a change
+ * to one is logged.  Returns GW_ENOMEM or 0.
+ */
+static int
+keep_startup_settings(const struct gw_config *old, struct gw_config *c)
+{
+    if (strcmp(old->listen, c->listen) != 0) {
+        char *v = gw_strdup(old->listen);
+
+        if (v == NULL)
+            return GW_ENOMEM;
+        log_msg(GW_LOG_WARN, "reload: listen changed to %s: that needs a "
+                "restart, still listening on %s", c->listen, old->listen);
+        gw_free(c->listen);
+        c->listen = v;
+    }
+    if (old->thread_stack_size != c->thread_stack_size) {
+        log_msg(GW_LOG_WARN, "reload: thread_stack_size changed to %llu: "
+                "that needs a restart, still %llu",
+                (unsigned long long)c->thread_stack_size,
+                (unsigned long long)old->thread_stack_size);
+        c->thread_stack_size = old->thread_stack_size;
+    }
+    return 0;
+}
+
+int
+live_reload(struct live *l)
+{
+    struct generation *old = l->cur, *g;
+    struct gw_config cfg;
+    char err[512];
+    int rc;
+
+    rc = config_load(old->cfg.path, &cfg, err, sizeof(err));
+    if (rc != 0) {
+        log_msg(GW_LOG_ERROR, "reload: %s; the configuration in force "
+                "stays generation=%llu", err, (unsigned long long)old->id);
+        return rc;
+    }
+    rc = keep_startup_settings(&old->cfg, &cfg);
+    if (rc != 0) {
+        config_release(&cfg);
+        log_msg(GW_LOG_ERROR, "reload: out of memory; the configuration "
+                "in force stays generation=%llu", (unsigned long long)old->id);
+        return rc;
+    }
+    g = gen_build(&cfg, old->id + 1);
+    if (g == NULL) {
+        log_msg(GW_LOG_ERROR, "reload: cannot start the new configuration; "
+                "the one in force stays generation=%llu",
+                (unsigned long long)old->id);
+        return GW_ENOMEM;
+    }
+    gw_mutex_lock(&l->lock);
+    g->next = l->gens;
+    l->gens = g;
+    l->cur = g;
+    gw_mutex_unlock(&l->lock);
+    /* The old generation's requests finish without its health beat. */
+    health_stop(old->health);
+    old->health = NULL;
+    log_set_level(g->cfg.log_level);
+    log_msg(GW_LOG_INFO, "reload: configuration generation=%llu in force "
+            "config=%s upstreams=%zu tenants=%zu",
+            (unsigned long long)g->id, g->cfg.path, g->cfg.num_upstreams,
+            g->cfg.num_tenants);
+    live_release(l, old);       /* the reference 'cur' held */
+    return 0;
+}
+
+void
+live_stop(struct live *l)
+{
+    gw_mutex_lock(&l->lock);
+    for (struct generation *g = l->gens; g != NULL; g = g->next)
+        pool_stop(g->pool);
+    gw_mutex_unlock(&l->lock);
+}

@@ -1,0 +1,84 @@
+/*
+ * live.h - the configuration in force, and its reload (SIGHUP).
+ *
+ * A generation is one loaded configuration with the objects built from
+ * it: the upstream transfers (upstream.h), the pool (pool.h) and the
+ * health beat (health.h).  Each request runs on the generation that was
+ * current when it started, from its head to its access-log line, so:
+ *  - new requests use the new settings at once;
+ *  - requests, streams and flights under way finish on the old ones (a
+ *    flight's key holds its generation, coalesce.h, so a new request
+ *    never joins an old flight);
+ *  - an old generation is freed by the last request that used it.
+ * What lives longer than a generation is outside it: the coalescer (its
+ * limits are updated), the tenants' counts (kept by name, tenant.h), the
+ * metrics.
+ *
+ * A reload reads the file again.  An invalid file changes nothing: its
+ * "FILE:LINE: ..." is logged and the generation in force stays.  Settings
+ * that only take effect at start-up (listen, thread_stack_size) keep their
+ * old values; a reload that changes one says so in the log.  A new
+ * generation starts with fresh upstream state: breakers closed, no model
+ * list until its health beat asks, no warm connections.
+ *
+ * Locking: one mutex guards the current pointer, the list of live
+ * generations and their reference counts; it is held for a few
+ * instructions and never across I/O.  Only one thread reloads (the
+ * accept loop, server.c).
+ */
+#ifndef INFERGW_GATEWAY_LIVE_H
+#define INFERGW_GATEWAY_LIVE_H
+
+#include <stdint.h>
+
+#include "config.h"
+
+struct upstream;
+struct pool;
+struct health;
+struct live;
+
+struct generation {
+    uint64_t id;                    /* 1 at start, +1 per reload */
+    struct gw_config cfg;           /* immutable */
+    struct upstream *up;
+    struct pool *pool;
+    struct health *health;          /* stopped when replaced (live.c) */
+    long refs;                      /* live.c's, under its lock */
+    struct generation *next;        /* live.c's: every generation alive */
+};
+
+/*
+ * Generation 1 from 'cfg', which is moved in (*cfg is left empty).
+ * Starts its health beat.  NULL on failure (logged; *cfg released).
+ */
+struct live *live_new(struct gw_config *cfg);
+
+/*
+ * Free everything; no request may hold a generation any more (the drain
+ * or the stop is over).  NULL-safe.
+ */
+void live_free(struct live *l);
+
+/* The current generation, with a reference for the caller. */
+struct generation *live_acquire(struct live *l);
+
+/* Give it back; the last reference to a replaced generation frees it. */
+void live_release(struct live *l, struct generation *g);
+
+/*
+ * The current generation, without a reference: only for the thread that
+ * reloads (nothing else replaces it, so it stays valid there).
+ */
+const struct generation *live_current(struct live *l);
+
+/*
+ * Re-read the configuration file and, if it is valid, make it current.
+ * Logs the outcome.  Returns 0 or the loader's error.
+ */
+int live_reload(struct live *l);
+
+/* pool_stop() on every generation alive: the process is stopping. */
+void live_stop(struct live *l);
+
+#endif
