@@ -169,9 +169,11 @@ def test_upstream_sees_only_constants_and_key_data(t):
     logged = flight_ids_in_log(g)
     assert {rid: logged.get(rid) for rid in ids} == \
         {rid: fid for rid in ids}, logged
-    # The access lines carry it too.
-    acc = [l for l in g.access_lines() if "flight=%s" % fid in l]
-    assert len(acc) == 3, g.access_lines()
+    # The access lines carry it too (each is written once its response
+    # is out, so perhaps after the client has read it).
+    wait_for(lambda: len([l for l in g.access_lines()
+                          if "flight=%s" % fid in l]) == 3,
+             msg="three access lines with flight=%s" % fid)
 
 
 def test_direct_request_keeps_the_clients_request_id(t):
