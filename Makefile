@@ -133,7 +133,8 @@ $(BUILD)/test/check_proxy: test/unit/check_proxy.c $(PROXY_UT_OBJ)
 # of libFuzzer (replay.c), linked with the -DINFERGW_UNIT_TEST objects as
 # the unit tests are, so that 'make unit' runs every corpus file through
 # its target under this variant's sanitizers.
-FUZZ_NAMES := $(patsubst test/fuzz/fuzz_%.c,%,$(sort $(wildcard test/fuzz/fuzz_*.c)))
+FUZZ_SRC := $(sort $(wildcard test/fuzz/fuzz_*.c))
+FUZZ_NAMES := $(FUZZ_SRC:test/fuzz/fuzz_%.c=%)
 FUZZ_REPLAY := $(FUZZ_NAMES:%=$(BUILD)/test/fuzz_%_replay)
 $(BUILD)/test/fuzz_%_replay: test/fuzz/fuzz_%.c test/fuzz/replay.c $(UT_OBJ)
 	@mkdir -p $(dir $@)
@@ -182,10 +183,11 @@ bench: deps
 # target, then runs each for FUZZ_TIME seconds (0: build only).  libFuzzer
 # writes the inputs it finds to the first corpus directory it is given,
 # build/fuzz/corpus/NAME/ (kept, so the next run goes on from there), and
-# only reads the seeds in test/fuzz/corpus/NAME/.  A crash is saved as
-# build/fuzz/crash/NAME-crash-<sha1> and the run fails with its report;
-# the whole log of each run is build/fuzz/NAME.log.  Reproduce with
-# build/fuzz/fuzz_NAME FILE; keep the input in the seeds as a regression.
+# only reads the seeds in test/fuzz/corpus/NAME/.  A failing input is saved
+# as build/fuzz/crash/NAME-{crash,leak,timeout}-<sha1> and the run fails
+# with its report; the whole log of each run is build/fuzz/NAME.log.
+# Reproduce with build/fuzz/fuzz_NAME FILE, and keep the input in the
+# seeds as a regression.
 FUZZ_TIME ?= 60
 FUZZ_CC ?= clang
 FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -DINFERGW_UNIT_TEST -g -O1 \
@@ -219,7 +221,7 @@ fuzz:
 	        >build/fuzz/$$n.log 2>&1; then \
 	        tail -n 60 build/fuzz/$$n.log; exit 1; \
 	    fi; \
-	    grep -E '^#[0-9]+[[:space:]]+DONE|^stat::(number_of_executed_units|average_exec_per_sec|new_units_added)' \
+	    grep -E '^#[0-9]+[[:space:]]+DONE|^stat::(number_of|average|new)' \
 	        build/fuzz/$$n.log; \
 	done
 

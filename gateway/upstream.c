@@ -1080,6 +1080,28 @@ attempt_end(struct call *c, struct xfer *x, CURLcode cc, int own_rc,
 }
 
 /*
+ * Make 'x' the next attempt of 'c', on upstream 'idx' ('up'), with its
+ * response state as before the first header line.  x->h is the caller's
+ * to set.
+ */
+static void
+xfer_init(struct call *c, struct xfer *x, size_t idx,
+          const struct config_upstream *up)
+{
+    assert(c->n < UP_ATTEMPTS && x == &c->x[c->n]);
+    memset(x, 0, sizeof(*x));
+    x->call = c;
+    x->idx = idx;
+    x->up = up;
+    result_init(&x->res, idx);
+    x->timeout_base_ms = -1;
+    x->body_len = (curl_off_t)c->req->body_len;
+    x->want_status_line = 1;
+    x->content_length = -1;
+    c->n++;
+}
+
+/*
  * Start the next attempt of 'c' on upstream 'idx'.  Returns 0, or a code
  * with the attempt's result filled (it never ran).
  */
@@ -1092,13 +1114,8 @@ attempt_start(struct call *c, size_t idx)
     const char *reason = "out of memory";
     int rc = GW_ENOMEM;
 
-    assert(c->n < UP_ATTEMPTS && idx < u->cfg->num_upstreams);
-    memset(x, 0, sizeof(*x));
-    x->call = c;
-    x->idx = idx;
-    x->up = &u->cfg->upstreams[idx];
-    result_init(&x->res, idx);
-    c->n++;
+    assert(idx < u->cfg->num_upstreams);
+    xfer_init(c, x, idx, &u->cfg->upstreams[idx]);
     if (*hp == NULL)
         *hp = handle_new(u);
     x->h = *hp;
@@ -1108,10 +1125,6 @@ attempt_start(struct call *c, size_t idx)
                  &reason);
     if (rc != 0)
         goto out;
-    x->timeout_base_ms = -1;
-    x->body_len = (curl_off_t)c->req->body_len;
-    x->want_status_line = 1;
-    x->content_length = -1;
     /* Pointer options cannot fail; set per call because 'x' is ours. */
     curl_easy_setopt(x->h->curl, CURLOPT_HEADERDATA, x);
     curl_easy_setopt(x->h->curl, CURLOPT_WRITEDATA, x);
@@ -1238,6 +1251,28 @@ any_running(const struct call *c)
     return 0;
 }
 
+/* libcurl is done with the running attempt 'x', with code 'cc'. */
+static void
+attempt_finished(struct call *c, struct xfer *x, CURLcode cc)
+{
+    /* A loser that libcurl ended (its callbacks refuse data) lost; its
+     * connection did nothing wrong. */
+    if (x->lost)
+        attempt_end(c, x, CURLE_OK, GW_EABORTED, "lost the hedge",
+                    UPF_NONE);
+    else
+        attempt_end(c, x, cc, 0, NULL, UPF_NONE);
+}
+
+/* End the running attempts that the other one has beaten. */
+static void
+end_lost(struct call *c)
+{
+    for (int i = 0; i < c->n; i++)
+        if (c->x[i].running && c->x[i].lost)
+            attempt_finished(c, &c->x[i], CURLE_OK);
+}
+
 /* Read libcurl's finished transfers and end the lost ones. */
 static void
 reap(struct call *c)
@@ -1253,20 +1288,9 @@ reap(struct call *c)
         curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&x);
         if (x == NULL || !x->running)
             continue;
-        /* A loser that libcurl ended (its callbacks refuse data) lost;
-         * its connection did nothing wrong. */
-        if (x->lost)
-            attempt_end(c, x, CURLE_OK, GW_EABORTED, "lost the hedge",
-                        UPF_NONE);
-        else
-            attempt_end(c, x, msg->data.result, 0, NULL, UPF_NONE);
+        attempt_finished(c, x, msg->data.result);
     }
-    for (int i = 0; i < c->n; i++) {
-        x = &c->x[i];
-        if (x->running && x->lost)
-            attempt_end(c, x, CURLE_OK, GW_EABORTED, "lost the hedge",
-                        UPF_NONE);
-    }
+    end_lost(c);
 }
 
 /*
@@ -1416,3 +1440,114 @@ upstream_handles_created(struct upstream *u)
 {
     return atomic_load_explicit(&u->created, memory_order_relaxed);
 }
+
+#ifdef INFERGW_UNIT_TEST
+/*
+ * A call driven by hand (upstream.h's test-only part).  Its attempts are
+ * real struct xfer values fed through the real callbacks; only libcurl is
+ * missing.  The session is an empty one, so attempt_end()'s
+ * curl_multi_remove_handle() on its NULL handles does nothing, and the
+ * handles have no CURL: the callbacks only use their ctype buffers.
+ */
+struct upstream_testcall {
+    struct call c;
+    struct up_session s;
+    struct up_handle h[UP_ATTEMPTS];
+};
+
+static const struct config_upstream testcall_upstream = {
+    .name = (char *)"test",
+    .url = (char *)"http://upstream.test",
+};
+
+static const struct upstream_request testcall_request = {
+    "POST", "/v1/chat/completions", "{}", 2, "test-id", NULL
+};
+
+struct upstream_testcall *
+upstream_testcall_new(const struct upstream_opts *opts,
+                      const struct upstream_sink *sink)
+{
+    struct upstream_testcall *t = gw_calloc(1, sizeof(*t));
+
+    if (t == NULL)
+        return NULL;
+    t->c.req = &testcall_request;
+    t->c.opts = opts != NULL ? opts : &default_opts;
+    t->c.sink = sink;
+    t->c.s = &t->s;
+    t->s.timer_ms = -1;
+    for (int i = 0; i < UP_ATTEMPTS; i++)
+        buf_init(&t->h[i].ctype, UP_CTYPE_LIMIT);
+    return t;
+}
+
+void
+upstream_testcall_free(struct upstream_testcall *t)
+{
+    if (t == NULL)
+        return;
+    for (int i = 0; i < UP_ATTEMPTS; i++)
+        buf_release(&t->h[i].ctype);
+    gw_free(t);
+}
+
+int
+upstream_testcall_start(struct upstream_testcall *t)
+{
+    struct call *c = &t->c;
+    struct xfer *x;
+    int i = c->n;
+
+    /* The second attempt only as maybe_hedge() starts one. */
+    if (i == UP_ATTEMPTS
+        || (i == 1 && (!c->x[0].running || c->winner != NULL)))
+        return -1;
+    x = &c->x[i];
+    xfer_init(c, x, (size_t)i, &testcall_upstream);
+    x->h = &t->h[i];
+    x->start_us = gw_now_us();
+    x->last_rx_ms = x->start_us / 1000;
+    x->running = 1;
+    return i;
+}
+
+size_t
+upstream_testcall_header(struct upstream_testcall *t, int i, char *p,
+                         size_t n)
+{
+    assert(i >= 0 && i < t->c.n);
+    return header_cb(p, 1, n, &t->c.x[i]);
+}
+
+size_t
+upstream_testcall_body(struct upstream_testcall *t, int i, char *p,
+                       size_t n)
+{
+    assert(i >= 0 && i < t->c.n);
+    return write_cb(p, 1, n, &t->c.x[i]);
+}
+
+int
+upstream_testcall_running(const struct upstream_testcall *t, int i)
+{
+    return i >= 0 && i < t->c.n && t->c.x[i].running;
+}
+
+const struct upstream_result *
+upstream_testcall_finish(struct upstream_testcall *t, int i, int curl_code)
+{
+    struct xfer *x = &t->c.x[i];
+
+    assert(i >= 0 && i < t->c.n);
+    if (x->running)
+        attempt_finished(&t->c, x, (CURLcode)curl_code);
+    return &x->res;
+}
+
+void
+upstream_testcall_reap(struct upstream_testcall *t)
+{
+    end_lost(&t->c);
+}
+#endif

@@ -10,7 +10,8 @@
  * block of its exact size and passed to LLVMFuzzerTestOneInput() once;
  * AddressSanitizer then catches a read past the end of an input.  The
  * target reports problems by crashing or aborting.  Exits 1 on an I/O
- * error or when no input was found at all.
+ * error or when no input was found at all; else says how many inputs
+ * passed, under the program's own name (one replay binary per target).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -116,6 +117,6 @@ main(int argc, char **argv)
         fprintf(stderr, "replay: no inputs\n");
         return 1;
     }
-    printf("replay: %d inputs ok\n", count);
+    printf("%s: %d inputs ok\n", argv[0], count);
     return 0;
 }

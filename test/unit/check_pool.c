@@ -51,7 +51,7 @@ teardown(void)
 static int
 take(struct pool_slot *s)
 {
-    struct pool_want w = { NULL, 0, 0, 0 };
+    struct pool_want w = { NULL, 0, 0, 0, NULL, NULL };
     int ra;
 
     return pool_acquire(pool, &w, s, &ra);
@@ -76,7 +76,7 @@ START_TEST(test_eject_half_open_close)
 {
     struct pool_slot s, t;
     int ra;
-    struct pool_want w = { NULL, 0, 0, 0 };
+    struct pool_want w = { NULL, 0, 0, 0, NULL, NULL };
 
     make_pool(1, "eject_after = 2\neject_time = 100ms\n", "");
     ck_assert_int_eq(take(&s), 0);
@@ -228,7 +228,7 @@ END_TEST
 
 START_TEST(test_queue_timeout_and_no_wait)
 {
-    struct pool_want w = { NULL, 0, 0, 1 };
+    struct pool_want w = { NULL, 0, 0, 1, NULL, NULL };
     struct pool_slot s, t;
     int64_t t0;
     int ra;
@@ -321,7 +321,8 @@ END_TEST
 
 START_TEST(test_prefix_sticks_and_bounds)
 {
-    struct pool_want w = { NULL, UINT64_C(0x1234567890abcdef), 0, 0 };
+    struct pool_want w = { NULL, UINT64_C(0x1234567890abcdef), 0, 0, NULL,
+                           NULL };
     struct pool_slot s[12];
     int count[3] = { 0, 0, 0 }, first, ra;
 
@@ -351,7 +352,7 @@ START_TEST(test_models_route)
     char err[256];
     char **ids = gw_calloc(1, sizeof(*ids));
     char **texts = gw_calloc(1, sizeof(*texts));
-    struct pool_want w = { "beta", 0, 0, 0 };
+    struct pool_want w = { "beta", 0, 0, 0, NULL, NULL };
     struct pool_slot s;
     struct buf b;
     int ra;
