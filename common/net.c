@@ -19,6 +19,53 @@
 #include "log.h"
 
 /*
+ * The stream each descriptor carries, or NULL (net.h).  A slot is written
+ * by the connection's own thread, before anyone else can know of the
+ * descriptor and after everyone is done with it; other threads that write
+ * for a parked client (fanout.h) read it after a lock handed them the
+ * client, so relaxed atomics are enough.
+ */
+static _Atomic(const struct net_stream *) *stream_slots;
+static size_t stream_nslots;
+
+static const struct net_stream *
+stream_of(int fd)
+{
+    if (fd < 0 || (size_t)fd >= stream_nslots)
+        return NULL;
+    return atomic_load_explicit(&stream_slots[fd], memory_order_relaxed);
+}
+
+int
+net_streams_init(size_t max_fds)
+{
+    if (stream_slots != NULL)
+        return 0;
+    stream_slots = calloc(max_fds, sizeof(*stream_slots));
+    if (stream_slots == NULL)
+        return GW_ENOMEM;
+    stream_nslots = max_fds;
+    return 0;
+}
+
+int
+net_attach_stream(int fd, const struct net_stream *s)
+{
+    if (fd < 0 || (size_t)fd >= stream_nslots)
+        return GW_EINVAL;
+    atomic_store_explicit(&stream_slots[fd], s, memory_order_relaxed);
+    return 0;
+}
+
+void
+net_detach_stream(int fd)
+{
+    if (fd >= 0 && (size_t)fd < stream_nslots)
+        atomic_store_explicit(&stream_slots[fd], NULL,
+                              memory_order_relaxed);
+}
+
+/*
  * Split "HOST:PORT" / "[V6]:PORT" / ":PORT" into host (NULL = any) and port.
  */
 static int
@@ -210,9 +257,14 @@ out:
 int
 net_wait(int fd, short events, int64_t deadline, int wake_fd)
 {
+    const struct net_stream *st = stream_of(fd);
     struct pollfd pfd[2];
     int n;
 
+    /* Bytes the stream holds (decrypted, say): readable without the
+     * socket. */
+    if (st != NULL && events == POLLIN && st->ops->pending(st->impl) > 0)
+        return 0;
     for (;;) {
         pfd[0].fd = fd;
         pfd[0].events = events;
@@ -239,9 +291,12 @@ int
 net_read(int fd, void *p, size_t len, int64_t deadline, int wake_fd,
          size_t *n)
 {
+    const struct net_stream *st = stream_of(fd);
     ssize_t r;
     int rc;
 
+    if (st != NULL)
+        return st->ops->read(st->impl, p, len, deadline, wake_fd, n);
     *n = 0;
     for (;;) {
         r = recv(fd, p, len, 0);
@@ -270,9 +325,12 @@ write_error(int err)
 int
 net_writev_some(int fd, const struct iovec *iov, int iovcnt, size_t *n)
 {
+    const struct net_stream *st = stream_of(fd);
     struct msghdr msg;
     ssize_t w;
 
+    if (st != NULL)
+        return st->ops->writev_some(st->impl, iov, iovcnt, n);
     *n = 0;
     memset(&msg, 0, sizeof(msg));
     msg.msg_iov = (struct iovec *)iov;
@@ -316,10 +374,13 @@ int
 net_writev_all(int fd, struct iovec *iov, int iovcnt, int64_t deadline,
                int wake_fd)
 {
+    const struct net_stream *st = stream_of(fd);
     struct msghdr msg;
     ssize_t w;
     int rc;
 
+    if (st != NULL)
+        return st->ops->writev_all(st->impl, iov, iovcnt, deadline, wake_fd);
     while (iovcnt > 0 && iov[0].iov_len == 0) {
         iov++;
         iovcnt--;

@@ -8,6 +8,15 @@
  *
  * 'wake_fd' arguments (or -1): a descriptor that becomes readable when the
  * process starts draining; a wait that sees it readable returns GW_EABORTED.
+ *
+ * A connection's bytes may go through a stream layered on the socket
+ * (TLS, gateway/tls.h): once its thread attaches a struct net_stream to
+ * the descriptor, net_wait(POLLIN), net_read and the net_write functions
+ * on that descriptor go through the stream's functions, with the same
+ * contracts.  So the modules above keep passing the descriptor they have
+ * and never know which kind of connection it is; only the code that
+ * attaches the stream (conn.c) does.  The peer checks look at the socket
+ * alone: a client that hangs up closes it, close_notify or not.
  */
 #ifndef INFERGW_COMMON_NET_H
 #define INFERGW_COMMON_NET_H
@@ -88,5 +97,41 @@ int net_peer_gone(int fd);
  * pfd[i].revents is 1 (gone) or 0.  Returns how many look gone.
  */
 int net_peers_gone(struct pollfd *pfd, size_t n);
+
+/*
+ * A stream over a socket: its functions keep the contracts of net_read,
+ * net_writev_some and net_writev_all above, and 'pending' says how many
+ * bytes it can give without reading the socket (so net_wait(POLLIN)
+ * returns at once).  'impl' is the stream's own object.
+ */
+struct net_stream_ops {
+    int (*read)(void *impl, void *p, size_t len, int64_t deadline,
+                int wake_fd, size_t *n);
+    int (*writev_some)(void *impl, const struct iovec *iov, int iovcnt,
+                       size_t *n);
+    int (*writev_all)(void *impl, struct iovec *iov, int iovcnt,
+                      int64_t deadline, int wake_fd);
+    size_t (*pending)(const void *impl);
+};
+
+struct net_stream {
+    const struct net_stream_ops *ops;
+    void *impl;
+};
+
+/*
+ * Make room for descriptors below 'max_fds' to carry streams (once,
+ * before any thread attaches).  Returns 0 or GW_ENOMEM.
+ */
+int net_streams_init(size_t max_fds);
+
+/*
+ * 'fd' carries 's' from now on (borrowed, until net_detach_stream).
+ * Returns 0, or GW_EINVAL when fd is out of net_streams_init()'s range.
+ */
+int net_attach_stream(int fd, const struct net_stream *s);
+
+/* 'fd' is a plain socket again. */
+void net_detach_stream(int fd);
 
 #endif

@@ -37,6 +37,7 @@
 #include "alloc.h"
 #include "cfg.h"
 #include "log.h"
+#include "tls.h"
 #include "util.h"
 
 #define DEFAULT_URL "http://127.0.0.1:8000"
@@ -46,7 +47,10 @@
 #define DAY_MS (UINT64_C(24) * 60 * 60 * 1000)
 
 enum setting_type {
-    T_LISTEN,           /* char *: HOST:PORT, [v6]:PORT or :PORT */
+    T_LISTEN,           /* char *: HOST:PORT, [v6]:PORT or :PORT, or ""
+                           (none) when 'min' is 1 */
+    T_PATH,             /* char *: a file name, "" = none */
+    T_TLS_VERSION,      /* int 12 or 13, from "1.2" or "1.3" */
     T_URL,              /* char *: http(s)://..., trailing '/' stripped */
     T_SECRET,           /* char *: wiped on free; 'min' = shortest length */
     T_TENANT_KEY,       /* its SHA-256 appended to config_tenant.key_sha256 */
@@ -87,7 +91,14 @@ struct setting {
 
 /* Keep in step with etc/gateway.conf; check_cfg proves that it is. */
 static const struct setting settings[] = {
-    { "server", "listen", T_LISTEN, C(listen), "127.0.0.1:8080", 0, 0 },
+    { "server", "listen", T_LISTEN, C(listen), "127.0.0.1:8080", 1, 0 },
+    { "server", "tls_listen", T_LISTEN, C(tls_listen), "", 1, 0 },
+    { "server", "tls_cert", T_PATH, C(tls_cert), "", 0, 0 },
+    { "server", "tls_key", T_PATH, C(tls_key), "", 0, 0 },
+    { "server", "tls_min_version", T_TLS_VERSION, C(tls_min_version), "1.2",
+      0, 0 },
+    { "server", "tls_handshake_timeout", T_DURATION,
+      C(tls_handshake_timeout_ms), "10s", 1, DAY_MS },
     { "server", "max_connections", T_UINT, C(max_connections), "1024",
       1, 1000000 },
     { "server", "thread_stack_size", T_SIZE, C(thread_stack_size), "256k",
@@ -111,6 +122,10 @@ static const struct setting settings[] = {
 
     { "upstream", "url", T_URL, UP(url), NULL, 0, 0 },
     { "upstream", "api_key", T_SECRET, UP(api_key), "", 0, 0 },
+    { "upstream", "ca_file", T_PATH, UP(ca_file), "", 0, 0 },
+    { "upstream", "client_cert", T_PATH, UP(client_cert), "", 0, 0 },
+    { "upstream", "client_key", T_PATH, UP(client_key), "", 0, 0 },
+    { "upstream", "tls_verify", T_BOOL, UP(tls_verify), "on", 0, 0 },
     { "upstream", "models", T_MODELS, UP(models), "", 0, 0 },
     { "upstream", "weight", T_UINT, UP(weight), "1", 1, 1000 },
     { "upstream", "max_inflight", T_UINT, UP(max_inflight), "0",
@@ -312,6 +327,16 @@ valid_listen(const char *s)
     return valid_port(colon + 1);
 }
 
+/* A file name: anything but control characters ("" = none). */
+static int
+valid_path(const char *s)
+{
+    for (; *s != '\0'; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f)
+            return 0;
+    return 1;
+}
+
 /*
  * An http:// or https:// base URL with a host, no blanks or control
  * characters, and no query or fragment (paths are appended to it).
@@ -410,7 +435,14 @@ describe(const struct setting *s, char *out, size_t n)
 
     switch (s->type) {
     case T_LISTEN:
-        snprintf(out, n, "HOST:PORT, [IPv6]:PORT or :PORT (PORT 0..65535)");
+        snprintf(out, n, "HOST:PORT, [IPv6]:PORT or :PORT (PORT 0..65535)%s",
+                 s->min == 1 ? ", or nothing for none" : "");
+        break;
+    case T_PATH:
+        snprintf(out, n, "a file name without control characters");
+        break;
+    case T_TLS_VERSION:
+        snprintf(out, n, "1.2 or 1.3");
         break;
     case T_URL:
         snprintf(out, n, "an http:// or https:// URL without ?query or "
@@ -576,9 +608,18 @@ set_value(const struct setting *s, char *base, const char *v)
 
     switch (s->type) {
     case T_LISTEN:
-        if (!valid_listen(v))
+        if (!(valid_listen(v) || (s->min == 1 && v[0] == '\0')))
             return GW_EINVAL;
         return replace_string(field, v, 0);
+    case T_PATH:
+        if (!valid_path(v))
+            return GW_EINVAL;
+        return replace_string(field, v, 0);
+    case T_TLS_VERSION:
+        if (strcmp(v, "1.2") != 0 && strcmp(v, "1.3") != 0)
+            return GW_EINVAL;
+        *(int *)field = v[2] == '2' ? 12 : 13;
+        return 0;
     case T_URL:
         if (!valid_url(v))
             return GW_EINVAL;
@@ -694,6 +735,9 @@ upstream_release(struct config_upstream *u)
     gw_free(u->name);
     gw_free(u->url);
     wipe_free(u->api_key);
+    gw_free(u->ca_file);
+    gw_free(u->client_cert);
+    gw_free(u->client_key);
     models_clear(u);
     memset(u, 0, sizeof(*u));
 }
@@ -790,6 +834,9 @@ config_release(struct gw_config *c)
 
     gw_free(c->path);
     gw_free(c->listen);
+    gw_free(c->tls_listen);
+    gw_free(c->tls_cert);
+    gw_free(c->tls_key);
     for (i = 0; i < c->num_upstreams; i++)
         upstream_release(&c->upstreams[i]);
     for (i = 0; i < c->num_tenants; i++) {
@@ -824,14 +871,24 @@ end_tenant(struct loader *ld)
     return GW_EINVAL;
 }
 
-/* An upstream section ends: a named one must have said where it is. */
+/*
+ * An upstream section ends: a named one must have said where it is, and
+ * a client certificate comes with its key.
+ */
 static int
 end_upstream(struct loader *ld)
 {
     struct config_upstream *u = ld->upstream;
 
     ld->upstream = NULL;
-    if (u == NULL || u->url != NULL || ld->upstream_plain)
+    if (u == NULL)
+        return 0;
+    if ((u->client_cert[0] != '\0') != (u->client_key[0] != '\0')) {
+        set_err(ld, u->line, "upstream '%s': client_cert and client_key "
+                "go together", u->name);
+        return GW_EINVAL;
+    }
+    if (u->url != NULL || ld->upstream_plain)
         return 0;
     set_err(ld, u->line, "upstream '%s' has no url", u->name);
     return GW_EINVAL;
@@ -1169,6 +1226,62 @@ apply_file(struct loader *ld, const struct cfg_file *f)
     return rc;
 }
 
+/* The line that set [section] key (a global setting), else 0. */
+static int
+line_of(const struct loader *ld, const char *section, const char *key)
+{
+    size_t idx;
+
+    return find_setting(section, key, &idx) != NULL ? ld->set_line[idx] : 0;
+}
+
+/*
+ * Load the certificate and key as the listener will (tls.h): unreadable,
+ * not PEM, a key of another certificate, expired, not valid yet, TLS 1.3
+ * are each a FILE:LINE error, so -t finds them before a start does.
+ */
+static int
+check_tls_files(struct loader *ld)
+{
+    const struct gw_config *c = ld->c;
+    struct tls_server_opts o = { c->tls_cert, c->tls_key, c->tls_min_version,
+                                 (int)c->tls_handshake_timeout_ms, NULL };
+    struct tls_server *s = NULL;
+    char err[256];
+    int rc = tls_server_new(&o, &s, err, sizeof(err));
+
+    tls_server_free(s);
+    if (rc == GW_ENOMEM)
+        return rc;
+    if (rc != 0) {
+        set_err(ld, c->tls_min_version == 13
+                    ? line_of(ld, "server", "tls_min_version")
+                    : line_of(ld, "server", "tls_cert"), "%s", err);
+        return GW_EINVAL;
+    }
+    return 0;
+}
+
+/* Something to listen on, and what TLS needs when it is one. */
+static int
+check_listeners(struct loader *ld)
+{
+    const struct gw_config *c = ld->c;
+    int line = line_of(ld, "server", "tls_listen");
+
+    if (c->listen[0] == '\0' && c->tls_listen[0] == '\0') {
+        set_err(ld, line_of(ld, "server", "listen"), "nothing to listen "
+                "on: set listen, tls_listen or both");
+        return GW_EINVAL;
+    }
+    if (c->tls_listen[0] != '\0'
+        && (c->tls_cert[0] == '\0' || c->tls_key[0] == '\0')) {
+        set_err(ld, line, "tls_listen needs tls_cert and tls_key");
+        return GW_EINVAL;
+    }
+    return c->tls_listen[0] != '\0' ? check_tls_files(ld) : 0;
+}
+
 /* After the last entry: every upstream's timeouts from [routing]'s. */
 static int
 finish(struct loader *ld)
@@ -1178,6 +1291,9 @@ finish(struct loader *ld)
     size_t i;
     int rc;
 
+    rc = check_listeners(ld);
+    if (rc != 0)
+        return rc;
     for (i = 0; i < c->num_upstreams; i++) {
         u = &c->upstreams[i];
         if (u->line == 0) {

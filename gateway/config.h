@@ -33,6 +33,10 @@ struct config_upstream {
     char *name;
     char *url;                  /* no trailing '/' */
     char *api_key;              /* "" = none; sent as Bearer; wiped */
+    char *ca_file;              /* "" = the system's CAs (https://) */
+    char *client_cert;          /* "" = none; PEM, for https:// */
+    char *client_key;           /* "" = none */
+    int tls_verify;             /* on: the peer and its name checked */
     char *models[CONFIG_MAX_MODELS];    /* empty: ask GET /v1/models */
     size_t num_models;
     uint64_t weight;            /* 1: relative share of new requests */
@@ -63,7 +67,12 @@ struct gw_config {
     char *path;
 
     /* [server] */
-    char *listen;               /* "127.0.0.1:8080" */
+    char *listen;               /* "127.0.0.1:8080"; "" = plain HTTP off */
+    char *tls_listen;           /* "" = no TLS listener */
+    char *tls_cert;             /* PEM chain, leaf first */
+    char *tls_key;              /* PEM */
+    int tls_min_version;        /* 12 (TLS 1.2) or 13 */
+    int64_t tls_handshake_timeout_ms;   /* 10s */
     uint64_t max_connections;   /* 1024 */
     uint64_t thread_stack_size; /* 256k */
     uint64_t max_header_size;   /* 16k */

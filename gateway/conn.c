@@ -17,6 +17,7 @@
 #include "net.h"
 #include "reply.h"
 #include "route.h"
+#include "tls.h"
 
 /* The first read is small; bigger bodies grow the buffer as needed. */
 #define CONN_IN_LIMIT(cfg) ((size_t)(cfg)->max_header_size * 2 + 65536)
@@ -32,6 +33,11 @@ struct conn {
                                    generation's config, upstream, pool */
     struct generation *gen;     /* held from the wait for a head to the
                                    access-log line */
+    struct generation *tls_gen; /* a TLS connection's handshake was made
+                                   with its certificate: held to the end */
+    struct tls_conn *tls;       /* or NULL; while set, attached to fd as
+                                   'stream' (net.h) */
+    struct net_stream stream;
     int fd;                     /* owned */
     struct buf in;              /* bytes read, not yet parsed */
     struct buf head;            /* this request's head; req views it */
@@ -241,8 +247,49 @@ linger_close(struct conn *c)
         total += n;
 }
 
+/*
+ * A TLS client: the handshake, within tls_handshake_timeout, then every
+ * byte through TLS (net.h).  A failed one closes this connection only
+ * (counted in /metrics by tls.c).  Returns 0 or the failure.
+ */
+static int
+start_tls(struct conn *c)
+{
+    const struct gw_config *cfg = &c->gen->cfg;
+    char err[160];
+    int rc;
+
+    c->tls_gen = live_acquire(c->base->live);
+    rc = tls_accept(c->tls_gen->tls, c->fd,
+                    gw_now_ms() + cfg->tls_handshake_timeout_ms,
+                    c->base->stop_fd, &c->tls, err, sizeof(err));
+    if (rc == 0) {
+        c->stream.ops = &tls_stream_ops;
+        c->stream.impl = c->tls;
+        rc = net_attach_stream(c->fd, &c->stream);
+    }
+    if (rc != 0)
+        log_msg(GW_LOG_INFO, "tls: handshake failed error=\"%s\"%s%s%s",
+                gw_strerror(rc), err[0] != '\0' ? " reason=\"" : "", err,
+                err[0] != '\0' ? "\"" : "");
+    return rc;
+}
+
+/* The TLS session ends (close_notify if the socket takes it now). */
+static void
+end_tls(struct conn *c)
+{
+    if (c->tls != NULL) {
+        net_detach_stream(c->fd);
+        tls_close(c->tls);
+        c->tls = NULL;
+    }
+    live_release(c->base->live, c->tls_gen);
+    c->tls_gen = NULL;
+}
+
 void
-conn_serve(const struct handler_ctx *ctx, int fd)
+conn_serve(const struct handler_ctx *ctx, int fd, int tls)
 {
     const struct gw_config *cfg;
     struct conn *c;
@@ -252,13 +299,23 @@ conn_serve(const struct handler_ctx *ctx, int fd)
     if (c == NULL) {
         gw_random_hex(id, 16);
         log_msg(GW_LOG_ERROR, "conn: out of memory for a connection, "
-                "answered 503 req=%s", id);
-        reply_refuse(fd, id, "out of memory, retry later");
+                "%s req=%s", tls ? "closed" : "answered 503", id);
+        if (tls)
+            close(fd);          /* a plain 503 would be garbage there */
+        else
+            reply_refuse(fd, id, "out of memory, retry later");
         return;
     }
     c->base = ctx;
     c->fd = fd;
     use_generation(c);
+    if (tls && start_tls(c) != 0) {
+        end_tls(c);
+        drop_generation(c);
+        close(fd);
+        gw_free(c);
+        return;
+    }
     cfg = c->ctx.cfg;
     buf_init(&c->in, CONN_IN_LIMIT(cfg));
     buf_init(&c->head, (size_t)cfg->max_header_size);
@@ -266,6 +323,7 @@ conn_serve(const struct handler_ctx *ctx, int fd)
     reply_init(&c->reply, fd, (size_t)cfg->max_header_size + 4096,
                cfg->send_timeout_ms, ctx->stop_fd, ctx->draining);
     serve_loop(c);
+    end_tls(c);                 /* before the linger: it reads raw bytes */
     if (c->reply.linger && !c->reply.broken)
         linger_close(c);
     drop_generation(c);

@@ -21,8 +21,10 @@ struct handler_ctx;
 /*
  * Thread body: serve requests on 'fd' until the client closes, an error,
  * the idle timeout, a drain or a stop.  Steals 'fd' (closes it).  Out of
- * memory for the connection itself answers 503 before closing.
+ * memory for the connection itself answers 503 before closing.  'tls':
+ * it came to tls_listen; the TLS handshake comes first, with the
+ * certificate of the configuration in force.
  */
-void conn_serve(const struct handler_ctx *ctx, int fd);
+void conn_serve(const struct handler_ctx *ctx, int fd, int tls);
 
 #endif

@@ -9,7 +9,7 @@
  *
  *   server -> conn -> route -> proxy -> {coalesce, flight, fanout,
  *                                        dispatch, reply, tenant, usage}
- *   dispatch -> {pool, upstream};  {server, conn} -> live -> {health,
+ *   dispatch -> {pool, upstream};  {server, conn} -> live -> {health, tls,
  *   pool, upstream}
  */
 #ifndef INFERGW_GATEWAY_HANDLER_H

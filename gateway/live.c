@@ -8,7 +8,9 @@
 #include "alloc.h"
 #include "health.h"
 #include "log.h"
+#include "metrics.h"
 #include "pool.h"
+#include "tls.h"
 #include "upstream.h"
 #include "util.h"
 
@@ -25,6 +27,7 @@ gen_free(struct generation *g)
     if (g == NULL)
         return;
     health_stop(g->health);
+    tls_server_free(g->tls);
     pool_free(g->pool);
     upstream_free(g->up);
     config_release(&g->cfg);
@@ -46,6 +49,19 @@ gen_build(struct gw_config *cfg, uint64_t id)
     memset(cfg, 0, sizeof(*cfg));
     g->id = id;
     g->refs = 1;                    /* the one 'cur' holds */
+    if (g->cfg.tls_listen[0] != '\0') {
+        struct tls_server_opts o = {
+            g->cfg.tls_cert, g->cfg.tls_key, g->cfg.tls_min_version,
+            (int)g->cfg.tls_handshake_timeout_ms, metrics_tls_stats()
+        };
+        char err[256];
+
+        if (tls_server_new(&o, &g->tls, err, sizeof(err)) != 0) {
+            log_msg(GW_LOG_ERROR, "live: TLS: %s", err);
+            gen_free(g);
+            return NULL;
+        }
+    }
     g->up = upstream_new(&g->cfg);
     g->pool = pool_new(&g->cfg);
     if (g->up == NULL || g->pool == NULL) {
@@ -135,22 +151,41 @@ live_current(struct live *l)
     return l->cur;              /* only the reloading thread writes it */
 }
 
+/* Keep the listener address in force in *now, saying so if it changed. */
+static int
+keep_listener(const char *name, const char *in_force, char **now)
+{
+    char *v;
+
+    if (strcmp(in_force, *now) == 0)
+        return 0;
+    v = gw_strdup(in_force);
+    if (v == NULL)
+        return GW_ENOMEM;
+    log_msg(GW_LOG_WARN, "reload: %s changed to '%s': that needs a "
+            "restart, still '%s'", name, *now, in_force);
+    gw_free(*now);
+    *now = v;
+    return 0;
+}
+
 /*
  * The settings only start-up reads keep the values in force, and a change
- * to one is logged.  Returns GW_ENOMEM or 0.
+ * to one is logged.  Returns 0, GW_ENOMEM, or GW_EINVAL (logged) when the
+ * TLS listener in force would be left without a certificate.
  */
 static int
 keep_startup_settings(const struct gw_config *old, struct gw_config *c)
 {
-    if (strcmp(old->listen, c->listen) != 0) {
-        char *v = gw_strdup(old->listen);
-
-        if (v == NULL)
-            return GW_ENOMEM;
-        log_msg(GW_LOG_WARN, "reload: listen changed to %s: that needs a "
-                "restart, still listening on %s", c->listen, old->listen);
-        gw_free(c->listen);
-        c->listen = v;
+    if (keep_listener("listen", old->listen, &c->listen) != 0
+        || keep_listener("tls_listen", old->tls_listen, &c->tls_listen) != 0)
+        return GW_ENOMEM;
+    if (c->tls_listen[0] != '\0'
+        && (c->tls_cert[0] == '\0' || c->tls_key[0] == '\0')) {
+        log_msg(GW_LOG_ERROR, "reload: the TLS listener %s stays until a "
+                "restart, so tls_cert and tls_key are needed",
+                c->tls_listen);
+        return GW_EINVAL;
     }
     if (old->thread_stack_size != c->thread_stack_size) {
         log_msg(GW_LOG_WARN, "reload: thread_stack_size changed to %llu: "
@@ -179,8 +214,9 @@ live_reload(struct live *l)
     rc = keep_startup_settings(&old->cfg, &cfg);
     if (rc != 0) {
         config_release(&cfg);
-        log_msg(GW_LOG_ERROR, "reload: out of memory; the configuration "
-                "in force stays generation=%llu", (unsigned long long)old->id);
+        log_msg(GW_LOG_ERROR, "reload: %s; the configuration in force "
+                "stays generation=%llu", rc == GW_ENOMEM ? "out of memory"
+                : "refused", (unsigned long long)old->id);
         return rc;
     }
     g = gen_build(&cfg, old->id + 1);

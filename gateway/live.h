@@ -16,8 +16,10 @@
  *
  * A reload reads the file again.  An invalid file changes nothing: its
  * "FILE:LINE: ..." is logged and the generation in force stays.  Settings
- * that only take effect at start-up (listen, thread_stack_size) keep their
- * old values; a reload that changes one says so in the log.  A new
+ * that only take effect at start-up (listen, tls_listen,
+ * thread_stack_size) keep their
+ * old values; a reload that changes one says so in the log.  The TLS
+ * certificate and key are read again with the rest.  A new
  * generation starts with fresh upstream state: breakers closed, no model
  * list until its health beat asks, no warm connections.
  *
@@ -37,6 +39,7 @@ struct upstream;
 struct pool;
 struct health;
 struct live;
+struct tls_server;
 
 struct generation {
     uint64_t id;                    /* 1 at start, +1 per reload */
@@ -44,6 +47,10 @@ struct generation {
     struct upstream *up;
     struct pool *pool;
     struct health *health;          /* stopped when replaced (live.c) */
+    struct tls_server *tls;         /* tls_listen's certificate; NULL if
+                                       none.  A TLS connection holds the
+                                       generation of its handshake for
+                                       its whole life (conn.c) */
     long refs;                      /* live.c's, under its lock */
     struct generation *next;        /* live.c's: every generation alive */
 };

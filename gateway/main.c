@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
 
@@ -19,6 +20,7 @@
 #include "config.h"
 #include "live.h"
 #include "log.h"
+#include "net.h"
 #include "server.h"
 #include "tenant.h"
 
@@ -46,6 +48,20 @@ usage(FILE *out)
             "  -h       this help\n"
             "  -V       print the version\n",
             INFERGW_DEFAULT_CONF);
+}
+
+/* Descriptors that may carry TLS (net.h streams): every one it may open. */
+static int
+init_tls_slots(void)
+{
+    struct rlimit rl;
+    size_t n = 65536;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+        n = (size_t)rl.rlim_cur;
+    if (n > ((size_t)1 << 20))
+        n = (size_t)1 << 20;
+    return net_streams_init(n);
 }
 
 static int
@@ -112,7 +128,8 @@ main(int argc, char **argv)
 
     co = coalescer_new(&cfg);
     tenants = tenants_new();
-    if (co == NULL || tenants == NULL) {
+    if (co == NULL || tenants == NULL
+        || (cfg.tls_listen[0] != '\0' && init_tls_slots() != 0)) {
         log_msg(GW_LOG_ERROR, "main: out of memory at startup");
         return 1;
     }

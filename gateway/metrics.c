@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 
 #include "config.h"
+#include "tls.h"
 
 #define STATUS_MIN 100
 #define STATUS_MAX 599
@@ -40,6 +41,14 @@ static struct {
     _Atomic uint64_t pushed;
     _Atomic uint64_t helpers;
 } m;
+
+static struct tls_stats tls_counts;
+
+struct tls_stats *
+metrics_tls_stats(void)
+{
+    return &tls_counts;
+}
 
 static const char *const route_names[ROUTE_COUNT] = {
     "chat_completions", "completions", "embeddings", "models",
@@ -291,6 +300,19 @@ metrics_render(struct buf *out, const struct gw_config *cfg)
         rc = buf_printf(out, "infergw_coalesce_bypass_total{reason=\"%s\"} "
                         "%llu\n", bypass_names[b],
                         (unsigned long long)LOAD(m.bypass[b]));
+    if (rc == 0)
+        rc = buf_printf(out,
+            "# HELP infergw_tls_handshakes_total TLS handshakes with "
+            "clients, by result.\n"
+            "# TYPE infergw_tls_handshakes_total counter\n"
+            "infergw_tls_handshakes_total{result=\"ok\"} %llu\n"
+            "infergw_tls_handshakes_total{result=\"timeout\"} %llu\n"
+            "infergw_tls_handshakes_total{result=\"protocol\"} %llu\n"
+            "infergw_tls_handshakes_total{result=\"other\"} %llu\n",
+            (unsigned long long)LOAD(tls_counts.handshakes),
+            (unsigned long long)LOAD(tls_counts.failed_timeout),
+            (unsigned long long)LOAD(tls_counts.failed_protocol),
+            (unsigned long long)LOAD(tls_counts.failed_other));
     if (rc == 0)
         rc = render_histogram(out, "infergw_request_duration_seconds",
                               "Client request latency, head in to last "

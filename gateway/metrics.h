@@ -15,6 +15,7 @@
 #include "buf.h"
 
 struct gw_config;
+struct tls_stats;
 
 enum metrics_route {
     ROUTE_CHAT = 0,
@@ -61,6 +62,9 @@ void metrics_flights_add(int delta);
 void metrics_parked_add(int delta);     /* clients parked in flights */
 void metrics_pushed(uint64_t chunks);   /* chunks written for parked ones */
 void metrics_helpers(uint64_t n);       /* helper threads woken to write */
+
+/* The TLS handshake counters (tls.h), for every tls_server to share. */
+struct tls_stats *metrics_tls_stats(void);
 
 /* Current values, for tests and the drain log. */
 int64_t metrics_connections_active(void);

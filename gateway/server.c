@@ -31,6 +31,7 @@
 struct thread_arg {
     struct server *srv;
     int fd;
+    int tls;                        /* it came to tls_listen */
 };
 
 /*
@@ -64,7 +65,7 @@ server_init(struct server *s, struct live *live, struct coalescer *co,
 
     memset(s, 0, sizeof(*s));
     s->live = live;
-    s->listen_fd = -1;
+    s->listen_fd = s->tls_fd = -1;
     if (pipe2(wake, O_CLOEXEC) == -1 || pipe2(stop, O_CLOEXEC) == -1
         || pipe2(done, O_CLOEXEC | O_NONBLOCK) == -1) {
         log_errno(GW_LOG_ERROR, errno, "server: pipe");
@@ -114,11 +115,21 @@ out:
 int
 server_listen(struct server *s)
 {
-    int rc = net_listen(cfg_of(s)->listen, 1024, &s->listen_fd, &s->port);
+    const struct gw_config *cfg = cfg_of(s);
+    int rc = 0;
 
-    if (rc == 0)
-        log_msg(GW_LOG_INFO, "server: listening addr=%s port=%u",
-                cfg_of(s)->listen, (unsigned)s->port);
+    if (cfg->listen[0] != '\0') {
+        rc = net_listen(cfg->listen, 1024, &s->listen_fd, &s->port);
+        if (rc == 0)
+            log_msg(GW_LOG_INFO, "server: listening addr=%s port=%u",
+                    cfg->listen, (unsigned)s->port);
+    }
+    if (rc == 0 && cfg->tls_listen[0] != '\0') {
+        rc = net_listen(cfg->tls_listen, 1024, &s->tls_fd, &s->tls_port);
+        if (rc == 0)
+            log_msg(GW_LOG_INFO, "server: listening for TLS tls_addr=%s "
+                    "tls_port=%u", cfg->tls_listen, (unsigned)s->tls_port);
+    }
     return rc;
 }
 
@@ -129,8 +140,10 @@ conn_thread(void *p)
     struct server *s = ta->srv;
     int fd = ta->fd, done_wr = s->done_wr;
 
+    int tls = ta->tls;
+
     gw_free(ta);
-    conn_serve(&s->ctx, fd);
+    conn_serve(&s->ctx, fd, tls);
     metrics_connections_add(-1);
     /*
      * The last thing done with 's': once the count is down, main() may
@@ -145,38 +158,48 @@ conn_thread(void *p)
     return NULL;
 }
 
-/* Past max_connections (or out of resources): 503 from the acceptor. */
+/*
+ * Past max_connections (or out of resources): 503 from the acceptor.  A
+ * TLS client is only closed: it cannot read a plain answer, and a
+ * handshake here would hold up the accept loop.
+ */
 static void
-reject(struct server *s, int fd, const char *why, const char *message)
+reject(struct server *s, int fd, int tls, const char *why,
+       const char *message)
 {
     char id[17];
 
     metrics_connection_rejected();
     gw_random_hex(id, 16);
-    reply_refuse(fd, id, message);
+    if (tls)
+        close(fd);
+    else
+        reply_refuse(fd, id, message);
     log_msg(GW_LOG_WARN, "server: rejected connection reason=%s max=%llu "
             "req=%s", why, (unsigned long long)cfg_of(s)->max_connections,
             id);
 }
 
 static void
-spawn(struct server *s, int fd)
+spawn(struct server *s, int fd, int tls)
 {
     struct thread_arg *ta;
     pthread_t t;
     int rc;
 
     if (atomic_load(&s->active) >= (long)cfg_of(s)->max_connections) {
-        reject(s, fd, "max_connections", "too many connections, retry later");
+        reject(s, fd, tls, "max_connections",
+               "too many connections, retry later");
         return;
     }
     ta = gw_malloc(sizeof(*ta));
     if (ta == NULL) {
-        reject(s, fd, "out_of_memory", "out of memory, retry later");
+        reject(s, fd, tls, "out_of_memory", "out of memory, retry later");
         return;
     }
     ta->srv = s;
     ta->fd = fd;
+    ta->tls = tls;
     atomic_fetch_add(&s->active, 1);
     metrics_connections_add(1);
     rc = pthread_create(&t, &s->attr, conn_thread, ta);
@@ -185,7 +208,7 @@ spawn(struct server *s, int fd)
         atomic_fetch_sub(&s->active, 1);
         metrics_connections_add(-1);
         gw_free(ta);
-        reject(s, fd, "no_thread", "out of threads, retry later");
+        reject(s, fd, tls, "no_thread", "out of threads, retry later");
     }
 }
 
@@ -209,25 +232,55 @@ reload(struct server *s)
         coalescer_set_limits(s->ctx.co, cfg_of(s));
 }
 
+/* Take everything pending on one listener: one poll per burst. */
+static void
+accept_all(struct server *s, int lfd, int tls)
+{
+    int cfd, rc;
+
+    while ((rc = net_accept(lfd, &cfd)) == 0)
+        spawn(s, cfd, tls);
+    if (rc == GW_EIO) {
+        int err = errno;
+
+        log_errno(GW_LOG_ERROR, err, "server: accept");
+        if (err == EMFILE || err == ENFILE || err == ENOBUFS
+            || err == ENOMEM) {
+            /* Out of descriptors: back off instead of spinning. */
+            poll(NULL, 0, 50);
+        }
+    }
+}
+
+static void
+close_listener(int *fd)
+{
+    if (*fd != -1)
+        close(*fd);
+    *fd = -1;
+}
+
 int
 server_run(struct server *s, int sig_fd)
 {
-    struct pollfd pfd[2];
-    int cfd, rc;
+    struct pollfd pfd[3];
 
     for (;;) {
-        pfd[0].fd = s->listen_fd;
-        pfd[0].events = POLLIN;
-        pfd[1].fd = sig_fd;
-        pfd[1].events = POLLIN;
-        pfd[0].revents = pfd[1].revents = 0;
-        if (poll(pfd, 2, -1) == -1) {
+        /* A listener that is not there (-1) is ignored by poll(). */
+        pfd[0].fd = sig_fd;
+        pfd[1].fd = s->listen_fd;
+        pfd[2].fd = s->tls_fd;
+        for (int i = 0; i < 3; i++) {
+            pfd[i].events = POLLIN;
+            pfd[i].revents = 0;
+        }
+        if (poll(pfd, 3, -1) == -1) {
             if (errno == EINTR)
                 continue;
             log_errno(GW_LOG_ERROR, errno, "server: poll");
             return GW_EIO;
         }
-        if (pfd[1].revents != 0) {
+        if (pfd[0].revents != 0) {
             int sig = got_signal(sig_fd);
 
             if (sig == SIGHUP) {
@@ -237,29 +290,18 @@ server_run(struct server *s, int sig_fd)
             if (sig != 0)
                 break;
         }
-        if (pfd[0].revents == 0)
-            continue;
-        /* Take everything pending: one poll per burst, not per client. */
-        while ((rc = net_accept(s->listen_fd, &cfd)) == 0)
-            spawn(s, cfd);
-        if (rc == GW_EIO) {
-            int err = errno;
-
-            log_errno(GW_LOG_ERROR, err, "server: accept");
-            if (err == EMFILE || err == ENFILE || err == ENOBUFS
-                || err == ENOMEM) {
-                /* Out of descriptors: back off instead of spinning. */
-                poll(NULL, 0, 50);
-            }
-        }
+        if (pfd[1].revents != 0)
+            accept_all(s, s->listen_fd, 0);
+        if (pfd[2].revents != 0)
+            accept_all(s, s->tls_fd, 1);
     }
 
     /* Drain: readyz says 503 from now, idle connections wake and close. */
     atomic_store(&s->draining, 1);
     if (write(s->wake_wr, "x", 1) != 1)
         log_errno(GW_LOG_ERROR, errno, "server: wake pipe");
-    close(s->listen_fd);
-    s->listen_fd = -1;
+    close_listener(&s->listen_fd);
+    close_listener(&s->tls_fd);
     log_msg(GW_LOG_INFO, "server: draining connections=%ld timeout_ms=%lld",
             atomic_load(&s->active), (long long)cfg_of(s)->drain_timeout_ms);
     return 0;
@@ -339,9 +381,8 @@ server_wait(struct server *s, int64_t ms)
 void
 server_release(struct server *s)
 {
-    if (s->listen_fd != -1)
-        close(s->listen_fd);
-    s->listen_fd = -1;
+    close_listener(&s->listen_fd);
+    close_listener(&s->tls_fd);
     /* The pipes stay open: no thread may poll or write a closed (and
      * perhaps reused) descriptor, and the process ends soon after. */
     pthread_attr_destroy(&s->attr);

@@ -48,8 +48,10 @@ struct server {
     struct handler_ctx ctx;         /* immutable once server_init() is
                                        done; given to every connection */
     struct live *live;              /* borrowed: the configuration */
-    int listen_fd;
+    int listen_fd;                  /* plain HTTP; -1 if none */
     uint16_t port;                  /* the port actually bound */
+    int tls_fd;                     /* tls_listen; -1 if none */
+    uint16_t tls_port;
     int wake_rd, wake_wr;           /* pipe; readable once draining */
     int stop_rd, stop_wr;           /* pipe; readable once stopping */
     int done_rd, done_wr;           /* pipe; a byte whenever the last
@@ -67,7 +69,11 @@ struct server {
 int server_init(struct server *s, struct live *live, struct coalescer *co,
                 struct tenants *tenants);
 
-/* Bind and listen; logs "server: listening addr=... port=N". */
+/*
+ * Bind and listen on listen and tls_listen (those set); logs
+ * "server: listening addr=... port=N" and "server: listening for TLS
+ * tls_addr=... tls_port=N".
+ */
 int server_listen(struct server *s);
 
 /*

@@ -153,6 +153,8 @@ struct upstream {
     /* Per upstream: "Authorization: Bearer KEY" or NULL; owned, wiped
      * before free; immutable. */
     char *auth_line[CONFIG_MAX_UPSTREAMS];
+    char *default_ca;           /* libcurl's built-in CA bundle, or NULL;
+                                   owned, immutable */
     size_t max_idle;            /* immutable */
     _Atomic uint64_t created;   /* handles made so far */
 
@@ -434,6 +436,34 @@ scratch_add(struct buf *sb, size_t *off, const char *first,
 }
 
 /*
+ * The TLS settings of an https:// upstream (config.h): its CA bundle or
+ * libcurl's own, its client certificate or none, verification.  Set for
+ * every https call, all of them, since a handle serves every upstream in
+ * turn; libcurl reuses a cached connection only for the same TLS
+ * settings.  An http:// call needs none.  Returns 0 or GW_ENOMEM.
+ */
+static int
+tls_options(const struct upstream *u, const struct config_upstream *up,
+            CURL *c)
+{
+    const char *ca = up->ca_file[0] != '\0' ? up->ca_file : u->default_ca;
+
+    if (strncmp(up->url, "https://", 8) != 0)
+        return 0;
+    if (curl_easy_setopt(c, CURLOPT_CAINFO, ca) != CURLE_OK
+        || curl_easy_setopt(c, CURLOPT_SSLCERT, up->client_cert[0] != '\0'
+                            ? up->client_cert : NULL) != CURLE_OK
+        || curl_easy_setopt(c, CURLOPT_SSLKEY, up->client_key[0] != '\0'
+                            ? up->client_key : NULL) != CURLE_OK
+        || curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER,
+                            (long)up->tls_verify) != CURLE_OK
+        || curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST,
+                            up->tls_verify ? 2L : 0L) != CURLE_OK)
+        return GW_ENOMEM;
+    return 0;
+}
+
+/*
  * Set every per-request option on 'h' for 'req' to upstream 'idx'.
  * Borrows all arguments;
  * 'lines' (UP_MAX_LINES nodes, caller's storage) becomes the header list
@@ -527,6 +557,11 @@ prepare(struct upstream *u, struct up_handle *h, size_t idx,
     for (i = 0; i < n; i++)
         lines[i].next = i + 1 < n ? &lines[i + 1] : NULL;
 
+    rc = tls_options(u, up, c);
+    if (rc != 0) {
+        *reason = "out of memory";
+        goto out;
+    }
     /* CURLOPT_URL copies the string: the one setopt here that allocates. */
     rc = GW_ENOMEM;
     if (curl_easy_setopt(c, CURLOPT_URL, b->data + url_off) != CURLE_OK
@@ -961,6 +996,26 @@ map_result(struct xfer *x, CURLcode cc, const char **reason,
     return GW_EUPSTREAM;
 }
 
+/*
+ * libcurl's built-in CA bundle, kept so that an upstream without ca_file
+ * gets it back on a handle another upstream's ca_file was set on (a NULL
+ * CURLOPT_CAINFO would mean no bundle at all).  Returns 0 or GW_ENOMEM.
+ */
+static int
+default_ca_of(struct upstream *u)
+{
+    CURL *c = curl_easy_init();
+    char *path = NULL;
+
+    if (c == NULL)
+        return GW_ENOMEM;
+    if (curl_easy_getinfo(c, CURLINFO_CAINFO, &path) == CURLE_OK
+        && path != NULL)
+        u->default_ca = gw_strdup(path);
+    curl_easy_cleanup(c);
+    return path != NULL && u->default_ca == NULL ? GW_ENOMEM : 0;
+}
+
 struct upstream *
 upstream_new(const struct gw_config *cfg)
 {
@@ -999,6 +1054,8 @@ upstream_new(const struct gw_config *cfg)
             goto out;
         snprintf(u->auth_line[i], len, "Authorization: Bearer %s", key);
     }
+    if (default_ca_of(u) != 0)
+        goto out;
     ret = u;
     u = NULL;
 
@@ -1025,6 +1082,7 @@ upstream_free(struct upstream *u)
         gw_free(u->auth_line[i]);
         u->auth_line[i] = NULL;
     }
+    gw_free(u->default_ca);
     gw_mutex_destroy(&u->lock);
     gw_free(u);
 }

@@ -9,7 +9,7 @@ A depends on module B when a.c or a.h includes "b.h".  DESIGN.md
 
     server -> conn -> route -> proxy -> {coalesce, flight, fanout,
                                          dispatch, reply, tenant, usage}
-    dispatch -> {pool, upstream};   {server, conn} -> live -> {health,
+    dispatch -> {pool, upstream};   {server, conn} -> live -> {health, tls,
                                      pool, upstream}
 
 with everything on common/; so this fails, naming the cycle, when any

@@ -75,8 +75,8 @@ def test_startup_settings_are_named_and_kept(t):
                                    "listen = 127.0.0.1:1\n"
                                    "thread_stack_size = 1m"))
     reload(g, 2)
-    g.wait_log(r"reload: listen changed to 127\.0\.0\.1:1: that needs a "
-               r"restart, still listening on 127\.0\.0\.1:0")
+    g.wait_log(r"reload: listen changed to '127\.0\.0\.1:1': that needs a "
+               r"restart, still '127\.0\.0\.1:0'")
     g.wait_log(r"reload: thread_stack_size changed to 1048576: that needs "
                r"a restart")
     r = g.post(CHAT, chat_body("same port"), JSON)

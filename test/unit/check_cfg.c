@@ -906,7 +906,8 @@ END_TEST
 
 #define SIZE_HINT "(bytes, or a number with k, m or g)"
 #define DUR_HINT "(e.g. 250ms, 30s, 5m, 1h)"
-#define LISTEN_HINT "HOST:PORT, [IPv6]:PORT or :PORT (PORT 0..65535)"
+#define LISTEN_HINT "HOST:PORT, [IPv6]:PORT or :PORT (PORT 0..65535), " \
+    "or nothing for none"
 #define URL_HINT "an http:// or https:// URL without ?query or #fragment"
 #define BOOL_HINT "on or off (or yes/no, true/false, 1/0)"
 #define KEY_HINT "key without blanks, quotes or control characters"
@@ -1074,7 +1075,17 @@ static const struct {
       "gateway.conf:2: listen: expected " LISTEN_HINT
       ", got '[fe80::1%eth0]:443'" },
     { "[server]\nlisten =\n", GW_EINVAL,
-      "gateway.conf:2: listen: expected " LISTEN_HINT ", got ''" },
+      "gateway.conf:2: nothing to listen on: set listen, tls_listen or "
+      "both" },
+    { "[server]\ntls_listen = :0\ntls_cert = c.pem\n", GW_EINVAL,
+      "gateway.conf:2: tls_listen needs tls_cert and tls_key" },
+    { "[server]\ntls_min_version = 1.1\n", GW_EINVAL,
+      "gateway.conf:2: tls_min_version: expected 1.2 or 1.3, got '1.1'" },
+    { "[server]\ntls_cert = a\001b\n", GW_EPARSE,
+      "gateway.conf:2: control character 0x01 in line" },
+    { "[upstream x]\nurl = https://x\nclient_cert = c.pem\n", GW_EINVAL,
+      "gateway.conf:1: upstream 'x': client_cert and client_key go "
+      "together" },
     /* values: url */
     { "[upstream]\nurl = ftp://x\n", GW_EINVAL,
       "gateway.conf:2: url: expected " URL_HINT ", got 'ftp://x'" },

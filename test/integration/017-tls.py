@@ -1,0 +1,325 @@
+"""017 - TLS for clients (issue 10), with a throwaway CA made at test
+time by tools/mkcert (mbedTLS's own x509write API): curl verifies the
+gateway against that CA; a wrong CA, plain HTTP on the TLS port and a
+trickled handshake are refused and counted; keep-alive, streams and a
+coalesced flight (parked followers pushed through TLS records, slow
+readers included) are byte-identical to plain; -t checks the certificate
+and key; SIGHUP swaps the certificate; the drain works the same.
+"""
+
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import time
+
+import gwtest
+from gwtest import (JSON_HEADERS, Connection, budget, build_request,
+                    chat_body, wait_for)
+
+from coalesce_util import (CHAT, assert_complete_stream, assert_same_bodies,
+                           finish, finish_all, new_tag, present, role, send,
+                           start, wait_state)
+
+HANDSHAKES = "infergw_tls_handshakes_total"
+
+
+def certs(t, name="certs"):
+    d = os.path.join(t.tmp, name)
+    os.makedirs(d, exist_ok=True)
+    p = subprocess.run([os.path.join(t.bin, "mkcert"), d],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       timeout=60)
+    assert p.returncode == 0, p.stdout
+    return d
+
+
+def tls_gateway(t, m, d, extra_server=None, **kw):
+    server = {"tls_listen": "127.0.0.1:0",
+              "tls_cert": os.path.join(d, "server.pem"),
+              "tls_key": os.path.join(d, "server.key")}
+    server.update(extra_server or {})
+    conf = kw.pop("conf", {})
+    conf.setdefault("server", {}).update(server)
+    g = t.gateway(m, conf, **kw)
+    line = g.wait_log(r"server: listening for TLS tls_addr=\S+ "
+                      r"tls_port=(\d+)")
+    g.tls_port = int(line.rsplit("tls_port=", 1)[1])
+    return g
+
+
+def client_ctx(d, ca="ca.pem"):
+    ctx = ssl.create_default_context(cafile=os.path.join(d, ca))
+    ctx.set_alpn_protocols(["http/1.1"])
+    return ctx
+
+
+class TlsConnection(Connection):
+    """A gwtest.Connection over TLS (the reader reads the ssl socket)."""
+
+    def __init__(self, port, ctx, timeout=10.0):
+        self.port = port
+        self.timeout = timeout
+        raw = socket.create_connection(("127.0.0.1", port),
+                                       timeout=budget(5))
+        try:
+            s = ctx.wrap_socket(raw, server_hostname="localhost")
+        except Exception:
+            raw.close()
+            raise
+        self.sock = gwtest._register(s)
+        self.reader = gwtest._Reader(s)
+
+
+def send_tls(g, ctx, body, path=CHAT, headers=None, timeout=15.0):
+    c = TlsConnection(g.tls_port, ctx, timeout)
+    h = dict(JSON_HEADERS)
+    h.update(headers or {})
+    c.send(build_request("POST", path, h, body))
+    return c
+
+
+def curl(*args):
+    exe = shutil.which("curl")
+    assert exe, "no curl: apt-get install curl (make check installs it)"
+    return subprocess.run([exe, "-sS", "--max-time", "20"] + list(args),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          timeout=60)
+
+
+def handshakes(g, result):
+    return present(g.metrics(), HANDSHAKES, result=result)
+
+
+def test_curl_verifies_against_the_ca(t):
+    d = certs(t)
+    m = t.mock()
+    g = tls_gateway(t, m, d)
+    url = "https://127.0.0.1:%d" % g.tls_port
+    p = curl("--cacert", os.path.join(d, "ca.pem"), url + "/healthz")
+    assert p.returncode == 0 and b'"ok"' in p.stdout, (p.stdout, p.stderr)
+    # The name in the certificate (localhost) works as well as its IP.
+    p = curl("--cacert", os.path.join(d, "ca.pem"), "--resolve",
+             "localhost:%d:127.0.0.1" % g.tls_port,
+             "https://localhost:%d/v1/chat/completions" % g.tls_port,
+             "-H", "Content-Type: application/json",
+             "--data-binary", chat_body("over TLS").decode())
+    assert p.returncode == 0 and b'"chat.completion"' in p.stdout, p
+    # A CA that did not sign it: curl refuses (exit 60), we count it.
+    p = curl("--cacert", os.path.join(d, "other-ca.pem"), url + "/healthz")
+    assert p.returncode == 60, (p.returncode, p.stderr)
+    wait_for(lambda: handshakes(g, "protocol") == 1)
+    assert handshakes(g, "ok") == 2
+    # ALPN: http/1.1 is what we speak.
+    c = TlsConnection(g.tls_port, client_ctx(d))
+    assert c.sock.selected_alpn_protocol() == "http/1.1"
+    assert c.sock.version() == "TLSv1.2", c.sock.version()
+    c.close()
+    # And the plain listener still works beside it.
+    assert g.get("/healthz").status == 200
+
+
+def test_plain_http_on_the_tls_port_is_refused(t):
+    d = certs(t)
+    g = tls_gateway(t, t.mock(), d)
+    s = gwtest._register(socket.create_connection(("127.0.0.1", g.tls_port),
+                                                  timeout=budget(5)))
+    s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    got = b""
+    try:
+        while True:
+            b = s.recv(4096)
+            if not b:
+                break
+            got += b
+    except ConnectionResetError:
+        pass
+    assert b"HTTP/1.1 200" not in got, got
+    wait_for(lambda: handshakes(g, "protocol") == 1)
+    g.wait_log(r"tls: handshake failed .*plain HTTP request on the TLS port")
+    # Garbage, then nothing: the connection alone is closed.
+    s = gwtest._register(socket.create_connection(("127.0.0.1", g.tls_port),
+                                                  timeout=budget(5)))
+    s.sendall(b"\x16\x03\x01\x00\x05hello")
+    wait_for(lambda: handshakes(g, "protocol") == 2)
+    assert g.get("/healthz").status == 200
+
+
+def client_hello(d):
+    """The bytes of a real ClientHello (made with a memory BIO)."""
+    inc, out = ssl.MemoryBIO(), ssl.MemoryBIO()
+    obj = client_ctx(d).wrap_bio(inc, out, server_hostname="localhost")
+    try:
+        obj.do_handshake()
+    except ssl.SSLWantReadError:
+        pass
+    return out.read()
+
+
+def test_trickled_handshake_is_cut_off(t):
+    d = certs(t)
+    g = tls_gateway(t, t.mock(), d, {"tls_handshake_timeout": "500ms"})
+    hello = client_hello(d)
+    assert len(hello) > 100
+    s = gwtest._register(socket.create_connection(("127.0.0.1", g.tls_port),
+                                                  timeout=budget(5)))
+    start = time.monotonic()
+    closed = False
+    for b in hello:
+        try:
+            s.sendall(bytes([b]))
+            time.sleep(0.05)
+            s.setblocking(False)
+            try:
+                if s.recv(1) == b"":
+                    closed = True
+            except BlockingIOError:
+                pass
+            s.setblocking(True)
+        except (BrokenPipeError, ConnectionResetError):
+            closed = True
+        if closed or time.monotonic() - start > budget(5):
+            break
+    took = time.monotonic() - start
+    assert closed, "a trickled handshake was not cut off"
+    assert 0.4 <= took <= budget(3), took
+    wait_for(lambda: handshakes(g, "timeout") == 1)
+
+
+def test_keep_alive_and_a_stream_over_tls(t):
+    d = certs(t)
+    m = t.mock()
+    g = tls_gateway(t, m, d)
+    c = TlsConnection(g.tls_port, client_ctx(d))
+    for i in range(3):
+        r = c.request("POST", CHAT, JSON_HEADERS, chat_body("ka %d" % i))
+        assert r.status == 200, r
+    s = c.stream("POST", CHAT, JSON_HEADERS,
+                 chat_body("stream", stream=True))
+    s.read_all()
+    assert_complete_stream(s)
+    assert handshakes(g, "ok") == 1, "keep-alive made new handshakes"
+
+
+def test_one_flight_over_tls_and_plain_is_byte_identical(t):
+    """A flight led on plain HTTP, followed over TLS and plain, one of
+    the TLS followers a slow reader of a big stream: every client gets
+    exactly the same bytes, pushed through TLS records for the parked
+    ones (partial writes included)."""
+    d = certs(t)
+    m = t.mock()
+    g = tls_gateway(t, m, d)
+    ctx = client_ctx(d)
+    tag = new_tag()
+    body = chat_body("tls flight", stream=True, mock_hold=tag,
+                     mock_chunks=40, mock_pad=65536)
+    lead = send(g, body)
+    wait_state(g, m, held=1, leaders=1)
+    conns = [send_tls(g, ctx, body), send(g, body), send_tls(g, ctx, body)]
+    wait_state(g, m, held=1, followers=3)
+    m.release(tag)
+    streams = finish_all([lead] + conns[:2])
+    # The last reads slowly: its pushes meet a full socket again and again.
+    ss = start(conns[2], timeout=60)
+    for _ in ss.chunks():
+        time.sleep(0.01)
+    streams.append(ss)
+    for s in streams:
+        assert_complete_stream(s)
+    assert_same_bodies(streams)
+    assert len(streams[0].body) > 40 * 65536
+    assert [role(s) for s in streams] == ["leader"] + ["follower"] * 3
+    wait_state(g, m, completions=1, upstream=1)
+
+
+def test_t_checks_certificate_and_key(t):
+    d = certs(t)
+    base = ("[server]\nlisten = 127.0.0.1:0\ntls_listen = 127.0.0.1:0\n"
+            "tls_cert = %s\ntls_key = %s\n")
+    ok = t.write("ok.conf", base % (os.path.join(d, "server.pem"),
+                                    os.path.join(d, "server.key")))
+    rc, out = t.infergw("-t", "-c", ok)
+    assert rc == 0, out
+    for cert, key, what in (
+            ("server.pem", "mismatch.key", "match"),
+            ("expired.pem", "expired.key", "expired"),
+            ("missing.pem", "server.key", "cannot open"),
+            ("ca.key", "server.key", "certificate")):
+        path = t.write("bad.conf", base % (os.path.join(d, cert),
+                                           os.path.join(d, key)))
+        rc, out = t.infergw("-t", "-c", path)
+        assert rc == 2, (what, out)
+        assert "bad.conf:4: " in out, (what, out)
+        assert what in out, (what, out)
+    path = t.write("v13.conf", base % (os.path.join(d, "server.pem"),
+                                       os.path.join(d, "server.key"))
+                   + "tls_min_version = 1.3\n")
+    rc, out = t.infergw("-t", "-c", path)
+    assert rc == 2 and "v13.conf:6: " in out and "1.3" in out, out
+
+
+def test_sighup_swaps_the_certificate(t):
+    d1, d2 = certs(t, "one"), certs(t, "two")
+    m = t.mock()
+    g = tls_gateway(t, m, d1)
+    old = TlsConnection(g.tls_port, client_ctx(d1))
+    assert old.request("GET", "/healthz").status == 200
+    with open(g.conf_path) as f:
+        text = f.read()
+    with open(g.conf_path, "w") as f:
+        f.write(text.replace(d1, d2))
+    g.send_signal(signal.SIGHUP)
+    g.wait_log(r"reload: configuration generation=2 in force")
+    # New handshakes get the new certificate.
+    c = TlsConnection(g.tls_port, client_ctx(d2))
+    assert c.request("GET", "/healthz").status == 200
+    try:
+        TlsConnection(g.tls_port, client_ctx(d1))
+        raise AssertionError("the old CA still verifies")
+    except ssl.SSLCertVerificationError:
+        pass
+    # A connection made before the reload keeps working.
+    assert old.request("GET", "/healthz").status == 200
+
+
+def test_tls_only_and_drain(t):
+    d = certs(t)
+    m = t.mock()
+    g = tls_gateway(t, m, d, {"listen": ""}, wait=False)
+    tag = new_tag()
+    held = send_tls(g, client_ctx(d), chat_body("drain", stream=True,
+                                                mock_hold=tag))
+    wait_for(lambda: m.stats()["held"] == 1)
+    g.send_signal(signal.SIGTERM)
+    g.wait_log(r"server: draining")
+    m.release(tag)
+    assert_complete_stream(finish(held))
+    assert g.wait_exit(10) == 0
+
+
+def test_https_upstream_verified_against_its_ca(t):
+    """A gateway whose upstream is https://: another gateway's TLS port
+    in front of the mock.  Its ca_file verifies it; a wrong CA is a 502
+    (nothing reaches the upstream), unless tls_verify is off."""
+    d = certs(t)
+    m = t.mock()
+    front = tls_gateway(t, m, d)
+    url = "https://localhost:%d" % front.tls_port
+
+    def via(**up):
+        up["url"] = url
+        g = t.gateway(None, {"upstream u": up,
+                             "routing": {"health_interval": "0"}})
+        return g.post(CHAT, chat_body("via https"), JSON_HEADERS)
+
+    r = via(ca_file=os.path.join(d, "ca.pem"))
+    assert r.status == 200, r
+    assert m.stats()["completions"] == 1
+    r = via(ca_file=os.path.join(d, "other-ca.pem"))
+    assert r.status == 502, r
+    assert m.stats()["completions"] == 1
+    r = via(ca_file=os.path.join(d, "other-ca.pem"), tls_verify="off")
+    assert r.status == 200, r
+    assert m.stats()["completions"] == 2
