@@ -604,7 +604,10 @@ pool_acquire(struct pool *p, const struct pool_want *want,
         goto out;
     }
     if (use == 0) {
-        p->unavailable++;
+        /* A retry or hedge (no_wait) finding none is not a 503: its
+         * request is answered with the failure it retried. */
+        if (!want->no_wait)
+            p->unavailable++;
         if (soonest != INT64_MAX)
             *retry_after_s = (int)((soonest + 999) / 1000);
         if (*retry_after_s < 1)

@@ -70,6 +70,26 @@ wait_state(enum pool_state want)
     }
 }
 
+/* The value of the unlabelled pool metric 'name'. */
+static long
+pool_metric(const char *name)
+{
+    char want[128];
+    const char *at;
+    struct buf b;
+    long v;
+
+    buf_init(&b, 1 << 20);
+    ck_assert_int_eq(pool_render_metrics(pool, &b), 0);
+    ck_assert_int_eq(buf_append(&b, "", 1), 0);
+    snprintf(want, sizeof(want), "\n%s ", name);
+    at = strstr(buf_ptr(&b), want);
+    ck_assert_msg(at != NULL, "no %s", name);
+    v = strtol(at + strlen(want), NULL, 10);
+    buf_release(&b);
+    return v;
+}
+
 /* ---- the breaker ---- */
 
 START_TEST(test_eject_half_open_close)
@@ -88,6 +108,12 @@ START_TEST(test_eject_half_open_close)
     ck_assert(!pool_ready(pool));
     ck_assert_int_eq(pool_acquire(pool, &w, &s, &ra), GW_EUNAVAIL);
     ck_assert_int_ge(ra, 1);
+    ck_assert_int_eq(pool_metric("infergw_upstream_unavailable_total"), 1);
+    /* A retry finding none: not a request answered 503. */
+    w.no_wait = 1;
+    ck_assert_int_eq(pool_acquire(pool, &w, &s, &ra), GW_EUNAVAIL);
+    ck_assert_int_eq(pool_metric("infergw_upstream_unavailable_total"), 1);
+    w.no_wait = 0;
     wait_state(POOL_HALF_OPEN);
     ck_assert(pool_ready(pool));
     ck_assert_int_eq(take(&s), 0);          /* the trial */
