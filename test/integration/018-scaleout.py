@@ -1,0 +1,202 @@
+"""018 - several gateways behind HAProxy (issue 11), with the shipped
+etc/haproxy/infergw.cfg: identical requests still meet on one gateway
+(one upstream call, identical bodies), distinct ones spread over all of
+them, and a gateway that drains leaves the ring with its open streams
+finished and no client error.  Without haproxy the tests say so and pass
+(make check's install step installs it on Debian).
+"""
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+
+import gwtest
+from gwtest import budget, chat_body, request, wait_for
+
+from coalesce_util import (CHAT, FOLLOWERS, LEADERS, assert_complete_stream,
+                           assert_same_bodies, finish_all, new_tag, present,
+                           send)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SHIPPED = os.path.join(HERE, "..", "..", "etc", "haproxy", "infergw.cfg")
+
+
+class HAProxy:
+    """haproxy -db with the shipped config, its frontend on a socket we
+    bound to port 0 (passed as fd@N: HAProxy 2.6 cannot bind port 0),
+    its servers the given gateways, checks every 100 ms."""
+
+    def __init__(self, tmp, gateways):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(1024)
+        self.port = self.sock.getsockname()[1]
+        self.stats = os.path.join(tmp, "haproxy.sock")
+        with open(SHIPPED) as f:
+            text = f.read()
+        text = text.replace("bind 127.0.0.1:8080",
+                            "bind fd@%d" % self.sock.fileno())
+        text = text.replace("default-server inter 1s fall 2 rise 2",
+                            "default-server inter 100ms fall 1 rise 1")
+        text = text.replace("global\n", "global\n    stats socket %s "
+                            "level admin\n" % self.stats, 1)
+        servers = "".join("    server gw%d 127.0.0.1:%d check\n"
+                          % (i + 1, g.port) for i, g in enumerate(gateways))
+        text = re.sub(r"(    server gw\d 127\.0\.0\.1:\d+ check\n)+",
+                      servers, text)
+        assert text.count("bind fd@") == 1
+        assert len(re.findall(r"^    server gw", text, re.M)) == len(gateways)
+        self.cfg = os.path.join(tmp, "haproxy.cfg")
+        with open(self.cfg, "w") as f:
+            f.write(text)
+        self.log = open(os.path.join(tmp, "haproxy.log"), "w")
+        self.proc = subprocess.Popen(
+            ["haproxy", "-db", "-f", self.cfg], stdin=subprocess.DEVNULL,
+            stdout=self.log, stderr=subprocess.STDOUT,
+            pass_fds=(self.sock.fileno(),), start_new_session=True)
+        gwtest._register(self)
+        wait_for(lambda: self.states() == ["UP"] * len(gateways),
+                 timeout=10, msg="haproxy's servers up")
+
+    def states(self):
+        """Each server's status (UP, DOWN, ...), in order; [] if the
+        stats socket is not there yet."""
+        try:
+            s = socket.socket(socket.AF_UNIX)
+            s.settimeout(budget(2))
+            s.connect(self.stats)
+            s.sendall(b"show stat\n")
+            out = b""
+            while True:
+                b = s.recv(65536)
+                if not b:
+                    break
+                out += b
+            s.close()
+        except OSError:
+            return []
+        rows = [l.split(",") for l in out.decode().splitlines()
+                if l.startswith("gateways,gw")]
+        return [r[17] for r in rows]
+
+    def close(self):
+        gwtest.kill_process(self.proc)
+        self.sock.close()
+        self.log.close()
+
+
+def setup(t):
+    """A mock, three gateways and HAProxy in front, or None (skip)."""
+    if shutil.which("haproxy") is None:
+        print("skip: haproxy is not installed (apt-get install haproxy; "
+              "make check's install step does)")
+        return None
+    m = t.mock()
+    gws = [t.gateway(m) for _ in range(3)]
+    return m, gws, HAProxy(t.tmp, gws)
+
+
+def per_gateway(gws, name):
+    return [present(g.metrics(), name) for g in gws]
+
+
+def test_shipped_config_is_valid(t):
+    if shutil.which("haproxy") is None:
+        print("skip: haproxy is not installed")
+        return
+    p = subprocess.run(["haproxy", "-c", "-f", SHIPPED],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       timeout=30)
+    assert p.returncode == 0, p.stdout
+
+
+def test_300_identical_streams_one_upstream_call(t):
+    s = setup(t)
+    if s is None:
+        return
+    m, gws, hp = s
+    tag = new_tag()
+    body = chat_body("scale out", stream=True, mock_hold=tag)
+    conns = [send(hp, body)]
+    wait_for(lambda: sum(per_gateway(gws, LEADERS)) == 1
+             and m.stats()["held"] == 1, msg="the leader held")
+    conns += [send(hp, body) for _ in range(299)]
+    wait_for(lambda: sum(per_gateway(gws, FOLLOWERS)) == 299, timeout=30,
+             msg="299 followers")
+    # All on one gateway: the one the body hashes to.
+    assert sorted(per_gateway(gws, FOLLOWERS)) == [0, 0, 299]
+    m.release(tag)
+    streams = finish_all(conns, timeout=60)
+    for st in streams:
+        assert_complete_stream(st)
+    assert_same_bodies(streams)
+    assert m.stats()["completions"] == 1
+
+
+def test_distinct_requests_spread_over_every_gateway(t):
+    s = setup(t)
+    if s is None:
+        return
+    m, gws, hp = s
+    for i in range(30):
+        r = request(hp.port, "POST", CHAT, {"Content-Type":
+                    "application/json"}, chat_body("distinct %d" % i))
+        assert r.status == 200, r
+    counts = [present(g.metrics(), "infergw_requests_total",
+                      route="chat_completions", status="200") for g in gws]
+    assert sum(counts) == 30 and min(counts) > 0, counts
+    # The tenant's key is hashed too: one body from many keys spreads.
+    for i in range(30):
+        r = request(hp.port, "POST", CHAT, {
+            "Content-Type": "application/json",
+            "Authorization": "Bearer key-%d" % i}, chat_body("same body"))
+        assert r.status == 200, r
+    after = [present(g.metrics(), "infergw_requests_total",
+                     route="chat_completions", status="200") for g in gws]
+    assert min(a - c for a, c in zip(after, counts)) > 0, (counts, after)
+
+
+def test_a_draining_gateway_leaves_without_a_client_error(t):
+    s = setup(t)
+    if s is None:
+        return
+    m, gws, hp = s
+    # Open streams on every gateway, held at the mock.
+    tag = new_tag()
+    held = [send(hp, chat_body("held %d" % i, stream=True, mock_hold=tag))
+            for i in range(12)]
+    wait_for(lambda: m.stats()["held"] == 12, msg="12 held")
+    busy = [g for g in gws if present(g.metrics(),
+                                      "infergw_connections_active") > 1]
+    victim = busy[0]
+    results, stop = [], threading.Event()
+
+    def traffic():
+        i = 0
+        while not stop.is_set():
+            r = request(hp.port, "POST", CHAT, {"Content-Type":
+                        "application/json"}, chat_body("during %d" % i))
+            results.append(r.status)
+            i += 1
+    th = threading.Thread(target=traffic, daemon=True)
+    th.start()
+    wait_for(lambda: len(results) >= 20, msg="traffic flowing")
+    victim.send_signal(signal.SIGTERM)
+    victim.wait_log(r"server: draining")
+    i = gws.index(victim)
+    wait_for(lambda: hp.states()[i] != "UP", msg="haproxy sees it go")
+    n = len(results)
+    wait_for(lambda: len(results) >= n + 20, msg="traffic after the drain")
+    # Its open streams finish; the gateway then exits cleanly.
+    m.release(tag)
+    for st in finish_all(held):
+        assert_complete_stream(st)
+    assert victim.wait_exit(10) == 0
+    stop.set()
+    th.join(budget(10))
+    assert results and set(results) == {200}, \
+        "client errors: %r" % sorted(set(results))
