@@ -178,6 +178,7 @@ bench: deps
 	@python3 tools/bench_flight_memory.py --bin $(BUILD)/bin
 	@BIN=$(BUILD)/bin sh tools/bench_pool.sh
 	@BIN=$(BUILD)/bin sh tools/bench_stream_cost.sh
+	@python3 tools/bench_scaleout.py --bin $(BUILD)/bin
 
 # libFuzzer with clang, under ASan and UBSan, in build/fuzz/: builds every
 # target, then runs each for FUZZ_TIME seconds (0: build only).  libFuzzer
