@@ -10,6 +10,7 @@
  *   server.pem, server.key    signed by that CA: CN=localhost with
  *                             subjectAltName DNS:localhost, IP:127.0.0.1
  *                             and IP:::1, valid from an hour ago for a day
+ *                             (for TLS servers and clients alike)
  *   other-ca.pem              an unrelated CA: a client that trusts only
  *                             it must refuse server.pem
  *   expired.pem, expired.key  signed by the CA, expired a day ago
@@ -62,9 +63,14 @@ static const unsigned char mkcert_san[] = {
 
 _Static_assert(sizeof(mkcert_san) == 2 + 35, "subjectAltName length");
 
-/* extKeyUsage: a SEQUENCE holding the OID id-kp-serverAuth. */
+/*
+ * extKeyUsage: a SEQUENCE of the OIDs id-kp-serverAuth and
+ * id-kp-clientAuth, so that server.pem also serves as the gateway's
+ * client certificate towards a test upstream that asks for one.
+ */
 static const unsigned char mkcert_eku_server[] = {
-    0x30, 10, 0x06, 8, 0x2b, 0x06, 0x01, 0x05, 0x05, 0x07, 0x03, 0x01,
+    0x30, 20, 0x06, 8, 0x2b, 0x06, 0x01, 0x05, 0x05, 0x07, 0x03, 0x01,
+    0x06, 8, 0x2b, 0x06, 0x01, 0x05, 0x05, 0x07, 0x03, 0x02,
 };
 
 /* What one certificate is. */

@@ -323,3 +323,97 @@ def test_https_upstream_verified_against_its_ca(t):
     r = via(ca_file=os.path.join(d, "other-ca.pem"), tls_verify="off")
     assert r.status == 200, r
     assert m.stats()["completions"] == 2
+
+
+class ClientCertUpstream:
+    """A tiny https upstream (Python's ssl) that demands a client
+    certificate signed by the test CA, and answers every POST with a
+    chat completion and GET /health with 200."""
+
+    def __init__(self, d):
+        import http.server
+        import json as _json
+
+        class H(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                self.send_response(200 if self.path == "/health" else 404)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers["Content-Length"]))
+                body = _json.dumps({"object": "chat.completion",
+                                    "choices": []}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *a):
+                pass
+
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(os.path.join(d, "server.pem"),
+                            os.path.join(d, "server.key"))
+        ctx.load_verify_locations(os.path.join(d, "ca.pem"))
+        ctx.verify_mode = ssl.CERT_REQUIRED
+        self.srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.srv.socket = ctx.wrap_socket(self.srv.socket, server_side=True)
+        self.port = self.srv.server_address[1]
+        import threading
+        self.th = threading.Thread(target=self.srv.serve_forever,
+                                   daemon=True)
+        self.th.start()
+        gwtest._register(self)
+
+    def close(self):
+        self.srv.shutdown()
+        self.srv.server_close()
+
+
+def test_https_upstream_client_certificate(t):
+    d = certs(t)
+    up = ClientCertUpstream(d)
+
+    def via(**extra):
+        conf = {"url": "https://localhost:%d" % up.port,
+                "ca_file": os.path.join(d, "ca.pem")}
+        conf.update(extra)
+        g = t.gateway(None, {"upstream u": conf,
+                             "routing": {"health_interval": "0"}})
+        return g.post(CHAT, chat_body("client cert"), JSON_HEADERS)
+
+    r = via(client_cert=os.path.join(d, "server.pem"),
+            client_key=os.path.join(d, "server.key"))
+    assert r.status == 200, r
+    # Without one, the upstream refuses the handshake: 502, said so.
+    r = via()
+    assert r.status == 502, r
+
+
+def test_limits_over_tls(t):
+    """A tenant limit answers its 429 through TLS; past max_connections a
+    TLS client is closed (a plain 503 would be garbage to it)."""
+    d = certs(t)
+    m = t.mock()
+    g = tls_gateway(t, m, d, {"max_connections": "2"},
+                    extra="[tenant a]\napi_key = sk-a\n"
+                          "requests_per_minute = 1\n")
+    c = TlsConnection(g.tls_port, client_ctx(d))
+    h = dict(JSON_HEADERS, Authorization="Bearer sk-a")
+    assert c.request("POST", CHAT, h, chat_body("one")).status == 200
+    r = c.request("POST", CHAT, h, chat_body("two"))
+    assert r.status == 429 and b"rate_limit_exceeded" in r.body, r
+    assert r.headers.get("Retry-After"), r.headers
+    # c holds one of the two connections; a plain one holds the other.
+    plain = Connection(g.port)
+    assert plain.request("GET", "/healthz").status == 200
+    try:
+        extra = TlsConnection(g.tls_port, client_ctx(d))
+        extra.request("GET", "/healthz")
+        raise AssertionError("a TLS connection past max_connections "
+                             "was served")
+    except (ssl.SSLError, OSError, gwtest.HttpError):
+        pass
+    g.wait_log(r"server: rejected connection reason=max_connections")
