@@ -22,6 +22,7 @@
 #include "config.h"
 
 #include <assert.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -30,6 +31,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <mbedtls/platform_util.h>
 #include <mbedtls/sha256.h>
@@ -872,8 +875,34 @@ end_tenant(struct loader *ld)
 }
 
 /*
- * An upstream section ends: a named one must have said where it is, and
- * a client certificate comes with its key.
+ * A file an upstream names (ca_file, client_cert, client_key) is a
+ * readable regular file, or libcurl would fail every call at run time.
+ * O_NONBLOCK: a FIFO named by mistake must not hang the load.
+ */
+static int
+check_upstream_file(struct loader *ld, const struct config_upstream *u,
+                    const char *key, const char *path)
+{
+    struct stat st;
+    int fd, ok;
+
+    if (path[0] == '\0')
+        return 0;
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    ok = fd != -1 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+    if (fd != -1)
+        close(fd);
+    if (ok)
+        return 0;
+    set_err(ld, u->line, "upstream '%s': %s %s: not a readable file",
+            u->name, key, path);
+    return GW_EINVAL;
+}
+
+/*
+ * An upstream section ends: a named one must have said where it is, a
+ * client certificate comes with its key, and the files it names can be
+ * read.
  */
 static int
 end_upstream(struct loader *ld)
@@ -888,6 +917,10 @@ end_upstream(struct loader *ld)
                 "go together", u->name);
         return GW_EINVAL;
     }
+    if (check_upstream_file(ld, u, "ca_file", u->ca_file) != 0
+        || check_upstream_file(ld, u, "client_cert", u->client_cert) != 0
+        || check_upstream_file(ld, u, "client_key", u->client_key) != 0)
+        return GW_EINVAL;
     if (u->url != NULL || ld->upstream_plain)
         return 0;
     set_err(ld, u->line, "upstream '%s' has no url", u->name);

@@ -33,8 +33,8 @@ struct conn {
                                    generation's config, upstream, pool */
     struct generation *gen;     /* held from the wait for a head to the
                                    access-log line */
-    struct generation *tls_gen; /* a TLS connection's handshake was made
-                                   with its certificate: held to the end */
+    struct live_cert *cert;     /* a TLS connection's: the certificate it
+                                   shook hands with, held to the end */
     struct tls_conn *tls;       /* or NULL; while set, attached to fd as
                                    'stream' (net.h) */
     struct net_stream stream;
@@ -215,6 +215,12 @@ serve_loop(struct conn *c)
             head_failed(c, rc);
             return;
         }
+        /* A reload while this connection waited: the request is new, so
+         * it runs on the configuration in force now. */
+        if (live_current_id(c->base->live) != c->gen->id) {
+            drop_generation(c);
+            use_generation(c);
+        }
         set_request_id(c);
         start_request(c);
         route_request(&c->hr);
@@ -259,8 +265,8 @@ start_tls(struct conn *c)
     char err[160];
     int rc;
 
-    c->tls_gen = live_acquire(c->base->live);
-    rc = tls_accept(c->tls_gen->tls, c->fd,
+    c->cert = live_cert_acquire(c->base->live, c->gen);
+    rc = tls_accept(c->cert->tls, c->fd,
                     gw_now_ms() + cfg->tls_handshake_timeout_ms,
                     c->base->stop_fd, &c->tls, err, sizeof(err));
     if (rc == 0) {
@@ -284,8 +290,8 @@ end_tls(struct conn *c)
         tls_close(c->tls);
         c->tls = NULL;
     }
-    live_release(c->base->live, c->tls_gen);
-    c->tls_gen = NULL;
+    live_cert_release(c->base->live, c->cert);
+    c->cert = NULL;
 }
 
 void

@@ -18,16 +18,42 @@ struct live {
     struct gw_mutex lock;
     struct generation *cur;         /* (L) holds one reference */
     struct generation *gens;        /* (L) every generation alive */
+    _Atomic uint64_t cur_id;        /* cur->id, for live_current_id() */
 };
+
+struct live_cert *
+live_cert_acquire(struct live *l, struct generation *g)
+{
+    gw_mutex_lock(&l->lock);
+    g->cert->refs++;
+    gw_mutex_unlock(&l->lock);
+    return g->cert;
+}
+
+void
+live_cert_release(struct live *l, struct live_cert *c)
+{
+    int last;
+
+    if (c == NULL)
+        return;
+    gw_mutex_lock(&l->lock);
+    last = --c->refs == 0;
+    gw_mutex_unlock(&l->lock);
+    if (last) {
+        tls_server_free(c->tls);
+        gw_free(c);
+    }
+}
 
 /* NULL-safe; the generation is no longer current nor used. */
 static void
-gen_free(struct generation *g)
+gen_free(struct live *l, struct generation *g)
 {
     if (g == NULL)
         return;
     health_stop(g->health);
-    tls_server_free(g->tls);
+    live_cert_release(l, g->cert);
     pool_free(g->pool);
     upstream_free(g->up);
     config_release(&g->cfg);
@@ -36,7 +62,7 @@ gen_free(struct generation *g)
 
 /* A generation from 'cfg' (moved in), with its objects; NULL (logged). */
 static struct generation *
-gen_build(struct gw_config *cfg, uint64_t id)
+gen_build(struct live *l, struct gw_config *cfg, uint64_t id)
 {
     struct generation *g = gw_calloc(1, sizeof(*g));
 
@@ -56,9 +82,16 @@ gen_build(struct gw_config *cfg, uint64_t id)
         };
         char err[256];
 
-        if (tls_server_new(&o, &g->tls, err, sizeof(err)) != 0) {
+        g->cert = gw_calloc(1, sizeof(*g->cert));
+        if (g->cert == NULL) {
+            log_msg(GW_LOG_ERROR, "live: out of memory for TLS");
+            gen_free(l, g);
+            return NULL;
+        }
+        g->cert->refs = 1;          /* the generation's own */
+        if (tls_server_new(&o, &g->cert->tls, err, sizeof(err)) != 0) {
             log_msg(GW_LOG_ERROR, "live: TLS: %s", err);
-            gen_free(g);
+            gen_free(l, g);
             return NULL;
         }
     }
@@ -66,12 +99,12 @@ gen_build(struct gw_config *cfg, uint64_t id)
     g->pool = pool_new(&g->cfg);
     if (g->up == NULL || g->pool == NULL) {
         log_msg(GW_LOG_ERROR, "live: out of memory for the upstreams");
-        gen_free(g);
+        gen_free(l, g);
         return NULL;
     }
     g->health = health_start(&g->cfg, g->pool, g->up);
     if (g->health == NULL) {
-        gen_free(g);
+        gen_free(l, g);
         return NULL;
     }
     return g;
@@ -86,12 +119,14 @@ live_new(struct gw_config *cfg)
         config_release(cfg);
         return NULL;
     }
-    l->cur = l->gens = gen_build(cfg, 1);
+    gw_mutex_init(&l->lock);
+    l->cur = l->gens = gen_build(l, cfg, 1);
     if (l->cur == NULL) {
+        gw_mutex_destroy(&l->lock);
         gw_free(l);
         return NULL;
     }
-    gw_mutex_init(&l->lock);
+    atomic_store(&l->cur_id, 1);
     return l;
 }
 
@@ -104,7 +139,7 @@ live_free(struct live *l)
         return;
     for (g = l->gens; g != NULL; g = next) {
         next = g->next;
-        gen_free(g);
+        gen_free(l, g);
     }
     gw_mutex_destroy(&l->lock);
     gw_free(l);
@@ -141,8 +176,14 @@ live_release(struct live *l, struct generation *g)
     if (last) {
         log_msg(GW_LOG_INFO, "live: configuration generation=%llu freed, "
                 "its last request is over", (unsigned long long)g->id);
-        gen_free(g);
+        gen_free(l, g);
     }
+}
+
+uint64_t
+live_current_id(struct live *l)
+{
+    return atomic_load_explicit(&l->cur_id, memory_order_acquire);
 }
 
 const struct generation *
@@ -219,7 +260,7 @@ live_reload(struct live *l)
                 : "refused", (unsigned long long)old->id);
         return rc;
     }
-    g = gen_build(&cfg, old->id + 1);
+    g = gen_build(l, &cfg, old->id + 1);
     if (g == NULL) {
         log_msg(GW_LOG_ERROR, "reload: cannot start the new configuration; "
                 "the one in force stays generation=%llu",
@@ -230,6 +271,7 @@ live_reload(struct live *l)
     g->next = l->gens;
     l->gens = g;
     l->cur = g;
+    atomic_store_explicit(&l->cur_id, g->id, memory_order_release);
     gw_mutex_unlock(&l->lock);
     /* The old generation's requests finish without its health beat. */
     health_stop(old->health);

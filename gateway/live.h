@@ -4,7 +4,7 @@
  * A generation is one loaded configuration with the objects built from
  * it: the upstream transfers (upstream.h), the pool (pool.h) and the
  * health beat (health.h).  Each request runs on the generation that was
- * current when it started, from its head to its access-log line, so:
+ * current when its head arrived, to its access-log line, so:
  *  - new requests use the new settings at once;
  *  - requests, streams and flights under way finish on the old ones (a
  *    flight's key holds its generation, coalesce.h, so a new request
@@ -12,21 +12,26 @@
  *  - an old generation is freed by the last request that used it.
  * What lives longer than a generation is outside it: the coalescer (its
  * limits are updated), the tenants' counts (kept by name, tenant.h), the
- * metrics.
+ * process-wide metrics (metrics.h; the pool's per-upstream counters are
+ * the generation's, and start again from 0).  A TLS connection holds
+ * only its generation's certificate (struct live_cert), so a keep-alive
+ * TLS client does not keep an old generation alive.
  *
  * A reload reads the file again.  An invalid file changes nothing: its
  * "FILE:LINE: ..." is logged and the generation in force stays.  Settings
  * that only take effect at start-up (listen, tls_listen,
- * thread_stack_size) keep their
- * old values; a reload that changes one says so in the log.  The TLS
- * certificate and key are read again with the rest.  A new
- * generation starts with fresh upstream state: breakers closed, no model
- * list until its health beat asks, no warm connections.
+ * thread_stack_size) keep their old values; a reload that changes one
+ * says so in the log.  The TLS certificate and key are read again with
+ * the rest.  A new generation starts with fresh upstream state: breakers
+ * closed, no model list until its health beat asks, no warm connections.
+ * The reload joins the old health thread, so the accept loop may pause
+ * for a probe under way (at most about a second).
  *
  * Locking: one mutex guards the current pointer, the list of live
- * generations and their reference counts; it is held for a few
- * instructions and never across I/O.  Only one thread reloads (the
- * accept loop, server.c).
+ * generations and the reference counts of generations and certificates;
+ * it is held for a few instructions and never across I/O.  live_stop()
+ * takes a pool's lock under it (the pool never calls back here).  Only
+ * one thread reloads (the accept loop, server.c).
  */
 #ifndef INFERGW_GATEWAY_LIVE_H
 #define INFERGW_GATEWAY_LIVE_H
@@ -41,16 +46,24 @@ struct health;
 struct live;
 struct tls_server;
 
+/*
+ * A generation's TLS certificate, reference-counted on its own: a TLS
+ * connection needs the tls_server it shook hands with for its whole
+ * life, but not the rest of that generation.
+ */
+struct live_cert {
+    struct tls_server *tls;
+    long refs;                      /* live.c's, under its lock */
+};
+
 struct generation {
     uint64_t id;                    /* 1 at start, +1 per reload */
     struct gw_config cfg;           /* immutable */
     struct upstream *up;
     struct pool *pool;
     struct health *health;          /* stopped when replaced (live.c) */
-    struct tls_server *tls;         /* tls_listen's certificate; NULL if
-                                       none.  A TLS connection holds the
-                                       generation of its handshake for
-                                       its whole life (conn.c) */
+    struct live_cert *cert;         /* tls_listen's certificate; NULL if
+                                       none (live_cert_acquire) */
     long refs;                      /* live.c's, under its lock */
     struct generation *next;        /* live.c's: every generation alive */
 };
@@ -72,6 +85,18 @@ struct generation *live_acquire(struct live *l);
 
 /* Give it back; the last reference to a replaced generation frees it. */
 void live_release(struct live *l, struct generation *g);
+
+/*
+ * The id of the current generation, without the lock: a connection that
+ * waited for a head under an older one swaps before it serves it.
+ */
+uint64_t live_current_id(struct live *l);
+
+/* g's certificate (non-NULL) with a reference, for a TLS connection. */
+struct live_cert *live_cert_acquire(struct live *l, struct generation *g);
+
+/* Give it back; the last reference frees the tls_server.  NULL-safe. */
+void live_cert_release(struct live *l, struct live_cert *c);
 
 /*
  * The current generation, without a reference: only for the thread that

@@ -225,6 +225,13 @@ bill_of(struct tenant_entry *e, const char *model)
     return &e->bills[e->nbills++];
 }
 
+/* a + b, or UINT64_MAX: a counter that stops rather than wraps to 0. */
+static uint64_t
+add_sat(uint64_t a, uint64_t b)
+{
+    return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
 void
 tenants_bill(struct tenants *ts, struct tenant_entry *e, const char *model,
              uint64_t prompt, uint64_t completion, int saved)
@@ -235,10 +242,10 @@ tenants_bill(struct tenants *ts, struct tenant_entry *e, const char *model,
         return;
     gw_mutex_lock(&ts->lock);
     b = bill_of(e, model[0] != '\0' ? model : "-");
-    b->prompt += prompt;
-    b->completion += completion;
+    b->prompt = add_sat(b->prompt, prompt);
+    b->completion = add_sat(b->completion, completion);
     if (saved)
-        e->saved += prompt + completion;
+        e->saved = add_sat(e->saved, add_sat(prompt, completion));
     gw_mutex_unlock(&ts->lock);
 }
 

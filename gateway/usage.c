@@ -41,7 +41,10 @@ usage_scan_head(struct usage_scan *u, int status, const char *content_type)
         u->mode = USAGE_JSON;
 }
 
-/* A count as usage has it: an integer 0..2^53 (JSON's exact range). */
+/*
+ * A count as usage has it: an integer 0..2^32.  No real call comes near
+ * it, and a bill that sums such counts cannot wrap.
+ */
 static int
 get_count(const json_t *usage, const char *name, int64_t *out)
 {
@@ -52,7 +55,7 @@ get_count(const json_t *usage, const char *name, int64_t *out)
         return 0;
     }
     if (!json_is_integer(v) || json_integer_value(v) < 0
-        || json_integer_value(v) > (INT64_C(1) << 53))
+        || json_integer_value(v) > (INT64_C(1) << 32))
         return GW_EINVAL;
     *out = json_integer_value(v);
     return 0;

@@ -161,3 +161,35 @@ def test_reload_under_load_loses_nothing(t):
              msg="10 generations freed")
     r = request(g.port, "GET", "/readyz")
     assert r.status == 200, r
+
+
+def test_an_idle_connection_gets_the_new_configuration(t):
+    """A keep-alive connection that waited through a reload serves its
+    next request on the new configuration: a revoked key is refused, and
+    the request never joins a flight of the old one."""
+    from gwtest import Connection, Stream, build_request
+    m = t.mock()
+    g = t.gateway(m, extra="[tenant a]\napi_key = sk-old\n")
+    idle = Connection(g.port)
+    assert idle.request("POST", CHAT, auth("sk-old"),
+                        chat_body("before")).status == 200
+    tag = new_tag()
+    body = chat_body("old flight", stream=True, mock_hold=tag)
+    old = send(g, body, headers={"Authorization": "Bearer sk-old"})
+    wait_state(g, m, held=1, leaders=2)     # "before" led one too
+    rewrite(g, g.conf_text.replace("sk-old", "sk-new")
+            + "api_key = sk-old\n")       # both keys in generation 2
+    reload(g, 2)
+    idle.send(build_request("POST", CHAT, auth("sk-old"), body))
+    wait_state(g, m, held=2, leaders=3)
+    m.release(tag)
+    s = Stream(idle, "POST")
+    s.read_all()
+    assert_complete_stream(s)
+    assert role(s) == "leader", "joined a flight of the old configuration"
+    assert_complete_stream(finish(old))
+    # And a key the reload removed is refused on an idle connection.
+    rewrite(g, g.conf_text.replace("api_key = sk-old\n", ""))
+    reload(g, 3)
+    assert_error(idle.request("POST", CHAT, auth("sk-old"),
+                              chat_body("after")), 401, "invalid_api_key")

@@ -417,3 +417,20 @@ def test_limits_over_tls(t):
     except (ssl.SSLError, OSError, gwtest.HttpError):
         pass
     g.wait_log(r"server: rejected connection reason=max_connections")
+
+
+def test_a_tls_connection_does_not_pin_its_configuration(t):
+    """A TLS connection keeps the certificate it shook hands with, not
+    the whole configuration: an old generation is freed while the
+    connection stays open, and the connection keeps working."""
+    d = certs(t)
+    m = t.mock()
+    g = tls_gateway(t, m, d)
+    c = TlsConnection(g.tls_port, client_ctx(d))
+    assert c.request("GET", "/healthz").status == 200
+    for gen in (2, 3):
+        g.send_signal(signal.SIGHUP)
+        g.wait_log(r"reload: configuration generation=%d in force" % gen)
+        assert c.request("GET", "/healthz").status == 200
+    g.wait_log(r"live: configuration generation=1 freed")
+    g.wait_log(r"live: configuration generation=2 freed")

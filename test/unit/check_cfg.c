@@ -1086,6 +1086,11 @@ static const struct {
     { "[upstream x]\nurl = https://x\nclient_cert = c.pem\n", GW_EINVAL,
       "gateway.conf:1: upstream 'x': client_cert and client_key go "
       "together" },
+    { "[upstream x]\nurl = https://x\nca_file = /nonexistent/ca.pem\n",
+      GW_EINVAL, "gateway.conf:1: upstream 'x': ca_file "
+      "/nonexistent/ca.pem: not a readable file" },
+    { "[upstream x]\nurl = https://x\nca_file = /tmp\n", GW_EINVAL,
+      "gateway.conf:1: upstream 'x': ca_file /tmp: not a readable file" },
     /* values: url */
     { "[upstream]\nurl = ftp://x\n", GW_EINVAL,
       "gateway.conf:2: url: expected " URL_HINT ", got 'ftp://x'" },

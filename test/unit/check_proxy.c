@@ -154,6 +154,29 @@ live_release(struct live *l, struct generation *g)
     abort();
 }
 
+uint64_t
+live_current_id(struct live *l)
+{
+    (void)l;
+    abort();
+}
+
+struct live_cert *
+live_cert_acquire(struct live *l, struct generation *g)
+{
+    (void)l;
+    (void)g;
+    abort();
+}
+
+void
+live_cert_release(struct live *l, struct live_cert *c)
+{
+    (void)l;
+    (void)c;
+    abort();
+}
+
 /* The scripted upstream never answers a retryable status. */
 int
 upstream_retryable_status(int status)

@@ -304,6 +304,7 @@ static const char *const no_usage[] = {
     "{\"usage\":{\"prompt_tokens\":\"7\"}}",
     "{\"usage\":{\"completion_tokens\":7}}",
     "{\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":true}}",
+    "{\"usage\":{\"prompt_tokens\":4294967297}}",     /* 2^32 + 1 */
     "{\"usage\":{\"prompt_tokens\":1}",         /* cut */
     "not json",
     "",
