@@ -39,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz.h"
 #include "alloc.h"
 #include "cfg.h"
 #include "config.h"
@@ -47,14 +48,6 @@
 #define FUZZ_NAME "fuzz.conf"
 #define FUZZ_ERRLEN 512
 
-/* Not assert(): the checks must hold in NDEBUG builds too. */
-#define REQUIRE(cond)                                           \
-    do {                                                        \
-        if (!(cond))                                            \
-            abort();                                            \
-    } while (0)
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 /* Lines as cfg_parse_text counts them: a last line needs no '\n'. */
 static int

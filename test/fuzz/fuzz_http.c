@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz.h"
 #include "buf.h"
 #include "http.h"
 #include "util.h"
@@ -27,26 +28,6 @@
 #define FUZZ_MAX_HEAD 16384
 #define FUZZ_BODY_LIMIT 4096        /* small, so GW_ETOOBIG is reachable */
 
-/* Not assert(): the checks must hold in NDEBUG builds too. */
-#define REQUIRE(cond)                                           \
-    do {                                                        \
-        if (!(cond))                                            \
-            abort();                                            \
-    } while (0)
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-/* An exact-size heap copy of p[0..n); never NULL. */
-static char *
-dup_exact(const char *p, size_t n)
-{
-    char *q = malloc(n > 0 ? n : 1);
-
-    REQUIRE(q != NULL);
-    if (n > 0)
-        memcpy(q, p, n);
-    return q;
-}
 
 static int
 inside(const char *v, size_t n, const char *p, size_t len)

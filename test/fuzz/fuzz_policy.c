@@ -55,6 +55,7 @@
 
 #include <jansson.h>
 
+#include "fuzz.h"
 #include "alloc.h"
 #include "coalesce.h"
 #include "config.h"
@@ -66,14 +67,6 @@
 #define FUZZ_DEFAULT_TARGET "/v1/chat/completions"
 #define FUZZ_SEP "\n--\n"
 
-/* Not assert(): the checks must hold in NDEBUG builds too. */
-#define REQUIRE(cond)                                           \
-    do {                                                        \
-        if (!(cond))                                            \
-            abort();                                            \
-    } while (0)
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 /* One request as the policy sees it. */
 struct req {
@@ -115,17 +108,6 @@ config_for(unsigned opt)
         loaded[opt] = 1;
     }
     return &configs[opt];
-}
-
-static char *
-dup_exact(const char *p, size_t n)
-{
-    char *q = malloc(n > 0 ? n : 1);
-
-    REQUIRE(q != NULL);
-    if (n > 0)
-        memcpy(q, p, n);
-    return q;
 }
 
 /* A C string of p[0..n), cut at a NUL as gw_strndup() does. */

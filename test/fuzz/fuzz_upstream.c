@@ -55,6 +55,7 @@
 
 #include <curl/curl.h>
 
+#include "fuzz.h"
 #include "buf.h"
 #include "log.h"
 #include "upstream.h"
@@ -64,14 +65,6 @@
 #define FUZZ_MAX_HEAD (32 * 1024)       /* upstream.c's UP_MAX_HEAD */
 #define FUZZ_DATA_LIMIT (1 << 24)       /* more than any input */
 
-/* Not assert(): the checks must hold in NDEBUG builds too. */
-#define REQUIRE(cond)                                           \
-    do {                                                        \
-        if (!(cond))                                            \
-            abort();                                            \
-    } while (0)
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 /*
  * The harness's model of one attempt's response head, built only from
@@ -104,18 +97,6 @@ static struct {
     struct buf data;            /* the body bytes the sink took */
     struct model m[FUZZ_ATTEMPTS];
 } st;
-
-/* An exact-size heap copy of p[0..n); never NULL. */
-static char *
-dup_exact(const char *p, size_t n)
-{
-    char *q = malloc(n > 0 ? n : 1);
-
-    REQUIRE(q != NULL);
-    if (n > 0)
-        memcpy(q, p, n);
-    return q;
-}
 
 static int
 is_blank(char c)
