@@ -88,10 +88,6 @@ gateway() {
     done
 }
 
-free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-
 # conf FILE ROUTING_LINES PORT...: a config over the given upstreams.
 conf() {
     f=$1

@@ -109,19 +109,6 @@ command -v openssl >/dev/null 2>&1 && HAVE_OPENSSL=1
 . tools/bench_lib.sh
 bench_tmp
 
-free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-
-wait_line() {   # wait_line FILE REGEX
-    i=0
-    while ! grep -q "$2" "$1" 2>/dev/null; do
-        i=$((i + 1))
-        [ $i -lt 250 ] || die "no '$2' in $1: $(tail -3 "$1")"
-        sleep 0.02
-    done
-}
-
 wait_http() {   # wait_http URL [curl options]: until it answers 200 (5 s)
     u=$1
     shift
