@@ -174,6 +174,10 @@ static const struct setting settings[] = {
       "30s", 1, DAY_MS },
     { "routing", "total_timeout", T_DURATION, C(total_timeout_ms), "10m",
       1, DAY_MS },
+    { "routing", "keepalive", T_UINT, C(keepalive), "32", 0,
+      CONFIG_MAX_KEEPALIVE },
+    { "routing", "keepalive_timeout", T_DURATION, C(keepalive_timeout_ms),
+      "4s", 1, DAY_MS },
 
     { "coalesce", "enabled", T_BOOL, C(coalesce), "on", 0, 0 },
     { "coalesce", "omitted_temperature", T_DECIMAL,

@@ -17,6 +17,7 @@
 #define CONFIG_MAX_MODELS 64        /* per upstream */
 #define CONFIG_NAME_MAX 64          /* tenant, upstream and model names */
 #define CONFIG_KEY_DIGEST_LEN 32    /* SHA-256 of a tenant's API key */
+#define CONFIG_MAX_KEEPALIVE 1024   /* idle connections per upstream */
 
 enum config_balance {
     BALANCE_LEAST_INFLIGHT = 0, /* power of two choices on open calls */
@@ -106,6 +107,8 @@ struct gw_config {
     int64_t first_byte_timeout_ms;  /* 60s */
     int64_t upstream_idle_timeout_ms;   /* 30s */
     int64_t total_timeout_ms;   /* 10m */
+    uint64_t keepalive;         /* 32 idle connections per upstream */
+    int64_t keepalive_timeout_ms;   /* 4s: then an idle one is closed */
 
     /* [coalesce] */
     int coalesce;               /* on */

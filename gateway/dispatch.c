@@ -106,6 +106,22 @@ on_winner(void *arg, size_t idx, int status)
 }
 
 /*
+ * upstream_opts.on_resend: the attempt on 'idx' went out once more, on a
+ * fresh connection; the upstream receives one more call.
+ */
+static void
+on_resend(void *arg, size_t idx)
+{
+    struct run *r = arg;
+    struct pool_slot *s = slot_of(r, idx);
+
+    if (s != NULL)
+        pool_note_resend(r->dc->pool, s);
+    r->out->attempts++;
+    metrics_upstream_call();
+}
+
+/*
  * upstream_opts.hedge: a slot on another upstream, at once (no queue),
  * then the budget's leave.  0 with *idx, or -1: no hedge.
  */
@@ -214,6 +230,7 @@ dispatch_run(const struct dispatch_ctx *dc,
     opts.hedge = hedge;
     opts.attempt_done = attempt_done;
     opts.on_winner = on_winner;
+    opts.on_resend = on_resend;
     opts.arg = &r;
     pool_note_request(dc->pool);
     rc = pool_acquire(dc->pool, &r.want, &r.slot[0], &retry_after);

@@ -73,8 +73,11 @@ probe(struct health *h, size_t idx, const char *path, struct probe *pr)
     struct upstream_request req = { "GET", path, NULL, 0, NULL, NULL };
     struct upstream_sink sink = { pr, probe_head, probe_data, probe_tick,
                                   NULL };
-    struct upstream_opts opts = { 0, HEALTH_PROBE_MAX_MS, -1, -1, 0, NULL,
-                                  NULL, NULL, NULL };
+    struct upstream_opts opts = {
+        .total_timeout_ms = HEALTH_PROBE_MAX_MS,
+        .watch_fd = -1,
+        .stop_fd = -1,
+    };
     struct upstream_result res;
 
     pr->h = h;

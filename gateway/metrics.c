@@ -40,6 +40,8 @@ static struct {
     _Atomic int64_t parked;
     _Atomic uint64_t pushed;
     _Atomic uint64_t helpers;
+    _Atomic int64_t keepalive_idle;
+    _Atomic uint64_t keepalive_closed[METRICS_KEEPALIVE_COUNT];
 } m;
 
 static struct tls_stats tls_counts;
@@ -53,6 +55,10 @@ metrics_tls_stats(void)
 static const char *const route_names[ROUTE_COUNT] = {
     "chat_completions", "completions", "embeddings", "models",
     "healthz", "readyz", "metrics", "other",
+};
+
+static const char *const keepalive_close_names[METRICS_KEEPALIVE_COUNT] = {
+    "stale", "timeout", "full",
 };
 
 static const char *const bypass_names[BYPASS_COUNT] = {
@@ -166,6 +172,20 @@ void
 metrics_helpers(uint64_t n)
 {
     atomic_fetch_add_explicit(&m.helpers, n, memory_order_relaxed);
+}
+
+void
+metrics_keepalive_idle_add(int delta)
+{
+    atomic_fetch_add_explicit(&m.keepalive_idle, delta,
+                              memory_order_relaxed);
+}
+
+void
+metrics_keepalive_closed(enum metrics_keepalive_close why)
+{
+    if (why < METRICS_KEEPALIVE_COUNT)
+        INC(m.keepalive_closed[why]);
 }
 
 int64_t
@@ -300,6 +320,21 @@ metrics_render(struct buf *out, const struct gw_config *cfg)
         rc = buf_printf(out, "infergw_coalesce_bypass_total{reason=\"%s\"} "
                         "%llu\n", bypass_names[b],
                         (unsigned long long)LOAD(m.bypass[b]));
+    if (rc == 0)
+        rc = buf_printf(out,
+            "# HELP infergw_upstream_keepalive_idle Idle upstream "
+            "connections kept alive now.\n"
+            "# TYPE infergw_upstream_keepalive_idle gauge\n"
+            "infergw_upstream_keepalive_idle %lld\n"
+            "# HELP infergw_upstream_keepalive_closed_total Idle upstream "
+            "connections closed, by reason: readable while idle (stale), "
+            "idle past keepalive_timeout, or past keepalive (full).\n"
+            "# TYPE infergw_upstream_keepalive_closed_total counter\n",
+            (long long)LOAD(m.keepalive_idle));
+    for (size_t k = 0; k < METRICS_KEEPALIVE_COUNT && rc == 0; k++)
+        rc = buf_printf(out, "infergw_upstream_keepalive_closed_total"
+                        "{reason=\"%s\"} %llu\n", keepalive_close_names[k],
+                        (unsigned long long)LOAD(m.keepalive_closed[k]));
     if (rc == 0)
         rc = buf_printf(out,
             "# HELP infergw_tls_handshakes_total TLS handshakes with "

@@ -41,6 +41,15 @@ enum metrics_bypass {
     BYPASS_COUNT
 };
 
+/* Why an idle upstream connection was closed (keepalive.h). */
+enum metrics_keepalive_close {
+    METRICS_KEEPALIVE_STALE = 0,    /* readable while idle: stray bytes,
+                                       or the upstream closed it */
+    METRICS_KEEPALIVE_TIMEOUT,      /* idle past keepalive_timeout */
+    METRICS_KEEPALIVE_FULL,         /* more than keepalive were idle */
+    METRICS_KEEPALIVE_COUNT
+};
+
 /* Label value for a route ("chat_completions", ...). */
 const char *metrics_route_name(enum metrics_route r);
 
@@ -62,6 +71,8 @@ void metrics_flights_add(int delta);
 void metrics_parked_add(int delta);     /* clients parked in flights */
 void metrics_pushed(uint64_t chunks);   /* chunks written for parked ones */
 void metrics_helpers(uint64_t n);       /* helper threads woken to write */
+void metrics_keepalive_idle_add(int delta); /* idle upstream connections */
+void metrics_keepalive_closed(enum metrics_keepalive_close why);
 
 /* The TLS handshake counters (tls.h), for every tls_server to share. */
 struct tls_stats *metrics_tls_stats(void);

@@ -90,7 +90,7 @@ struct pool {
     uint64_t bucket_req[POOL_BUDGET_WINDOW_S];
     uint64_t bucket_retry[POOL_BUDGET_WINDOW_S];
 
-    uint64_t retries, hedges, budget_refused;
+    uint64_t retries, hedges, budget_refused, resends;
     uint64_t queue_waits, queue_timeouts, unavailable;
 };
 
@@ -848,6 +848,18 @@ pool_note_request(struct pool *p)
     gw_mutex_unlock(&p->lock);
 }
 
+void
+pool_note_resend(struct pool *p, struct pool_slot *slot)
+{
+    if (slot->idx < 0)
+        return;
+    gw_mutex_lock(&p->lock);
+    p->m[slot->idx].calls++;
+    p->resends++;
+    p->bucket_retry[bucket(p)]++;
+    gw_mutex_unlock(&p->lock);
+}
+
 int
 pool_budget_take(struct pool *p, int hedge)
 {
@@ -1150,6 +1162,11 @@ pool_render_metrics(struct pool *p, struct buf *out)
             "and hedges refused by the retry budget.\n"
             "# TYPE infergw_upstream_retry_budget_exhausted_total counter\n"
             "infergw_upstream_retry_budget_exhausted_total %" PRIu64 "\n"
+            "# HELP infergw_upstream_resends_total Calls sent once more "
+            "on a fresh connection: the reused one was closed before any "
+            "answer (counted in infergw_upstream_calls_total too).\n"
+            "# TYPE infergw_upstream_resends_total counter\n"
+            "infergw_upstream_resends_total %" PRIu64 "\n"
             "# HELP infergw_upstream_unavailable_total Requests answered "
             "503 at once: every upstream for them ejected or held back.\n"
             "# TYPE infergw_upstream_unavailable_total counter\n"
@@ -1165,7 +1182,8 @@ pool_render_metrics(struct pool *p, struct buf *out)
             "# HELP infergw_upstream_queued Calls waiting for a slot now.\n"
             "# TYPE infergw_upstream_queued gauge\n"
             "infergw_upstream_queued %" PRIu64 "\n",
-            p->retries, p->hedges, p->budget_refused, p->unavailable,
+            p->retries, p->hedges, p->budget_refused, p->resends,
+            p->unavailable,
             p->queue_waits, p->queue_timeouts, p->q_len);
     gw_mutex_unlock(&p->lock);
     return rc;

@@ -142,6 +142,15 @@ void pool_release(struct pool *p, struct pool_slot *slot,
  */
 int pool_has_other(struct pool *p, const struct pool_want *want, size_t idx);
 
+/*
+ * The call on 'slot' was sent once more, on a fresh connection, after a
+ * reused one failed before any answer (upstream.h on_resend): one more
+ * call the upstream receives, counted as a call and charged to the retry
+ * budget, but never refused by it (it is not a retry of a failure: the
+ * request had not reached the upstream).
+ */
+void pool_note_resend(struct pool *p, struct pool_slot *slot);
+
 /* A client request (not a retry) that will make upstream calls. */
 void pool_note_request(struct pool *p);
 

@@ -3,17 +3,38 @@
  * hedges, a second attempt) driven by the calling thread in its own wait,
  * over a pool of reused sessions.
  *
- * Design: a session is a libcurl multi handle with two easy handles.  The
- * multi handle owns the connection cache, so a session keeps its warm
- * keep-alive connections (to whichever upstreams it has called) between
- * calls.  Idle sessions are a LIFO stack under one mutex: popping the most
- * recently pushed one hands out the connections used last, the most
- * likely to still be open.  That is simpler than a share handle with
- * CURL_LOCK_DATA_CONNECT, which needs lock callbacks on every cache access
- * and which libcurl 7.88 documents as unsafe across threads.  Sessions are
- * made lazily; at most 'max_connections' idle ones are kept, and any extra
- * is cleaned up when it comes back.  The mutex guards only the push and
- * the pop, never a transfer.
+ * Design: a session is a libcurl multi handle with two easy handles; its
+ * multi handle owns the connection cache, at most one idle connection
+ * (CURLMOPT_MAXCONNECTS 1), so an idle session is one warm connection.
+ * Idle sessions wait in the keep-alive cache (keepalive.h), per upstream
+ * of their connection: a call to upstream i takes i's most recently used
+ * one, checked quiet, or makes a new session; after the call a session
+ * whose connection libcurl kept goes back under that connection's
+ * upstream, and one without any is freed (its multi handle's wake-up
+ * pipe is not worth keeping for nothing).  That is simpler than a share
+ * handle with CURL_LOCK_DATA_CONNECT, which libcurl 7.88 documents as
+ * unsafe across threads, and a connection cannot be handed from one
+ * multi handle to another: 7.88 connects a socket given to it as
+ * CURL_SOCKOPT_ALREADY_CONNECTED again (curl issue 10626).  What sessions
+ * do share, under locks, is the DNS cache and TLS session ids (a
+ * CURLSH per struct upstream).
+ *
+ * Every request the upstream receives is counted.  libcurl resends a
+ * request by itself, once, on a fresh connection, when a reused one
+ * failed before any response byte (the upstream's idle close racing the
+ * send).  That is the right thing to do (the request never reached the
+ * upstream), but it used to be invisible, and capped at five per easy
+ * handle for its whole life (CONN_MAX_RETRIES: a pooled handle's count
+ * only grows), so the sixth race was a 502.  So every call starts with
+ * curl_easy_reset(), which zeroes that count, and the pre-request
+ * callback (CURLOPT_PREREQFUNCTION, called right before each request is
+ * sent) tells a resend from the first send and reports it
+ * (upstream_opts.on_resend), so the caller counts it as a call.
+ *
+ * libcurl knows the sockets it opens through CURLOPT_OPENSOCKETFUNCTION
+ * and CURLOPT_CLOSESOCKETFUNCTION, so a session knows its connections
+ * and the upstream of each: that is how the idle one is found, polled
+ * and put under the right upstream.
  *
  * The loop (upstream_perform): the thread adds its transfer to the
  * session's multi handle and waits in one poll() of its own, on the
@@ -39,13 +60,20 @@
  * still runs just ends; so does one that fails.  The sink sees one
  * response, never bytes of two.
  *
- * Options are split in two (see handle_new() and prepare()):
- *   - invariant ones (callbacks, TCP_NODELAY, ...) are set once when a
- *     handle is made and stay set, since a pooled handle is never
- *     curl_easy_reset();
- *   - per-request ones (URL, timeouts, method and body, header list, the
- *     callbacks' user data) are all set again before every transfer, so
- *     no pointer from an earlier request is ever followed.
+ * Options: every one is set before every transfer, after
+ * curl_easy_reset() (above), so no pointer from an earlier request is
+ * ever followed and no setting of an earlier upstream stays (the TLS
+ * files, say).  That costs a few setopt calls, no allocation but the
+ * URL's copy.
+ *
+ * The response head is read strictly (RFC 9112 6.3): a Content-Length
+ * that is not one plain decimal or disagrees with another, one together
+ * with Transfer-Encoding, a transfer coding other than chunked, a content
+ * coding (the gateway asks for identity: it reads the body for usage and
+ * relays it as it is labelled), a head over UP_MAX_HEAD or a line over
+ * libcurl's 100 KiB: the attempt fails as the upstream's fault before any
+ * byte reaches a client, and libcurl closes the connection, so nothing
+ * of that response can be read as the next request's answer.
  *
  * Hot path: a transfer on a warm session makes no allocation of its own.
  * The URL and the header lines are formatted into a per-handle scratch
@@ -60,10 +88,11 @@
  * byte) and the idle timeout are ours, checked by the loop, which sleeps
  * no longer than the nearest of them.
  *
- * Locking: 'lock' guards 'idle' and 'num_idle'; everything else in struct
- * upstream is immutable after upstream_new() or atomic.  A session, its
- * handles and the per-call struct call and struct xfer belong to one
- * thread at a time.
+ * Locking: struct upstream is immutable after upstream_new() (or
+ * atomic); the keep-alive cache and the share handle lock themselves.  A
+ * session, its handles and the per-call struct call and struct xfer
+ * belong to one thread at a time: the caller's, or the keep-alive
+ * cache's while the session idles.
  */
 #include "upstream.h"
 
@@ -75,6 +104,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <curl/curl.h>
 #include <mbedtls/platform_util.h>
@@ -82,18 +113,9 @@
 #include "alloc.h"
 #include "buf.h"
 #include "config.h"
+#include "keepalive.h"
 #include "log.h"
 #include "util.h"
-
-/*
- * The idle stack is sized once from max_connections, clamped to this.  An
- * idle session holds up to UP_SESSION_CONNS kept-alive connections and
- * the socketpair libcurl 7.88 makes to wake its multi handle.
- */
-#define UP_MAX_IDLE 65536
-
-/* Connections a session's cache keeps (a call uses one, a hedge two). */
-#define UP_SESSION_CONNS 4
 
 /* The longest the loop sleeps: the sink's on_tick runs this often. */
 #define UP_TICK_MS 1000
@@ -111,8 +133,9 @@
 /* Longest Content-Type value we pass on; real ones are tens of bytes. */
 #define UP_CTYPE_LIMIT 4096
 
-/* Content-Type, Accept, X-Request-Id, Authorization, Expect. */
-#define UP_MAX_LINES 5
+/* Content-Type, Accept, Accept-Encoding, X-Request-Id, Authorization,
+ * Expect. */
+#define UP_MAX_LINES 6
 
 /* The Accept sent upstream on every call: what the gateway relays. */
 #define UP_ACCEPT "application/json, text/event-stream"
@@ -131,17 +154,26 @@ struct up_handle {
     char errbuf[CURL_ERROR_SIZE];   /* libcurl's detail for the last error */
 };
 
-/* Sockets one session's transfers may have open at once (a hedge, and
- * happy eyeballs connecting over two addresses each). */
+/* Sockets one session may have open at once: its idle connection, a
+ * hedge, happy eyeballs connecting over two addresses each, a resend. */
 #define UP_MAX_SOCKS 8
 
+/* A socket libcurl opened for a session, and the upstream it goes to. */
+struct up_conn {
+    int fd;
+    size_t idx;
+};
+
 /*
- * A multi handle and its easy handles (made on first use), and what
- * libcurl asked its thread to watch: sockets with events, and a timer.
+ * A multi handle and its easy handles (made on first use), the sockets
+ * libcurl has open and what it asked its thread to watch: sockets with
+ * events, and a timer.
  */
 struct up_session {
     CURLM *multi;
     struct up_handle *h[UP_ATTEMPTS];
+    struct up_conn conns[UP_MAX_SOCKS];     /* open_cb to close_cb */
+    int nconns;
     struct pollfd socks[UP_MAX_SOCKS];
     int nsocks;
     int64_t timer_ms;           /* when to tell libcurl its time is up;
@@ -155,12 +187,10 @@ struct upstream {
     char *auth_line[CONFIG_MAX_UPSTREAMS];
     char *default_ca;           /* libcurl's built-in CA bundle, or NULL;
                                    owned, immutable */
-    size_t max_idle;            /* immutable */
     _Atomic uint64_t created;   /* handles made so far */
-
-    struct gw_mutex lock;
-    struct up_session **idle;   /* guarded by lock: [0, num_idle) */
-    size_t num_idle;            /* guarded by lock; top is idle[num_idle-1] */
+    struct keepalive *ka;       /* idle sessions; owned */
+    CURLSH *share;              /* DNS cache and TLS session ids; owned */
+    struct gw_mutex share_lock[CURL_LOCK_DATA_LAST];
 };
 
 struct call;
@@ -182,13 +212,16 @@ struct xfer {
     curl_off_t body_len;
     uint64_t rx;                /* response bytes, head and body */
     int64_t last_rx_ms;         /* when 'rx' last moved */
+    int opened;                 /* sockets libcurl opened for it */
+    int sends;                  /* requests sent: the first, a resend */
 
     /* The response head being read (reset by every status line). */
     int want_status_line;
     size_t head_bytes;          /* of the current head, for UP_MAX_HEAD */
     int status;
     int has_ctype;
-    int has_te;                 /* Transfer-Encoding: length is unknown */
+    int has_te;                 /* Transfer-Encoding: chunked */
+    int has_cl;                 /* a Content-Length, in content_length */
     int64_t content_length;
     int64_t retry_after_ms;
     int head_done;              /* the final head is in, maybe held */
@@ -212,8 +245,10 @@ struct call {
     int hedge_asked;
 };
 
-static const struct upstream_opts default_opts = { 0, 0, -1, -1, 0, NULL,
-                                                   NULL, NULL, NULL };
+static const struct upstream_opts default_opts = {
+    .watch_fd = -1,
+    .stop_fd = -1,
+};
 
 static size_t header_cb(char *p, size_t size, size_t n, void *arg);
 static size_t write_cb(char *p, size_t size, size_t n, void *arg);
@@ -230,64 +265,92 @@ handle_free(struct up_handle *h)
     gw_free(h);
 }
 
-/*
- * Make a handle with the invariant options set.  Borrows 'u'.  Returns an
- * owned handle (free with handle_free()) or NULL.
- */
+/* Make a handle (its options are set per call).  NULL: no memory. */
 static struct up_handle *
 handle_new(struct upstream *u)
 {
-    struct up_handle *h = NULL;
-    struct up_handle *ret = NULL;
-    CURL *c;
+    struct up_handle *h = gw_calloc(1, sizeof(*h));
 
-    h = gw_calloc(1, sizeof(*h));
     if (h == NULL)
-        goto out;
+        return NULL;
     buf_init(&h->scratch, UP_SCRATCH_LIMIT);
     buf_init(&h->ctype, UP_CTYPE_LIMIT);
     h->curl = curl_easy_init();
-    if (h->curl == NULL)
-        goto out;
-    c = h->curl;
+    if (h->curl == NULL) {
+        handle_free(h);
+        return NULL;
+    }
+    atomic_fetch_add_explicit(&u->created, 1, memory_order_relaxed);
+    return h;
+}
 
-    /*
-     * NOSIGNAL: we run on many threads; without it a resolver timeout uses
-     * SIGALRM and longjmp.  TCP_NODELAY: a request is written in one go,
-     * and Nagle would hold back a body sent after the head.  PROXY "": the
-     * upstream is named in our config, so a stray http_proxy variable must
-     * not reroute it (it also spares libcurl reading the proxy variables
-     * on every transfer).  HTTP/1.1: one request per handle gains nothing
-     * from HTTP/2, and 1.1 keeps the framing the same on http and https.
-     * No CURLOPT_ACCEPT_ENCODING: bodies pass through undecoded.
-     *
-     * CURLOPT_BUFFERSIZE stays at the default 16 KiB: SSE events are far
-     * smaller, and a bigger buffer per pooled handle would only help large
-     * non-streamed bodies while costing memory on every idle handle.
-     */
-    if (curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L) != CURLE_OK
-        || curl_easy_setopt(c, CURLOPT_TCP_NODELAY, 1L) != CURLE_OK
-        || curl_easy_setopt(c, CURLOPT_PROXY, "") != CURLE_OK
-        || curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https")
+static curl_socket_t open_cb(void *arg, curlsocktype purpose,
+                             struct curl_sockaddr *addr);
+static int close_cb(void *arg, curl_socket_t fd);
+static int prereq_cb(void *arg, char *ip, char *local_ip, int port,
+                     int local_port);
+
+/*
+ * Reset attempt x's handle and set the options every call has: the
+ * callbacks and their data, and the constant transport settings.
+ * Returns 0, or GW_EINVAL (logged) when this libcurl refuses one.
+ *
+ * NOSIGNAL: we run on many threads; without it a resolver timeout uses
+ * SIGALRM and longjmp.  TCP_NODELAY: a request is written in one go, and
+ * Nagle would hold back a body sent after the head.  PROXY "": the
+ * upstream is named in our config, so a stray http_proxy variable must
+ * not reroute it (it also spares libcurl reading the proxy variables on
+ * every transfer).  HTTP/1.1: one request per handle gains nothing from
+ * HTTP/2, and 1.1 keeps the framing the same on http and https.  No
+ * CURLOPT_ACCEPT_ENCODING: bodies pass through undecoded, and the
+ * Accept-Encoding line is ours (prepare()).
+ *
+ * CURLOPT_BUFFERSIZE stays at the default 16 KiB: SSE events are far
+ * smaller, and a bigger buffer per handle would only help large
+ * non-streamed bodies while costing memory on every idle session.
+ */
+static int
+handle_setup(struct call *c, struct xfer *x)
+{
+    CURL *e = x->h->curl;
+
+    curl_easy_reset(e);             /* also zeroes libcurl's resend count */
+    if (curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L) != CURLE_OK
+        || curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L) != CURLE_OK
+        || curl_easy_setopt(e, CURLOPT_PROXY, "") != CURLE_OK
+        || curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https")
            != CURLE_OK
-        || curl_easy_setopt(c, CURLOPT_HTTP_VERSION,
+        || curl_easy_setopt(e, CURLOPT_HTTP_VERSION,
                             (long)CURL_HTTP_VERSION_1_1) != CURLE_OK
-        || curl_easy_setopt(c, CURLOPT_ERRORBUFFER, h->errbuf) != CURLE_OK
-        || curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, header_cb) != CURLE_OK
-        || curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, write_cb) != CURLE_OK
-        || curl_easy_setopt(c, CURLOPT_NOPROGRESS, 1L) != CURLE_OK) {
+        || curl_easy_setopt(e, CURLOPT_ERRORBUFFER, x->h->errbuf)
+           != CURLE_OK
+        || curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, header_cb)
+           != CURLE_OK
+        || curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, write_cb) != CURLE_OK
+        || curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, open_cb)
+           != CURLE_OK
+        || curl_easy_setopt(e, CURLOPT_CLOSESOCKETFUNCTION, close_cb)
+           != CURLE_OK
+        || curl_easy_setopt(e, CURLOPT_PREREQFUNCTION, prereq_cb)
+           != CURLE_OK
+        || curl_easy_setopt(e, CURLOPT_SHARE, c->u->share) != CURLE_OK
+        || curl_easy_setopt(e, CURLOPT_NOPROGRESS, 1L) != CURLE_OK) {
         /* Not memory: this libcurl lacks an option we rely on. */
         log_msg(GW_LOG_ERROR, "upstream: libcurl refused an option");
-        goto out;
+        return GW_EINVAL;
     }
-
-    atomic_fetch_add_explicit(&u->created, 1, memory_order_relaxed);
-    ret = h;
-    h = NULL;
-
-out:
-    handle_free(h);
-    return ret;
+    /*
+     * Pointer options cannot fail.  The close callback's data is the
+     * session, not the attempt: libcurl keeps it with the connection,
+     * which may outlive this call in the keep-alive cache.
+     */
+    curl_easy_setopt(e, CURLOPT_HEADERDATA, x);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, x);
+    curl_easy_setopt(e, CURLOPT_PRIVATE, x);
+    curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, x);
+    curl_easy_setopt(e, CURLOPT_CLOSESOCKETDATA, c->s);
+    curl_easy_setopt(e, CURLOPT_PREREQDATA, x);
+    return 0;
 }
 
 static void
@@ -356,10 +419,10 @@ session_new(void)
     if (s == NULL)
         return NULL;
     s->timer_ms = -1;
+    /* One idle connection: an idle session is one warm connection. */
     s->multi = curl_multi_init();
     if (s->multi == NULL
-        || curl_multi_setopt(s->multi, CURLMOPT_MAXCONNECTS,
-                             (long)UP_SESSION_CONNS) != CURLM_OK
+        || curl_multi_setopt(s->multi, CURLMOPT_MAXCONNECTS, 1L) != CURLM_OK
         || curl_multi_setopt(s->multi, CURLMOPT_SOCKETFUNCTION, sock_cb)
            != CURLM_OK
         || curl_multi_setopt(s->multi, CURLMOPT_SOCKETDATA, s) != CURLM_OK
@@ -372,34 +435,77 @@ session_new(void)
     return s;
 }
 
-/* Pop the most recently used idle session, or make one.  NULL: no memory. */
-static struct up_session *
-pool_take(struct upstream *u)
+/* keepalive_drop_fn: an idle session goes, with its connection. */
+static void
+session_drop(void *s)
 {
-    struct up_session *s = NULL;
-
-    gw_mutex_lock(&u->lock);
-    if (u->num_idle > 0)
-        s = u->idle[--u->num_idle];
-    gw_mutex_unlock(&u->lock);
-    if (s == NULL)
-        s = session_new();              /* outside the lock: it allocates */
-    return s;
+    session_free(s);
 }
 
-/* Push 's' (stolen; NULL is fine) back, or free it when the stack is full. */
-static void
-pool_put(struct upstream *u, struct up_session *s)
+/*
+ * A session for a call to upstream 'idx': an idle one with a quiet
+ * connection to it (keepalive.h checks), or a new one.  NULL: no memory.
+ */
+static struct up_session *
+session_take(struct upstream *u, size_t idx)
 {
-    if (s == NULL)
-        return;
-    gw_mutex_lock(&u->lock);
-    if (u->num_idle < u->max_idle) {
-        u->idle[u->num_idle++] = s;
-        s = NULL;
+    struct up_session *s = keepalive_take(u->ka, idx);
+
+    return s != NULL ? s : session_new();
+}
+
+/*
+ * After a call ('s' stolen): keep it under the upstream of the one
+ * connection libcurl kept, or free it when it kept none.  No transfer is
+ * in its multi handle any more.
+ */
+static void
+session_put(struct upstream *u, struct up_session *s)
+{
+    if (s->nconns == 1)
+        keepalive_put(u->ka, s->conns[0].idx, s, s->conns[0].fd);
+    else
+        session_free(s);    /* none: nothing to keep; more: cannot be */
+}
+
+/*
+ * CURLOPT_OPENSOCKETFUNCTION: a socket for attempt 'arg' (a connection,
+ * or one of happy eyeballs' tries), noted in its session with the
+ * attempt's upstream.  CURL_SOCKET_BAD fails the connect.
+ */
+static curl_socket_t
+open_cb(void *arg, curlsocktype purpose, struct curl_sockaddr *addr)
+{
+    struct xfer *x = arg;
+    struct up_session *s = x->call->s;
+    int fd;
+
+    if (purpose != CURLSOCKTYPE_IPCXN || s->nconns == UP_MAX_SOCKS)
+        return CURL_SOCKET_BAD;
+    fd = socket(addr->family, addr->socktype | SOCK_CLOEXEC, addr->protocol);
+    if (fd == -1)
+        return CURL_SOCKET_BAD;         /* libcurl reports the connect */
+    s->conns[s->nconns].fd = fd;
+    s->conns[s->nconns].idx = x->idx;
+    s->nconns++;
+    x->opened++;
+    return fd;
+}
+
+/* CURLOPT_CLOSESOCKETFUNCTION: libcurl is done with 'fd' ('arg': its
+ * session, which outlives every one of its connections). */
+static int
+close_cb(void *arg, curl_socket_t fd)
+{
+    struct up_session *s = arg;
+
+    for (int i = 0; i < s->nconns; i++) {
+        if (s->conns[i].fd == fd) {
+            s->conns[i] = s->conns[--s->nconns];
+            break;
+        }
     }
-    gw_mutex_unlock(&u->lock);
-    session_free(s);                    /* outside the lock: closes sockets */
+    return close(fd);
 }
 
 /* A value we splice into a header line must not carry a line break. */
@@ -519,6 +625,10 @@ prepare(struct upstream *u, struct up_handle *h, size_t idx,
         rc = scratch_add(b, &off[n++], "Content-Type: ", "application/json");
     if (rc == 0)
         rc = scratch_add(b, &off[n++], "Accept: ", UP_ACCEPT);
+    /* The body is read for usage and relayed labelled as it came: no
+     * content coding (a response with one is refused, header_cb()). */
+    if (rc == 0)
+        rc = scratch_add(b, &off[n++], "Accept-Encoding: ", "identity");
     if (rc != 0)
         goto out;
     if (req->request_id != NULL) {
@@ -705,6 +815,33 @@ parse_length(const char *p, size_t n)
 }
 
 /*
+ * CURLOPT_PREREQFUNCTION: attempt 'arg' is about to send its request, on
+ * a connection new or reused.  A second time within one attempt is
+ * libcurl's resend on a fresh connection (the file comment): one more
+ * request for the upstream, so it is reported.  Always goes on.
+ */
+static int
+prereq_cb(void *arg, char *ip, char *local_ip, int port, int local_port)
+{
+    struct xfer *x = arg;
+    const struct upstream_opts *o = x->call->opts;
+
+    (void)ip;
+    (void)local_ip;
+    (void)port;
+    (void)local_port;
+    if (++x->sends == 1)
+        return CURL_PREREQFUNC_OK;
+    log_msg(GW_LOG_INFO, "upstream: resent upstream=%s reason=\"reused "
+            "connection closed before an answer\" id=%s", x->up->name,
+            x->call->req->request_id != NULL ? x->call->req->request_id
+                                             : "-");
+    if (o->on_resend != NULL)
+        o->on_resend(o->arg, x->idx);
+    return CURL_PREREQFUNC_OK;
+}
+
+/*
  * CURLOPT_HEADERFUNCTION: libcurl hands over every line of every response
  * head, one complete line per call with its CRLF: the status line, the
  * fields, the empty line that ends the head; then again for the next head
@@ -720,6 +857,7 @@ header_cb(char *p, size_t size, size_t n, void *arg)
     struct up_handle *h = x->h;
     const char *colon, *v, *end;
     size_t len = n, name_len;
+    int64_t cl;
     int rc;
 
     (void)size;                         /* always 1 */
@@ -747,6 +885,7 @@ header_cb(char *p, size_t size, size_t n, void *arg)
         x->head_bytes = n;
         x->has_ctype = 0;
         x->has_te = 0;
+        x->has_cl = 0;
         x->content_length = -1;
         x->retry_after_ms = 0;
         buf_reset(&h->ctype);
@@ -759,6 +898,13 @@ header_cb(char *p, size_t size, size_t n, void *arg)
         if (x->status < 200) {
             x->want_status_line = 1;
             return n;
+        }
+        /* RFC 9112 6.3: both is a smuggling attempt or a broken server;
+         * either way this body's end cannot be trusted. */
+        if (x->has_te && x->has_cl) {
+            xfer_fail(x, GW_EUPSTREAM,
+                      "content-length with transfer-encoding");
+            return 0;
         }
         /* Held until the first body byte (upstream.h). */
         x->head_done = 1;
@@ -799,9 +945,33 @@ header_cb(char *p, size_t size, size_t n, void *arg)
         }
         x->has_ctype = 1;
     } else if (gw_strieq(p, name_len, "content-length")) {
-        x->content_length = parse_length(v, (size_t)(end - v));
+        /* RFC 9112 6.3: one plain decimal, the same in every field.  What
+         * libcurl would make of "12abc" (12) leaves the rest of the body
+         * on the connection, to be read as the next answer. */
+        cl = parse_length(v, (size_t)(end - v));
+        if (cl < 0 || (x->has_cl && cl != x->content_length)) {
+            xfer_fail(x, GW_EUPSTREAM, cl < 0 ? "bad content-length"
+                                              : "conflicting content-length");
+            return 0;
+        }
+        x->has_cl = 1;
+        x->content_length = cl;
     } else if (gw_strieq(p, name_len, "transfer-encoding")) {
-        x->has_te = 1;                  /* RFC 9112 6.3: overrides length */
+        /* Only "chunked", once: any other coding leaves the body's end
+         * to the connection's close (RFC 9112 6.3), or to a decoder
+         * nobody runs. */
+        if (x->has_te || !gw_strieq(v, (size_t)(end - v), "chunked")) {
+            xfer_fail(x, GW_EUPSTREAM, "unsupported transfer-encoding");
+            return 0;
+        }
+        x->has_te = 1;
+    } else if (gw_strieq(p, name_len, "content-encoding")) {
+        /* We asked for identity; a gzip body relayed as JSON is garbage
+         * to the client, and unreadable for the bill. */
+        if (end > v && !gw_strieq(v, (size_t)(end - v), "identity")) {
+            xfer_fail(x, GW_EUPSTREAM, "unsupported content-encoding");
+            return 0;
+        }
     } else if (gw_strieq(p, name_len, "retry-after")) {
         x->retry_after_ms = parse_retry_after(v, (size_t)(end - v));
     }
@@ -862,7 +1032,7 @@ deliver_head(struct xfer *x)
     x->res.head_seen = 1;
     head.status = x->status;
     head.content_type = x->has_ctype ? buf_ptr(&x->h->ctype) : NULL;
-    head.content_length = x->has_te ? -1 : x->content_length;
+    head.content_length = x->has_cl ? x->content_length : -1;
     head.retry_after_s = 0;
     if (x->status == 429 || x->status == 503)
         head.retry_after_s = (int)((x->retry_after_ms + 999) / 1000);
@@ -986,6 +1156,18 @@ map_result(struct xfer *x, CURLcode cc, const char **reason,
         *fail = UPF_LOCAL;
         return GW_EINVAL;
     case CURLE_OUT_OF_MEMORY:
+        /*
+         * Also what libcurl 7.88 says of a response header line over its
+         * 100 KiB (CURL_MAX_HTTP_HEADER), with nothing in the error
+         * buffer.  Once the request is under way and the head not yet in,
+         * that is by far the likelier: the upstream's fault, a 502.
+         */
+        curl_easy_getinfo(x->h->curl, CURLINFO_PRETRANSFER_TIME_T,
+                          &pretransfer_us);
+        if (pretransfer_us > 0 && !x->head_done) {
+            *reason = "response head too large";
+            return GW_EUPSTREAM;
+        }
         *reason = "out of memory";
         *fail = UPF_LOCAL;
         return GW_ENOMEM;
@@ -1016,6 +1198,50 @@ default_ca_of(struct upstream *u)
     return path != NULL && u->default_ca == NULL ? GW_ENOMEM : 0;
 }
 
+/* CURLSHOPT_LOCKFUNC and UNLOCKFUNC: a mutex per kind of shared data. */
+static void
+share_lock(CURL *e, curl_lock_data data, curl_lock_access access,
+           void *arg)
+{
+    struct upstream *u = arg;
+
+    (void)e;
+    (void)access;                       /* shared or single: one mutex */
+    gw_mutex_lock(&u->share_lock[data]);
+}
+
+static void
+share_unlock(CURL *e, curl_lock_data data, void *arg)
+{
+    struct upstream *u = arg;
+
+    (void)e;
+    gw_mutex_unlock(&u->share_lock[data]);
+}
+
+/*
+ * The share handle: the DNS cache (a session made for a burst need not
+ * resolve again) and TLS session ids (a new connection to an https://
+ * upstream resumes).  Returns 0 or GW_ENOMEM.
+ */
+static int
+share_new(struct upstream *u)
+{
+    u->share = curl_share_init();
+    if (u->share == NULL
+        || curl_share_setopt(u->share, CURLSHOPT_LOCKFUNC, share_lock)
+           != CURLSHE_OK
+        || curl_share_setopt(u->share, CURLSHOPT_UNLOCKFUNC, share_unlock)
+           != CURLSHE_OK
+        || curl_share_setopt(u->share, CURLSHOPT_USERDATA, u) != CURLSHE_OK
+        || curl_share_setopt(u->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS)
+           != CURLSHE_OK
+        || curl_share_setopt(u->share, CURLSHOPT_SHARE,
+                             CURL_LOCK_DATA_SSL_SESSION) != CURLSHE_OK)
+        return GW_ENOMEM;
+    return 0;
+}
+
 struct upstream *
 upstream_new(const struct gw_config *cfg)
 {
@@ -1028,16 +1254,9 @@ upstream_new(const struct gw_config *cfg)
     u = gw_calloc(1, sizeof(*u));
     if (u == NULL)
         goto out;
-    gw_mutex_init(&u->lock);            /* aborts on failure */
+    for (i = 0; i < CURL_LOCK_DATA_LAST; i++)
+        gw_mutex_init(&u->share_lock[i]);       /* aborts on failure */
     u->cfg = cfg;
-    u->max_idle = cfg->max_connections;
-    if (u->max_idle < 1)
-        u->max_idle = 1;
-    if (u->max_idle > UP_MAX_IDLE)
-        u->max_idle = UP_MAX_IDLE;
-    u->idle = gw_calloc(u->max_idle, sizeof(*u->idle));
-    if (u->idle == NULL)
-        goto out;
     for (i = 0; i < cfg->num_upstreams; i++) {
         key = cfg->upstreams[i].api_key;
         if (key == NULL || key[0] == '\0')
@@ -1054,7 +1273,11 @@ upstream_new(const struct gw_config *cfg)
             goto out;
         snprintf(u->auth_line[i], len, "Authorization: Bearer %s", key);
     }
-    if (default_ca_of(u) != 0)
+    if (default_ca_of(u) != 0 || share_new(u) != 0)
+        goto out;
+    u->ka = keepalive_new(cfg->num_upstreams, cfg->keepalive,
+                          cfg->keepalive_timeout_ms, session_drop);
+    if (u->ka == NULL)
         goto out;
     ret = u;
     u = NULL;
@@ -1071,10 +1294,11 @@ upstream_free(struct upstream *u)
 
     if (u == NULL)
         return;
-    while (u->num_idle > 0)
-        session_free(u->idle[--u->num_idle]);
-    gw_free(u->idle);
-    u->idle = NULL;
+    /* The sessions first: their handles hold the share. */
+    keepalive_free(u->ka);
+    u->ka = NULL;
+    curl_share_cleanup(u->share);
+    u->share = NULL;
     for (i = 0; i < CONFIG_MAX_UPSTREAMS; i++) {
         if (u->auth_line[i] == NULL)
             continue;
@@ -1083,7 +1307,8 @@ upstream_free(struct upstream *u)
         u->auth_line[i] = NULL;
     }
     gw_free(u->default_ca);
-    gw_mutex_destroy(&u->lock);
+    for (i = 0; i < CURL_LOCK_DATA_LAST; i++)
+        gw_mutex_destroy(&u->share_lock[i]);
     gw_free(u);
 }
 
@@ -1179,14 +1404,15 @@ attempt_start(struct call *c, size_t idx)
     x->h = *hp;
     if (x->h == NULL)
         goto out;
+    rc = handle_setup(c, x);
+    if (rc != 0) {
+        reason = "libcurl refused an option";
+        goto out;
+    }
     rc = prepare(u, x->h, idx, c->req, c->opts, x->lines, &x->wipe,
                  &reason);
     if (rc != 0)
         goto out;
-    /* Pointer options cannot fail; set per call because 'x' is ours. */
-    curl_easy_setopt(x->h->curl, CURLOPT_HEADERDATA, x);
-    curl_easy_setopt(x->h->curl, CURLOPT_WRITEDATA, x);
-    curl_easy_setopt(x->h->curl, CURLOPT_PRIVATE, x);
     x->start_us = gw_now_us();
     x->last_rx_ms = x->start_us / 1000;
     rc = GW_ENOMEM;
@@ -1474,7 +1700,7 @@ upstream_perform(struct upstream *u, size_t idx,
     result_init(res, idx);
     assert(idx < u->cfg->num_upstreams);
 
-    c.s = pool_take(u);
+    c.s = session_take(u, idx);
     if (c.s == NULL)
         return res->rc;
     if (attempt_start(&c, idx) == 0)
@@ -1487,9 +1713,9 @@ upstream_perform(struct upstream *u, size_t idx,
             c.opts->attempt_done(c.opts->arg, &c.x[i].res);
     /*
      * Even after an error: libcurl has already closed a broken
-     * connection, and the session itself is fine.
+     * connection, and kept one only after a complete answer.
      */
-    pool_put(u, c.s);
+    session_put(u, c.s);
     return res->rc;
 }
 

@@ -4,13 +4,14 @@
  * asked), reused connections, and a sink that receives the response as
  * it arrives.
  *
- * Design: a pool of sessions (a libcurl multi handle with its easy
- * handles; a LIFO stack under one mutex).  A session keeps its own
- * connection cache, so taking the most recently used one reuses its warm
- * keep-alive connections; sessions move between threads, so connections
- * are reused across requests and threads.  The mutex is held only to push
- * or pop a session, never across a transfer.  A session belongs to one
- * thread between upstream_perform()'s pop and push.
+ * Design: sessions (a libcurl multi handle with its easy handles and at
+ * most one warm connection) kept per upstream in the keep-alive cache
+ * (keepalive.h), which never hands out a connection with anything to
+ * read; sessions move between threads, so connections are reused across
+ * requests and threads.  A session belongs to one thread between
+ * upstream_perform()'s take and put.  Every request the upstream
+ * receives is reported: libcurl's own resend on a fresh connection, too
+ * (upstream_opts.on_resend).
  *
  * The sink's callbacks run on the calling thread, inside the transfer
  * loop: they must not block for long (a coalescing leader only appends to
@@ -36,8 +37,9 @@ struct upstream;
  * Everything of a client's request that reaches the upstream.  The rest
  * of the upstream request is constant (upstream.c): the URL's origin,
  * "Content-Type: application/json" on a POST (route.c has checked that
- * the body is a JSON object), a fixed Accept, no Expect, and the
- * configured api_key when no client credential is forwarded.
+ * the body is a JSON object), a fixed Accept, "Accept-Encoding:
+ * identity", no Expect, and the configured api_key when no client
+ * credential is forwarded.
  *
  * The coalescing contract (coalesce.h) rests on this struct: a coalesced
  * call's fields are either hashed into its key (coalesce_key() hashes
@@ -85,6 +87,14 @@ struct upstream_opts {
      * empty body) of a response with 'status', and is the one the sink
      * hears.  May be NULL. */
     void (*on_winner)(void *arg, size_t idx, int status);
+    /*
+     * The attempt on upstream 'idx' is sent again, on a fresh connection:
+     * the reused one it was sent on failed before any byte of an answer
+     * (the upstream's idle close raced it, so it never reached the
+     * upstream).  It is one more request the upstream receives: the
+     * caller counts it.  At most once per attempt.  May be NULL.
+     */
+    void (*on_resend)(void *arg, size_t idx);
     void *arg;
 };
 
@@ -171,8 +181,9 @@ void upstream_free(struct upstream *u);
  * Run one call to completion (blocking) on upstream 'idx' of
  * cfg->upstreams, with a hedge on another if opts says so.  Borrows
  * 'req', 'opts' (NULL: defaults) and 'sink'.
- * Request headers sent: Host (from the URL), Content-Type (POST only)
- * and Accept (both constants), Content-Length, X-Request-Id, and
+ * Request headers sent: Host (from the URL), Content-Type (POST only),
+ * Accept and Accept-Encoding: identity (constants), Content-Length,
+ * X-Request-Id, and
  * Authorization (req->client_auth, else the upstream's key as Bearer, else
  * none); nothing else, so no client or hop-by-hop field can leak through.
  * "Expect:" is suppressed.

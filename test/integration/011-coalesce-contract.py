@@ -27,6 +27,7 @@ CONSTANT = {
     "host",             # from [upstream] url
     "content-type",     # application/json
     "accept",           # fixed
+    "accept-encoding",  # identity: no content coding (issue 16)
 }
 FROM_KEY = {
     "content-length",   # the body's length
@@ -115,6 +116,7 @@ def assert_coalesced_call(rec, body, mock_port, auth=None):
     assert h["content-type"] == ["application/json"], h["content-type"]
     assert h["accept"] == ["application/json, text/event-stream"], \
         h["accept"]
+    assert h["accept-encoding"] == ["identity"], h["accept-encoding"]
     assert h["content-length"] == [str(len(body))], h["content-length"]
     assert FLIGHT_ID.match(h["x-request-id"][0]), h["x-request-id"]
     if auth is None:
@@ -123,7 +125,7 @@ def assert_coalesced_call(rec, body, mock_port, auth=None):
         assert h.get("authorization") == [auth], h.get("authorization")
     values = {v for vs in h.values() for v in vs}
     for name, value in HOSTILE:
-        if name.lower() in ("content-type", "accept"):
+        if name.lower() in ("content-type", "accept", "accept-encoding"):
             continue        # the constants might coincide; checked above
         assert value not in values, "client's %s value %r reached the " \
             "upstream" % (name, value)

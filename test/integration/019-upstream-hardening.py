@@ -1,0 +1,491 @@
+"""019 - the upstream's bytes (issue 16, items 1-6 and 8): an answer only
+ever reaches the request it answers, every request the upstream receives
+is counted, the response head is read strictly, and idle connections
+shrink.
+
+The hostile upstreams here are scripted over raw sockets (Scripted):
+each test says, per request, what goes back on the wire, byte for byte,
+and what comes unasked on an idle connection.  Every answer names the
+prompt it answers, so a client can tell its own answer from another's.
+"""
+
+import json
+import os
+import socket
+import threading
+
+from gwtest import (_register, assert_error, chat_body, has_metric, metric,
+                    wait_for, budget)
+
+CALLS = "infergw_upstream_calls_total"
+REQUESTS = "infergw_upstream_requests_total"
+RESENDS = "infergw_upstream_resends_total"
+FAILURES = "infergw_upstream_failures_total"
+EJECTIONS = "infergw_upstream_ejections_total"
+IDLE = "infergw_upstream_keepalive_idle"
+CLOSED = "infergw_upstream_keepalive_closed_total"
+
+
+def answer_json(content):
+    """A chat.completion body whose text names 'content'."""
+    return json.dumps({
+        "id": "chatcmpl-scripted", "object": "chat.completion",
+        "created": 0, "model": "mock-model",
+        "choices": [{"index": 0, "finish_reason": "stop",
+                     "message": {"role": "assistant",
+                                 "content": "answer to " + content}}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1,
+                  "total_tokens": 2}}).encode()
+
+
+def response(body, head=None, status="200 OK"):
+    """A whole response: 'head' lines (default: JSON, Content-Length)."""
+    if head is None:
+        head = ["Content-Type: application/json",
+                "Content-Length: %d" % len(body)]
+    return ("HTTP/1.1 %s\r\n" % status + "".join(h + "\r\n" for h in head)
+            + "\r\n").encode() + body
+
+
+class Request:
+    def __init__(self, conn, nth, method, target, body):
+        self.conn = conn            # connection number, from 1
+        self.nth = nth              # request number on it, from 1
+        self.method = method
+        self.target = target
+        self.body = body
+
+    def prompt(self):
+        try:
+            return json.loads(self.body)["messages"][0]["content"]
+        except Exception:
+            return ""
+
+
+class Scripted:
+    """An upstream on 127.0.0.1, port 0, answering by script(req, sock):
+    it writes what it likes and returns "close", "reset" or None (go on
+    reading the next request).  GETs (the health beat's) are answered 404
+    and not counted.  Counts connections and POSTs received."""
+
+    def __init__(self, script):
+        self.script = script
+        self.lock = threading.Lock()
+        self.connections = 0
+        self.posts = 0
+        self.gets = 0
+        self.socks = []
+        self.lsock = socket.socket()
+        self.lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.lsock.bind(("127.0.0.1", 0))
+        self.lsock.listen(1024)
+        self.port = self.lsock.getsockname()[1]
+        self.closed = False
+        _register(self)
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while not self.closed:
+            try:
+                c, _ = self.lsock.accept()
+            except OSError:
+                return
+            with self.lock:
+                self.connections += 1
+                n = self.connections
+                self.socks.append(c)
+            threading.Thread(target=self._serve, args=(c, n),
+                             daemon=True).start()
+
+    def _read_request(self, c, buf):
+        while b"\r\n\r\n" not in buf:
+            d = c.recv(65536)
+            if not d:
+                return None, buf
+            buf += d
+        head, buf = buf.split(b"\r\n\r\n", 1)
+        lines = head.decode("latin-1").split("\r\n")
+        method, target, _ = lines[0].split(" ", 2)
+        length = 0
+        for l in lines[1:]:
+            k, _, v = l.partition(":")
+            if k.strip().lower() == "content-length":
+                length = int(v.strip())
+        while len(buf) < length:
+            d = c.recv(65536)
+            if not d:
+                return None, buf
+            buf += d
+        return (method, target, buf[:length]), buf[length:]
+
+    def _serve(self, c, n):
+        buf, nth = b"", 0
+        try:
+            while True:
+                req, buf = self._read_request(c, buf)
+                if req is None:
+                    return
+                nth += 1
+                method, target, body = req
+                if method != "POST":
+                    with self.lock:
+                        self.gets += 1
+                    c.sendall(response(b"{}", status="404 Not Found"))
+                    continue
+                with self.lock:
+                    self.posts += 1
+                what = self.script(Request(n, nth, method, target, body), c)
+                if what == "reset":
+                    c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                 b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                    c.close()
+                    return
+                if what == "close":
+                    c.close()
+                    return
+        except OSError:
+            return
+
+    def close(self):
+        self.closed = True
+        try:
+            self.lsock.close()
+        except OSError:
+            pass
+        with self.lock:
+            socks, self.socks = self.socks, []
+        for s in socks:
+            try:
+                s.close()
+            except OSError:
+                pass
+
+
+def gateway_over(t, ports, routing=None, names=None):
+    """A gateway over upstreams at 'ports' ([upstream uN]), health beat
+    off (the models are still asked once at start)."""
+    conf = {"routing": {"health_interval": "0"}}
+    conf["routing"].update(routing or {})
+    for i, port in enumerate(ports):
+        conf["upstream %s" % (names[i] if names else "u%d" % i)] = {
+            "url": "http://127.0.0.1:%d" % port}
+    return t.gateway(None, conf)
+
+
+def value(g, name, **labels):
+    """A metric that must exist (checked first), summed over labels."""
+    ms = g.metrics()
+    assert has_metric(ms, name, **labels), "no %s %r" % (name, labels)
+    return metric(ms, name, **labels)
+
+
+def content_of(r):
+    assert r.status == 200, r
+    return r.json()["choices"][0]["message"]["content"]
+
+
+def attempts_logged(g):
+    """The attempts= of every access line of a completion."""
+    total = 0
+    for line in g.access_lines():
+        if "path=/v1/chat/completions" in line:
+            total += int(line.split(" attempts=")[1].split()[0])
+    return total
+
+
+# ---- 1. stray bytes on an idle connection ---------------------------------
+
+def stray_test(t, stray, then_close):
+    """After each answer the upstream writes 'stray' unasked on the idle
+    connection (and maybe closes it); the next request must get its own
+    answer, on a fresh connection."""
+    sent = threading.Event()
+
+    def script(req, c):
+        c.sendall(response(answer_json(req.prompt())))
+        # Apart from the answer, so it lands on the idle connection.
+        threading.Event().wait(0.05)
+        c.sendall(stray)
+        sent.set()
+        return "close" if then_close else None
+
+    up = Scripted(script)
+    g = gateway_over(t, [up.port])
+    stale0 = value(g, CLOSED, reason="stale")
+    for i in range(6):
+        sent.clear()
+        prompt = "client %d" % i
+        r = g.post("/v1/chat/completions", chat_body(prompt))
+        assert content_of(r) == "answer to " + prompt, \
+            "client %d got another's answer: %r" % (i, r.body[:200])
+        assert sent.wait(budget(5)), "the upstream sent no stray bytes"
+        # The stray bytes are in the gateway's socket buffer before the
+        # next request goes: the connection is readable while idle.
+    assert up.posts == 6, up.posts
+    assert up.connections >= 6, "a connection with stray bytes was " \
+        "reused: %d connections for 6 requests" % up.connections
+    if not then_close:
+        assert value(g, CLOSED, reason="stale") - stale0 >= 5
+
+
+def test_a_stray_200_on_an_idle_connection_is_nobodys_answer(t):
+    stray_test(t, response(answer_json("nobody")), then_close=False)
+
+
+def test_a_stray_408_before_the_idle_close_is_nobodys_answer(t):
+    stray_test(t, response(b"", ["Content-Length: 0", "Connection: close"],
+                           status="408 Request Timeout"), then_close=True)
+
+
+def test_a_stray_408_left_open_is_nobodys_answer(t):
+    stray_test(t, response(b"", ["Content-Length: 0"],
+                           status="408 Request Timeout"), then_close=False)
+
+
+def test_an_idle_connection_closed_by_the_upstream_is_closed_here(t):
+    """The upstream closes idle connections long before keepalive_timeout:
+    the reaper sees them readable and closes them (no CLOSE_WAIT)."""
+    def script(req, c):
+        c.sendall(response(answer_json(req.prompt())))
+        return None
+
+    up = Scripted(script)
+    g = gateway_over(t, [up.port], routing={"keepalive_timeout": "60s"})
+    for i in range(3):
+        assert content_of(g.post("/v1/chat/completions",
+                                 chat_body("p%d" % i))) == "answer to p%d" % i
+    assert value(g, IDLE) >= 1
+    stale0 = value(g, CLOSED, reason="stale")
+    with up.lock:
+        socks = list(up.socks)      # the health beat's connection too
+    for c in socks:
+        try:
+            c.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+    wait_for(lambda: value(g, IDLE) == 0, timeout=5,
+             msg="the idle connection the upstream closed to be closed")
+    assert value(g, CLOSED, reason="stale") > stale0
+    wait_for(lambda: close_wait(g.proc.pid) == 0, timeout=5,
+             msg="no socket of the gateway in CLOSE_WAIT")
+
+
+# ---- 2, 3. the idle-close race, and counting every send ------------------
+
+def race_test(t, how):
+    """Every request after the first on a connection is dropped unanswered
+    (the upstream's idle close won the race): each is sent once more on a
+    fresh connection, every time (libcurl stopped after five), and each
+    send is counted."""
+    dropped = []
+
+    def script(req, c):
+        if req.nth > 1:
+            dropped.append(req.conn)
+            return how(len(dropped))
+        c.sendall(response(answer_json(req.prompt())))
+        return None
+
+    up = Scripted(script)
+    g = gateway_over(t, [up.port])
+    wait_for(lambda: up.gets >= 1, msg="the start's GET /v1/models")
+    for i in range(12):
+        prompt = "race %d" % i
+        r = g.post("/v1/chat/completions", chat_body(prompt))
+        assert content_of(r) == "answer to " + prompt, (i, r)
+    assert len(dropped) >= 10, "the gateway did not reuse connections: " \
+        "%d dropped" % len(dropped)
+    # Every POST the upstream received is counted, in three places.
+    wait_for(lambda: attempts_logged(g) == up.posts, timeout=3,
+             msg="access lines' attempts= to add up to %d" % up.posts)
+    assert value(g, CALLS, upstream="u0") == up.posts, \
+        (value(g, CALLS, upstream="u0"), up.posts)
+    assert value(g, REQUESTS) == up.posts, (value(g, REQUESTS), up.posts)
+    assert value(g, RESENDS) == len(dropped), (value(g, RESENDS), dropped)
+    # Not the upstream's failure.
+    assert value(g, FAILURES, upstream="u0") == 0
+    assert value(g, EJECTIONS, upstream="u0") == 0
+
+
+def test_the_idle_close_race_is_resent_every_time_fin(t):
+    race_test(t, lambda n: "close")
+
+
+def test_the_idle_close_race_is_resent_every_time_rst(t):
+    race_test(t, lambda n: "reset" if n % 2 else "close")
+
+
+# ---- 4, 5, 6. the response head, strictly -------------------------------
+
+BIG = "x" * 4500
+
+BAD_HEADS = {
+    "cl_conflict": ["Content-Type: application/json", "Content-Length: %d",
+                    "Content-Length: 7"],
+    "cl_junk": ["Content-Type: application/json", "Content-Length: %dabc"],
+    "cl_hex": ["Content-Type: application/json", "Content-Length: 0x20"],
+    "cl_negative": ["Content-Type: application/json", "Content-Length: -5"],
+    "cl_te": ["Content-Type: application/json", "Content-Length: %d",
+              "Transfer-Encoding: chunked"],
+    "te_gzip": ["Content-Type: application/json",
+                "Transfer-Encoding: gzip, chunked"],
+    "te_twice": ["Content-Type: application/json",
+                 "Transfer-Encoding: chunked", "Transfer-Encoding: chunked"],
+    "ce_gzip": ["Content-Type: application/json", "Content-Encoding: gzip",
+                "Content-Length: %d"],
+    "head_over_32k": ["Content-Type: application/json",
+                      "Content-Length: %d"]
+                     + ["X-Big-%d: %s" % (i, BIG) for i in range(8)],
+    "line_over_100k": ["Content-Type: application/json",
+                       "X-Huge: " + "y" * 200000, "Content-Length: %d"],
+}
+
+
+def bad_script(req, c):
+    """The prompt names the head to answer with; "ok" is a good answer.
+    A bad head's body is the good answer with more bytes after it."""
+    p = req.prompt()
+    body = answer_json(p)
+    if p not in BAD_HEADS:
+        c.sendall(response(body))
+        return None
+    head = [h % len(body) if "%d" in h else h for h in BAD_HEADS[p]]
+    if any(h.startswith("Transfer-Encoding") for h in head):
+        payload = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+    else:
+        payload = body + b'{"next":"response"}'
+    c.sendall(("HTTP/1.1 200 OK\r\n" + "".join(h + "\r\n" for h in head)
+               + "\r\n").encode() + payload)
+    return None
+
+
+def test_a_bad_response_head_is_a_502_charged_to_the_upstream(t):
+    up = Scripted(bad_script)
+    g = gateway_over(t, [up.port])
+    for name in BAD_HEADS:
+        before = value(g, FAILURES, upstream="u0", kind="broken")
+        r = g.post("/v1/chat/completions", chat_body(name))
+        assert_error(r, 502, "upstream_error")
+        assert value(g, FAILURES, upstream="u0", kind="broken") \
+            == before + 1, name
+        # The connection it came on is gone: the next answer is whole.
+        assert content_of(g.post("/v1/chat/completions",
+                                 chat_body("ok"))) == "answer to ok", name
+
+
+def test_a_bad_response_head_is_retried_elsewhere(t):
+    bad = Scripted(bad_script)
+    good = Scripted(lambda req, c: c.sendall(
+        response(answer_json(req.prompt()))))
+    g = gateway_over(t, [bad.port, good.port],
+                     routing={"balance": "round_robin", "eject_after": "1000",
+                              "retry_budget_min": "1000"})
+    for name in BAD_HEADS:
+        # Whichever upstream round robin starts with, the answer is whole.
+        r = g.post("/v1/chat/completions", chat_body(name))
+        assert content_of(r) == "answer to " + name, (name, r)
+    assert value(g, FAILURES, upstream="u0", kind="broken") >= 1
+    assert value(g, FAILURES, upstream="u1") == 0
+
+
+def test_a_gzip_body_is_never_relayed(t):
+    """Accept-Encoding: identity goes up; a coded body never comes down
+    labelled as JSON (checked above as ce_gzip; here over a stream)."""
+    def script(req, c):
+        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                  b"Content-Encoding: gzip\r\nTransfer-Encoding: chunked"
+                  b"\r\n\r\n5\r\n\x1f\x8b\x08\x00\x00\r\n0\r\n\r\n")
+        return None
+
+    up = Scripted(script)
+    g = gateway_over(t, [up.port])
+    r = g.post("/v1/chat/completions", chat_body("s", stream=True))
+    assert_error(r, 502, "upstream_error")
+    assert b"\x1f\x8b" not in r.body
+
+
+# ---- 8. idle connections shrink ------------------------------------------
+
+def fds(pid):
+    return len(os.listdir("/proc/%d/fd" % pid))
+
+
+def close_wait(pid):
+    """Sockets of process 'pid' in CLOSE_WAIT (/proc/net/tcp state 08)."""
+    inodes = set()
+    for fd in os.listdir("/proc/%d/fd" % pid):
+        try:
+            link = os.readlink("/proc/%d/fd/%s" % (pid, fd))
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    n = 0
+    for path in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(path) as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            cols = row.split()
+            if cols[3] == "08" and cols[9] in inodes:
+                n += 1
+    return n
+
+
+def test_idle_connections_shrink_after_a_burst(t):
+    # No health beat: its next call would drop the expired ones too, and
+    # this is about the reaper, which must do it with no traffic at all.
+    m = t.mock()
+    g = t.gateway(m, {"routing": {"health_interval": "0"}})
+    wait_for(lambda: m.stats()["probes"] >= 1, msg="the start's models "
+                                                   "probe")
+    assert g.post("/v1/chat/completions", chat_body("warm")).status == 200
+    wait_for(lambda: value(g, IDLE) <= 1, msg="one idle connection")
+    base = fds(g.proc.pid)
+    n, keepalive = 400, 32
+    results = []
+
+    def one(i):
+        body = chat_body("burst %d" % i, mock_hold="burst")
+        results.append(g.post("/v1/chat/completions", body,
+                              timeout=budget(60)).status)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for th in threads:
+        th.start()
+    wait_for(lambda: m.stats()["held"] == n, timeout=30,
+             msg="%d requests held at the upstream at once" % n)
+    m.release("burst")
+    for th in threads:
+        th.join(budget(60))
+    assert results == [200] * n, sorted(set(results))
+    # The burst had n connections to the upstream; keepalive of them
+    # stay, the rest were closed as they came back (a call's session goes
+    # back after its client may have read the last byte: wait for it).
+    wait_for(lambda: value(g, CLOSED, reason="full") >= n - keepalive - 1,
+             msg="all but keepalive of the connections closed as they "
+                 "came back")
+    assert value(g, IDLE) <= keepalive
+    # Then idle: the issue's bound, then all the way back to the
+    # baseline (which had one idle connection, as the health beat's may
+    # be now), with no upstream socket half-closed.
+    bound = base + 3 * keepalive + 16
+    wait_for(lambda: fds(g.proc.pid) <= bound, timeout=6 + 2,
+             msg="descriptors back within 3 x keepalive + 16 of %d" % base)
+    wait_for(lambda: value(g, CLOSED, reason="timeout") >= keepalive - 1
+             and value(g, IDLE) <= 1 and fds(g.proc.pid) <= base + 3,
+             timeout=6 + 2, msg="the idle connections closed after "
+                                "keepalive_timeout, back to %d" % base)
+    assert close_wait(g.proc.pid) == 0
+
+
+def test_keepalive_zero_keeps_none(t):
+    m = t.mock()
+    g = t.gateway(m, {"routing": {"keepalive": "0"}})
+    for i in range(3):
+        assert g.post("/v1/chat/completions",
+                      chat_body("k%d" % i)).status == 200
+    assert value(g, IDLE) == 0
+    assert m.stats()["connections_total"] >= 3
