@@ -146,7 +146,11 @@ def test_least_inflight_prefers_the_idle_upstream(t):
     held = send(g, chat_body("busy", mock_hold=tag))
     wait_for(lambda: a.stats()["held"] + b.stats()["held"] == 1)
     busy, idle = (a, b) if a.stats()["held"] == 1 else (b, a)
+    name = "u1" if idle is b else "u0"
     for i in range(10):
+        # A call's slot goes back just after its client has the last
+        # byte: wait for it, or the next call may see a tie.
+        wait_for(lambda: value(g, OPEN_CALLS, upstream=name) == 0)
         assert post(g, chat_body("quick %d" % i)).status == 200
     assert idle.stats()["completions"] == 10, "a call went to the busy one"
     assert busy.stats()["completions"] == 1

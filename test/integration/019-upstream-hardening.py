@@ -266,8 +266,8 @@ def test_an_idle_connection_closed_by_the_upstream_is_closed_here(t):
     wait_for(lambda: value(g, IDLE) == 0, timeout=5,
              msg="the idle connection the upstream closed to be closed")
     assert value(g, CLOSED, reason="stale") > stale0
-    wait_for(lambda: close_wait(g.proc.pid) == 0, timeout=5,
-             msg="no socket of the gateway in CLOSE_WAIT")
+    assert close_wait(g.proc.pid, up.port) == 0, \
+        "an upstream socket of the gateway in CLOSE_WAIT"
 
 
 # ---- 2, 3. the idle-close race, and counting every send ------------------
@@ -410,8 +410,9 @@ def fds(pid):
     return len(os.listdir("/proc/%d/fd" % pid))
 
 
-def close_wait(pid):
-    """Sockets of process 'pid' in CLOSE_WAIT (/proc/net/tcp state 08)."""
+def close_wait(pid, port=None):
+    """Sockets of process 'pid' in CLOSE_WAIT (/proc/net/tcp state 08),
+    to remote 'port' only if given."""
     inodes = set()
     for fd in os.listdir("/proc/%d/fd" % pid):
         try:
@@ -429,7 +430,9 @@ def close_wait(pid):
             continue
         for row in rows:
             cols = row.split()
-            if cols[3] == "08" and cols[9] in inodes:
+            remote = int(cols[2].split(":")[1], 16)
+            if cols[3] == "08" and cols[9] in inodes \
+                    and (port is None or remote == port):
                 n += 1
     return n
 
@@ -478,7 +481,8 @@ def test_idle_connections_shrink_after_a_burst(t):
              and value(g, IDLE) <= 1 and fds(g.proc.pid) <= base + 3,
              timeout=6 + 2, msg="the idle connections closed after "
                                 "keepalive_timeout, back to %d" % base)
-    assert close_wait(g.proc.pid) == 0
+    assert close_wait(g.proc.pid, m.port) == 0, \
+        "an upstream socket of the gateway in CLOSE_WAIT"
 
 
 def test_keepalive_zero_keeps_none(t):
