@@ -39,6 +39,10 @@
  *            says which); Content-Length is that head's last one, -1
  *            with Transfer-Encoding; Retry-After only on 429 and 503,
  *            at most 60 s.
+ *   framing  no relayed head had a Content-Length that is not 1*DIGIT,
+ *            two that differ, one with Transfer-Encoding, a transfer
+ *            coding but one "chunked", or a content coding but
+ *            identity (RFC 9112 6.3).
  *   body     the bytes the sink takes are exactly the pieces the body
  *            callback accepted, in order, all from one attempt, the one
  *            whose head the sink heard, and only after that head.
@@ -81,6 +85,9 @@ struct model {
     size_t ctype_len;
     int has_te;
     int64_t content_length;
+    int framing_bad;            /* a line that makes the body's end
+                                   untrustworthy (RFC 9112 6.3), or a
+                                   content coding, was accepted */
     struct buf accepted;        /* body pieces the callback took */
     uint64_t offered;           /* bytes the sink was offered */
 };
@@ -159,6 +166,7 @@ model_line(struct model *m, const char *p, size_t n)
         m->ctype = NULL;
         m->has_te = 0;
         m->content_length = -1;
+        m->framing_bad = 0;
         return;
     }
     m->head_bytes += n;
@@ -167,6 +175,8 @@ model_line(struct model *m, const char *p, size_t n)
             m->want_status = 1;         /* 1xx: another head follows */
         else
             m->head_done = 1;
+        if (m->has_te && m->content_length >= 0)
+            m->framing_bad = 1;
         return;
     }
     colon = memchr(p, ':', len);
@@ -184,9 +194,18 @@ model_line(struct model *m, const char *p, size_t n)
         m->ctype = dup_exact(v, (size_t)(end - v));
         m->ctype_len = (size_t)(end - v);
     } else if (name_is(p, name_len, "content-length")) {
-        m->content_length = length_of(v, (size_t)(end - v));
+        int64_t cl = length_of(v, (size_t)(end - v));
+
+        if (cl < 0 || (m->content_length >= 0 && cl != m->content_length))
+            m->framing_bad = 1;
+        m->content_length = cl;
     } else if (name_is(p, name_len, "transfer-encoding")) {
+        if (m->has_te || !name_is(v, (size_t)(end - v), "chunked"))
+            m->framing_bad = 1;
         m->has_te = 1;
+    } else if (name_is(p, name_len, "content-encoding")) {
+        if (end > v && !name_is(v, (size_t)(end - v), "identity"))
+            m->framing_bad = 1;
     }
 }
 
@@ -262,6 +281,7 @@ sink_head(void *arg, const struct upstream_head *h)
         REQUIRE(n == 0 || (!is_blank(h->content_type[0])
                            && !is_blank(h->content_type[n - 1])));
     }
+    REQUIRE(!m->framing_bad);
     REQUIRE(h->content_length == (m->has_te ? -1 : m->content_length));
     REQUIRE(h->retry_after_s >= 0 && h->retry_after_s <= 60);
     REQUIRE(h->retry_after_s == 0 || h->status == 429 || h->status == 503);
