@@ -147,7 +147,7 @@ admit(struct handler_req *hr)
     int wait;
 
     switch (tenants_enter(hr->ctx->tenants, hr->ctx->cfg, hr->tenant,
-                          gw_now_ms(), &hr->pass, &wait)) {
+                          gw_now_us(), &hr->pass, &wait)) {
     case TENANT_ADMITTED:
         return 0;
     case TENANT_MAX_INFLIGHT:

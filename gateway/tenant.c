@@ -70,8 +70,9 @@ struct model_bill {
 struct tenant_entry {
     char name[CONFIG_NAME_MAX + 1];
     uint64_t inflight;
-    double tokens;              /* the rate bucket; valid once 'filled' */
-    int64_t refilled_ms;
+    uint64_t credit;            /* the rate bucket (take_token); valid
+                                   once 'filled' */
+    int64_t refilled_us;
     int filled;
     uint64_t rejected[2];       /* max_inflight, requests_per_minute */
     uint64_t saved;             /* tokens followers got for nothing */
@@ -134,34 +135,51 @@ entry_of(struct tenants *ts, const char *name)
 }
 
 /*
- * Refill the bucket of 'e' for a limit of 'rpm' and take one token if
- * there is one.  Returns 0, or the seconds until a token is due.
+ * The requests_per_minute bucket, in integers so that no refill is lost
+ * or rounded: a token is TOKEN_CREDIT units of credit (the microseconds
+ * in a minute), and each microsecond adds 'rpm' units.  So a bucket of
+ * 'rpm' tokens fills in exactly a minute, and the fraction of a token
+ * that a short wait refills is kept for the next request, however many
+ * arrive within one millisecond.  With rpm <= 1e9 (config.c) a full
+ * bucket, rpm * TOKEN_CREDIT, is below 2^56: no overflow.
+ */
+#define TOKEN_CREDIT UINT64_C(60000000)
+
+/*
+ * Refill the bucket of 'e' for a limit of 'rpm' at 'now_us' and take a
+ * token if a whole one is there.  Returns 0 when one was taken, else the
+ * whole seconds, rounded up and at least 1, until one is due.  Locked.
  */
 static int
-take_token(struct tenant_entry *e, uint64_t rpm, int64_t now_ms)
+take_token(struct tenant_entry *e, uint64_t rpm, int64_t now_us)
 {
-    double cap = (double)rpm, per_ms = (double)rpm / 60000.0;
+    uint64_t cap = rpm * TOKEN_CREDIT, wait_us;
 
     if (!e->filled) {
         e->filled = 1;
-        e->tokens = cap;
-    } else if (now_ms > e->refilled_ms) {
-        e->tokens += (double)(now_ms - e->refilled_ms) * per_ms;
+        e->credit = cap;
+    } else if (now_us > e->refilled_us) {
+        /* A minute refills all of it: clamp before multiplying. */
+        uint64_t dt = (uint64_t)(now_us - e->refilled_us);
+
+        e->credit += (dt < TOKEN_CREDIT ? dt : TOKEN_CREDIT) * rpm;
     }
-    e->refilled_ms = now_ms;
-    if (e->tokens > cap)
-        e->tokens = cap;        /* also when a reload lowered the limit */
-    if (e->tokens >= 1.0) {
-        e->tokens -= 1.0;
+    if (now_us > e->refilled_us)
+        e->refilled_us = now_us;
+    if (e->credit > cap)
+        e->credit = cap;        /* also when a reload lowered the limit */
+    /* The verdict comes from the count alone, never from the wait. */
+    if (e->credit >= TOKEN_CREDIT) {
+        e->credit -= TOKEN_CREDIT;
         return 0;
     }
-    /* Whole seconds, rounded up (a token due in 20.0 s is "20"). */
-    return (int)(((int64_t)((1.0 - e->tokens) / per_ms + 0.5) + 999) / 1000);
+    wait_us = (TOKEN_CREDIT - e->credit + rpm - 1) / rpm;
+    return (int)((wait_us + 999999) / 1000000);
 }
 
 enum tenant_limit
 tenants_enter(struct tenants *ts, const struct gw_config *cfg, size_t tenant,
-              int64_t now_ms, struct tenant_entry **out, int *retry_after_s)
+              int64_t now_us, struct tenant_entry **out, int *retry_after_s)
 {
     const struct config_tenant *ct = tenant < cfg->num_tenants
                                      ? &cfg->tenants[tenant] : NULL;
@@ -182,7 +200,7 @@ tenants_enter(struct tenants *ts, const struct gw_config *cfg, size_t tenant,
         wait = 1;
     } else if (ct != NULL && ct->requests_per_minute > 0
                && (wait = take_token(e, ct->requests_per_minute,
-                                     now_ms)) != 0) {
+                                     now_us)) != 0) {
         verdict = TENANT_RATE;
     }
     if (verdict == TENANT_ADMITTED) {

@@ -7,9 +7,11 @@ infergw_coalesce_tokens_saved_total and the access log.
 
 import hashlib
 import re
+import threading
+import time
 
-from gwtest import assert_error, chat_body, completion_body, sse_data, \
-    sse_events, wait_for
+from gwtest import assert_error, budget, chat_body, completion_body, \
+    sse_data, sse_events, wait_for
 
 from coalesce_util import (CHAT, COMPLETIONS, assert_complete_stream,
                            finish, finish_all, new_tag, present, role,
@@ -95,6 +97,73 @@ def test_requests_per_minute(t):
     gm = g.metrics()
     assert present(gm, REJECTED, tenant="a",
                    limit="requests_per_minute") == 1
+
+
+def test_requests_per_minute_holds_for_keep_alive_connections(t):
+    """Issue 16 item 10: 8 keep-alive connections sending as fast as they
+    can get no more through than the bucket holds (a minute's worth, 700)
+    plus what it refills while they send (700 a minute): the old bucket
+    admitted every request that came while the next token was due in
+    under 0.5 ms, 3.8-8x the limit."""
+    rpm = 700
+    m = t.mock()
+    g = t.gateway(m, extra="[tenant a]\napi_key = sk-a\n"
+                           "requests_per_minute = %d\n" % rpm)
+    lock = threading.Lock()
+    statuses = {}
+    refused = []                # when each 429 came back
+    errors = []
+    hard_stop = time.monotonic() + budget(30)
+
+    def done():
+        # Go on for 1.5 s of an empty bucket: about 17 refills, each of
+        # which the old bucket turned into a burst.
+        with lock:
+            return (len(refused) >= 100
+                    and time.monotonic() - refused[0] >= 1.5) \
+                or time.monotonic() >= hard_stop
+
+    def sender(n):
+        try:
+            conn = g.connection()
+            i = 0
+            while not done():
+                r = conn.request("POST", CHAT, JSON_A,
+                                 chat_body("rate %d.%d" % (n, i)))
+                i += 1
+                with lock:
+                    statuses[r.status] = statuses.get(r.status, 0) + 1
+                    if r.status == 429:
+                        refused.append(time.monotonic())
+                if r.status == 429:
+                    assert_error(r, 429, "rate_limit_exceeded")
+                    # The next token is at most 86 ms away.
+                    assert retry_after(r) == 1, r.headers
+                else:
+                    assert r.status == 200, r
+        except Exception as e:          # reported by the main thread
+            errors.append(e)
+    threads = [threading.Thread(target=sender, args=(n,), daemon=True)
+               for n in range(8)]
+    start = time.monotonic()
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(budget(40))
+    elapsed = time.monotonic() - start
+    assert not errors, errors[0]
+    assert time.monotonic() < hard_stop, "too slow to empty the bucket: " \
+        "%r in %.1f s" % (statuses, elapsed)
+    ok, no = statuses.get(200, 0), statuses.get(429, 0)
+    # Every admission happened between 'start' and now: the bucket can
+    # have held its minute's worth and what 'elapsed' refilled, no more
+    # (+1: the clocks' rounding).  And it starts full: the first 700 pass.
+    allowed = rpm + int(rpm * elapsed / 60)
+    assert rpm <= ok <= allowed + 1, \
+        "%d passed, %d refused in %.2f s; the bucket allows %d" % (
+            ok, no, elapsed, allowed)
+    assert present(g.metrics(), REJECTED, tenant="a",
+                   limit="requests_per_minute") == no
 
 
 def test_api_key_sha256_and_keys_never_logged(t):
