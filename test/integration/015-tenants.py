@@ -6,12 +6,13 @@ infergw_coalesce_tokens_saved_total and the access log.
 """
 
 import hashlib
+import json
 import re
 import threading
 import time
 
-from gwtest import assert_error, budget, chat_body, completion_body, \
-    sse_data, sse_events, wait_for
+from gwtest import assert_error, budget, chat_body, closed_port, \
+    completion_body, request, sse_data, sse_events, wait_for
 
 from coalesce_util import (CHAT, COMPLETIONS, assert_complete_stream,
                            finish, finish_all, new_tag, present, role,
@@ -188,6 +189,60 @@ def test_api_key_sha256_and_keys_never_logged(t):
     log = "\n".join(g.log_lines())
     for secret in (key, "sk-plain-77aa", "sk-plain"):
         assert secret not in log, "a key in the log"
+
+
+def test_no_log_line_carries_a_query_string(t):
+    """Issue 16 item 12: a client that puts its key in the query
+    (?api_key=...) finds it in no log line: every line that names a
+    request logs its path alone.  Each kind of line that names one is
+    provoked: the access line (200, 4xx, 502), the upstream failure line
+    (a dead upstream) and the hedge line.  The upstream still gets the
+    whole target, query and all: it is the client's request."""
+    key = "sk-in-the-query-5e1d0c7a"
+    q = "?api_key=%s&x=1" % key
+    tenant = "[tenant a]\napi_key = %s\n" % key
+    h = dict(auth(key), **{"Content-Type": "application/json"})
+    debug = {"log_level": "debug"}
+    dead = t.gateway(closed_port(), conf={
+        "server": debug, "routing": {"retries": 0, "health_interval": 0}},
+        extra=tenant)
+    assert_error(dead.post(CHAT + q, chat_body("dead"), h), 502,
+                 "upstream_unreachable")
+    dead.wait_log(r"upstream: failed .*path=")
+    assert_error(dead.request("GET", "/nope" + q), 404, "not_found")
+    assert_error(dead.request("GET", CHAT + q, h), 405,
+                 "method_not_allowed")
+    assert_error(dead.post(CHAT + q, chat_body("x"), dict(
+        h, Authorization="Bearer sk-wrong-wrong-wrong")), 401,
+        "invalid_api_key")
+    assert_error(dead.post(CHAT + q, b"{not json", h), 400, "invalid_json")
+
+    slow, fast = t.mock(), t.mock()
+    r = request(slow.port, "POST", "/control?slow_every=1&slow_ms=5000")
+    assert r.status == 200, r
+    pool = t.gateway(None, conf={
+        "server": debug,
+        "routing": {"balance": "round_robin", "hedge_after": "100ms",
+                    "retry_budget_min": 100},
+        "upstream u0": {"url": "http://127.0.0.1:%d" % slow.port},
+        "upstream u1": {"url": "http://127.0.0.1:%d" % fast.port}},
+        extra=tenant)
+    r = pool.post(CHAT + q, chat_body("hedged"), h)
+    assert r.status == 200, r
+    pool.wait_log(r"upstream: hedge .*path=")
+    targets = [x["target"] for x in json.loads(
+        fast.get("/recorded").body)["requests"]]
+    assert targets == [CHAT + q], targets
+
+    for g, n in ((dead, 5), (pool, 1)):
+        assert len(g.access_lines()) >= n, g.access_lines()
+        log = g.log_lines()
+        named = [l for l in log if "path=" in l]
+        assert len(named) >= n + 1, named
+        for line in named:
+            assert re.search(r"\bpath=/[^ ?]*( |$)", line), line
+        for line in log:
+            assert key not in line and "api_key" not in line, line
 
 
 def usage_of_stream(body):
