@@ -188,7 +188,8 @@ static const struct setting settings[] = {
       "10m", 1, DAY_MS },
     { "coalesce", "leader_writes", T_BOOL, C(leader_writes), "on", 0, 0 },
 
-    { "tenant", "api_key", T_TENANT_KEY, TN(key_sha256), NULL, 1, 0 },
+    { "tenant", "api_key", T_TENANT_KEY, TN(key_sha256), NULL,
+      CONFIG_MIN_KEY_LEN, 0 },
     { "tenant", "api_key_sha256", T_TENANT_KEY_SHA256, TN(key_sha256), NULL,
       0, 0 },
     { "tenant", "coalesce", T_BOOL, TN(coalesce), "on", 0, 0 },
@@ -1214,6 +1215,13 @@ on_setting(struct loader *ld, const struct cfg_entry *e)
         return GW_EINVAL;
     }
     rc = set_value(s, setting_base(ld, s), e->value);
+    if (rc == GW_EINVAL && s->type == T_TENANT_KEY && e->value[0] != '\0'
+        && valid_secret(e->value, 0)) {
+        /* A key a client presents must not be guessable. */
+        set_err(ld, e->line, "%s: a weak key: at least %" PRIu64
+                " characters are needed", e->key, s->min);
+        return rc;
+    }
     if (rc == GW_EINVAL) {
         describe(s, expected, sizeof(expected));
         if (s->type == T_SECRET || s->type == T_TENANT_KEY

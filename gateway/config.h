@@ -17,6 +17,7 @@
 #define CONFIG_MAX_MODELS 64        /* per upstream */
 #define CONFIG_NAME_MAX 64          /* tenant, upstream and model names */
 #define CONFIG_KEY_DIGEST_LEN 32    /* SHA-256 of a tenant's API key */
+#define CONFIG_MIN_KEY_LEN 16       /* a client's api_key: shorter is weak */
 
 enum config_balance {
     BALANCE_LEAST_INFLIGHT = 0, /* power of two choices on open calls */

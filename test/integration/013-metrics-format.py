@@ -41,9 +41,9 @@ def test_metrics_parse_with_a_real_parser(t):
     conf = {"routing": {"balance": "round_robin", "eject_after": 100},
             "upstream u0": {"url": "http://127.0.0.1:%d" % a.port},
             "upstream u1": {"url": "http://127.0.0.1:%d" % b.port},
-            "tenant acme": {"api_key": "sk-acme-1"}}
+            "tenant acme": {"api_key": "sk-acme-1-abcdef"}}
     g = t.gateway(None, conf)
-    auth = {"Authorization": "Bearer sk-acme-1"}
+    auth = {"Authorization": "Bearer sk-acme-1-abcdef"}
     # A coalesced trio, a bypass, a retry (u1 answers 503), errors.
     tag = new_tag()
     body = chat_body("metrics", stream=True, mock_hold=tag)

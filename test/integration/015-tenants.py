@@ -28,7 +28,13 @@ def auth(key):
     return {"Authorization": "Bearer %s" % key}
 
 
-JSON_A = {"Authorization": "Bearer sk-a", "Content-Type": "application/json"}
+# Tenant keys are at least 16 characters (config.c): shorter is weak.
+KEY_A = "sk-a-0123456789abc"
+KEY_B = "sk-b-0123456789abc"
+TENANT_A = "[tenant a]\napi_key = %s\n" % KEY_A
+TENANT_B = "[tenant b]\napi_key = %s\n" % KEY_B
+JSON_A = {"Authorization": "Bearer " + KEY_A,
+          "Content-Type": "application/json"}
 
 
 def retry_after(resp):
@@ -39,14 +45,13 @@ def retry_after(resp):
 
 def test_max_inflight_counts_followers_not_calls(t):
     m = t.mock()
-    g = t.gateway(m, extra="[tenant a]\napi_key = sk-a\nmax_inflight = 2\n"
-                           "[tenant b]\napi_key = sk-b\n")
+    g = t.gateway(m, extra=TENANT_A + "max_inflight = 2\n" + TENANT_B)
     tag = new_tag()
     body = chat_body("limits", stream=True, mock_hold=tag)
     # A leader and its follower: two of a's requests, one upstream call.
-    c1 = send(g, body, headers=auth("sk-a"))
+    c1 = send(g, body, headers=auth(KEY_A))
     wait_state(g, m, held=1, leaders=1)
-    c2 = send(g, body, headers=auth("sk-a"))
+    c2 = send(g, body, headers=auth(KEY_A))
     wait_state(g, m, held=1, followers=1)
     gm = g.metrics()
     assert present(gm, INFLIGHT, tenant="a") == 2
@@ -58,7 +63,7 @@ def test_max_inflight_counts_followers_not_calls(t):
     assert b"max_inflight" in r3.body, r3.body
     assert role(r3) is None, "a refused request has a role %r" % role(r3)
     # Another tenant is not held back by a's limit.
-    c4 = send(g, body, headers=auth("sk-b"))
+    c4 = send(g, body, headers=auth(KEY_B))
     wait_state(g, m, held=2, leaders=2)
     m.release(tag)
     for s in finish_all([c1, c2, c4]):
@@ -69,7 +74,7 @@ def test_max_inflight_counts_followers_not_calls(t):
     assert present(gm, REJECTED, tenant="b", limit="max_inflight") == 0
     wait_for(lambda: present(g.metrics(), INFLIGHT, tenant="a") == 0)
     # Under the limit again: served.
-    r = g.post(CHAT, chat_body("again"), dict(auth("sk-a"),
+    r = g.post(CHAT, chat_body("again"), dict(auth(KEY_A),
                **{"Content-Type": "application/json"}))
     assert r.status == 200, r
     # The 429 kept the connection: the body was read, like any answer's.
@@ -79,10 +84,9 @@ def test_max_inflight_counts_followers_not_calls(t):
 
 def test_requests_per_minute(t):
     m = t.mock()
-    g = t.gateway(m, extra="[tenant a]\napi_key = sk-a\n"
-                           "requests_per_minute = 3\n"
-                           "[tenant b]\napi_key = sk-b\n")
-    h = dict(auth("sk-a"), **{"Content-Type": "application/json"})
+    g = t.gateway(m, extra=TENANT_A + "requests_per_minute = 3\n"
+                  + TENANT_B)
+    h = dict(auth(KEY_A), **{"Content-Type": "application/json"})
     for i in range(3):
         r = g.post(CHAT, chat_body("rpm %d" % i), h)
         assert r.status == 200, (i, r)
@@ -91,7 +95,7 @@ def test_requests_per_minute(t):
     # One token every 20 s at 3 a minute.
     assert 1 <= retry_after(r) <= 20, r.headers.get("Retry-After")
     assert b"requests_per_minute" in r.body, r.body
-    r = g.post(CHAT, chat_body("rpm b"), dict(auth("sk-b"),
+    r = g.post(CHAT, chat_body("rpm b"), dict(auth(KEY_B),
                **{"Content-Type": "application/json"}))
     assert r.status == 200, r
     assert m.stats()["completions"] == 4
@@ -108,8 +112,7 @@ def test_requests_per_minute_holds_for_keep_alive_connections(t):
     under 0.5 ms, 3.8-8x the limit."""
     rpm = 700
     m = t.mock()
-    g = t.gateway(m, extra="[tenant a]\napi_key = sk-a\n"
-                           "requests_per_minute = %d\n" % rpm)
+    g = t.gateway(m, extra=TENANT_A + "requests_per_minute = %d\n" % rpm)
     lock = threading.Lock()
     statuses = {}
     refused = []                # when each 429 came back
@@ -171,8 +174,9 @@ def test_api_key_sha256_and_keys_never_logged(t):
     m = t.mock()
     key = "sk-only-its-digest-9f2c"
     digest = hashlib.sha256(key.encode()).hexdigest()
+    plain = "sk-plain-77aa-4d2e"
     g = t.gateway(m, extra="[tenant h]\napi_key_sha256 = %s\n"
-                           "[tenant p]\napi_key = sk-plain-77aa\n" % digest)
+                           "[tenant p]\napi_key = %s\n" % (digest, plain))
     ok = dict(auth(key), **{"Content-Type": "application/json"})
     r = g.post(CHAT, chat_body("hashed"), ok)
     assert r.status == 200, r
@@ -182,12 +186,12 @@ def test_api_key_sha256_and_keys_never_logged(t):
     r = g.post(CHAT, chat_body("hashed"), dict(auth(key[:-1]), **{
         "Content-Type": "application/json"}))
     assert_error(r, 401, "invalid_api_key")
-    r = g.post(CHAT, chat_body("plain"), dict(auth("sk-plain-77aa"), **{
+    r = g.post(CHAT, chat_body("plain"), dict(auth(plain), **{
         "Content-Type": "application/json"}))
     assert r.status == 200, r
     g.wait_log(r"access .*status=200")
     log = "\n".join(g.log_lines())
-    for secret in (key, "sk-plain-77aa", "sk-plain"):
+    for secret in (key, plain, "sk-plain"):
         assert secret not in log, "a key in the log"
 
 
@@ -270,9 +274,8 @@ def access_usage(g, n):
 
 def test_tokens_billed_from_usage(t):
     m = t.mock()
-    g = t.gateway(m, extra="[tenant a]\napi_key = sk-a\n"
-                           "[tenant b]\napi_key = sk-b\n")
-    h = dict(auth("sk-a"), **{"Content-Type": "application/json"})
+    g = t.gateway(m, extra=TENANT_A + TENANT_B)
+    h = dict(auth(KEY_A), **{"Content-Type": "application/json"})
     # Not streamed: the body's usage.
     r = g.post(COMPLETIONS, completion_body("count me"), h)
     assert r.status == 200, r
@@ -280,13 +283,13 @@ def test_tokens_billed_from_usage(t):
     # Streamed with include_usage: the usage chunk.
     body = chat_body("count me too", stream=True,
                      stream_options={"include_usage": True})
-    s = finish(send(g, body, headers=auth("sk-a")))
+    s = finish(send(g, body, headers=auth(KEY_A)))
     assert_complete_stream(s)
     u2 = usage_of_stream(s.body)
     assert u2 is not None, "the mock sent no usage chunk"
     # Streamed without it: nothing to bill.
     s = finish(send(g, chat_body("no usage asked", stream=True),
-                    headers=auth("sk-a")))
+                    headers=auth(KEY_A)))
     assert_complete_stream(s)
     assert usage_of_stream(s.body) is None
     model = "mock-model"
@@ -310,13 +313,13 @@ def test_tokens_billed_from_usage(t):
 
 def test_followers_billed_and_saved(t):
     m = t.mock()
-    g = t.gateway(m, extra="[tenant a]\napi_key = sk-a\n")
+    g = t.gateway(m, extra=TENANT_A)
     tag = new_tag()
     body = chat_body("one call for three", stream=True, mock_hold=tag,
                      stream_options={"include_usage": True})
-    conns = [send(g, body, headers=auth("sk-a"))]
+    conns = [send(g, body, headers=auth(KEY_A))]
     wait_state(g, m, held=1, leaders=1)
-    conns += [send(g, body, headers=auth("sk-a")) for _ in range(2)]
+    conns += [send(g, body, headers=auth(KEY_A)) for _ in range(2)]
     wait_state(g, m, held=1, followers=2)
     m.release(tag)
     streams = finish_all(conns)
@@ -343,18 +346,18 @@ def test_followers_billed_and_saved(t):
 
 def test_no_bill_for_an_error_or_a_cut_stream(t):
     m = t.mock()
-    g = t.gateway(m, extra="[tenant a]\napi_key = sk-a\n")
-    h = dict(auth("sk-a"), **{"Content-Type": "application/json"})
+    g = t.gateway(m, extra=TENANT_A)
+    h = dict(auth(KEY_A), **{"Content-Type": "application/json"})
     r = g.post(CHAT, chat_body("x", mock_status=429), h)
     assert r.status == 429, r
     # Cut mid-way: neither the stream nor the cut JSON body is billed.
     body = chat_body("cut", stream=True, mock_fault="die_mid_stream",
                      stream_options={"include_usage": True})
-    s = finish(send(g, body, headers=auth("sk-a")))
+    s = finish(send(g, body, headers=auth(KEY_A)))
     assert not s.clean_end
     s = finish(send(g, chat_body("cut", mock_fault="die_mid_stream"),
-                    headers=auth("sk-a")))
-    r = g.post(CHAT, chat_body("fine"), dict(auth("sk-a"), **{
+                    headers=auth(KEY_A)))
+    r = g.post(CHAT, chat_body("fine"), dict(auth(KEY_A), **{
         "Content-Type": "application/json"}))
     assert r.status == 200, r
     u = r.json()["usage"]

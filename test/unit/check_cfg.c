@@ -28,6 +28,13 @@
 #include "util.h"
 #include "testutil.h"
 
+/* Tenant keys long enough to load (CONFIG_MIN_KEY_LEN); KN is a format,
+ * one key per %d. */
+#define K1 "sk-tenant-key-1-0a1b"
+#define K2 "sk-tenant-key-2-0a1b"
+#define K3 "sk-tenant-key-3-0a1b"
+#define KN "sk-tenant-key-%d-0a1b"
+
 /* Test-only schema view, compiled into config.c under INFERGW_UNIT_TEST. */
 int config_schema_entry(size_t i, const char **section, const char **key,
                         int *alias);
@@ -697,11 +704,11 @@ static const char full_config[] =
     "follower_timeout = 90s\n"
     "leader_writes = off\n"
     "[tenant acme]\n"
-    "api_key = sk-acme-1\n"
-    "api_key = sk-acme-2\n"
+    "api_key = sk-acme-1-0123456\n"
+    "api_key = sk-acme-2-0123456\n"
     "[tenant research.lab-2]\n"
     "coalesce = off\n"
-    "api_key = sk-research\n"
+    "api_key = sk-research-012345\n"
     "max_inflight = 4\n"
     "requests_per_minute = 600\n";
 
@@ -757,12 +764,12 @@ START_TEST(test_load_full)
     ck_assert_uint_eq(c.num_tenants, 2);
     ck_assert_str_eq(c.tenants[0].name, "acme");
     ck_assert_uint_eq(c.tenants[0].num_keys, 2);
-    ck_assert(key_is(c.tenants[0].key_sha256[0], "sk-acme-1"));
-    ck_assert(key_is(c.tenants[0].key_sha256[1], "sk-acme-2"));
+    ck_assert(key_is(c.tenants[0].key_sha256[0], "sk-acme-1-0123456"));
+    ck_assert(key_is(c.tenants[0].key_sha256[1], "sk-acme-2-0123456"));
     ck_assert_int_eq(c.tenants[0].coalesce, 1);
     ck_assert_str_eq(c.tenants[1].name, "research.lab-2");
     ck_assert_uint_eq(c.tenants[1].num_keys, 1);
-    ck_assert(key_is(c.tenants[1].key_sha256[0], "sk-research"));
+    ck_assert(key_is(c.tenants[1].key_sha256[0], "sk-research-012345"));
     ck_assert_int_eq(c.tenants[1].coalesce, 0);
     ck_assert_uint_eq(c.tenants[0].max_inflight, 0);
     ck_assert_uint_eq(c.tenants[0].requests_per_minute, 0);
@@ -858,11 +865,13 @@ static const struct {
     { "[coalesce]\nomitted_temperature = 0.\n", "temperature 0." },
     { "[server]\nthread_stack_size = 65536\n", "size min in bytes" },
     { "[server]\nmax_connections = 1\n", "uint min" },
-    { "[tenant a]\napi_key = k1\n[tenant b]\napi_key = k2\ncoalesce = off\n"
-      "[tenant c]\ncoalesce = on\napi_key = k3\n",
+    { "[tenant a]\napi_key = " K1 "\n[tenant b]\napi_key = " K2 "\n"
+      "coalesce = off\n[tenant c]\ncoalesce = on\napi_key = " K3 "\n",
       "coalesce once per tenant" },
-    { "[upstream]\napi_key = k1\n[tenant a]\napi_key = k1\n",
+    { "[upstream]\napi_key = " K1 "\n[tenant a]\napi_key = " K1 "\n",
       "upstream key may equal a tenant key" },
+    { "[upstream]\napi_key = k1\n", "a short upstream key: the upstream's" },
+    { "[tenant a]\napi_key = 0123456789abcdef\n", "16 characters: enough" },
 };
 
 START_TEST(test_load_ok)
@@ -937,7 +946,7 @@ static const struct {
       "gateway.conf:2: unknown key 'listen' in [upstream]" },
     { "[coalesce]\ncoalesce = on\n", GW_EINVAL,
       "gateway.conf:2: unknown key 'coalesce' in [coalesce]" },
-    { "[tenant acme]\napi_key = k1\nenabled = on\n", GW_EINVAL,
+    { "[tenant acme]\napi_key = " K1 "\nenabled = on\n", GW_EINVAL,
       "gateway.conf:3: unknown key 'enabled' in [tenant acme]" },
     { "[server]\nlisten = :1\nmax_connections = 5\nlisten = :2\n", GW_EINVAL,
       "gateway.conf:4: duplicate key 'listen' in [server], first set at "
@@ -945,7 +954,8 @@ static const struct {
     { "[upstream]\nidle_timeout = 1s\n\nidle_timeout = 1s\n", GW_EINVAL,
       "gateway.conf:4: duplicate key 'idle_timeout' in [upstream], first "
       "set at line 2" },
-    { "[tenant a]\napi_key = k\ncoalesce = on\ncoalesce = off\n", GW_EINVAL,
+    { "[tenant a]\napi_key = " K1 "\ncoalesce = on\ncoalesce = off\n",
+      GW_EINVAL,
       "gateway.conf:4: duplicate key 'coalesce' in [tenant a], first set "
       "at line 3" },
     /* values: integers */
@@ -1023,7 +1033,7 @@ static const struct {
       ", got '2'" },
     { "[coalesce]\nenabled = enabled\n", GW_EINVAL,
       "gateway.conf:2: enabled: expected " BOOL_HINT ", got 'enabled'" },
-    { "[tenant a]\napi_key = k\ncoalesce = nope\n", GW_EINVAL,
+    { "[tenant a]\napi_key = " K1 "\ncoalesce = nope\n", GW_EINVAL,
       "gateway.conf:3: coalesce: expected " BOOL_HINT ", got 'nope'" },
     { "[server]\nlog_level = verbose\n", GW_EINVAL,
       "gateway.conf:2: log_level: expected error, warn, info or debug, "
@@ -1113,21 +1123,25 @@ static const struct {
       "gateway.conf:2: api_key: expected a non-empty " KEY_HINT },
     { "[tenant a]\napi_key = \"sk-\\\"q\"\n", GW_EINVAL,
       "gateway.conf:2: api_key: expected a non-empty " KEY_HINT },
+    { "[tenant a]\napi_key = " K1 "\n[tenant b]\napi_key = 0123456789abcde\n",
+      GW_EINVAL, "gateway.conf:4: api_key: a weak key: at least 16 "
+      "characters are needed" },
+    { "[tenant a]\napi_key = \"sk-\\\"quoted-and-long\"\n", GW_EINVAL,
+      "gateway.conf:2: api_key: expected a non-empty " KEY_HINT },
     /* tenants */
-    { "[tenant a]\napi_key = k1\n[tenant b]\napi_key = k2\n[tenant a]\n"
-      "api_key = k3\n", GW_EINVAL,
+    { "[tenant a]\napi_key = " K1 "\n[tenant b]\napi_key = " K2 "\n"
+      "[tenant a]\napi_key = " K3 "\n", GW_EINVAL,
       "gateway.conf:5: duplicate tenant 'a', first at line 1" },
-    { "[tenant a]\napi_key = sk-secret-1\n[tenant b]\napi_key = k2\n"
-      "api_key = sk-secret-1\n", GW_EINVAL,
+    { "[tenant a]\napi_key = " K1 "\n[tenant b]\napi_key = " K2 "\n"
+      "api_key = " K1 "\n", GW_EINVAL,
       "gateway.conf:5: this api_key is already used by tenant 'a'" },
-    { "[tenant a]\napi_key = sk-secret-1\napi_key = sk-secret-1\n",
-      GW_EINVAL,
+    { "[tenant a]\napi_key = " K1 "\napi_key = " K1 "\n", GW_EINVAL,
       "gateway.conf:3: this api_key is already used by tenant 'a'" },
     { "[tenant a]\ncoalesce = off\n[server]\n", GW_EINVAL,
       "gateway.conf:1: tenant 'a' has no api_key" },
     { "[server]\n\n[tenant x]\n", GW_EINVAL,
       "gateway.conf:3: tenant 'x' has no api_key" },
-    { "[tenant a]\n[tenant b]\napi_key = k\n", GW_EINVAL,
+    { "[tenant a]\n[tenant b]\napi_key = " K1 "\n", GW_EINVAL,
       "gateway.conf:1: tenant 'a' has no api_key" },
     /* upstreams and routing (issue 9) */
     { "[upstream a]\nurl = http://h\n[upstream a]\nurl = http://i\n",
@@ -1206,7 +1220,7 @@ START_TEST(test_load_err_limits)
 
     /* 65 tenants: the 65th header is refused. */
     for (i = 0; i <= CONFIG_MAX_TENANTS; i++)
-        ck_assert_int_eq(buf_printf(&t, "[tenant t%d]\napi_key = k%d\n", i,
+        ck_assert_int_eq(buf_printf(&t, "[tenant t%d]\napi_key = " KN "\n", i,
                                     i), 0);
     ck_assert_int_eq(config_load_text("g.conf", buf_ptr(&t), &c, err,
                                       sizeof(err)), GW_EINVAL);
@@ -1216,7 +1230,7 @@ START_TEST(test_load_err_limits)
     /* 64 are fine. */
     buf_reset(&t);
     for (i = 0; i < CONFIG_MAX_TENANTS; i++)
-        ck_assert_int_eq(buf_printf(&t, "[tenant t%d]\napi_key = k%d\n", i,
+        ck_assert_int_eq(buf_printf(&t, "[tenant t%d]\napi_key = " KN "\n", i,
                                     i), 0);
     ck_assert_int_eq(config_load_text("g.conf", buf_ptr(&t), &c, err,
                                       sizeof(err)), 0);
@@ -1227,7 +1241,7 @@ START_TEST(test_load_err_limits)
     buf_reset(&t);
     ck_assert_int_eq(buf_append_str(&t, "[tenant many]\n"), 0);
     for (i = 0; i <= CONFIG_MAX_TENANT_KEYS; i++)
-        ck_assert_int_eq(buf_printf(&t, "api_key = k%d\n", i), 0);
+        ck_assert_int_eq(buf_printf(&t, "api_key = " KN "\n", i), 0);
     ck_assert_int_eq(config_load_text("g.conf", buf_ptr(&t), &c, err,
                                       sizeof(err)), GW_EINVAL);
     ck_assert_str_eq(err, "g.conf:18: tenant 'many' has more than 16 "
@@ -1235,12 +1249,14 @@ START_TEST(test_load_err_limits)
 
     /* A 65-character tenant name is refused, 64 accepted. */
     buf_reset(&t);
-    ck_assert_int_eq(buf_printf(&t, "[tenant %065d]\napi_key = k\n", 0), 0);
+    ck_assert_int_eq(buf_printf(&t, "[tenant %065d]\napi_key = " K1 "\n",
+                                0), 0);
     ck_assert_int_eq(config_load_text("g.conf", buf_ptr(&t), &c, err,
                                       sizeof(err)), GW_EINVAL);
     ck_assert_str_eq(err, "g.conf:1: tenant name longer than 64 characters");
     buf_reset(&t);
-    ck_assert_int_eq(buf_printf(&t, "[tenant %064d]\napi_key = k\n", 0), 0);
+    ck_assert_int_eq(buf_printf(&t, "[tenant %064d]\napi_key = " K1 "\n",
+                                0), 0);
     ck_assert_int_eq(config_load_text("g.conf", buf_ptr(&t), &c, err,
                                       sizeof(err)), 0);
     config_release(&c);
@@ -1302,7 +1318,8 @@ START_TEST(test_load_file_ok)
 {
     struct gw_config c;
     char err[512];
-    char *path = temp_file("[tenant a]\napi_key = k\n", 23);
+    static const char text[] = "[tenant a]\napi_key = " K1 "\n";
+    char *path = temp_file(text, sizeof(text) - 1);
 
     ck_assert_int_eq(config_load(path, &c, err, sizeof(err)), 0);
     ck_assert_str_eq(c.path, path);

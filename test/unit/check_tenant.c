@@ -22,6 +22,12 @@
 #define HASHED_HEX \
     "3f0f5a0d4d1d6b2c7b1b8f1f54e0a5c6d0b9b3b3e8f0e0b6b0a7f1c2d3e4f5a6"
 
+/* Keys long enough to load (CONFIG_MIN_KEY_LEN). */
+#define KEY_ACME "sk-acme-0123456789"
+#define KEY_B2 "sk-b2-0123456789ab"
+#define KEY_1 "sk-k1-0123456789ab"
+#define KEY_2 "sk-k2-0123456789ab"
+
 static struct gw_config cfg;
 static struct http_request req;
 static char head[512];
@@ -72,21 +78,26 @@ START_TEST(test_identify_plain_and_hashed_keys)
     mbedtls_sha256_ret((const unsigned char *)"sk-hashed", 9, d, 0);
     for (int i = 0; i < 32; i++)
         snprintf(hex + 2 * i, 3, "%02X", d[i]);
-    snprintf(conf, sizeof(conf), "[tenant acme]\napi_key = sk-acme\n"
-             "[tenant beta]\napi_key_sha256 = %s\napi_key = sk-b2\n", hex);
+    snprintf(conf, sizeof(conf), "[tenant acme]\napi_key = " KEY_ACME "\n"
+             "[tenant beta]\napi_key_sha256 = %s\napi_key = " KEY_B2 "\n",
+             hex);
     load(conf);
-    ck_assert_uint_eq(tenant_identify(&cfg, with_auth("Bearer sk-acme")), 0);
+    ck_assert_uint_eq(tenant_identify(&cfg, with_auth("Bearer " KEY_ACME)),
+                      0);
     ck_assert_str_eq(tenant_name(&cfg, 0), "acme");
     ck_assert_uint_eq(tenant_identify(&cfg, with_auth("Bearer sk-hashed")),
                       1);
-    ck_assert_uint_eq(tenant_identify(&cfg, with_auth("bearer sk-b2")), 1);
-    ck_assert_uint_eq(tenant_identify(&cfg, with_auth("Bearer sk-acm")),
+    ck_assert_uint_eq(tenant_identify(&cfg, with_auth("bearer " KEY_B2)), 1);
+    /* One character short of acme's key, and one too many. */
+    ck_assert_uint_eq(tenant_identify(&cfg, with_auth("Bearer "
+                                                      "sk-acme-012345678")),
                       CONFIG_MAX_TENANTS);
-    ck_assert_uint_eq(tenant_identify(&cfg, with_auth("Bearer sk-acmee")),
+    ck_assert_uint_eq(tenant_identify(&cfg, with_auth("Bearer " KEY_ACME
+                                                      "9")),
                       CONFIG_MAX_TENANTS);
     ck_assert_uint_eq(tenant_identify(&cfg, with_auth("Bearer ")),
                       CONFIG_MAX_TENANTS);
-    ck_assert_uint_eq(tenant_identify(&cfg, with_auth("Basic sk-acme")),
+    ck_assert_uint_eq(tenant_identify(&cfg, with_auth("Basic " KEY_ACME)),
                       CONFIG_MAX_TENANTS);
     ck_assert_uint_eq(tenant_identify(&cfg, with_auth(NULL)),
                       CONFIG_MAX_TENANTS);
@@ -102,10 +113,10 @@ START_TEST(test_key_and_its_digest_collide)
     char hex[65];
     struct gw_config c;
 
-    mbedtls_sha256_ret((const unsigned char *)"sk-x", 4, d, 0);
+    mbedtls_sha256_ret((const unsigned char *)KEY_1, strlen(KEY_1), d, 0);
     for (int i = 0; i < 32; i++)
         snprintf(hex + 2 * i, 3, "%02x", d[i]);
-    snprintf(conf, sizeof(conf), "[tenant a]\napi_key = sk-x\n"
+    snprintf(conf, sizeof(conf), "[tenant a]\napi_key = " KEY_1 "\n"
              "[tenant b]\napi_key_sha256 = %s\n", hex);
     ck_assert_int_eq(config_load_text("t.conf", conf, &c, err, sizeof(err)),
                      GW_EINVAL);
@@ -140,8 +151,8 @@ START_TEST(test_max_inflight)
     struct tenant_entry *p1, *p2, *p3;
     int wait;
 
-    load("[tenant a]\napi_key = k1\nmax_inflight = 2\n"
-         "[tenant b]\napi_key = k2\n");
+    load("[tenant a]\napi_key = " KEY_1 "\nmax_inflight = 2\n"
+         "[tenant b]\napi_key = " KEY_2 "\n");
     ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, &p1, &wait),
                      TENANT_ADMITTED);
     ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, &p2, &wait),
@@ -171,7 +182,7 @@ START_TEST(test_requests_per_minute)
     struct tenant_entry *p;
     int wait;
 
-    load("[tenant a]\napi_key = k1\nrequests_per_minute = 3\n");
+    load("[tenant a]\napi_key = " KEY_1 "\nrequests_per_minute = 3\n");
     for (int i = 0; i < 3; i++) {
         ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 1 * S_US, &p, &wait),
                          TENANT_ADMITTED);
@@ -252,7 +263,7 @@ START_TEST(test_rate_starts_full_and_refills_continuously)
 {
     struct tenants *ts = tenants_new();
 
-    load("[tenant a]\napi_key = k1\nrequests_per_minute = 60\n");
+    load("[tenant a]\napi_key = " KEY_1 "\nrequests_per_minute = 60\n");
     ck_assert_int_eq(send_interleaved(ts, 0, 8, 15, 666667, 83333, 1), 69);
     tenants_free(ts);
 }
@@ -270,7 +281,7 @@ START_TEST(test_rate_bursts_within_a_millisecond)
 {
     struct tenants *ts = tenants_new();
 
-    load("[tenant a]\napi_key = k1\nrequests_per_minute = 700\n");
+    load("[tenant a]\napi_key = " KEY_1 "\nrequests_per_minute = 700\n");
     ck_assert_int_eq(send_interleaved(ts, 0, 1, 700, 0, 0, 1), 700);
     ck_assert_int_eq(send_interleaved(ts, 0, 8, 1, 1, 0, 1), 0);
     ck_assert_int_eq(send_interleaved(ts, 1, 8, 5000, 1000, 125, 1), 58);
@@ -289,7 +300,7 @@ START_TEST(test_rate_refusal_never_admits)
     struct tenant_entry *p;
     int wait;
 
-    load("[tenant a]\napi_key = k1\nrequests_per_minute = 700\n");
+    load("[tenant a]\napi_key = " KEY_1 "\nrequests_per_minute = 700\n");
     ck_assert_int_eq(send_interleaved(ts, 0, 1, 700, 0, 0, 1), 700);
     /* 700 a minute: a token every 85714.3 us, so the first is whole at
      * 85715 us. */
@@ -324,7 +335,7 @@ START_TEST(test_bill_and_render)
     int wait;
     char model[16];
 
-    load("[tenant a]\napi_key = k1\n");
+    load("[tenant a]\napi_key = " KEY_1 "\n");
     ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, &p, &wait),
                      TENANT_ADMITTED);
     tenants_bill(ts, p, "m1", 10, 5, 0);
