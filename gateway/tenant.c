@@ -24,33 +24,74 @@
 
 /* ---- who ---- */
 
+/*
+ * The SHA-256 of the key the request presents as "Authorization: Bearer
+ * KEY" into 'd'; 0 when it presents none.
+ */
+static int
+bearer_digest(const struct http_request *r,
+              unsigned char d[CONFIG_KEY_DIGEST_LEN])
+{
+    const struct http_header *h = http_find_header(r, "Authorization");
+
+    if (h == NULL || h->value_len < 8 || !gw_strieq(h->value, 7, "Bearer "))
+        return 0;
+    mbedtls_sha256_ret((const unsigned char *)h->value + 7,
+                       h->value_len - 7, d, 0);
+    return 1;
+}
+
+/*
+ * Is 'd' one of the 'n' digests at 'keys'?  Every digest is compared,
+ * all the way, with no early exit: the time says nothing of which key,
+ * or how much of one, matched.
+ */
+static int
+digest_in(const unsigned char d[CONFIG_KEY_DIGEST_LEN],
+          const unsigned char (*keys)[CONFIG_KEY_DIGEST_LEN], size_t n)
+{
+    unsigned char all = 1;      /* stays 1 while no key matched */
+
+    for (size_t k = 0; k < n; k++) {
+        unsigned char diff = 0;
+
+        for (size_t i = 0; i < CONFIG_KEY_DIGEST_LEN; i++)
+            diff |= (unsigned char)(d[i] ^ keys[k][i]);
+        all &= (unsigned char)(diff != 0);
+    }
+    return !all;
+}
+
 size_t
 tenant_identify(const struct gw_config *cfg, const struct http_request *r)
 {
-    const struct http_header *h = http_find_header(r, "Authorization");
     unsigned char d[CONFIG_KEY_DIGEST_LEN];
     size_t found = CONFIG_MAX_TENANTS;
 
-    if (cfg->num_tenants == 0 || h == NULL || h->value_len < 8
-        || !gw_strieq(h->value, 7, "Bearer "))
+    if (cfg->num_tenants == 0 || !bearer_digest(r, d))
         return CONFIG_MAX_TENANTS;
-    mbedtls_sha256_ret((const unsigned char *)h->value + 7,
-                       h->value_len - 7, d, 0);
-    /* Every digest is compared, all the way: no early exit. */
     for (size_t t = 0; t < cfg->num_tenants; t++) {
         const struct config_tenant *ct = &cfg->tenants[t];
+        size_t hit = (size_t)digest_in(d, ct->key_sha256, ct->num_keys);
 
-        for (size_t k = 0; k < ct->num_keys; k++) {
-            unsigned char diff = 0;
-
-            for (size_t i = 0; i < sizeof(d); i++)
-                diff |= (unsigned char)(d[i] ^ ct->key_sha256[k][i]);
-            /* Branch-free select; keys are unique across tenants. */
-            found ^= (found ^ t) & ((size_t)0 - (size_t)(diff == 0));
-        }
+        /* Branch-free select; keys are unique across tenants. */
+        found ^= (found ^ t) & ((size_t)0 - hit);
     }
     mbedtls_platform_zeroize(d, sizeof(d));
     return found;
+}
+
+int
+tenant_is_admin(const struct gw_config *cfg, const struct http_request *r)
+{
+    unsigned char d[CONFIG_KEY_DIGEST_LEN];
+    int yes;
+
+    if (cfg->num_admin_keys == 0 || !bearer_digest(r, d))
+        return 0;
+    yes = digest_in(d, cfg->admin_key_sha256, cfg->num_admin_keys);
+    mbedtls_platform_zeroize(d, sizeof(d));
+    return yes;
 }
 
 const char *

@@ -3,9 +3,10 @@
  * from starving the others, and each tenant's bill.
  *
  * Who: the [tenant] one of whose keys the client presents as
- * "Authorization: Bearer KEY".  The presented key is hashed with SHA-256
- * and compared with every configured digest (config.h) in constant time,
- * so neither a key's prefix nor which tenant matched shows in the timing.
+ * "Authorization: Bearer KEY", or the operator, with one of [admin]'s.
+ * The presented key is hashed with SHA-256 and compared with every
+ * configured digest (config.h) in constant time, so neither a key's
+ * prefix nor which tenant matched shows in the timing.
  *
  * Limits, per tenant, for the requests that go upstream (route.c):
  *  - max_inflight: requests under way at once; one more is refused.
@@ -51,6 +52,14 @@ struct tenant_entry;
  */
 size_t tenant_identify(const struct gw_config *cfg,
                        const struct http_request *r);
+
+/*
+ * Does the request present one of [admin]'s keys (config.h) as
+ * "Authorization: Bearer KEY"?  Hashed and compared as a tenant's key
+ * is.  0 when [admin] has none.
+ */
+int tenant_is_admin(const struct gw_config *cfg,
+                    const struct http_request *r);
 
 /* Its name: the section's, or "default".  Borrowed from 'cfg'. */
 const char *tenant_name(const struct gw_config *cfg, size_t tenant);

@@ -59,7 +59,7 @@ def test_metrics_parse_with_a_real_parser(t):
     g.post("/v1/chat/completions", b"{", dict(auth))
     g.get("/v1/models", headers=auth)
     g.get("/nope")
-    text = g.get("/metrics").body.decode()
+    text = g.metrics_response().body.decode()
     out = validate(text)
     assert out.startswith("ok:"), out
     # The kinds of series the issue names are all there.

@@ -125,6 +125,37 @@ START_TEST(test_key_and_its_digest_collide)
 }
 END_TEST
 
+/* [admin]'s keys are compared as a tenant's are, and are no tenant's. */
+START_TEST(test_admin_keys)
+{
+    char conf[512];
+    unsigned char d[32];
+    char hex[65];
+
+    load("[tenant a]\napi_key = " KEY_1 "\n");
+    ck_assert(!tenant_is_admin(&cfg, with_auth("Bearer " KEY_1)));
+    ck_assert(!tenant_is_admin(&cfg, with_auth(NULL)));
+    mbedtls_sha256_ret((const unsigned char *)KEY_B2, strlen(KEY_B2), d, 0);
+    for (int i = 0; i < 32; i++)
+        snprintf(hex + 2 * i, 3, "%02x", d[i]);
+    snprintf(conf, sizeof(conf), "[tenant a]\napi_key = " KEY_1 "\n"
+             "[admin]\napi_key = " KEY_2 "\napi_key_sha256 = %s\n", hex);
+    load(conf);
+    ck_assert(tenant_is_admin(&cfg, with_auth("Bearer " KEY_2)));
+    ck_assert(tenant_is_admin(&cfg, with_auth("bearer " KEY_B2)));
+    ck_assert(!tenant_is_admin(&cfg, with_auth("Bearer " KEY_1)));
+    ck_assert(!tenant_is_admin(&cfg, with_auth("Bearer " KEY_2 "x")));
+    ck_assert(!tenant_is_admin(&cfg, with_auth("Bearer sk-k2-0123456789a")));
+    ck_assert(!tenant_is_admin(&cfg, with_auth("Bearer ")));
+    ck_assert(!tenant_is_admin(&cfg, with_auth("Basic " KEY_2)));
+    ck_assert(!tenant_is_admin(&cfg, with_auth(NULL)));
+    /* An admin key is nobody's tenant key, a tenant's still is. */
+    ck_assert_uint_eq(tenant_identify(&cfg, with_auth("Bearer " KEY_2)),
+                      CONFIG_MAX_TENANTS);
+    ck_assert_uint_eq(tenant_identify(&cfg, with_auth("Bearer " KEY_1)), 0);
+}
+END_TEST
+
 static const char *const bad_digests[] = {
     "abc",
     HASHED_HEX "0",                         /* 65 digits */
@@ -497,6 +528,7 @@ tenant_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_identify_plain_and_hashed_keys);
     tcase_add_test(tc, test_key_and_its_digest_collide);
+    tcase_add_test(tc, test_admin_keys);
     tcase_add_loop_test(tc, test_bad_digest, 0,
                         (int)GW_ARRAY_LEN(bad_digests));
     suite_add_tcase(s, tc);
