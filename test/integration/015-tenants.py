@@ -239,7 +239,9 @@ def test_no_log_line_carries_a_query_string(t):
     assert targets == [CHAT + q], targets
 
     for g, n in ((dead, 5), (pool, 1)):
-        assert len(g.access_lines()) >= n, g.access_lines()
+        # An access line is written once its answer has gone out.
+        wait_for(lambda: len(g.access_lines()) >= n, msg="%d access lines"
+                 % n)
         log = g.log_lines()
         named = [l for l in log if "path=" in l]
         assert len(named) >= n + 1, named
