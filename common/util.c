@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdint.h>
+#include <string.h>
 #include <strings.h>
 #include <time.h>
 
@@ -62,6 +63,12 @@ gw_ms_left(int64_t deadline_ms)
     if (left > INT_MAX)
         return INT_MAX;
     return (int)left;
+}
+
+int
+gw_log_path_len(const char *target)
+{
+    return (int)strcspn(target, "?");
 }
 
 int

@@ -68,6 +68,14 @@ int gw_ms_left(int64_t deadline_ms);
 int gw_strieq(const char *p, size_t n, const char *s);
 
 /*
+ * How much of the NUL-terminated origin-form 'target' a log line may
+ * show: its path, up to the '?' of a query.  A query can carry a key
+ * ("?api_key=..."), and no log line carries a key.  As an int for "%.*s"
+ * (a target is bounded by max_header_size, far below INT_MAX).
+ */
+int gw_log_path_len(const char *target);
+
+/*
  * Parse a decimal long in [lo, hi] from the whole of 's' (no sign-only,
  * no trailing bytes).  OUT *out.  0 or GW_EINVAL.
  */

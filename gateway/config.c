@@ -56,7 +56,8 @@ enum setting_type {
     T_TLS_VERSION,      /* int 12 or 13, from "1.2" or "1.3" */
     T_URL,              /* char *: http(s)://..., trailing '/' stripped */
     T_SECRET,           /* char *: wiped on free; 'min' = shortest length */
-    T_TENANT_KEY,       /* its SHA-256 appended to config_tenant.key_sha256 */
+    T_TENANT_KEY,       /* its SHA-256 appended to the section's keys: a
+                           tenant's key_sha256, or [admin]'s */
     T_TENANT_KEY_SHA256,    /* 64 hex digits, appended likewise */
     T_UINT,             /* uint64_t in [min, max] */
     T_SIZE,             /* uint64_t bytes in [min, max] */
@@ -192,13 +193,20 @@ static const struct setting settings[] = {
       "10m", 1, DAY_MS },
     { "coalesce", "leader_writes", T_BOOL, C(leader_writes), "on", 0, 0 },
 
-    { "tenant", "api_key", T_TENANT_KEY, TN(key_sha256), NULL, 1, 0 },
+    { "tenant", "api_key", T_TENANT_KEY, TN(key_sha256), NULL,
+      CONFIG_MIN_KEY_LEN, 0 },
     { "tenant", "api_key_sha256", T_TENANT_KEY_SHA256, TN(key_sha256), NULL,
       0, 0 },
     { "tenant", "coalesce", T_BOOL, TN(coalesce), "on", 0, 0 },
     { "tenant", "max_inflight", T_UINT, TN(max_inflight), "0", 0, 1000000 },
     { "tenant", "requests_per_minute", T_UINT, TN(requests_per_minute), "0",
       0, 1000000000 },
+
+    { "admin", "listen", T_LISTEN, C(admin_listen), "", 1, 0 },
+    { "admin", "api_key", T_TENANT_KEY, C(admin_key_sha256), NULL,
+      CONFIG_MIN_KEY_LEN, 0 },
+    { "admin", "api_key_sha256", T_TENANT_KEY_SHA256, C(admin_key_sha256),
+      NULL, 0, 0 },
 };
 
 #define NUM_SETTINGS GW_ARRAY_LEN(settings)
@@ -219,6 +227,7 @@ static const struct {
     { "routing", N_NONE },
     { "coalesce", N_NONE },
     { "tenant", N_REQUIRED },
+    { "admin", N_NONE },
 };
 
 #define NUM_SECTIONS GW_ARRAY_LEN(sections)
@@ -852,6 +861,9 @@ config_release(struct gw_config *c)
         gw_free(t->name);
         mbedtls_platform_zeroize(t->key_sha256, sizeof(t->key_sha256));
     }
+    gw_free(c->admin_listen);
+    mbedtls_platform_zeroize(c->admin_key_sha256,
+                             sizeof(c->admin_key_sha256));
     /* Leaves every pointer NULL, so a second release is harmless. */
     memset(c, 0, sizeof(*c));
 }
@@ -1095,38 +1107,69 @@ unhex_digest(const char *hex, unsigned char *out)
 }
 
 /*
- * A tenant's api_key or api_key_sha256: its digest, unique across all
- * tenants (a key and its own digest are the same key), at most 16 each.
+ * 'd' is already a key of a tenant or of [admin]: who has it, for the
+ * message, or NULL.
  */
-static int
-add_tenant_key(struct loader *ld, const struct cfg_entry *e, int hashed)
+static const char *
+key_owner(const struct gw_config *c, const unsigned char *d, char *buf,
+          size_t n)
 {
-    struct gw_config *c = ld->c;
-    struct config_tenant *t = ld->tenant;
-    unsigned char d[CONFIG_KEY_DIGEST_LEN];
     size_t i, k;
 
-    if (t->num_keys == CONFIG_MAX_TENANT_KEYS) {
-        set_err(ld, e->line, "tenant '%s' has more than %d api_key lines",
-                t->name, CONFIG_MAX_TENANT_KEYS);
+    for (i = 0; i < c->num_tenants; i++)
+        for (k = 0; k < c->tenants[i].num_keys; k++)
+            if (memcmp(c->tenants[i].key_sha256[k], d,
+                       CONFIG_KEY_DIGEST_LEN) == 0) {
+                snprintf(buf, n, "tenant '%s'", c->tenants[i].name);
+                return buf;
+            }
+    for (k = 0; k < c->num_admin_keys; k++)
+        if (memcmp(c->admin_key_sha256[k], d, CONFIG_KEY_DIGEST_LEN) == 0)
+            return "[admin]";
+    return NULL;
+}
+
+/*
+ * An api_key or api_key_sha256 line of a [tenant] ('s' scoped S_TENANT)
+ * or of [admin]: its digest, appended to that section's keys, at most
+ * CONFIG_MAX_TENANT_KEYS of them.  A key is one section's only, so a
+ * tenant's key never reads /metrics (a key and its own digest are the
+ * same key).
+ */
+static int
+add_key(struct loader *ld, const struct setting *s,
+        const struct cfg_entry *e)
+{
+    struct gw_config *c = ld->c;
+    int tenant = s->scope == S_TENANT;
+    unsigned char (*keys)[CONFIG_KEY_DIGEST_LEN] =
+        tenant ? ld->tenant->key_sha256 : c->admin_key_sha256;
+    size_t *n = tenant ? &ld->tenant->num_keys : &c->num_admin_keys;
+    unsigned char d[CONFIG_KEY_DIGEST_LEN];
+    const char *owner;
+    char who[CONFIG_NAME_MAX + 16];
+
+    if (*n == CONFIG_MAX_TENANT_KEYS) {
+        if (tenant)
+            set_err(ld, e->line, "tenant '%s' has more than %d api_key "
+                    "lines", ld->tenant->name, CONFIG_MAX_TENANT_KEYS);
+        else
+            set_err(ld, e->line, "[admin] has more than %d api_key lines",
+                    CONFIG_MAX_TENANT_KEYS);
         return GW_EINVAL;
     }
-    if (hashed)
+    if (s->type == T_TENANT_KEY_SHA256)
         unhex_digest(e->value, d);
     else
         mbedtls_sha256_ret((const unsigned char *)e->value,
                            strlen(e->value), d, 0);
-    for (i = 0; i < c->num_tenants; i++) {
-        for (k = 0; k < c->tenants[i].num_keys; k++) {
-            if (memcmp(c->tenants[i].key_sha256[k], d, sizeof(d)) == 0) {
-                mbedtls_platform_zeroize(d, sizeof(d));
-                set_err(ld, e->line, "this api_key is already used by "
-                        "tenant '%s'", c->tenants[i].name);
-                return GW_EINVAL;
-            }
-        }
+    owner = key_owner(c, d, who, sizeof(who));
+    if (owner != NULL) {
+        mbedtls_platform_zeroize(d, sizeof(d));
+        set_err(ld, e->line, "this api_key is already used by %s", owner);
+        return GW_EINVAL;
     }
-    memcpy(t->key_sha256[t->num_keys++], d, sizeof(d));
+    memcpy(keys[(*n)++], d, sizeof(d));
     mbedtls_platform_zeroize(d, sizeof(d));
     return 0;
 }
@@ -1218,6 +1261,13 @@ on_setting(struct loader *ld, const struct cfg_entry *e)
         return GW_EINVAL;
     }
     rc = set_value(s, setting_base(ld, s), e->value);
+    if (rc == GW_EINVAL && s->type == T_TENANT_KEY && e->value[0] != '\0'
+        && valid_secret(e->value, 0)) {
+        /* A key a client presents must not be guessable. */
+        set_err(ld, e->line, "%s: a weak key: at least %" PRIu64
+                " characters are needed", e->key, s->min);
+        return rc;
+    }
     if (rc == GW_EINVAL) {
         describe(s, expected, sizeof(expected));
         if (s->type == T_SECRET || s->type == T_TENANT_KEY
@@ -1231,7 +1281,7 @@ on_setting(struct loader *ld, const struct cfg_entry *e)
     if (rc != 0)
         return rc;
     if (s->type == T_TENANT_KEY || s->type == T_TENANT_KEY_SHA256)
-        rc = add_tenant_key(ld, e, s->type == T_TENANT_KEY_SHA256);
+        rc = add_key(ld, s, e);
     else if (s->type == T_MODELS)
         rc = check_models(ld, e);
     if (rc != 0)
@@ -1425,7 +1475,9 @@ config_schema_entry(size_t i, const char **section, const char **key,
         return GW_EINVAL;
     *section = settings[i].section;
     *key = settings[i].key;
-    *alias = settings[i].scope == S_GLOBAL && settings[i].def == NULL;
+    *alias = settings[i].scope == S_GLOBAL && settings[i].def == NULL
+             && settings[i].type != T_TENANT_KEY
+             && settings[i].type != T_TENANT_KEY_SHA256;
     return 0;
 }
 #endif

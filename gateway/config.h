@@ -18,6 +18,7 @@
 #define CONFIG_NAME_MAX 64          /* tenant, upstream and model names */
 #define CONFIG_KEY_DIGEST_LEN 32    /* SHA-256 of a tenant's API key */
 #define CONFIG_MAX_KEEPALIVE 1024   /* idle connections per upstream */
+#define CONFIG_MIN_KEY_LEN 16       /* a client's api_key: shorter is weak */
 
 enum config_balance {
     BALANCE_LEAST_INFLIGHT = 0, /* power of two choices on open calls */
@@ -122,6 +123,16 @@ struct gw_config {
     /* [tenant NAME] */
     struct config_tenant tenants[CONFIG_MAX_TENANTS];
     size_t num_tenants;
+
+    /*
+     * [admin]: who may read /metrics, and where else it is served.  Its
+     * keys are kept and compared like a tenant's (tenant.h), and a key
+     * is either a tenant's or an admin's, never both.
+     */
+    char *admin_listen;         /* "" = no admin listener */
+    unsigned char admin_key_sha256[CONFIG_MAX_TENANT_KEYS]
+                                  [CONFIG_KEY_DIGEST_LEN];
+    size_t num_admin_keys;      /* digests wiped on release */
 };
 
 /* Fill 'c' with the defaults (owned strings; config_release frees them). */
@@ -129,7 +140,8 @@ int config_defaults(struct gw_config *c);
 
 /*
  * Load 'path' over the defaults.  Unknown section or key, bad value,
- * duplicate key, duplicate tenant, upstream, model or API key, an
+ * duplicate key, duplicate tenant, upstream, model or API key, a
+ * client's api_key ([tenant], [admin]) under CONFIG_MIN_KEY_LEN, an
  * [upstream NAME] without url: fails with one message "FILE:LINE: ..."
  * in 'err'.  On failure 'c' is released.
  * Returns 0, GW_EIO, GW_EPARSE, GW_EINVAL or GW_ENOMEM.

@@ -39,6 +39,7 @@ struct conn {
                                    'stream' (net.h) */
     struct net_stream stream;
     int fd;                     /* owned */
+    int admin;                  /* it came to [admin] listen */
     struct buf in;              /* bytes read, not yet parsed */
     struct buf head;            /* this request's head; req views it */
     struct buf body;            /* this request's body */
@@ -91,6 +92,7 @@ start_request(struct conn *c)
     hr->body = &c->body;
     hr->reply = &c->reply;
     hr->request_id = c->request_id;
+    hr->admin = c->admin;
     hr->route = ROUTE_OTHER;
     hr->tenant = CONFIG_MAX_TENANTS;
     hr->pass = NULL;
@@ -295,7 +297,7 @@ end_tls(struct conn *c)
 }
 
 void
-conn_serve(const struct handler_ctx *ctx, int fd, int tls)
+conn_serve(const struct handler_ctx *ctx, int fd, int tls, int admin)
 {
     const struct gw_config *cfg;
     struct conn *c;
@@ -314,6 +316,7 @@ conn_serve(const struct handler_ctx *ctx, int fd, int tls)
     }
     c->base = ctx;
     c->fd = fd;
+    c->admin = admin;
     use_generation(c);
     if (tls && start_tls(c) != 0) {
         end_tls(c);

@@ -23,8 +23,9 @@ struct handler_ctx;
  * the idle timeout, a drain or a stop.  Steals 'fd' (closes it).  Out of
  * memory for the connection itself answers 503 before closing.  'tls':
  * it came to tls_listen; the TLS handshake comes first, with the
- * certificate of the configuration in force.
+ * certificate of the configuration in force.  'admin': it came to
+ * [admin] listen, which serves the operator's routes alone (route.h).
  */
-void conn_serve(const struct handler_ctx *ctx, int fd, int tls);
+void conn_serve(const struct handler_ctx *ctx, int fd, int tls, int admin);
 
 #endif

@@ -85,6 +85,8 @@ struct handler_req {
     struct buf *body;               /* the body, once read */
     struct reply *reply;            /* the response */
     const char *request_id;         /* the client's, or made up */
+    int admin;                      /* it came to [admin] listen: only
+                                       /metrics, /healthz, /readyz */
 
     /* Set by the handlers, for the access log. */
     enum metrics_route route;

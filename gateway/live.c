@@ -219,7 +219,9 @@ static int
 keep_startup_settings(const struct gw_config *old, struct gw_config *c)
 {
     if (keep_listener("listen", old->listen, &c->listen) != 0
-        || keep_listener("tls_listen", old->tls_listen, &c->tls_listen) != 0)
+        || keep_listener("tls_listen", old->tls_listen, &c->tls_listen) != 0
+        || keep_listener("[admin] listen", old->admin_listen,
+                         &c->admin_listen) != 0)
         return GW_ENOMEM;
     if (c->tls_listen[0] != '\0'
         && (c->tls_cert[0] == '\0' || c->tls_key[0] == '\0')) {

@@ -1,7 +1,7 @@
 /*
  * route.c - the route table and the checks a request passes before it is
  * forwarded: method, API key, body size and framing, body is a JSON
- * object.
+ * object.  The admin listener serves the operator's routes alone.
  */
 #include "route.h"
 
@@ -35,16 +35,17 @@ struct route_def {
     const char *method;     /* also the Allow header */
     enum metrics_route id;
     enum route_kind kind;
+    int admin;              /* also served on [admin] listen */
 };
 
 static const struct route_def routes[] = {
-    { "/v1/chat/completions", "POST", ROUTE_CHAT, KIND_COMPLETION },
-    { "/v1/completions", "POST", ROUTE_COMPLETIONS, KIND_COMPLETION },
-    { "/v1/embeddings", "POST", ROUTE_EMBEDDINGS, KIND_JSON },
-    { "/v1/models", "GET", ROUTE_MODELS, KIND_MODELS },
-    { "/healthz", "GET", ROUTE_HEALTHZ, KIND_HEALTHZ },
-    { "/readyz", "GET", ROUTE_READYZ, KIND_READYZ },
-    { "/metrics", "GET", ROUTE_METRICS, KIND_METRICS },
+    { "/v1/chat/completions", "POST", ROUTE_CHAT, KIND_COMPLETION, 0 },
+    { "/v1/completions", "POST", ROUTE_COMPLETIONS, KIND_COMPLETION, 0 },
+    { "/v1/embeddings", "POST", ROUTE_EMBEDDINGS, KIND_JSON, 0 },
+    { "/v1/models", "GET", ROUTE_MODELS, KIND_MODELS, 0 },
+    { "/healthz", "GET", ROUTE_HEALTHZ, KIND_HEALTHZ, 1 },
+    { "/readyz", "GET", ROUTE_READYZ, KIND_READYZ, 1 },
+    { "/metrics", "GET", ROUTE_METRICS, KIND_METRICS, 1 },
 };
 
 static const struct route_def *
@@ -61,6 +62,22 @@ static void
 send_json_status(struct reply *r, int status, const char *body)
 {
     reply_send(r, status, "application/json", body, strlen(body), NULL);
+}
+
+/*
+ * /metrics names every tenant and counts its traffic.  With tenants or
+ * an [admin] key configured, the API ports show it only to a request
+ * with an [admin] key; the admin listener (meant for loopback) asks for
+ * one only if [admin] has one.  Without either, nothing is asked.
+ */
+static int
+metrics_allowed(const struct handler_req *hr)
+{
+    const struct gw_config *cfg = hr->ctx->cfg;
+    int ask = cfg->num_admin_keys > 0
+              || (!hr->admin && cfg->num_tenants > 0);
+
+    return !ask || tenant_is_admin(cfg, hr->req);
 }
 
 static void
@@ -147,7 +164,7 @@ admit(struct handler_req *hr)
     int wait;
 
     switch (tenants_enter(hr->ctx->tenants, hr->ctx->cfg, hr->tenant,
-                          gw_now_ms(), &hr->pass, &wait)) {
+                          gw_now_us(), &hr->pass, &wait)) {
     case TENANT_ADMITTED:
         return 0;
     case TENANT_MAX_INFLIGHT:
@@ -238,12 +255,13 @@ route_request(struct handler_req *hr)
     char err[160];
 
     rt = find_route(req->path, req->path_len);
-    if (rt == NULL) {
+    if (rt == NULL || (hr->admin && !rt->admin)) {
         /* An unread body would be taken for the next request: close. */
         if (req->body_kind != HTTP_BODY_NONE)
             reply_close_unread(r);
         reply_error(r, 404, "invalid_request_error", "not_found",
-                    "no such route");
+                    hr->admin ? "no such route on the admin listener"
+                              : "no such route");
         return;
     }
     hr->route = rt->id;
@@ -269,6 +287,13 @@ route_request(struct handler_req *hr)
                         "missing or unknown API key");
             return;
         }
+    }
+    if (rt->kind == KIND_METRICS && !metrics_allowed(hr)) {
+        if (req->body_kind != HTTP_BODY_NONE)
+            reply_close_unread(r);
+        reply_error(r, 401, "authentication_error", "invalid_api_key",
+                    "/metrics needs an [admin] api_key");
+        return;
     }
     if (read_body(hr) != 0)
         return;

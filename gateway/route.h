@@ -9,10 +9,11 @@
 struct handler_req;
 
 /*
- * Answer 'hr': pick the route (404, or 405 with Allow), check the key
- * (401), read the body (413, 408, 400; Expect: 100-continue answered),
- * and respond or forward upstream.  Always leaves a response sent or the
- * reply broken.
+ * Answer 'hr': pick the route (404, or 405 with Allow; on the admin
+ * listener only /metrics, /healthz and /readyz), check the key (401: a
+ * tenant's, or for /metrics an [admin] one), read the body (413, 408,
+ * 400; Expect: 100-continue answered), and respond or forward upstream.
+ * Always leaves a response sent or the reply broken.
  */
 void route_request(struct handler_req *hr);
 

@@ -32,6 +32,7 @@ struct thread_arg {
     struct server *srv;
     int fd;
     int tls;                        /* it came to tls_listen */
+    int admin;                      /* ... or to [admin] listen */
 };
 
 /*
@@ -65,7 +66,7 @@ server_init(struct server *s, struct live *live, struct coalescer *co,
 
     memset(s, 0, sizeof(*s));
     s->live = live;
-    s->listen_fd = s->tls_fd = -1;
+    s->listen_fd = s->tls_fd = s->admin_fd = -1;
     if (pipe2(wake, O_CLOEXEC) == -1 || pipe2(stop, O_CLOEXEC) == -1
         || pipe2(done, O_CLOEXEC | O_NONBLOCK) == -1) {
         log_errno(GW_LOG_ERROR, errno, "server: pipe");
@@ -130,6 +131,14 @@ server_listen(struct server *s)
             log_msg(GW_LOG_INFO, "server: listening for TLS tls_addr=%s "
                     "tls_port=%u", cfg->tls_listen, (unsigned)s->tls_port);
     }
+    if (rc == 0 && cfg->admin_listen[0] != '\0') {
+        rc = net_listen(cfg->admin_listen, 64, &s->admin_fd,
+                        &s->admin_port);
+        if (rc == 0)
+            log_msg(GW_LOG_INFO, "server: listening for admin "
+                    "admin_addr=%s admin_port=%u", cfg->admin_listen,
+                    (unsigned)s->admin_port);
+    }
     return rc;
 }
 
@@ -140,10 +149,10 @@ conn_thread(void *p)
     struct server *s = ta->srv;
     int fd = ta->fd, done_wr = s->done_wr;
 
-    int tls = ta->tls;
+    int tls = ta->tls, admin = ta->admin;
 
     gw_free(ta);
-    conn_serve(&s->ctx, fd, tls);
+    conn_serve(&s->ctx, fd, tls, admin);
     metrics_connections_add(-1);
     /*
      * The last thing done with 's': once the count is down, main() may
@@ -181,7 +190,7 @@ reject(struct server *s, int fd, int tls, const char *why,
 }
 
 static void
-spawn(struct server *s, int fd, int tls)
+spawn(struct server *s, int fd, int tls, int admin)
 {
     struct thread_arg *ta;
     pthread_t t;
@@ -200,6 +209,7 @@ spawn(struct server *s, int fd, int tls)
     ta->srv = s;
     ta->fd = fd;
     ta->tls = tls;
+    ta->admin = admin;
     atomic_fetch_add(&s->active, 1);
     metrics_connections_add(1);
     rc = pthread_create(&t, &s->attr, conn_thread, ta);
@@ -234,12 +244,12 @@ reload(struct server *s)
 
 /* Take everything pending on one listener: one poll per burst. */
 static void
-accept_all(struct server *s, int lfd, int tls)
+accept_all(struct server *s, int lfd, int tls, int admin)
 {
     int cfd, rc;
 
     while ((rc = net_accept(lfd, &cfd)) == 0)
-        spawn(s, cfd, tls);
+        spawn(s, cfd, tls, admin);
     if (rc == GW_EIO) {
         int err = errno;
 
@@ -263,18 +273,19 @@ close_listener(int *fd)
 int
 server_run(struct server *s, int sig_fd)
 {
-    struct pollfd pfd[3];
+    struct pollfd pfd[4];
 
     for (;;) {
         /* A listener that is not there (-1) is ignored by poll(). */
         pfd[0].fd = sig_fd;
         pfd[1].fd = s->listen_fd;
         pfd[2].fd = s->tls_fd;
-        for (int i = 0; i < 3; i++) {
+        pfd[3].fd = s->admin_fd;
+        for (int i = 0; i < 4; i++) {
             pfd[i].events = POLLIN;
             pfd[i].revents = 0;
         }
-        if (poll(pfd, 3, -1) == -1) {
+        if (poll(pfd, 4, -1) == -1) {
             if (errno == EINTR)
                 continue;
             log_errno(GW_LOG_ERROR, errno, "server: poll");
@@ -291,9 +302,11 @@ server_run(struct server *s, int sig_fd)
                 break;
         }
         if (pfd[1].revents != 0)
-            accept_all(s, s->listen_fd, 0);
+            accept_all(s, s->listen_fd, 0, 0);
         if (pfd[2].revents != 0)
-            accept_all(s, s->tls_fd, 1);
+            accept_all(s, s->tls_fd, 1, 0);
+        if (pfd[3].revents != 0)
+            accept_all(s, s->admin_fd, 0, 1);
     }
 
     /* Drain: readyz says 503 from now, idle connections wake and close. */
@@ -302,6 +315,7 @@ server_run(struct server *s, int sig_fd)
         log_errno(GW_LOG_ERROR, errno, "server: wake pipe");
     close_listener(&s->listen_fd);
     close_listener(&s->tls_fd);
+    close_listener(&s->admin_fd);
     log_msg(GW_LOG_INFO, "server: draining connections=%ld timeout_ms=%lld",
             atomic_load(&s->active), (long long)cfg_of(s)->drain_timeout_ms);
     return 0;
@@ -383,6 +397,7 @@ server_release(struct server *s)
 {
     close_listener(&s->listen_fd);
     close_listener(&s->tls_fd);
+    close_listener(&s->admin_fd);
     /* The pipes stay open: no thread may poll or write a closed (and
      * perhaps reused) descriptor, and the process ends soon after. */
     pthread_attr_destroy(&s->attr);

@@ -52,6 +52,8 @@ struct server {
     uint16_t port;                  /* the port actually bound */
     int tls_fd;                     /* tls_listen; -1 if none */
     uint16_t tls_port;
+    int admin_fd;                   /* [admin] listen; -1 if none */
+    uint16_t admin_port;
     int wake_rd, wake_wr;           /* pipe; readable once draining */
     int stop_rd, stop_wr;           /* pipe; readable once stopping */
     int done_rd, done_wr;           /* pipe; a byte whenever the last
@@ -70,9 +72,11 @@ int server_init(struct server *s, struct live *live, struct coalescer *co,
                 struct tenants *tenants);
 
 /*
- * Bind and listen on listen and tls_listen (those set); logs
- * "server: listening addr=... port=N" and "server: listening for TLS
- * tls_addr=... tls_port=N".
+ * Bind and listen on listen, tls_listen and [admin] listen (those set);
+ * logs "server: listening addr=... port=N", "server: listening for TLS
+ * tls_addr=... tls_port=N" and "server: listening for admin
+ * admin_addr=... admin_port=N".  The admin listener is plain HTTP and
+ * serves /metrics, /healthz and /readyz alone (route.h).
  */
 int server_listen(struct server *s);
 

@@ -24,33 +24,74 @@
 
 /* ---- who ---- */
 
+/*
+ * The SHA-256 of the key the request presents as "Authorization: Bearer
+ * KEY" into 'd'; 0 when it presents none.
+ */
+static int
+bearer_digest(const struct http_request *r,
+              unsigned char d[CONFIG_KEY_DIGEST_LEN])
+{
+    const struct http_header *h = http_find_header(r, "Authorization");
+
+    if (h == NULL || h->value_len < 8 || !gw_strieq(h->value, 7, "Bearer "))
+        return 0;
+    mbedtls_sha256_ret((const unsigned char *)h->value + 7,
+                       h->value_len - 7, d, 0);
+    return 1;
+}
+
+/*
+ * Is 'd' one of the 'n' digests at 'keys'?  Every digest is compared,
+ * all the way, with no early exit: the time says nothing of which key,
+ * or how much of one, matched.
+ */
+static int
+digest_in(const unsigned char d[CONFIG_KEY_DIGEST_LEN],
+          const unsigned char (*keys)[CONFIG_KEY_DIGEST_LEN], size_t n)
+{
+    unsigned char all = 1;      /* stays 1 while no key matched */
+
+    for (size_t k = 0; k < n; k++) {
+        unsigned char diff = 0;
+
+        for (size_t i = 0; i < CONFIG_KEY_DIGEST_LEN; i++)
+            diff |= (unsigned char)(d[i] ^ keys[k][i]);
+        all &= (unsigned char)(diff != 0);
+    }
+    return !all;
+}
+
 size_t
 tenant_identify(const struct gw_config *cfg, const struct http_request *r)
 {
-    const struct http_header *h = http_find_header(r, "Authorization");
     unsigned char d[CONFIG_KEY_DIGEST_LEN];
     size_t found = CONFIG_MAX_TENANTS;
 
-    if (cfg->num_tenants == 0 || h == NULL || h->value_len < 8
-        || !gw_strieq(h->value, 7, "Bearer "))
+    if (cfg->num_tenants == 0 || !bearer_digest(r, d))
         return CONFIG_MAX_TENANTS;
-    mbedtls_sha256_ret((const unsigned char *)h->value + 7,
-                       h->value_len - 7, d, 0);
-    /* Every digest is compared, all the way: no early exit. */
     for (size_t t = 0; t < cfg->num_tenants; t++) {
         const struct config_tenant *ct = &cfg->tenants[t];
+        size_t hit = (size_t)digest_in(d, ct->key_sha256, ct->num_keys);
 
-        for (size_t k = 0; k < ct->num_keys; k++) {
-            unsigned char diff = 0;
-
-            for (size_t i = 0; i < sizeof(d); i++)
-                diff |= (unsigned char)(d[i] ^ ct->key_sha256[k][i]);
-            /* Branch-free select; keys are unique across tenants. */
-            found ^= (found ^ t) & ((size_t)0 - (size_t)(diff == 0));
-        }
+        /* Branch-free select; keys are unique across tenants. */
+        found ^= (found ^ t) & ((size_t)0 - hit);
     }
     mbedtls_platform_zeroize(d, sizeof(d));
     return found;
+}
+
+int
+tenant_is_admin(const struct gw_config *cfg, const struct http_request *r)
+{
+    unsigned char d[CONFIG_KEY_DIGEST_LEN];
+    int yes;
+
+    if (cfg->num_admin_keys == 0 || !bearer_digest(r, d))
+        return 0;
+    yes = digest_in(d, cfg->admin_key_sha256, cfg->num_admin_keys);
+    mbedtls_platform_zeroize(d, sizeof(d));
+    return yes;
 }
 
 const char *
@@ -70,8 +111,9 @@ struct model_bill {
 struct tenant_entry {
     char name[CONFIG_NAME_MAX + 1];
     uint64_t inflight;
-    double tokens;              /* the rate bucket; valid once 'filled' */
-    int64_t refilled_ms;
+    uint64_t credit;            /* the rate bucket (take_token); valid
+                                   once 'filled' */
+    int64_t refilled_us;
     int filled;
     uint64_t rejected[2];       /* max_inflight, requests_per_minute */
     uint64_t saved;             /* tokens followers got for nothing */
@@ -134,34 +176,51 @@ entry_of(struct tenants *ts, const char *name)
 }
 
 /*
- * Refill the bucket of 'e' for a limit of 'rpm' and take one token if
- * there is one.  Returns 0, or the seconds until a token is due.
+ * The requests_per_minute bucket, in integers so that no refill is lost
+ * or rounded: a token is TOKEN_CREDIT units of credit (the microseconds
+ * in a minute), and each microsecond adds 'rpm' units.  So a bucket of
+ * 'rpm' tokens fills in exactly a minute, and the fraction of a token
+ * that a short wait refills is kept for the next request, however many
+ * arrive within one millisecond.  With rpm <= 1e9 (config.c) a full
+ * bucket, rpm * TOKEN_CREDIT, is below 2^56: no overflow.
+ */
+#define TOKEN_CREDIT UINT64_C(60000000)
+
+/*
+ * Refill the bucket of 'e' for a limit of 'rpm' at 'now_us' and take a
+ * token if a whole one is there.  Returns 0 when one was taken, else the
+ * whole seconds, rounded up and at least 1, until one is due.  Locked.
  */
 static int
-take_token(struct tenant_entry *e, uint64_t rpm, int64_t now_ms)
+take_token(struct tenant_entry *e, uint64_t rpm, int64_t now_us)
 {
-    double cap = (double)rpm, per_ms = (double)rpm / 60000.0;
+    uint64_t cap = rpm * TOKEN_CREDIT, wait_us;
 
     if (!e->filled) {
         e->filled = 1;
-        e->tokens = cap;
-    } else if (now_ms > e->refilled_ms) {
-        e->tokens += (double)(now_ms - e->refilled_ms) * per_ms;
+        e->credit = cap;
+    } else if (now_us > e->refilled_us) {
+        /* A minute refills all of it: clamp before multiplying. */
+        uint64_t dt = (uint64_t)(now_us - e->refilled_us);
+
+        e->credit += (dt < TOKEN_CREDIT ? dt : TOKEN_CREDIT) * rpm;
     }
-    e->refilled_ms = now_ms;
-    if (e->tokens > cap)
-        e->tokens = cap;        /* also when a reload lowered the limit */
-    if (e->tokens >= 1.0) {
-        e->tokens -= 1.0;
+    if (now_us > e->refilled_us)
+        e->refilled_us = now_us;
+    if (e->credit > cap)
+        e->credit = cap;        /* also when a reload lowered the limit */
+    /* The verdict comes from the count alone, never from the wait. */
+    if (e->credit >= TOKEN_CREDIT) {
+        e->credit -= TOKEN_CREDIT;
         return 0;
     }
-    /* Whole seconds, rounded up (a token due in 20.0 s is "20"). */
-    return (int)(((int64_t)((1.0 - e->tokens) / per_ms + 0.5) + 999) / 1000);
+    wait_us = (TOKEN_CREDIT - e->credit + rpm - 1) / rpm;
+    return (int)((wait_us + 999999) / 1000000);
 }
 
 enum tenant_limit
 tenants_enter(struct tenants *ts, const struct gw_config *cfg, size_t tenant,
-              int64_t now_ms, struct tenant_entry **out, int *retry_after_s)
+              int64_t now_us, struct tenant_entry **out, int *retry_after_s)
 {
     const struct config_tenant *ct = tenant < cfg->num_tenants
                                      ? &cfg->tenants[tenant] : NULL;
@@ -182,7 +241,7 @@ tenants_enter(struct tenants *ts, const struct gw_config *cfg, size_t tenant,
         wait = 1;
     } else if (ct != NULL && ct->requests_per_minute > 0
                && (wait = take_token(e, ct->requests_per_minute,
-                                     now_ms)) != 0) {
+                                     now_us)) != 0) {
         verdict = TENANT_RATE;
     }
     if (verdict == TENANT_ADMITTED) {

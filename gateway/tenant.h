@@ -3,14 +3,16 @@
  * from starving the others, and each tenant's bill.
  *
  * Who: the [tenant] one of whose keys the client presents as
- * "Authorization: Bearer KEY".  The presented key is hashed with SHA-256
- * and compared with every configured digest (config.h) in constant time,
- * so neither a key's prefix nor which tenant matched shows in the timing.
+ * "Authorization: Bearer KEY", or the operator, with one of [admin]'s.
+ * The presented key is hashed with SHA-256 and compared with every
+ * configured digest (config.h) in constant time, so neither a key's
+ * prefix nor which tenant matched shows in the timing.
  *
  * Limits, per tenant, for the requests that go upstream (route.c):
  *  - max_inflight: requests under way at once; one more is refused.
  *  - requests_per_minute: a token bucket holding a minute's worth,
- *    refilled continuously; an empty bucket refuses.
+ *    refilled continuously (to the microsecond); a request is admitted
+ *    only if a whole token is there, so a refusal never admits.
  * A refused request gets 429 with Retry-After.  A coalesced follower is
  * a request of its tenant like any other (it is admitted here first), even
  * though it costs no upstream call.
@@ -51,6 +53,14 @@ struct tenant_entry;
 size_t tenant_identify(const struct gw_config *cfg,
                        const struct http_request *r);
 
+/*
+ * Does the request present one of [admin]'s keys (config.h) as
+ * "Authorization: Bearer KEY"?  Hashed and compared as a tenant's key
+ * is.  0 when [admin] has none.
+ */
+int tenant_is_admin(const struct gw_config *cfg,
+                    const struct http_request *r);
+
 /* Its name: the section's, or "default".  Borrowed from 'cfg'. */
 const char *tenant_name(const struct gw_config *cfg, size_t tenant);
 
@@ -66,14 +76,16 @@ enum tenant_limit {
 };
 
 /*
- * Admit one request of tenant 'tenant' of 'cfg' at 'now_ms' (ms, any
- * monotonic origin).  TENANT_ADMITTED: '*out' is its pass (give it back
- * with tenants_leave).  Otherwise *retry_after_s says when to try again
- * (>= 1) and nothing was taken.  TENANT_NOMEM: the caller answers 503.
+ * Admit one request of tenant 'tenant' of 'cfg' at 'now_us' (gw_now_us(),
+ * microseconds: a bucket must see time finer than the requests that
+ * arrive within one millisecond).  TENANT_ADMITTED: '*out' is its pass
+ * (give it back with tenants_leave).  Otherwise *retry_after_s says when
+ * to try again, in whole seconds rounded up (>= 1), and nothing was
+ * taken.  TENANT_NOMEM: the caller answers 503.
  */
 enum tenant_limit tenants_enter(struct tenants *ts,
                                 const struct gw_config *cfg, size_t tenant,
-                                int64_t now_ms, struct tenant_entry **out,
+                                int64_t now_us, struct tenant_entry **out,
                                 int *retry_after_s);
 
 /* The request is over.  NULL-safe. */

@@ -1351,10 +1351,10 @@ attempt_end(struct call *c, struct xfer *x, CURLcode cc, int own_rc,
                                                       : GW_LOG_WARN,
                 "upstream: failed upstream=%s reason=\"%s\" error=\"%s\" "
                 "curl=\"%s\" detail=\"%s\" status=%d bytes=%" PRIu64
-                " path=%s", x->up->name, reason, gw_strerror(rc),
+                " path=%.*s", x->up->name, reason, gw_strerror(rc),
                 cc != CURLE_OK ? curl_easy_strerror(cc) : "",
                 cc != CURLE_OK ? x->h->errbuf : "", x->res.status,
-                x->res.bytes, c->req->path);
+                x->res.bytes, gw_log_path_len(c->req->path), c->req->path);
     }
     /* Our copy of the client's key; libcurl's copy in its own request
      * buffer is out of our reach. */
@@ -1427,7 +1427,8 @@ out:
         x->res.reason = reason;
         x->res.failure = UPF_LOCAL;
         log_msg(GW_LOG_WARN, "upstream: cannot start upstream=%s "
-                "reason=\"%s\" path=%s", x->up->name, reason, c->req->path);
+                "reason=\"%s\" path=%.*s", x->up->name, reason,
+                gw_log_path_len(c->req->path), c->req->path);
         if (x->wipe)
             mbedtls_platform_zeroize(x->h->scratch.data, x->h->scratch.cap);
     }
@@ -1521,8 +1522,9 @@ maybe_hedge(struct call *c, int64_t now, int64_t *next)
     if (o->hedge(o->arg, x0->idx, &idx) != 0)
         return;
     log_msg(GW_LOG_INFO, "upstream: hedge upstream=%s after=%" PRId64 "ms "
-            "first=%s path=%s", c->u->cfg->upstreams[idx].name,
-            o->hedge_after_ms, x0->up->name, c->req->path);
+            "first=%s path=%.*s", c->u->cfg->upstreams[idx].name,
+            o->hedge_after_ms, x0->up->name, gw_log_path_len(c->req->path),
+            c->req->path);
     attempt_start(c, idx);
 }
 

@@ -11,12 +11,12 @@
  * [coalesce] omitted_temperature = 1 (else 0), bit 2 [coalesce] enabled
  * = off, bit 3 puts the second request under the next configuration
  * generation (a SIGHUP reload: live.h), the first being generation 1.
- * The tenants are "acme" (key sk-acme) and "quiet" (key
- * sk-quiet, coalesce = off).  Without a second request, the first is
- * compared with itself.  A REQUEST that starts with '/' has a head: its
- * first line is the target, each further line up to an empty one a field
- * "Name: value"; the rest is the body.  Any other REQUEST is a body alone,
- * for "/v1/chat/completions" with no fields.  The head is turned into what
+ * The tenants are "acme" (key sk-acme-0123456789) and "quiet" (key
+ * sk-quiet-0123456789, coalesce = off).  Without a second request, the
+ * first is compared with itself.  A REQUEST that starts with '/' has a
+ * head: its first line is the target, each further line up to an empty
+ * one a field "Name: value"; the rest is the body.  Any other REQUEST is
+ * a body alone, for "/v1/chat/completions" with no fields.  The head is turned into what
  * route.c and proxy.c give the policy: the tenant whose key the first
  * Authorization field presents as "Bearer KEY" (else "default"), and the
  * forwarded credential (that field's value, with forward_client_auth on,
@@ -99,8 +99,9 @@ config_for(unsigned opt)
         snprintf(text, sizeof(text),
                  "[routing]\nforward_client_auth = %s\n"
                  "[coalesce]\nomitted_temperature = %s\nenabled = %s\n"
-                 "[tenant acme]\napi_key = sk-acme\n"
-                 "[tenant quiet]\napi_key = sk-quiet\ncoalesce = off\n",
+                 "[tenant acme]\napi_key = sk-acme-0123456789\n"
+                 "[tenant quiet]\napi_key = sk-quiet-0123456789\n"
+                 "coalesce = off\n",
                  opt & 1 ? "on" : "off", opt & 2 ? "1" : "0",
                  opt & 4 ? "off" : "on");
         REQUIRE(config_load_text("policy.conf", text, &configs[opt], err,
@@ -170,7 +171,8 @@ static void
 identify(struct req *q, const struct gw_config *cfg)
 {
     const struct http_header *h = http_find_header(&q->r, "Authorization");
-    static const char *const keys[] = { "sk-acme", "sk-quiet" };
+    static const char *const keys[] = { "sk-acme-0123456789",
+                                        "sk-quiet-0123456789" };
 
     q->tenant = CONFIG_MAX_TENANTS;
     if (h != NULL && h->value_len >= 7 && gw_strieq(h->value, 7, "Bearer "))

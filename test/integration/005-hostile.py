@@ -184,7 +184,7 @@ def test_answer_before_the_body_survives_it(t):
     sends, so the close is not a reset that would destroy the answer."""
     m = t.mock()
     g = t.gateway(m, {"server": {"max_request_body": "1m"}},
-                  extra="[tenant acme]\napi_key = sk-acme\n")
+                  extra="[tenant acme]\napi_key = sk-acme-01234567\n")
     big = b"x" * (4 << 20)
     cases = [
         (b"POST /v1/nope HTTP/1.1\r\nHost: gw\r\n", 404, "not_found"),
@@ -193,7 +193,8 @@ def test_answer_before_the_body_survives_it(t):
         (b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n"
          b"Authorization: Bearer sk-wrong\r\n", 401, "invalid_api_key"),
         (b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n"
-         b"Authorization: Bearer sk-acme\r\n", 413, "request_too_large"),
+         b"Authorization: Bearer sk-acme-01234567\r\n", 413,
+         "request_too_large"),
     ]
     for head, status, code in cases:
         data, reset = _send_all_then_read(

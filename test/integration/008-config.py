@@ -81,6 +81,25 @@ def test_check_bad_values_name_their_line(t):
         _one_error_line(out, path, 4)
 
 
+def test_check_weak_tenant_key_names_its_line(t):
+    """Issue 16 item 12: a client's api_key under 16 characters is a weak
+    key, refused at load with FILE:LINE and without echoing it; 16 are
+    enough.  (An [upstream] api_key is the upstream's: VALID's is 14.)"""
+    for i, (key, line) in enumerate([("sk-16-characters", 0),
+                                     ("sk-15-character", 4)]):
+        assert len(key) == 16 - (line != 0)
+        path = t.write("weak%d.conf" % i, VALID % closed_port()
+                       + "[tenant a]\ncoalesce = on\n\napi_key = %s\n"
+                       % key)
+        rc, out = t.infergw("-t", "-c", path)
+        if line == 0:
+            assert rc == 0, (key, rc, out)
+            continue
+        assert rc == 2, (key, rc, out)
+        msg = _one_error_line(out, path, VALID.count("\n") + line)
+        assert "weak key" in msg and key not in msg, msg
+
+
 def test_check_unknown_section(t):
     path = t.write("sec.conf", "[server]\nlisten = 127.0.0.1:0\n[bogus]\n"
                                "x = 1\n")

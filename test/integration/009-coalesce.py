@@ -319,11 +319,11 @@ def test_omitted_temperature_strict_config_bypasses(t):
 
 TENANTS = """
 [tenant acme]
-api_key = sk-acme-1111
-api_key = sk-acme-2222
+api_key = sk-acme-1111-aaa
+api_key = sk-acme-2222-aaa
 
 [tenant beta]
-api_key = sk-beta-3333
+api_key = sk-beta-3333-aaa
 
 [tenant research]
 api_key = sk-research-4444
@@ -340,13 +340,13 @@ def test_tenants_isolated(t):
     g = t.gateway(m, extra=TENANTS)
     tag = new_tag()
     body = demo_body(tag, "tenant isolation")
-    a1 = send(g, body, headers=auth("sk-acme-1111"))
-    b1 = send(g, body, headers=auth("sk-beta-3333"))
+    a1 = send(g, body, headers=auth("sk-acme-1111-aaa"))
+    b1 = send(g, body, headers=auth("sk-beta-3333-aaa"))
     # The same body from two tenants: two flights, two parked calls.
     wait_state(g, m, leaders=2, held=2, flights=2)
-    a2 = send(g, body, headers=auth("sk-acme-2222"))    # acme's other key
-    b2 = send(g, body, headers=auth("sk-beta-3333"))
-    b3 = send(g, body, headers=auth("sk-beta-3333"))
+    a2 = send(g, body, headers=auth("sk-acme-2222-aaa"))    # acme's other key
+    b2 = send(g, body, headers=auth("sk-beta-3333-aaa"))
+    b3 = send(g, body, headers=auth("sk-beta-3333-aaa"))
     wait_state(g, m, followers=3, tenant_acme=1, tenant_beta=2,
                tenant_research=0, held=2)
     m.release(tag)
@@ -373,7 +373,7 @@ def test_tenant_coalesce_off_bypasses(t):
              for _ in range(3)]
     wait_state(g, m, held=3, bypass_tenant=3, leaders=0, followers=0)
     # Control: another tenant's identical requests do coalesce here.
-    ctl = [send(g, body, headers=auth("sk-acme-1111")) for _ in range(2)]
+    ctl = [send(g, body, headers=auth("sk-acme-1111-aaa")) for _ in range(2)]
     wait_state(g, m, held=4, leaders=1, followers=1, tenant_acme=1)
     m.release(tag)
     streams = finish_all(conns + ctl)
@@ -390,13 +390,14 @@ def test_tenant_key_required(t):
     body = chat_body("who are you", stream=True)
     for headers, what in (({}, "no key"),
                           (auth("sk-nobody-0000"), "unknown key"),
-                          ({"Authorization": "sk-acme-1111"}, "no Bearer")):
+                          ({"Authorization": "sk-acme-1111-aaa"},
+                           "no Bearer")):
         s = finish(send(g, body, headers=headers))
         assert s.resp.status == 401, "%s: %r" % (what, s.resp)
         assert b"invalid_api_key" in s.body, s.body
         assert role(s) is None, "%s: 401 has a role %r" % (what, role(s))
     expect_state(g, m, completions=0, upstream=0, leaders=0, followers=0)
-    s = finish(send(g, body, headers=auth("sk-acme-1111")))
+    s = finish(send(g, body, headers=auth("sk-acme-1111-aaa")))
     assert_complete_stream(s)
     assert role(s) == "leader"
 

@@ -244,15 +244,15 @@ def test_forwarded_credentials_of_one_tenant_do_not_share(t):
     forward_client_auth they are two flights."""
     m = t.mock()
     g = t.gateway(m, {"upstream": {"forward_client_auth": "on"}},
-                  extra="[tenant acme]\napi_key = sk-acme-1\n"
-                        "api_key = sk-acme-2\n")
+                  extra="[tenant acme]\napi_key = sk-acme-1-abcdef\n"
+                        "api_key = sk-acme-2-abcdef\n")
     tag = new_tag()
     body = chat_body("one tenant two keys", stream=True, mock_hold=tag)
-    a = send(g, body, headers=[("Authorization", "Bearer sk-acme-1")])
+    a = send(g, body, headers=[("Authorization", "Bearer sk-acme-1-abcdef")])
     wait_state(g, m, leaders=1, held=1)
-    b = send(g, body, headers=[("Authorization", "Bearer sk-acme-2")])
+    b = send(g, body, headers=[("Authorization", "Bearer sk-acme-2-abcdef")])
     wait_state(g, m, leaders=2, held=2, followers=0)
-    c = send(g, body, headers=[("Authorization", "Bearer sk-acme-1")])
+    c = send(g, body, headers=[("Authorization", "Bearer sk-acme-1-abcdef")])
     wait_state(g, m, leaders=2, held=2, followers=1)
     m.release(tag)
     sa, sb, sc = finish_all([a, b, c])
@@ -260,8 +260,8 @@ def test_forwarded_credentials_of_one_tenant_do_not_share(t):
                                                "follower"]
     assert_same_bodies([sa, sc])
     assert sorted(headers_of(r)["authorization"][0]
-                  for r in completions(m)) == ["Bearer sk-acme-1",
-                                               "Bearer sk-acme-2"]
+                  for r in completions(m)) == ["Bearer sk-acme-1-abcdef",
+                                               "Bearer sk-acme-2-abcdef"]
 
 
 def test_client_headers_do_not_split_flights(t):

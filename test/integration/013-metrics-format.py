@@ -41,9 +41,9 @@ def test_metrics_parse_with_a_real_parser(t):
     conf = {"routing": {"balance": "round_robin", "eject_after": 100},
             "upstream u0": {"url": "http://127.0.0.1:%d" % a.port},
             "upstream u1": {"url": "http://127.0.0.1:%d" % b.port},
-            "tenant acme": {"api_key": "sk-acme-1"}}
+            "tenant acme": {"api_key": "sk-acme-1-abcdef"}}
     g = t.gateway(None, conf)
-    auth = {"Authorization": "Bearer sk-acme-1"}
+    auth = {"Authorization": "Bearer sk-acme-1-abcdef"}
     # A coalesced trio, a bypass, a retry (u1 answers 503), errors.
     tag = new_tag()
     body = chat_body("metrics", stream=True, mock_hold=tag)
@@ -59,7 +59,7 @@ def test_metrics_parse_with_a_real_parser(t):
     g.post("/v1/chat/completions", b"{", dict(auth))
     g.get("/v1/models", headers=auth)
     g.get("/nope")
-    text = g.get("/metrics").body.decode()
+    text = g.metrics_response().body.decode()
     out = validate(text)
     assert out.startswith("ok:"), out
     # The kinds of series the issue names are all there.

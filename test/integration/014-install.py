@@ -179,7 +179,7 @@ def test_uninstall_keeps_an_edited_conf(t):
     dest = os.path.join(t.tmp, "dest")
     make(t, "install", dest, **DEBIAN)
     conf = os.path.join(dest, CONF)
-    edited = read(conf) + b"[tenant acme]\napi_key = sk-acme-1\n"
+    edited = read(conf) + b"[tenant acme]\napi_key = sk-acme-1-abcdef\n"
     with open(conf, "wb") as f:
         f.write(edited)
     out = make(t, "uninstall", dest, **DEBIAN)

@@ -6,10 +6,13 @@ infergw_coalesce_tokens_saved_total and the access log.
 """
 
 import hashlib
+import json
 import re
+import threading
+import time
 
-from gwtest import assert_error, chat_body, completion_body, sse_data, \
-    sse_events, wait_for
+from gwtest import assert_error, budget, chat_body, closed_port, \
+    completion_body, request, sse_data, sse_events, wait_for
 
 from coalesce_util import (CHAT, COMPLETIONS, assert_complete_stream,
                            finish, finish_all, new_tag, present, role,
@@ -25,7 +28,13 @@ def auth(key):
     return {"Authorization": "Bearer %s" % key}
 
 
-JSON_A = {"Authorization": "Bearer sk-a", "Content-Type": "application/json"}
+# Tenant keys are at least 16 characters (config.c): shorter is weak.
+KEY_A = "sk-a-0123456789abc"
+KEY_B = "sk-b-0123456789abc"
+TENANT_A = "[tenant a]\napi_key = %s\n" % KEY_A
+TENANT_B = "[tenant b]\napi_key = %s\n" % KEY_B
+JSON_A = {"Authorization": "Bearer " + KEY_A,
+          "Content-Type": "application/json"}
 
 
 def retry_after(resp):
@@ -36,14 +45,13 @@ def retry_after(resp):
 
 def test_max_inflight_counts_followers_not_calls(t):
     m = t.mock()
-    g = t.gateway(m, extra="[tenant a]\napi_key = sk-a\nmax_inflight = 2\n"
-                           "[tenant b]\napi_key = sk-b\n")
+    g = t.gateway(m, extra=TENANT_A + "max_inflight = 2\n" + TENANT_B)
     tag = new_tag()
     body = chat_body("limits", stream=True, mock_hold=tag)
     # A leader and its follower: two of a's requests, one upstream call.
-    c1 = send(g, body, headers=auth("sk-a"))
+    c1 = send(g, body, headers=auth(KEY_A))
     wait_state(g, m, held=1, leaders=1)
-    c2 = send(g, body, headers=auth("sk-a"))
+    c2 = send(g, body, headers=auth(KEY_A))
     wait_state(g, m, held=1, followers=1)
     gm = g.metrics()
     assert present(gm, INFLIGHT, tenant="a") == 2
@@ -55,7 +63,7 @@ def test_max_inflight_counts_followers_not_calls(t):
     assert b"max_inflight" in r3.body, r3.body
     assert role(r3) is None, "a refused request has a role %r" % role(r3)
     # Another tenant is not held back by a's limit.
-    c4 = send(g, body, headers=auth("sk-b"))
+    c4 = send(g, body, headers=auth(KEY_B))
     wait_state(g, m, held=2, leaders=2)
     m.release(tag)
     for s in finish_all([c1, c2, c4]):
@@ -66,7 +74,7 @@ def test_max_inflight_counts_followers_not_calls(t):
     assert present(gm, REJECTED, tenant="b", limit="max_inflight") == 0
     wait_for(lambda: present(g.metrics(), INFLIGHT, tenant="a") == 0)
     # Under the limit again: served.
-    r = g.post(CHAT, chat_body("again"), dict(auth("sk-a"),
+    r = g.post(CHAT, chat_body("again"), dict(auth(KEY_A),
                **{"Content-Type": "application/json"}))
     assert r.status == 200, r
     # The 429 kept the connection: the body was read, like any answer's.
@@ -76,10 +84,9 @@ def test_max_inflight_counts_followers_not_calls(t):
 
 def test_requests_per_minute(t):
     m = t.mock()
-    g = t.gateway(m, extra="[tenant a]\napi_key = sk-a\n"
-                           "requests_per_minute = 3\n"
-                           "[tenant b]\napi_key = sk-b\n")
-    h = dict(auth("sk-a"), **{"Content-Type": "application/json"})
+    g = t.gateway(m, extra=TENANT_A + "requests_per_minute = 3\n"
+                  + TENANT_B)
+    h = dict(auth(KEY_A), **{"Content-Type": "application/json"})
     for i in range(3):
         r = g.post(CHAT, chat_body("rpm %d" % i), h)
         assert r.status == 200, (i, r)
@@ -88,7 +95,7 @@ def test_requests_per_minute(t):
     # One token every 20 s at 3 a minute.
     assert 1 <= retry_after(r) <= 20, r.headers.get("Retry-After")
     assert b"requests_per_minute" in r.body, r.body
-    r = g.post(CHAT, chat_body("rpm b"), dict(auth("sk-b"),
+    r = g.post(CHAT, chat_body("rpm b"), dict(auth(KEY_B),
                **{"Content-Type": "application/json"}))
     assert r.status == 200, r
     assert m.stats()["completions"] == 4
@@ -97,12 +104,79 @@ def test_requests_per_minute(t):
                    limit="requests_per_minute") == 1
 
 
+def test_requests_per_minute_holds_for_keep_alive_connections(t):
+    """Issue 16 item 10: 8 keep-alive connections sending as fast as they
+    can get no more through than the bucket holds (a minute's worth, 700)
+    plus what it refills while they send (700 a minute): the old bucket
+    admitted every request that came while the next token was due in
+    under 0.5 ms, 3.8-8x the limit."""
+    rpm = 700
+    m = t.mock()
+    g = t.gateway(m, extra=TENANT_A + "requests_per_minute = %d\n" % rpm)
+    lock = threading.Lock()
+    statuses = {}
+    refused = []                # when each 429 came back
+    errors = []
+    hard_stop = time.monotonic() + budget(30)
+
+    def done():
+        # Go on for 1.5 s of an empty bucket: about 17 refills, each of
+        # which the old bucket turned into a burst.
+        with lock:
+            return (len(refused) >= 100
+                    and time.monotonic() - refused[0] >= 1.5) \
+                or time.monotonic() >= hard_stop
+
+    def sender(n):
+        try:
+            conn = g.connection()
+            i = 0
+            while not done():
+                r = conn.request("POST", CHAT, JSON_A,
+                                 chat_body("rate %d.%d" % (n, i)))
+                i += 1
+                with lock:
+                    statuses[r.status] = statuses.get(r.status, 0) + 1
+                    if r.status == 429:
+                        refused.append(time.monotonic())
+                if r.status == 429:
+                    assert_error(r, 429, "rate_limit_exceeded")
+                    # The next token is at most 86 ms away.
+                    assert retry_after(r) == 1, r.headers
+                else:
+                    assert r.status == 200, r
+        except Exception as e:          # reported by the main thread
+            errors.append(e)
+    threads = [threading.Thread(target=sender, args=(n,), daemon=True)
+               for n in range(8)]
+    start = time.monotonic()
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(budget(40))
+    elapsed = time.monotonic() - start
+    assert not errors, errors[0]
+    assert time.monotonic() < hard_stop, "too slow to empty the bucket: " \
+        "%r in %.1f s" % (statuses, elapsed)
+    ok, no = statuses.get(200, 0), statuses.get(429, 0)
+    # Every admission happened between 'start' and now: the bucket can
+    # have held its minute's worth and what 'elapsed' refilled, no more
+    # (+1: the clocks' rounding).  And it starts full: the first 700 pass.
+    allowed = rpm + int(rpm * elapsed / 60)
+    assert rpm <= ok <= allowed + 1, \
+        "%d passed, %d refused in %.2f s; the bucket allows %d" % (
+            ok, no, elapsed, allowed)
+    assert present(g.metrics(), REJECTED, tenant="a",
+                   limit="requests_per_minute") == no
+
+
 def test_api_key_sha256_and_keys_never_logged(t):
     m = t.mock()
     key = "sk-only-its-digest-9f2c"
     digest = hashlib.sha256(key.encode()).hexdigest()
+    plain = "sk-plain-77aa-4d2e"
     g = t.gateway(m, extra="[tenant h]\napi_key_sha256 = %s\n"
-                           "[tenant p]\napi_key = sk-plain-77aa\n" % digest)
+                           "[tenant p]\napi_key = %s\n" % (digest, plain))
     ok = dict(auth(key), **{"Content-Type": "application/json"})
     r = g.post(CHAT, chat_body("hashed"), ok)
     assert r.status == 200, r
@@ -112,13 +186,69 @@ def test_api_key_sha256_and_keys_never_logged(t):
     r = g.post(CHAT, chat_body("hashed"), dict(auth(key[:-1]), **{
         "Content-Type": "application/json"}))
     assert_error(r, 401, "invalid_api_key")
-    r = g.post(CHAT, chat_body("plain"), dict(auth("sk-plain-77aa"), **{
+    r = g.post(CHAT, chat_body("plain"), dict(auth(plain), **{
         "Content-Type": "application/json"}))
     assert r.status == 200, r
     g.wait_log(r"access .*status=200")
     log = "\n".join(g.log_lines())
-    for secret in (key, "sk-plain-77aa", "sk-plain"):
+    for secret in (key, plain, "sk-plain"):
         assert secret not in log, "a key in the log"
+
+
+def test_no_log_line_carries_a_query_string(t):
+    """Issue 16 item 12: a client that puts its key in the query
+    (?api_key=...) finds it in no log line: every line that names a
+    request logs its path alone.  Each kind of line that names one is
+    provoked: the access line (200, 4xx, 502), the upstream failure line
+    (a dead upstream) and the hedge line.  The upstream still gets the
+    whole target, query and all: it is the client's request."""
+    key = "sk-in-the-query-5e1d0c7a"
+    q = "?api_key=%s&x=1" % key
+    tenant = "[tenant a]\napi_key = %s\n" % key
+    h = dict(auth(key), **{"Content-Type": "application/json"})
+    debug = {"log_level": "debug"}
+    dead = t.gateway(closed_port(), conf={
+        "server": debug, "routing": {"retries": 0, "health_interval": 0}},
+        extra=tenant)
+    assert_error(dead.post(CHAT + q, chat_body("dead"), h), 502,
+                 "upstream_unreachable")
+    dead.wait_log(r"upstream: failed .*path=")
+    assert_error(dead.request("GET", "/nope" + q), 404, "not_found")
+    assert_error(dead.request("GET", CHAT + q, h), 405,
+                 "method_not_allowed")
+    assert_error(dead.post(CHAT + q, chat_body("x"), dict(
+        h, Authorization="Bearer sk-wrong-wrong-wrong")), 401,
+        "invalid_api_key")
+    assert_error(dead.post(CHAT + q, b"{not json", h), 400, "invalid_json")
+
+    slow, fast = t.mock(), t.mock()
+    r = request(slow.port, "POST", "/control?slow_every=1&slow_ms=5000")
+    assert r.status == 200, r
+    pool = t.gateway(None, conf={
+        "server": debug,
+        "routing": {"balance": "round_robin", "hedge_after": "100ms",
+                    "retry_budget_min": 100},
+        "upstream u0": {"url": "http://127.0.0.1:%d" % slow.port},
+        "upstream u1": {"url": "http://127.0.0.1:%d" % fast.port}},
+        extra=tenant)
+    r = pool.post(CHAT + q, chat_body("hedged"), h)
+    assert r.status == 200, r
+    pool.wait_log(r"upstream: hedge .*path=")
+    targets = [x["target"] for x in json.loads(
+        fast.get("/recorded").body)["requests"]]
+    assert targets == [CHAT + q], targets
+
+    for g, n in ((dead, 5), (pool, 1)):
+        # An access line is written once its answer has gone out.
+        wait_for(lambda: len(g.access_lines()) >= n, msg="%d access lines"
+                 % n)
+        log = g.log_lines()
+        named = [l for l in log if "path=" in l]
+        assert len(named) >= n + 1, named
+        for line in named:
+            assert re.search(r"\bpath=/[^ ?]*( |$)", line), line
+        for line in log:
+            assert key not in line and "api_key" not in line, line
 
 
 def usage_of_stream(body):
@@ -146,9 +276,8 @@ def access_usage(g, n):
 
 def test_tokens_billed_from_usage(t):
     m = t.mock()
-    g = t.gateway(m, extra="[tenant a]\napi_key = sk-a\n"
-                           "[tenant b]\napi_key = sk-b\n")
-    h = dict(auth("sk-a"), **{"Content-Type": "application/json"})
+    g = t.gateway(m, extra=TENANT_A + TENANT_B)
+    h = dict(auth(KEY_A), **{"Content-Type": "application/json"})
     # Not streamed: the body's usage.
     r = g.post(COMPLETIONS, completion_body("count me"), h)
     assert r.status == 200, r
@@ -156,13 +285,13 @@ def test_tokens_billed_from_usage(t):
     # Streamed with include_usage: the usage chunk.
     body = chat_body("count me too", stream=True,
                      stream_options={"include_usage": True})
-    s = finish(send(g, body, headers=auth("sk-a")))
+    s = finish(send(g, body, headers=auth(KEY_A)))
     assert_complete_stream(s)
     u2 = usage_of_stream(s.body)
     assert u2 is not None, "the mock sent no usage chunk"
     # Streamed without it: nothing to bill.
     s = finish(send(g, chat_body("no usage asked", stream=True),
-                    headers=auth("sk-a")))
+                    headers=auth(KEY_A)))
     assert_complete_stream(s)
     assert usage_of_stream(s.body) is None
     model = "mock-model"
@@ -186,13 +315,13 @@ def test_tokens_billed_from_usage(t):
 
 def test_followers_billed_and_saved(t):
     m = t.mock()
-    g = t.gateway(m, extra="[tenant a]\napi_key = sk-a\n")
+    g = t.gateway(m, extra=TENANT_A)
     tag = new_tag()
     body = chat_body("one call for three", stream=True, mock_hold=tag,
                      stream_options={"include_usage": True})
-    conns = [send(g, body, headers=auth("sk-a"))]
+    conns = [send(g, body, headers=auth(KEY_A))]
     wait_state(g, m, held=1, leaders=1)
-    conns += [send(g, body, headers=auth("sk-a")) for _ in range(2)]
+    conns += [send(g, body, headers=auth(KEY_A)) for _ in range(2)]
     wait_state(g, m, held=1, followers=2)
     m.release(tag)
     streams = finish_all(conns)
@@ -219,18 +348,18 @@ def test_followers_billed_and_saved(t):
 
 def test_no_bill_for_an_error_or_a_cut_stream(t):
     m = t.mock()
-    g = t.gateway(m, extra="[tenant a]\napi_key = sk-a\n")
-    h = dict(auth("sk-a"), **{"Content-Type": "application/json"})
+    g = t.gateway(m, extra=TENANT_A)
+    h = dict(auth(KEY_A), **{"Content-Type": "application/json"})
     r = g.post(CHAT, chat_body("x", mock_status=429), h)
     assert r.status == 429, r
     # Cut mid-way: neither the stream nor the cut JSON body is billed.
     body = chat_body("cut", stream=True, mock_fault="die_mid_stream",
                      stream_options={"include_usage": True})
-    s = finish(send(g, body, headers=auth("sk-a")))
+    s = finish(send(g, body, headers=auth(KEY_A)))
     assert not s.clean_end
     s = finish(send(g, chat_body("cut", mock_fault="die_mid_stream"),
-                    headers=auth("sk-a")))
-    r = g.post(CHAT, chat_body("fine"), dict(auth("sk-a"), **{
+                    headers=auth(KEY_A)))
+    r = g.post(CHAT, chat_body("fine"), dict(auth(KEY_A), **{
         "Content-Type": "application/json"}))
     assert r.status == 200, r
     u = r.json()["usage"]

@@ -33,16 +33,16 @@ def reload(g, generation):
 
 def test_new_requests_new_settings_open_streams_old(t):
     m = t.mock()
-    g = t.gateway(m, extra="[tenant a]\napi_key = sk-old\n")
+    g = t.gateway(m, extra="[tenant a]\napi_key = sk-old-012345678\n")
     tag = new_tag()
     held = send(g, chat_body("across a reload", stream=True, mock_hold=tag),
-                headers={"Authorization": "Bearer sk-old"})
+                headers={"Authorization": "Bearer sk-old-012345678"})
     wait_state(g, m, held=1)
-    rewrite(g, g.conf_text.replace("sk-old", "sk-new"))
+    rewrite(g, g.conf_text.replace("sk-old-012345678", "sk-new-012345678"))
     reload(g, 2)
-    assert_error(g.post(CHAT, chat_body("x"), auth("sk-old")), 401,
+    assert_error(g.post(CHAT, chat_body("x"), auth("sk-old-012345678")), 401,
                  "invalid_api_key")
-    r = g.post(CHAT, chat_body("x"), auth("sk-new"))
+    r = g.post(CHAT, chat_body("x"), auth("sk-new-012345678"))
     assert r.status == 200, r
     # The stream that started on generation 1 ends on it, whole.
     m.release(tag)
@@ -52,7 +52,7 @@ def test_new_requests_new_settings_open_streams_old(t):
 
 def test_invalid_file_keeps_the_old_configuration(t):
     m = t.mock()
-    g = t.gateway(m, extra="[tenant a]\napi_key = sk-a\n")
+    g = t.gateway(m, extra="[tenant a]\napi_key = sk-a-0123456789a\n")
     good = g.conf_text
     rewrite(g, good + "[coalesce]\nmax_followers = lots\n")
     lines = good.count("\n") + 2
@@ -60,12 +60,13 @@ def test_invalid_file_keeps_the_old_configuration(t):
     line = g.wait_log(r"reload: .*gw\d*\.conf:%d: max_followers: expected"
                       % lines)
     assert "stays generation=1" in line, line
-    r = g.post(CHAT, chat_body("still here"), auth("sk-a"))
+    r = g.post(CHAT, chat_body("still here"), auth("sk-a-0123456789a"))
     assert r.status == 200, r
     # A later good file is taken as generation 2.
-    rewrite(g, good.replace("sk-a", "sk-b"))
+    rewrite(g, good.replace("sk-a-0123456789a", "sk-b-0123456789a"))
     reload(g, 2)
-    assert g.post(CHAT, chat_body("x"), auth("sk-b")).status == 200
+    r = g.post(CHAT, chat_body("x"), auth("sk-b-0123456789a"))
+    assert r.status == 200, r
 
 
 def test_startup_settings_are_named_and_kept(t):
@@ -169,18 +170,18 @@ def test_an_idle_connection_gets_the_new_configuration(t):
     the request never joins a flight of the old one."""
     from gwtest import Connection, Stream, build_request
     m = t.mock()
-    g = t.gateway(m, extra="[tenant a]\napi_key = sk-old\n")
+    g = t.gateway(m, extra="[tenant a]\napi_key = sk-old-012345678\n")
     idle = Connection(g.port)
-    assert idle.request("POST", CHAT, auth("sk-old"),
+    assert idle.request("POST", CHAT, auth("sk-old-012345678"),
                         chat_body("before")).status == 200
     tag = new_tag()
     body = chat_body("old flight", stream=True, mock_hold=tag)
-    old = send(g, body, headers={"Authorization": "Bearer sk-old"})
+    old = send(g, body, headers={"Authorization": "Bearer sk-old-012345678"})
     wait_state(g, m, held=1, leaders=2)     # "before" led one too
-    rewrite(g, g.conf_text.replace("sk-old", "sk-new")
-            + "api_key = sk-old\n")       # both keys in generation 2
+    rewrite(g, g.conf_text.replace("sk-old-012345678", "sk-new-012345678")
+            + "api_key = sk-old-012345678\n")   # both keys in generation 2
     reload(g, 2)
-    idle.send(build_request("POST", CHAT, auth("sk-old"), body))
+    idle.send(build_request("POST", CHAT, auth("sk-old-012345678"), body))
     wait_state(g, m, held=2, leaders=3)
     m.release(tag)
     s = Stream(idle, "POST")
@@ -189,7 +190,7 @@ def test_an_idle_connection_gets_the_new_configuration(t):
     assert role(s) == "leader", "joined a flight of the old configuration"
     assert_complete_stream(finish(old))
     # And a key the reload removed is refused on an idle connection.
-    rewrite(g, g.conf_text.replace("api_key = sk-old\n", ""))
+    rewrite(g, g.conf_text.replace("api_key = sk-old-012345678\n", ""))
     reload(g, 3)
-    assert_error(idle.request("POST", CHAT, auth("sk-old"),
+    assert_error(idle.request("POST", CHAT, auth("sk-old-012345678"),
                               chat_body("after")), 401, "invalid_api_key")

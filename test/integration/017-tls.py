@@ -398,10 +398,10 @@ def test_limits_over_tls(t):
     d = certs(t)
     m = t.mock()
     g = tls_gateway(t, m, d, {"max_connections": "2"},
-                    extra="[tenant a]\napi_key = sk-a\n"
+                    extra="[tenant a]\napi_key = sk-a-0123456789a\n"
                           "requests_per_minute = 1\n")
     c = TlsConnection(g.tls_port, client_ctx(d))
-    h = dict(JSON_HEADERS, Authorization="Bearer sk-a")
+    h = dict(JSON_HEADERS, Authorization="Bearer sk-a-0123456789a")
     assert c.request("POST", CHAT, h, chat_body("one")).status == 200
     r = c.request("POST", CHAT, h, chat_body("two"))
     assert r.status == 429 and b"rate_limit_exceeded" in r.body, r

@@ -23,8 +23,7 @@ import time
 
 import gwtest
 from gwtest import (JSON_HEADERS, Connection, Stream, budget, build_request,
-                    has_metric, metric, parse_metrics, sse_data, sse_events,
-                    wait_for)
+                    has_metric, metric, sse_data, sse_events, wait_for)
 
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
@@ -230,7 +229,7 @@ def _state(g, m, want):
             have[k] = st[k]
         else:
             if gm is None:
-                gm = parse_metrics(g.get("/metrics").body.decode())
+                gm = g.metrics()
             have[k] = _gateway_value(gm, k)
     return have
 

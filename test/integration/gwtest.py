@@ -771,6 +771,12 @@ def completion_body(prompt="hello", **extra):
 
 JSON_HEADERS = {"Content-Type": "application/json"}
 
+# The [admin] api_key a Gateway with tenants gets unless told otherwise:
+# with tenants configured, /metrics on the API port needs it
+# (Gateway.metrics sends it).
+ADMIN_KEY = "sk-test-admin-5b0e9d17c2a4"
+AUTO = "auto"       # admin_key: ADMIN_KEY if the config has a [tenant]
+
 # The error code every gateway-made framing error carries, by status.
 CODE_FOR_STATUS = {400: "bad_request", 408: "request_timeout",
                    413: "request_too_large", 414: "uri_too_long",
@@ -948,17 +954,27 @@ class Gateway:
 
     'conf' is {section: {key: value}} merged over the base config
     ([server] listen = 127.0.0.1:0, [upstream] url = the upstream, left
-    out when upstream_port is None); 'extra' is raw text appended to the
-    file.  Section names may carry a name: "tenant acme"."""
+    out when upstream_port is None, and [admin] api_key = 'admin_key'
+    unless that is None; AUTO: ADMIN_KEY when a [tenant] is configured);
+    'extra' is raw text appended to the file.  Section names may carry a
+    name: "tenant acme".  With an [admin] listen, its port is read back
+    too (admin_port)."""
 
     def __init__(self, bin_dir, tmpdir, upstream_port, conf=None, extra="",
-                 name="gw", wait=True, env=None):
+                 name="gw", wait=True, env=None, admin_key=AUTO):
         self.exe = os.path.join(bin_dir, "infergw")
         assert os.access(self.exe, os.X_OK), "no infergw at %s" % self.exe
         sections = {"server": {"listen": "127.0.0.1:0"}}
         if upstream_port is not None:
             sections["upstream"] = {"url": "http://127.0.0.1:%d"
                                     % upstream_port}
+        if admin_key == AUTO:
+            tenants = "[tenant " in extra or any(
+                sec.startswith("tenant ") for sec in (conf or {}))
+            admin_key = ADMIN_KEY if tenants else None
+        self.admin_key = admin_key
+        if admin_key is not None:
+            sections["admin"] = {"api_key": admin_key}
         for sec, kv in (conf or {}).items():
             sections.setdefault(sec, {}).update(kv)
         text = ""
@@ -984,6 +1000,8 @@ class Gateway:
         _register(self)
         self.out = _Output(self.proc.stdout, self.logpath)
         self.port = None
+        self.admin_port = None
+        self.admin_listener = "listen" in sections.get("admin", {})
         if wait:
             self.wait_listening()
 
@@ -995,6 +1013,11 @@ class Gateway:
             raise AssertionError("infergw did not log 'server: listening "
                                  "... port=N' (exit %r)" % (rc,))
         self.port = int(m.group(1))
+        if self.admin_listener:
+            m = self.out.wait_line(r"server: listening for admin .*"
+                                   r"\badmin_port=(\d+)", budget(timeout))
+            assert m, "infergw did not log its admin listener"
+            self.admin_port = int(m.group(1))
         return self.port
 
     # -- HTTP shortcuts
@@ -1017,8 +1040,15 @@ class Gateway:
             headers = JSON_HEADERS
         return stream(self.port, "POST", path, headers, body, timeout)
 
+    def metrics_response(self):
+        """GET /metrics on the API port, with the admin key if any."""
+        h = {}
+        if self.admin_key is not None:
+            h["Authorization"] = "Bearer %s" % self.admin_key
+        return self.get("/metrics", headers=h)
+
     def metrics(self):
-        r = self.get("/metrics")
+        r = self.metrics_response()
         assert r.status == 200, "/metrics: %r" % r
         return parse_metrics(r.body.decode("utf-8"))
 
@@ -1117,14 +1147,16 @@ class Ctx:
         self.mocks.append(m)
         return m
 
-    def gateway(self, upstream, conf=None, extra="", wait=True, env=None):
+    def gateway(self, upstream, conf=None, extra="", wait=True, env=None,
+                admin_key=AUTO):
         """Start infergw in front of 'upstream' (a Mock or a port), with
-        'env' ({name: value}) added to its environment."""
+        'env' ({name: value}) added to its environment and 'admin_key' as
+        its [admin] api_key (None: none; AUTO: see Gateway)."""
         port = upstream.port if isinstance(upstream, Mock) else upstream
         # None: the config names its upstreams itself ([upstream NAME]).
         g = Gateway(self.bin, self.tmp, port, conf, extra,
                     name="gw%d" % (len(self.gateways) + 1), wait=wait,
-                    env=env)
+                    env=env, admin_key=admin_key)
         self.gateways.append(g)
         return g
 

@@ -28,6 +28,16 @@
 #include "util.h"
 #include "testutil.h"
 
+/* Tenant keys long enough to load (CONFIG_MIN_KEY_LEN); KN is a format,
+ * one key per %d. */
+#define K1 "sk-tenant-key-1-0a1b"
+#define K2 "sk-tenant-key-2-0a1b"
+#define K3 "sk-tenant-key-3-0a1b"
+#define KN "sk-tenant-key-%d-0a1b"
+/* printf %s sk-admin-rotated-4e1f | sha256sum */
+#define ADMIN_ROTATED_SHA256 \
+    "32a3ed61b450aeb6f554191b28f60301b78758cb4abf72d8fb61ddbb97fb5a54"
+
 /* Test-only schema view, compiled into config.c under INFERGW_UNIT_TEST. */
 int config_schema_entry(size_t i, const char **section, const char **key,
                         int *alias);
@@ -697,13 +707,17 @@ static const char full_config[] =
     "follower_timeout = 90s\n"
     "leader_writes = off\n"
     "[tenant acme]\n"
-    "api_key = sk-acme-1\n"
-    "api_key = sk-acme-2\n"
+    "api_key = sk-acme-1-0123456\n"
+    "api_key = sk-acme-2-0123456\n"
     "[tenant research.lab-2]\n"
     "coalesce = off\n"
-    "api_key = sk-research\n"
+    "api_key = sk-research-012345\n"
     "max_inflight = 4\n"
-    "requests_per_minute = 600\n";
+    "requests_per_minute = 600\n"
+    "[admin]\n"
+    "listen = 127.0.0.1:0\n"
+    "api_key = sk-admin-0123456789\n"
+    "api_key_sha256 = " ADMIN_ROTATED_SHA256 "\n";
 
 /* Is 'digest' the SHA-256 of 'key'?  (Keys are kept only so.) */
 static int
@@ -757,17 +771,21 @@ START_TEST(test_load_full)
     ck_assert_uint_eq(c.num_tenants, 2);
     ck_assert_str_eq(c.tenants[0].name, "acme");
     ck_assert_uint_eq(c.tenants[0].num_keys, 2);
-    ck_assert(key_is(c.tenants[0].key_sha256[0], "sk-acme-1"));
-    ck_assert(key_is(c.tenants[0].key_sha256[1], "sk-acme-2"));
+    ck_assert(key_is(c.tenants[0].key_sha256[0], "sk-acme-1-0123456"));
+    ck_assert(key_is(c.tenants[0].key_sha256[1], "sk-acme-2-0123456"));
     ck_assert_int_eq(c.tenants[0].coalesce, 1);
     ck_assert_str_eq(c.tenants[1].name, "research.lab-2");
     ck_assert_uint_eq(c.tenants[1].num_keys, 1);
-    ck_assert(key_is(c.tenants[1].key_sha256[0], "sk-research"));
+    ck_assert(key_is(c.tenants[1].key_sha256[0], "sk-research-012345"));
     ck_assert_int_eq(c.tenants[1].coalesce, 0);
     ck_assert_uint_eq(c.tenants[0].max_inflight, 0);
     ck_assert_uint_eq(c.tenants[0].requests_per_minute, 0);
     ck_assert_uint_eq(c.tenants[1].max_inflight, 4);
     ck_assert_uint_eq(c.tenants[1].requests_per_minute, 600);
+    ck_assert_str_eq(c.admin_listen, "127.0.0.1:0");
+    ck_assert_uint_eq(c.num_admin_keys, 2);
+    ck_assert(key_is(c.admin_key_sha256[0], "sk-admin-0123456789"));
+    ck_assert(key_is(c.admin_key_sha256[1], "sk-admin-rotated-4e1f"));
     config_release(&c);
     ck_assert(config_is_empty(&c));
 }
@@ -858,11 +876,13 @@ static const struct {
     { "[coalesce]\nomitted_temperature = 0.\n", "temperature 0." },
     { "[server]\nthread_stack_size = 65536\n", "size min in bytes" },
     { "[server]\nmax_connections = 1\n", "uint min" },
-    { "[tenant a]\napi_key = k1\n[tenant b]\napi_key = k2\ncoalesce = off\n"
-      "[tenant c]\ncoalesce = on\napi_key = k3\n",
+    { "[tenant a]\napi_key = " K1 "\n[tenant b]\napi_key = " K2 "\n"
+      "coalesce = off\n[tenant c]\ncoalesce = on\napi_key = " K3 "\n",
       "coalesce once per tenant" },
-    { "[upstream]\napi_key = k1\n[tenant a]\napi_key = k1\n",
+    { "[upstream]\napi_key = " K1 "\n[tenant a]\napi_key = " K1 "\n",
       "upstream key may equal a tenant key" },
+    { "[upstream]\napi_key = k1\n", "a short upstream key: the upstream's" },
+    { "[tenant a]\napi_key = 0123456789abcdef\n", "16 characters: enough" },
 };
 
 START_TEST(test_load_ok)
@@ -937,7 +957,7 @@ static const struct {
       "gateway.conf:2: unknown key 'listen' in [upstream]" },
     { "[coalesce]\ncoalesce = on\n", GW_EINVAL,
       "gateway.conf:2: unknown key 'coalesce' in [coalesce]" },
-    { "[tenant acme]\napi_key = k1\nenabled = on\n", GW_EINVAL,
+    { "[tenant acme]\napi_key = " K1 "\nenabled = on\n", GW_EINVAL,
       "gateway.conf:3: unknown key 'enabled' in [tenant acme]" },
     { "[server]\nlisten = :1\nmax_connections = 5\nlisten = :2\n", GW_EINVAL,
       "gateway.conf:4: duplicate key 'listen' in [server], first set at "
@@ -945,7 +965,8 @@ static const struct {
     { "[upstream]\nidle_timeout = 1s\n\nidle_timeout = 1s\n", GW_EINVAL,
       "gateway.conf:4: duplicate key 'idle_timeout' in [upstream], first "
       "set at line 2" },
-    { "[tenant a]\napi_key = k\ncoalesce = on\ncoalesce = off\n", GW_EINVAL,
+    { "[tenant a]\napi_key = " K1 "\ncoalesce = on\ncoalesce = off\n",
+      GW_EINVAL,
       "gateway.conf:4: duplicate key 'coalesce' in [tenant a], first set "
       "at line 3" },
     /* values: integers */
@@ -1023,7 +1044,7 @@ static const struct {
       ", got '2'" },
     { "[coalesce]\nenabled = enabled\n", GW_EINVAL,
       "gateway.conf:2: enabled: expected " BOOL_HINT ", got 'enabled'" },
-    { "[tenant a]\napi_key = k\ncoalesce = nope\n", GW_EINVAL,
+    { "[tenant a]\napi_key = " K1 "\ncoalesce = nope\n", GW_EINVAL,
       "gateway.conf:3: coalesce: expected " BOOL_HINT ", got 'nope'" },
     { "[server]\nlog_level = verbose\n", GW_EINVAL,
       "gateway.conf:2: log_level: expected error, warn, info or debug, "
@@ -1113,22 +1134,48 @@ static const struct {
       "gateway.conf:2: api_key: expected a non-empty " KEY_HINT },
     { "[tenant a]\napi_key = \"sk-\\\"q\"\n", GW_EINVAL,
       "gateway.conf:2: api_key: expected a non-empty " KEY_HINT },
+    { "[tenant a]\napi_key = " K1 "\n[tenant b]\napi_key = 0123456789abcde\n",
+      GW_EINVAL, "gateway.conf:4: api_key: a weak key: at least 16 "
+      "characters are needed" },
+    { "[tenant a]\napi_key = \"sk-\\\"quoted-and-long\"\n", GW_EINVAL,
+      "gateway.conf:2: api_key: expected a non-empty " KEY_HINT },
     /* tenants */
-    { "[tenant a]\napi_key = k1\n[tenant b]\napi_key = k2\n[tenant a]\n"
-      "api_key = k3\n", GW_EINVAL,
+    { "[tenant a]\napi_key = " K1 "\n[tenant b]\napi_key = " K2 "\n"
+      "[tenant a]\napi_key = " K3 "\n", GW_EINVAL,
       "gateway.conf:5: duplicate tenant 'a', first at line 1" },
-    { "[tenant a]\napi_key = sk-secret-1\n[tenant b]\napi_key = k2\n"
-      "api_key = sk-secret-1\n", GW_EINVAL,
+    { "[tenant a]\napi_key = " K1 "\n[tenant b]\napi_key = " K2 "\n"
+      "api_key = " K1 "\n", GW_EINVAL,
       "gateway.conf:5: this api_key is already used by tenant 'a'" },
-    { "[tenant a]\napi_key = sk-secret-1\napi_key = sk-secret-1\n",
-      GW_EINVAL,
+    { "[tenant a]\napi_key = " K1 "\napi_key = " K1 "\n", GW_EINVAL,
       "gateway.conf:3: this api_key is already used by tenant 'a'" },
     { "[tenant a]\ncoalesce = off\n[server]\n", GW_EINVAL,
       "gateway.conf:1: tenant 'a' has no api_key" },
     { "[server]\n\n[tenant x]\n", GW_EINVAL,
       "gateway.conf:3: tenant 'x' has no api_key" },
-    { "[tenant a]\n[tenant b]\napi_key = k\n", GW_EINVAL,
+    { "[tenant a]\n[tenant b]\napi_key = " K1 "\n", GW_EINVAL,
       "gateway.conf:1: tenant 'a' has no api_key" },
+    /* [admin] (issue 16) */
+    { "[admin]\napi_key = sk-short-admin\n", GW_EINVAL,
+      "gateway.conf:2: api_key: a weak key: at least 16 characters are "
+      "needed" },
+    { "[tenant a]\napi_key = " K1 "\n[admin]\napi_key = " K1 "\n",
+      GW_EINVAL, "gateway.conf:4: this api_key is already used by "
+      "tenant 'a'" },
+    { "[admin]\napi_key = " K1 "\n[tenant a]\napi_key = " K1 "\n",
+      GW_EINVAL, "gateway.conf:4: this api_key is already used by [admin]" },
+    { "[admin]\napi_key = " K1 "\napi_key = " K1 "\n", GW_EINVAL,
+      "gateway.conf:3: this api_key is already used by [admin]" },
+    { "[admin]\nlisten = nowhere\n", GW_EINVAL,
+      "gateway.conf:2: listen: expected " LISTEN_HINT ", got 'nowhere'" },
+    { "[admin]\nlisten = :1\nlisten = :2\n", GW_EINVAL,
+      "gateway.conf:3: duplicate key 'listen' in [admin], first set at "
+      "line 2" },
+    { "[admin]\nport = 1\n", GW_EINVAL,
+      "gateway.conf:2: unknown key 'port' in [admin]" },
+    { "[admin ops]\n", GW_EINVAL,
+      "gateway.conf:1: section [admin] takes no name" },
+    { "[admin]\n[server]\n[admin]\n", GW_EINVAL,
+      "gateway.conf:3: duplicate section [admin], first at line 1" },
     /* upstreams and routing (issue 9) */
     { "[upstream a]\nurl = http://h\n[upstream a]\nurl = http://i\n",
       GW_EINVAL, "gateway.conf:3: duplicate upstream 'a', first at line 1" },
@@ -1194,6 +1241,15 @@ START_TEST(test_load_err)
 }
 END_TEST
 
+static const struct {
+    const char *header;
+    const char *err;
+} too_many_keys[] = {
+    { "[tenant many]\n",
+      "g.conf:18: tenant 'many' has more than 16 api_key lines" },
+    { "[admin]\n", "g.conf:18: [admin] has more than 16 api_key lines" },
+};
+
 /* Errors about counts need generated files. */
 START_TEST(test_load_err_limits)
 {
@@ -1206,8 +1262,8 @@ START_TEST(test_load_err_limits)
 
     /* 65 tenants: the 65th header is refused. */
     for (i = 0; i <= CONFIG_MAX_TENANTS; i++)
-        ck_assert_int_eq(buf_printf(&t, "[tenant t%d]\napi_key = k%d\n", i,
-                                    i), 0);
+        ck_assert_int_eq(buf_printf(&t, "[tenant t%d]\napi_key = " KN "\n",
+                                    i, i), 0);
     ck_assert_int_eq(config_load_text("g.conf", buf_ptr(&t), &c, err,
                                       sizeof(err)), GW_EINVAL);
     ck_assert_str_eq(err, "g.conf:129: too many tenants (at most 64)");
@@ -1216,31 +1272,34 @@ START_TEST(test_load_err_limits)
     /* 64 are fine. */
     buf_reset(&t);
     for (i = 0; i < CONFIG_MAX_TENANTS; i++)
-        ck_assert_int_eq(buf_printf(&t, "[tenant t%d]\napi_key = k%d\n", i,
-                                    i), 0);
+        ck_assert_int_eq(buf_printf(&t, "[tenant t%d]\napi_key = " KN "\n",
+                                    i, i), 0);
     ck_assert_int_eq(config_load_text("g.conf", buf_ptr(&t), &c, err,
                                       sizeof(err)), 0);
     ck_assert_uint_eq(c.num_tenants, CONFIG_MAX_TENANTS);
     config_release(&c);
 
-    /* 17 keys in one tenant: the 17th is refused. */
-    buf_reset(&t);
-    ck_assert_int_eq(buf_append_str(&t, "[tenant many]\n"), 0);
-    for (i = 0; i <= CONFIG_MAX_TENANT_KEYS; i++)
-        ck_assert_int_eq(buf_printf(&t, "api_key = k%d\n", i), 0);
-    ck_assert_int_eq(config_load_text("g.conf", buf_ptr(&t), &c, err,
-                                      sizeof(err)), GW_EINVAL);
-    ck_assert_str_eq(err, "g.conf:18: tenant 'many' has more than 16 "
-                     "api_key lines");
+    /* 17 keys in one tenant, or in [admin]: the 17th is refused. */
+    for (size_t k = 0; k < GW_ARRAY_LEN(too_many_keys); k++) {
+        buf_reset(&t);
+        ck_assert_int_eq(buf_append_str(&t, too_many_keys[k].header), 0);
+        for (i = 0; i <= CONFIG_MAX_TENANT_KEYS; i++)
+            ck_assert_int_eq(buf_printf(&t, "api_key = " KN "\n", i), 0);
+        ck_assert_int_eq(config_load_text("g.conf", buf_ptr(&t), &c, err,
+                                          sizeof(err)), GW_EINVAL);
+        ck_assert_str_eq(err, too_many_keys[k].err);
+    }
 
     /* A 65-character tenant name is refused, 64 accepted. */
     buf_reset(&t);
-    ck_assert_int_eq(buf_printf(&t, "[tenant %065d]\napi_key = k\n", 0), 0);
+    ck_assert_int_eq(buf_printf(&t, "[tenant %065d]\napi_key = " K1 "\n",
+                                0), 0);
     ck_assert_int_eq(config_load_text("g.conf", buf_ptr(&t), &c, err,
                                       sizeof(err)), GW_EINVAL);
     ck_assert_str_eq(err, "g.conf:1: tenant name longer than 64 characters");
     buf_reset(&t);
-    ck_assert_int_eq(buf_printf(&t, "[tenant %064d]\napi_key = k\n", 0), 0);
+    ck_assert_int_eq(buf_printf(&t, "[tenant %064d]\napi_key = " K1 "\n",
+                                0), 0);
     ck_assert_int_eq(config_load_text("g.conf", buf_ptr(&t), &c, err,
                                       sizeof(err)), 0);
     config_release(&c);
@@ -1302,7 +1361,8 @@ START_TEST(test_load_file_ok)
 {
     struct gw_config c;
     char err[512];
-    char *path = temp_file("[tenant a]\napi_key = k\n", 23);
+    static const char text[] = "[tenant a]\napi_key = " K1 "\n";
+    char *path = temp_file(text, sizeof(text) - 1);
 
     ck_assert_int_eq(config_load(path, &c, err, sizeof(err)), 0);
     ck_assert_str_eq(c.path, path);
@@ -1476,6 +1536,22 @@ assert_config_eq(const struct gw_config *a, const struct gw_config *b)
     ck_assert_uint_eq(a->max_flights, b->max_flights);
     ck_assert_int_eq(a->follower_timeout_ms, b->follower_timeout_ms);
     ck_assert_uint_eq(a->num_tenants, b->num_tenants);
+    ck_assert_str_eq(a->admin_listen, b->admin_listen);
+    ck_assert_uint_eq(a->num_admin_keys, b->num_admin_keys);
+}
+
+/*
+ * The sample binds [admin] listen to loopback, where the default is no
+ * admin listener: check that, then give 'c' the default, so that the
+ * rest compares.
+ */
+static void
+sample_admin_listen(struct gw_config *c)
+{
+    ck_assert_str_eq(c->admin_listen, "127.0.0.1:8081");
+    gw_free(c->admin_listen);
+    c->admin_listen = gw_strdup("");
+    ck_assert_ptr_nonnull(c->admin_listen);
 }
 
 START_TEST(test_sample_loads)
@@ -1489,6 +1565,7 @@ START_TEST(test_sample_loads)
     /* The two lines the sample sets are the defaults too. */
     ck_assert_str_eq(c.listen, "127.0.0.1:8080");
     ck_assert_str_eq(c.upstreams[0].url, "http://127.0.0.1:8000");
+    sample_admin_listen(&c);
     assert_config_eq(&c, &d);
     config_release(&c);
     config_release(&d);
@@ -1510,6 +1587,7 @@ START_TEST(test_sample_documents_defaults)
     ck_assert_msg(config_load_text("uncommented", text, &c, err,
                                    sizeof(err)) == 0, "%s", err);
     ck_assert_int_eq(config_defaults(&d), 0);
+    sample_admin_listen(&c);
     assert_config_eq(&c, &d);
     config_release(&c);
     config_release(&d);
@@ -1518,13 +1596,18 @@ START_TEST(test_sample_documents_defaults)
     ck_assert_int_eq(cfg_parse_text("uncommented", text, strlen(text), &f,
                                     err, sizeof(err)), 0);
     for (i = 0; config_schema_entry(i, &section, &key, &alias) == 0; i++) {
-        if (strcmp(section, "tenant") == 0) {
+        if (strcmp(section, "tenant") == 0
+            || (strcmp(section, "admin") == 0
+                && strncmp(key, "api_key", 7) == 0)) {
+            const char *from = strstr(text, section[0] == 'a'
+                                            ? "\n[admin]\n" : "\n");
             char line[64];
 
-            /* Shown in the example sections. */
+            /* Shown in the example sections (keys have no default). */
             snprintf(line, sizeof(line), "#   %s = ", key);
-            ck_assert_msg(strstr(text, line) != NULL, "etc/gateway.conf "
-                          "does not show tenant.%s", key);
+            ck_assert_msg(from != NULL && strstr(from, line) != NULL,
+                          "etc/gateway.conf does not show %s.%s", section,
+                          key);
             continue;
         }
         if (alias)

@@ -424,24 +424,27 @@ START_TEST(test_tenants)
     char err[256];
     json_t *j = json_loads("{}", 0, NULL);
     static const char conf[] =
-        "[tenant acme]\napi_key = sk-acme\n"
-        "[tenant globex]\napi_key = sk-globex\napi_key = sk-g2\n"
-        "coalesce = off\n";
+        "[tenant acme]\napi_key = sk-acme-0123456789\n"
+        "[tenant globex]\napi_key = sk-globex-0123456789\n"
+        "api_key = sk-g2-0123456789ab\ncoalesce = off\n";
 
     config_release(&cfg);
     ck_assert_int_eq(config_load_text("t.conf", conf, &c, err, sizeof(err)),
                      0);
     ck_assert_int_gt(parse("POST / HTTP/1.1\r\nHost: x\r\n"
-                           "Authorization: Bearer sk-acme\r\n\r\n", &r), 0);
+                           "Authorization: Bearer sk-acme-0123456789\r\n"
+                           "\r\n", &r), 0);
     ck_assert_uint_eq(tenant_identify(&c, &r), 0);
     ck_assert_str_eq(tenant_name(&c, 0), "acme");
     ck_assert_int_gt(parse("POST / HTTP/1.1\r\nHost: x\r\n"
-                           "Authorization: Bearer sk-g2\r\n\r\n", &r), 0);
+                           "Authorization: Bearer sk-g2-0123456789ab\r\n"
+                           "\r\n", &r), 0);
     ck_assert_uint_eq(tenant_identify(&c, &r), 1);
     ck_assert_int_eq(coalesce_eligible(&c, 1, &r, j, &why), 0);
     ck_assert_int_eq(why, BYPASS_TENANT);
     ck_assert_int_gt(parse("POST / HTTP/1.1\r\nHost: x\r\n"
-                           "Authorization: Bearer sk-acm\r\n\r\n", &r), 0);
+                           "Authorization: Bearer sk-acme-012345678\r\n"
+                           "\r\n", &r), 0);
     ck_assert_uint_eq(tenant_identify(&c, &r), CONFIG_MAX_TENANTS);
     ck_assert_str_eq(tenant_name(&c, CONFIG_MAX_TENANTS),
                      "default");

@@ -624,7 +624,7 @@ START_TEST(test_conn_alloc_failure_is_503)
     ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv),
                      0);
     alloc_fail_after(1, 0);
-    conn_serve(&ctx, sv[0], 0);         /* closes sv[0] */
+    conn_serve(&ctx, sv[0], 0, 0);         /* closes sv[0] */
     alloc_fail_after(0, 0);
     buf_init(&got, 1 << 16);
     while ((n = recv(sv[1], b, sizeof(b), MSG_DONTWAIT)) > 0)

@@ -22,6 +22,12 @@
 #define HASHED_HEX \
     "3f0f5a0d4d1d6b2c7b1b8f1f54e0a5c6d0b9b3b3e8f0e0b6b0a7f1c2d3e4f5a6"
 
+/* Keys long enough to load (CONFIG_MIN_KEY_LEN). */
+#define KEY_ACME "sk-acme-0123456789"
+#define KEY_B2 "sk-b2-0123456789ab"
+#define KEY_1 "sk-k1-0123456789ab"
+#define KEY_2 "sk-k2-0123456789ab"
+
 static struct gw_config cfg;
 static struct http_request req;
 static char head[512];
@@ -72,21 +78,26 @@ START_TEST(test_identify_plain_and_hashed_keys)
     mbedtls_sha256_ret((const unsigned char *)"sk-hashed", 9, d, 0);
     for (int i = 0; i < 32; i++)
         snprintf(hex + 2 * i, 3, "%02X", d[i]);
-    snprintf(conf, sizeof(conf), "[tenant acme]\napi_key = sk-acme\n"
-             "[tenant beta]\napi_key_sha256 = %s\napi_key = sk-b2\n", hex);
+    snprintf(conf, sizeof(conf), "[tenant acme]\napi_key = " KEY_ACME "\n"
+             "[tenant beta]\napi_key_sha256 = %s\napi_key = " KEY_B2 "\n",
+             hex);
     load(conf);
-    ck_assert_uint_eq(tenant_identify(&cfg, with_auth("Bearer sk-acme")), 0);
+    ck_assert_uint_eq(tenant_identify(&cfg, with_auth("Bearer " KEY_ACME)),
+                      0);
     ck_assert_str_eq(tenant_name(&cfg, 0), "acme");
     ck_assert_uint_eq(tenant_identify(&cfg, with_auth("Bearer sk-hashed")),
                       1);
-    ck_assert_uint_eq(tenant_identify(&cfg, with_auth("bearer sk-b2")), 1);
-    ck_assert_uint_eq(tenant_identify(&cfg, with_auth("Bearer sk-acm")),
+    ck_assert_uint_eq(tenant_identify(&cfg, with_auth("bearer " KEY_B2)), 1);
+    /* One character short of acme's key, and one too many. */
+    ck_assert_uint_eq(tenant_identify(&cfg, with_auth("Bearer "
+                                                      "sk-acme-012345678")),
                       CONFIG_MAX_TENANTS);
-    ck_assert_uint_eq(tenant_identify(&cfg, with_auth("Bearer sk-acmee")),
+    ck_assert_uint_eq(tenant_identify(&cfg, with_auth("Bearer " KEY_ACME
+                                                      "9")),
                       CONFIG_MAX_TENANTS);
     ck_assert_uint_eq(tenant_identify(&cfg, with_auth("Bearer ")),
                       CONFIG_MAX_TENANTS);
-    ck_assert_uint_eq(tenant_identify(&cfg, with_auth("Basic sk-acme")),
+    ck_assert_uint_eq(tenant_identify(&cfg, with_auth("Basic " KEY_ACME)),
                       CONFIG_MAX_TENANTS);
     ck_assert_uint_eq(tenant_identify(&cfg, with_auth(NULL)),
                       CONFIG_MAX_TENANTS);
@@ -102,15 +113,46 @@ START_TEST(test_key_and_its_digest_collide)
     char hex[65];
     struct gw_config c;
 
-    mbedtls_sha256_ret((const unsigned char *)"sk-x", 4, d, 0);
+    mbedtls_sha256_ret((const unsigned char *)KEY_1, strlen(KEY_1), d, 0);
     for (int i = 0; i < 32; i++)
         snprintf(hex + 2 * i, 3, "%02x", d[i]);
-    snprintf(conf, sizeof(conf), "[tenant a]\napi_key = sk-x\n"
+    snprintf(conf, sizeof(conf), "[tenant a]\napi_key = " KEY_1 "\n"
              "[tenant b]\napi_key_sha256 = %s\n", hex);
     ck_assert_int_eq(config_load_text("t.conf", conf, &c, err, sizeof(err)),
                      GW_EINVAL);
     ck_assert_str_eq(err, "t.conf:4: this api_key is already used by "
                      "tenant 'a'");
+}
+END_TEST
+
+/* [admin]'s keys are compared as a tenant's are, and are no tenant's. */
+START_TEST(test_admin_keys)
+{
+    char conf[512];
+    unsigned char d[32];
+    char hex[65];
+
+    load("[tenant a]\napi_key = " KEY_1 "\n");
+    ck_assert(!tenant_is_admin(&cfg, with_auth("Bearer " KEY_1)));
+    ck_assert(!tenant_is_admin(&cfg, with_auth(NULL)));
+    mbedtls_sha256_ret((const unsigned char *)KEY_B2, strlen(KEY_B2), d, 0);
+    for (int i = 0; i < 32; i++)
+        snprintf(hex + 2 * i, 3, "%02x", d[i]);
+    snprintf(conf, sizeof(conf), "[tenant a]\napi_key = " KEY_1 "\n"
+             "[admin]\napi_key = " KEY_2 "\napi_key_sha256 = %s\n", hex);
+    load(conf);
+    ck_assert(tenant_is_admin(&cfg, with_auth("Bearer " KEY_2)));
+    ck_assert(tenant_is_admin(&cfg, with_auth("bearer " KEY_B2)));
+    ck_assert(!tenant_is_admin(&cfg, with_auth("Bearer " KEY_1)));
+    ck_assert(!tenant_is_admin(&cfg, with_auth("Bearer " KEY_2 "x")));
+    ck_assert(!tenant_is_admin(&cfg, with_auth("Bearer sk-k2-0123456789a")));
+    ck_assert(!tenant_is_admin(&cfg, with_auth("Bearer ")));
+    ck_assert(!tenant_is_admin(&cfg, with_auth("Basic " KEY_2)));
+    ck_assert(!tenant_is_admin(&cfg, with_auth(NULL)));
+    /* An admin key is nobody's tenant key, a tenant's still is. */
+    ck_assert_uint_eq(tenant_identify(&cfg, with_auth("Bearer " KEY_2)),
+                      CONFIG_MAX_TENANTS);
+    ck_assert_uint_eq(tenant_identify(&cfg, with_auth("Bearer " KEY_1)), 0);
 }
 END_TEST
 
@@ -140,8 +182,8 @@ START_TEST(test_max_inflight)
     struct tenant_entry *p1, *p2, *p3;
     int wait;
 
-    load("[tenant a]\napi_key = k1\nmax_inflight = 2\n"
-         "[tenant b]\napi_key = k2\n");
+    load("[tenant a]\napi_key = " KEY_1 "\nmax_inflight = 2\n"
+         "[tenant b]\napi_key = " KEY_2 "\n");
     ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, &p1, &wait),
                      TENANT_ADMITTED);
     ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, &p2, &wait),
@@ -163,36 +205,155 @@ START_TEST(test_max_inflight)
 }
 END_TEST
 
+#define S_US INT64_C(1000000)
+
 START_TEST(test_requests_per_minute)
 {
     struct tenants *ts = tenants_new();
     struct tenant_entry *p;
     int wait;
 
-    load("[tenant a]\napi_key = k1\nrequests_per_minute = 3\n");
+    load("[tenant a]\napi_key = " KEY_1 "\nrequests_per_minute = 3\n");
     for (int i = 0; i < 3; i++) {
-        ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 1000, &p, &wait),
+        ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 1 * S_US, &p, &wait),
                          TENANT_ADMITTED);
         tenants_leave(ts, p);
     }
-    /* Empty: one token per 20 s at 3 a minute. */
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 1000, &p, &wait),
+    /* Empty: one token per 20 s at 3 a minute, in whole seconds rounded
+     * up (due in 19.999999 s is "20"). */
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 1 * S_US, &p, &wait),
                      TENANT_RATE);
     ck_assert_int_eq(wait, 20);
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 11000, &p, &wait),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 1 * S_US + 1, &p, &wait),
+                     TENANT_RATE);
+    ck_assert_int_eq(wait, 20);
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 11 * S_US, &p, &wait),
                      TENANT_RATE);
     ck_assert_int_eq(wait, 10);
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 21000, &p, &wait),
+    /* A microsecond before the token: still refused, and honest. */
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 21 * S_US - 1, &p, &wait),
+                     TENANT_RATE);
+    ck_assert_int_eq(wait, 1);
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 21 * S_US, &p, &wait),
                      TENANT_ADMITTED);
     tenants_leave(ts, p);
     /* A full minute refills no more than the minute's worth. */
     for (int i = 0; i < 3; i++) {
-        ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 10000000, &p, &wait),
-                         TENANT_ADMITTED);
+        ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 10000 * S_US, &p,
+                                       &wait), TENANT_ADMITTED);
         tenants_leave(ts, p);
     }
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 10000000, &p, &wait),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 10000 * S_US, &p, &wait),
                      TENANT_RATE);
+    tenants_free(ts);
+}
+END_TEST
+
+/*
+ * 'senders' clients of tenant 0 sending 'each' requests 'period_us'
+ * apart, client j 'stagger_us' x j after client 0, from 'start_us', in
+ * time order on the fake clock (as keep-alive connections whose requests
+ * interleave).  Returns how many were admitted; every refusal must give
+ * a Retry-After of 1..'max_wait' s.
+ */
+static int
+send_interleaved(struct tenants *ts, int64_t start_us, int senders,
+                 int each, int64_t period_us, int64_t stagger_us,
+                 int max_wait)
+{
+    struct tenant_entry *p;
+    int admitted = 0, wait;
+
+    ck_assert_int_lt((int64_t)(senders - 1) * stagger_us, period_us + 1);
+    for (int k = 0; k < each; k++) {
+        for (int j = 0; j < senders; j++) {
+            int64_t now = start_us + k * period_us + j * stagger_us;
+
+            if (tenants_enter(ts, &cfg, 0, now, &p, &wait)
+                == TENANT_ADMITTED) {
+                admitted++;
+                tenants_leave(ts, p);
+            } else {
+                ck_assert_ptr_null(p);
+                ck_assert_int_ge(wait, 1);
+                ck_assert_int_le(wait, max_wait);
+            }
+        }
+    }
+    return admitted;
+}
+
+/*
+ * Issue 16 item 10, the first case: rpm = 60 and 120 requests over 10 s
+ * from 8 interleaved senders (one every 83.3 ms).  The bucket starts
+ * full, so 60 pass at once and one more per second: the last request,
+ * at 9.92 s, finds 60 + 9.92 tokens made, so 69 pass.  The old bucket,
+ * whose Retry-After rounded to 0 counted as "admitted", passed 73.
+ */
+START_TEST(test_rate_starts_full_and_refills_continuously)
+{
+    struct tenants *ts = tenants_new();
+
+    load("[tenant a]\napi_key = " KEY_1 "\nrequests_per_minute = 60\n");
+    ck_assert_int_eq(send_interleaved(ts, 0, 8, 15, 666667, 83333, 1), 69);
+    tenants_free(ts);
+}
+END_TEST
+
+/*
+ * The second case: rpm = 700, a bucket emptied by a burst, then 8
+ * senders each sending every millisecond (one request every 125 us) for
+ * 5 s.  700 / 60 x 5 = 58.3 tokens are made in those 5 s: 58 pass.  The
+ * old bucket kept time in milliseconds and admitted every request that
+ * came while the next token was due in under 0.5 ms, without taking
+ * it: 258 passed.
+ */
+START_TEST(test_rate_bursts_within_a_millisecond)
+{
+    struct tenants *ts = tenants_new();
+
+    load("[tenant a]\napi_key = " KEY_1 "\nrequests_per_minute = 700\n");
+    ck_assert_int_eq(send_interleaved(ts, 0, 1, 700, 0, 0, 1), 700);
+    ck_assert_int_eq(send_interleaved(ts, 0, 8, 1, 1, 0, 1), 0);
+    ck_assert_int_eq(send_interleaved(ts, 1, 8, 5000, 1000, 125, 1), 58);
+    tenants_free(ts);
+}
+END_TEST
+
+/*
+ * Requests with the next token due in under half a millisecond: each is
+ * refused (the old bucket read the rounded Retry-After of 0 as "admit"
+ * and took nothing); the token, once due, admits one.
+ */
+START_TEST(test_rate_refusal_never_admits)
+{
+    struct tenants *ts = tenants_new();
+    struct tenant_entry *p;
+    int wait;
+
+    load("[tenant a]\napi_key = " KEY_1 "\nrequests_per_minute = 700\n");
+    ck_assert_int_eq(send_interleaved(ts, 0, 1, 700, 0, 0, 1), 700);
+    /* 700 a minute: a token every 85714.3 us, so the first is whole at
+     * 85715 us. */
+    for (int64_t t = 85215; t < 85715; t++) {
+        ck_assert_int_eq(tenants_enter(ts, &cfg, 0, t, &p, &wait),
+                         TENANT_RATE);
+        ck_assert_int_eq(wait, 1);
+    }
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 85715, &p, &wait),
+                     TENANT_ADMITTED);
+    tenants_leave(ts, p);
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 85715, &p, &wait),
+                     TENANT_RATE);
+    /* A clock read before the last one (another thread's, late for the
+     * lock) neither refills nor rewinds the bucket. */
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 1, &p, &wait),
+                     TENANT_RATE);
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 171428, &p, &wait),
+                     TENANT_RATE);
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 171429, &p, &wait),
+                     TENANT_ADMITTED);
+    tenants_leave(ts, p);
     tenants_free(ts);
 }
 END_TEST
@@ -205,7 +366,7 @@ START_TEST(test_bill_and_render)
     int wait;
     char model[16];
 
-    load("[tenant a]\napi_key = k1\n");
+    load("[tenant a]\napi_key = " KEY_1 "\n");
     ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, &p, &wait),
                      TENANT_ADMITTED);
     tenants_bill(ts, p, "m1", 10, 5, 0);
@@ -367,6 +528,7 @@ tenant_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_identify_plain_and_hashed_keys);
     tcase_add_test(tc, test_key_and_its_digest_collide);
+    tcase_add_test(tc, test_admin_keys);
     tcase_add_loop_test(tc, test_bad_digest, 0,
                         (int)GW_ARRAY_LEN(bad_digests));
     suite_add_tcase(s, tc);
@@ -375,6 +537,9 @@ tenant_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_max_inflight);
     tcase_add_test(tc, test_requests_per_minute);
+    tcase_add_test(tc, test_rate_starts_full_and_refills_continuously);
+    tcase_add_test(tc, test_rate_bursts_within_a_millisecond);
+    tcase_add_test(tc, test_rate_refusal_never_admits);
     tcase_add_test(tc, test_bill_and_render);
     suite_add_tcase(s, tc);
 
