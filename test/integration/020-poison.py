@@ -79,3 +79,159 @@ def test_mock_answers_the_marker_with_its_poison_status(t):
     assert request(m.port, "POST", "/control?poison=%01").status == 400
     assert request(m.port, "POST", "/control?poison=").status == 200
     assert m.call("POST", CHAT, chat_body(MARKER)).status == 200
+
+
+def test_poison_prompts_cannot_take_the_fleet_away(t):
+    """The issue's test: three upstreams that answer 500 to any prompt
+    with the marker and 200 otherwise; 4 clients on keep-alive
+    connections send 80% marked, 20% clean for 15 s, default settings:
+    at least 99% of the clean requests get 200."""
+    ms = [t.mock() for _ in range(3)]
+    for m in ms:
+        poison(m)
+    g = pool(t, ms)
+    seconds, clients = 15.0, 4
+    lock = threading.Lock()
+    counts = {"clean": {}, "marked": {}}
+    errors = []
+
+    def client(k):
+        rnd = random.Random(k)
+        c = Connection(g.port, timeout=10.0)
+        n = 0
+        end = time.monotonic() + seconds
+        try:
+            while time.monotonic() < end:
+                n += 1
+                kind = "marked" if rnd.random() < 0.8 else "clean"
+                text = "client %d request %d" % (k, n)
+                if kind == "marked":
+                    text += " " + MARKER
+                r = c.request("POST", CHAT, JSON_HEADERS, chat_body(text))
+                with lock:
+                    d = counts[kind]
+                    d[r.status] = d.get(r.status, 0) + 1
+                if r.connection_close:
+                    c.close()
+                    c = Connection(g.port, timeout=10.0)
+        except Exception as e:          # noqa: B902 - reported below
+            errors.append("client %d: %r" % (k, e))
+        finally:
+            c.close()
+
+    threads = [threading.Thread(target=client, args=(k,))
+               for k in range(clients)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    clean, marked = counts["clean"], counts["marked"]
+    total = sum(clean.values())
+    ok = clean.get(200, 0)
+    ms_ = g.metrics()
+    report = ("clean %d/%d got 200 (%.2f%%), clean statuses %r, marked "
+              "statuses %r; ejections %r, capped %r, panic gauge %r" % (
+                  ok, total, 100.0 * ok / max(total, 1), clean, marked,
+                  metric(ms_, EJECTIONS) if has_metric(ms_, EJECTIONS)
+                  else None,
+                  metric(ms_, CAPPED) if has_metric(ms_, CAPPED) else None,
+                  metric(ms_, PANIC) if has_metric(ms_, PANIC) else None))
+    assert not errors, "%s; %s" % (errors, report)
+    assert total >= 100, "too few clean requests to judge: " + report
+    assert ok >= 0.99 * total, report
+
+
+def test_max_ejected_keeps_half_of_a_models_upstreams_in(t):
+    """max_ejected alone (panic off): 4 upstreams, 3 of them down; at
+    most 2 (50%) are ejected, the third down one stays in however many
+    failures it has."""
+    live = t.mock()
+    dead = [t.mock() for _ in range(3)]
+    ports = [m.port for m in dead]
+    for m in dead:
+        m.close()
+    g = pool(t, ports + [live], routing={
+        "balance": "round_robin", "eject_after": 1, "eject_time": "1m",
+        "health_interval": 0, "panic_below": "0%", "retries": 3,
+        "retry_budget": "100%", "retry_budget_min": 1000})
+
+    def connect_failures(i):
+        ms_ = g.metrics()
+        lab = {"upstream": "u%d" % i, "kind": "connect"}
+        return metric(ms_, FAILURES, **lab) if has_metric(
+            ms_, FAILURES, **lab) else 0
+    sent = 0
+    # Until each down one failed at least once and one of them 3 times:
+    # with eject_after = 1, that is 3 ejections due for it.
+    while (min(connect_failures(i) for i in range(3)) < 1
+           or max(connect_failures(i) for i in range(3)) < 3):
+        r = post(g, "r%d" % sent)
+        assert r.status == 200, r      # retried onto the live one
+        sent += 1
+        assert sent <= 60, (sent, [connect_failures(i) for i in range(3)])
+    s = states(g, 4)
+    assert s[3] == 0 and sorted(s[:3]) == [0, 2, 2], s
+    kept = s.index(0)
+    assert value(g, CAPPED, upstream="u%d" % kept) >= 2, \
+        "the third one's failures past eject_after were not refused"
+    assert value(g, EJECTIONS) == 2
+    g.wait_log(r"pool: upstream u%d kept in: max_ejected" % kept)
+
+
+def test_panic_sends_calls_to_ejected_upstreams(t):
+    """Panic alone (every upstream may be ejected): with both upstreams
+    ejected, calls go to them anyway, the gauge says 1 and the log says
+    so once."""
+    a, b = t.mock(), t.mock()
+    for m in (a, b):
+        r = request(m.port, "POST", "/control?status=500")
+        assert r.status == 200, r
+    g = pool(t, [a, b], routing={"balance": "round_robin", "eject_after": 1,
+                                 "eject_time": "1m", "health_interval": 0,
+                                 "max_ejected": "100%"})
+    # A verdict may land just after its answer reached the client.
+    assert post(g, "one").status == 500
+    wait_for(lambda: states(g, 2) == [2, 0], msg="u0 ejected")
+    # One of two usable is not fewer than 50%: no panic yet.
+    assert post(g, "two").status == 500
+    assert value(g, PANIC) == 0
+    wait_for(lambda: states(g, 2) == [2, 2], msg="u1 ejected")
+    for m in (a, b):
+        r = request(m.port, "POST", "/control?status=0")
+        assert r.status == 200, r
+    before = a.stats()["completions"] + b.stats()["completions"]
+    for i in range(4):
+        r = post(g, "in panic %d" % i)
+        assert r.status == 200, r
+    assert a.stats()["completions"] + b.stats()["completions"] == before + 4
+    assert states(g, 2) == [2, 2], "an answer in panic is no trial"
+    assert value(g, PANIC) == 1
+    g.wait_log(r"pool: panic usable=0/2 panic_below=50% upstreams=u0,u1")
+    assert sum(1 for l in g.log_lines() if "pool: panic usable" in l) == 1
+    assert g.get("/readyz").status == 503, "panic made /readyz ready"
+
+
+def test_panic_ignores_retry_after_and_ends_with_it(t):
+    """Panic over Retry-After holds: both upstreams said 429 with
+    Retry-After, so none is usable; calls still go to them, and the
+    panic ends (gauge 0, a log line) when the holds do."""
+    a, b = t.mock(), t.mock()
+    for m in (a, b):
+        r = request(m.port, "POST", "/control?status=429&retry_after=3")
+        assert r.status == 200, r
+    g = pool(t, [a, b], routing={"eject_after": 1000, "health_interval": 0})
+    r = post(g, "throttled")
+    assert r.status == 429, r          # retried once, then relayed
+    assert a.stats()["completions"] + b.stats()["completions"] == 2
+    wait_for(lambda: g.get("/readyz").status == 503,
+             msg="both held back: none usable")
+    for m in (a, b):
+        r = request(m.port, "POST", "/control?status=0")
+        assert r.status == 200, r
+    r = post(g, "held back, sent all the same")
+    assert r.status == 200, r
+    assert value(g, PANIC) == 1
+    g.wait_log(r"pool: panic usable=0/2")
+    wait_for(lambda: value(g, PANIC) == 0, timeout=10,
+             msg="the panic ends with the holds")
+    g.wait_log(r"pool: panic over usable=2/2")
