@@ -103,6 +103,7 @@ struct pool {
 
     uint64_t retries, hedges, budget_refused;
     uint64_t queue_waits, queue_timeouts, unavailable;
+    uint64_t poison;                    /* requests found poison */
 
     /* The sets calls found in panic (see the file comment). */
     uint64_t panic[POOL_PANIC_MAX];
@@ -1052,6 +1053,28 @@ pool_note_answer(struct pool *p, struct pool_slot *slot)
     slot->trial = 0;
 }
 
+void
+pool_judge(struct pool *p, size_t idx, enum pool_outcome o, int poison)
+{
+    if (!poison) {
+        settle(p, idx, 0, 0, o, 0);
+        return;
+    }
+    if (o == POOL_OK || o == POOL_NEUTRAL)
+        return;
+    gw_mutex_lock(&p->lock);
+    p->m[idx].failures[o]++;
+    gw_mutex_unlock(&p->lock);
+}
+
+void
+pool_note_poison(struct pool *p)
+{
+    gw_mutex_lock(&p->lock);
+    p->poison++;
+    gw_mutex_unlock(&p->lock);
+}
+
 /* ---- the budget ---- */
 
 /* The bucket for now, emptied if it holds an older second. */
@@ -1421,13 +1444,18 @@ pool_render_metrics(struct pool *p, struct buf *out)
             "# HELP infergw_upstream_queued Calls waiting for a slot now.\n"
             "# TYPE infergw_upstream_queued gauge\n"
             "infergw_upstream_queued %" PRIu64 "\n"
+            "# HELP infergw_upstream_poison_requests_total Requests that "
+            "failed the same way on two upstreams: not counted toward "
+            "ejection.\n"
+            "# TYPE infergw_upstream_poison_requests_total counter\n"
+            "infergw_upstream_poison_requests_total %" PRIu64 "\n"
             "# HELP infergw_upstream_panic Sets of upstreams (a model's) "
             "in panic now: fewer than panic_below usable, so calls go to "
             "all of them.\n"
             "# TYPE infergw_upstream_panic gauge\n"
             "infergw_upstream_panic %zu\n",
             p->retries, p->hedges, p->budget_refused, p->unavailable,
-            p->queue_waits, p->queue_timeouts, p->q_len, panics);
+            p->queue_waits, p->queue_timeouts, p->q_len, p->poison, panics);
     gw_mutex_unlock(&p->lock);
     log_event(p, &pev);
     return rc;

@@ -30,11 +30,16 @@
  * - panic_below: while fewer than that share of the set serving a call's
  *   model are usable (CLOSED, or HALF_OPEN with no trial out, and not
  *   held back), the call may go to any of them, ejected or held back or
- *   not: the breakers can be wrong, and then the choice is between
- *   some answers and none.  A call made so on an upstream that is not
- *   usable is no trial.
+ *   not: the breakers can be wrong (a poison request, below), and then
+ *   the choice is between some answers and none.  A call made so on an
+ *   upstream that is not usable is no trial.
  * The sets in panic are noted as calls find them (up to POOL_PANIC_MAX
  * at once), logged when they enter and leave, and counted by a gauge.
+ *
+ * A call's failure counts toward ejection only when it is the upstream's.
+ * dispatch.c, which sees every attempt of a request, may give a slot back
+ * without a verdict (POOL_NEUTRAL) and judge it later (pool_judge), once
+ * it knows whether the request failed the same way on another upstream.
  *
  * Admission: an upstream with max_inflight takes at most that many calls
  * at once.  A call that finds every usable candidate full waits in a FIFO
@@ -147,10 +152,27 @@ void pool_note_answer(struct pool *p, struct pool_slot *slot);
 
 /*
  * Give the slot back with the call's outcome; 'retry_after_ms' > 0 is
- * the upstream's Retry-After on a 429 or 503.  'slot' is reset.
+ * the upstream's Retry-After on a 429 or 503.  'slot' is reset.  With
+ * POOL_NEUTRAL (no verdict) a half-open trial is over all the same, and
+ * the slot may go to a waiter at once; pool_judge() may bring the
+ * verdict later.
  */
 void pool_release(struct pool *p, struct pool_slot *slot,
                   enum pool_outcome o, int64_t retry_after_ms);
+
+/*
+ * The verdict 'o' on a call to upstream 'idx' whose slot went back
+ * without one: judged now as pool_release() would have (no Retry-After).
+ * 'poison': the same request failed the same way on another upstream
+ * too, so the failure is the request's, not the upstream's: it is
+ * counted in infergw_upstream_failures_total and nowhere else (no
+ * ejection, no failure in a row, no reset of them either).
+ */
+void pool_judge(struct pool *p, size_t idx, enum pool_outcome o,
+                int poison);
+
+/* A request found to be poison (dispatch.c), for /metrics. */
+void pool_note_poison(struct pool *p);
 
 /*
  * Is there an upstream for 'want', other than 'idx' and the excluded

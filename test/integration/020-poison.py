@@ -141,6 +141,47 @@ def test_poison_prompts_cannot_take_the_fleet_away(t):
     assert ok >= 0.99 * total, report
 
 
+def test_the_same_5xx_on_two_upstreams_is_poison_and_not_counted(t):
+    """Poison alone (max_ejected and panic off): a 502 on every upstream
+    a request tries ejects none of them; a 502 that another upstream
+    does not share still counts as it always did."""
+    ms = [t.mock() for _ in range(3)]
+    for m in ms:
+        poison(m, 502)
+    g = pool(t, ms, routing={"balance": "round_robin", "eject_after": 2,
+                             "eject_time": "1m", "health_interval": 0,
+                             "max_ejected": "100%", "panic_below": "0%",
+                             "retry_budget": "100%",
+                             "retry_budget_min": 1000})
+    n = 8
+    for i in range(n):
+        r = post(g, "marked %d %s" % (i, MARKER))
+        assert r.status == 502, r      # the last attempt's, relayed
+    assert sum(m.stats()["completions"] for m in ms) == 3 * n
+    # Counted as failures all the same, only not toward ejection (the
+    # last verdict may land just after its answer reached the client).
+    wait_for(lambda: value(g, FAILURES, kind="status") == 3 * n,
+             msg="every failure judged")
+    assert value(g, POISON) == n
+    assert states(g, 3) == [0, 0, 0], "a poison request ejected: %r" % (
+        states(g, 3),)
+    assert value(g, EJECTIONS) == 0
+    g.wait_log(r"dispatch: poison request status=502 upstreams=u\d,u\d")
+    for i in range(6):
+        assert post(g, "clean %d" % i).status == 200
+
+    # u0 now fails everything, the others answer: its failures are its
+    # own (the held verdict is judged when the retry answers).
+    r = request(ms[0].port, "POST", "/control?status=502")
+    assert r.status == 200, r
+    codes = []
+    while value(g, STATE, upstream="u0") != 2:
+        codes.append(post(g, "plain %d" % len(codes)).status)
+        assert len(codes) <= 12, "u0 never ejected: %r" % (codes,)
+    assert set(codes) == {200}, codes
+    assert value(g, POISON) == n
+
+
 def test_max_ejected_keeps_half_of_a_models_upstreams_in(t):
     """max_ejected alone (panic off): 4 upstreams, 3 of them down; at
     most 2 (50%) are ejected, the third down one stays in however many
@@ -235,3 +276,21 @@ def test_panic_ignores_retry_after_and_ends_with_it(t):
     wait_for(lambda: value(g, PANIC) == 0, timeout=10,
              msg="the panic ends with the holds")
     g.wait_log(r"pool: panic over usable=2/2")
+
+
+def test_503_with_retry_after_is_the_upstreams_own_word(t):
+    """A 503 with Retry-After says "not now" about the upstream itself:
+    judged at once, never taken for poison, even when every upstream
+    says it."""
+    ms = [t.mock() for _ in range(2)]
+    for m in ms:
+        r = request(m.port, "POST", "/control?status=503&retry_after=30")
+        assert r.status == 200, r
+    g = pool(t, ms, routing={"eject_after": 1000, "health_interval": 0,
+                             "panic_below": "0%"})
+    r = post(g, "busy everywhere")
+    assert r.status == 503 and r.headers.get("Retry-After") == "30", r
+    assert sum(m.stats()["completions"] for m in ms) == 2
+    wait_for(lambda: g.get("/readyz").status == 503,
+             msg="both held back by their Retry-After")
+    assert value(g, POISON) == 0

@@ -1,8 +1,9 @@
 /*
  * check_pool.c - the upstream pool (gateway/pool.c): the breaker and its
- * half-open trial, max_ejected and panic over a model's set of
- * upstreams, the admission FIFO (granted, timed out, stopped, told at
- * once when hopeless), the retry budget, the balancers, model routing.
+ * half-open trial, late and poison verdicts, max_ejected and panic over a
+ * model's set of upstreams, the admission FIFO (granted, timed out,
+ * stopped, told at once when hopeless), the retry budget, the balancers,
+ * model routing.
  * The queue cases run real threads, so TSan sees the locking.
  */
 #include <check.h>
@@ -218,6 +219,51 @@ START_TEST(test_retry_after_holds_and_counts_once)
     while (take(&s) != 0)
         poll(NULL, 0, 10);
     pool_release(pool, &s, POOL_OK, 0);
+}
+END_TEST
+
+START_TEST(test_late_verdict_and_poison)
+{
+    struct pool_slot s, t;
+
+    make_pool(1, "eject_after = 1\neject_time = 50ms\n" NO_PANIC, "");
+    /* Given back without a verdict, then judged poison: counted as a
+     * failure, not toward ejection. */
+    ck_assert_int_eq(take(&s), 0);
+    pool_release(pool, &s, POOL_NEUTRAL, 0);
+    pool_judge(pool, 0, POOL_FAIL_STATUS, 1);
+    ck_assert_int_eq(pool_state_of(pool, 0), POOL_CLOSED);
+    ck_assert_int_eq(pool_metric("infergw_upstream_failures_total{upstream="
+                                 "\"u0\",kind=\"status\"}"), 1);
+    /* Judged the upstream's: as pool_release would have. */
+    pool_judge(pool, 0, POOL_FAIL_STATUS, 0);
+    ck_assert_int_eq(pool_state_of(pool, 0), POOL_OPEN);
+    wait_state(POOL_HALF_OPEN);
+    /* A trial given back without a verdict is over at once: the next
+     * call is a trial too, and a late failure of the first ejects. */
+    ck_assert_int_eq(take(&s), 0);
+    ck_assert_uint_ne(s.trial, 0);
+    pool_release(pool, &s, POOL_NEUTRAL, 0);
+    ck_assert_int_eq(take(&t), 0);
+    ck_assert_uint_ne(t.trial, 0);
+    pool_judge(pool, 0, POOL_FAIL_STATUS, 0);
+    ck_assert_int_eq(pool_state_of(pool, 0), POOL_OPEN);
+    pool_release(pool, &t, POOL_OK, 0);
+    ck_assert_int_eq(pool_metric("infergw_upstream_poison_requests_total"),
+                     0);
+    pool_note_poison(pool);
+    ck_assert_int_eq(pool_metric("infergw_upstream_poison_requests_total"),
+                     1);
+    teardown();
+
+    /* A poison verdict between two failures of the upstream's own
+     * neither counts nor breaks their run. */
+    make_pool(1, "eject_after = 2\n" NO_PANIC, "");
+    pool_judge(pool, 0, POOL_FAIL_STATUS, 0);
+    pool_judge(pool, 0, POOL_FAIL_STATUS, 1);
+    ck_assert_int_eq(pool_state_of(pool, 0), POOL_CLOSED);
+    pool_judge(pool, 0, POOL_FAIL_STATUS, 0);
+    ck_assert_int_eq(pool_state_of(pool, 0), POOL_OPEN);
 }
 END_TEST
 
@@ -621,6 +667,7 @@ pool_suite(void)
     tcase_add_test(tc, test_failed_trial_doubles_eject_time);
     tcase_add_test(tc, test_stale_trial_clears_nothing);
     tcase_add_test(tc, test_retry_after_holds_and_counts_once);
+    tcase_add_test(tc, test_late_verdict_and_poison);
     suite_add_tcase(s, tc);
     tc = tcase("sets");
     tcase_add_checked_fixture(tc, NULL, teardown);
