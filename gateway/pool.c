@@ -47,8 +47,9 @@ struct member {
     int trial_out;              /* HALF_OPEN: the one call is out */
     uint64_t trial_gen;         /* numbers the trials */
     int64_t hold_until_ms;      /* Retry-After: no new calls before */
-    int capped;                 /* max_ejected kept it in (logged once);
-                                   cleared by a success or an ejection */
+    int capped;                 /* max_ejected kept it in, logged; cleared
+                                   when it goes, or another one comes back
+                                   (the cap may let it go then) */
 
     uint64_t inflight;          /* calls holding a slot */
     int64_t swrr;               /* smooth weighted round robin's current */
@@ -981,12 +982,13 @@ judge(struct pool *p, struct member *m, enum pool_outcome o,
         return;
     if (o == POOL_OK) {
         m->fails = 0;
-        m->capped = 0;
         if (s == POOL_HALF_OPEN) {
             m->state = POOL_CLOSED;
             m->closed_ms = now;
             ev->what = "closed";
             ev->name = m->cfg->name;
+            for (size_t i = 0; i < p->n; i++)
+                p->m[i].capped = 0;     /* a new state of the sets */
         }
         return;
     }
