@@ -154,6 +154,8 @@ static const struct setting settings[] = {
     { "routing", "eject_after", T_UINT, C(eject_after), "3", 1, 1000 },
     { "routing", "eject_time", T_DURATION, C(eject_time_ms), "10s",
       1, MAX_EJECT_MS },
+    { "routing", "max_ejected", T_PERCENT, C(max_ejected), "50%", 0, 100 },
+    { "routing", "panic_below", T_PERCENT, C(panic_below), "50%", 0, 100 },
     { "routing", "retries", T_UINT, C(retries), "2", 0,
       CONFIG_MAX_UPSTREAMS - 1 },
     { "routing", "retry_budget", T_PERCENT, C(retry_budget), "20%", 0, 100 },

@@ -97,6 +97,10 @@ struct gw_config {
     int64_t health_interval_ms; /* 5s; 0 = no GET /health probes */
     uint64_t eject_after;       /* 3 failures in a row */
     int64_t eject_time_ms;      /* 10s, doubling per repeat, at most 5m */
+    double max_ejected;         /* 0.5: of a model's upstreams ejected at
+                                   once (at least one may be) */
+    double panic_below;         /* 0.5: fewer of a model's upstreams usable:
+                                   calls go to all of them */
     uint64_t retries;           /* 2 further attempts */
     double retry_budget;        /* 0.2: retries+hedges per recent request */
     uint64_t retry_budget_min;  /* 3 per budget window, always allowed */

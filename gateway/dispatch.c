@@ -1,6 +1,12 @@
 /*
  * dispatch.c - an upstream call made on the pool, with retries
  * (dispatch.h).
+ *
+ * Poison (dispatch.h): a 5xx attempt gives its slot back at once with
+ * no verdict, and the verdict waits in struct run's 'held' until another
+ * attempt of the same request shows whose failure it was: the same
+ * status again (both are the request's: poison), an answer (the held
+ * ones were their upstreams'), or the end of the run (likewise).
  */
 #include "dispatch.h"
 
@@ -49,6 +55,12 @@ retryable(const struct upstream_result *res)
            || res->failure == UPF_STATUS || res->failure == UPF_BROKEN;
 }
 
+/* A 5xx attempt whose verdict waits (the file comment). */
+struct held {
+    size_t idx;                     /* its upstream */
+    int status;
+};
+
 /* One dispatch_run(): the slots its attempts hold. */
 struct run {
     const struct dispatch_ctx *dc;
@@ -57,6 +69,11 @@ struct run {
     struct pool_want want;          /* .exclude: every upstream tried */
     struct pool_slot slot[2];       /* an attempt and its hedge */
     struct dispatch_result *out;
+    /* Each attempt goes to another upstream, so there are at most as
+     * many held verdicts as upstreams, each of another status. */
+    struct held held[CONFIG_MAX_UPSTREAMS];
+    size_t num_held;
+    int poison_status;              /* the 5xx met twice; 0 none yet */
 };
 
 /* The slot held on upstream 'idx', or NULL. */
@@ -69,18 +86,71 @@ slot_of(struct run *r, size_t idx)
     return NULL;
 }
 
-/* Give an attempt's slot back with its verdict. */
+/* The held verdicts were their upstreams' after all: judge them so. */
+static void
+judge_held(struct run *r)
+{
+    for (size_t i = 0; i < r->num_held; i++)
+        pool_judge(r->dc->pool, r->held[i].idx, POOL_FAIL_STATUS, 0);
+    r->num_held = 0;
+}
+
+/*
+ * The request failed with 'status' on upstream 'idx' (its slot is back):
+ * poison if it did so on another upstream too, else held until that is
+ * known.
+ */
+static void
+hold_or_poison(struct run *r, size_t idx, int status)
+{
+    const struct gw_config *cfg = r->dc->cfg;
+    size_t i;
+
+    if (status == r->poison_status) {
+        pool_judge(r->dc->pool, idx, POOL_FAIL_STATUS, 1);
+        return;
+    }
+    for (i = 0; i < r->num_held && r->held[i].status != status; i++)
+        ;
+    if (i == r->num_held) {
+        r->held[r->num_held].idx = idx;
+        r->held[r->num_held].status = status;
+        r->num_held++;
+        return;
+    }
+    r->poison_status = status;
+    pool_note_poison(r->dc->pool);
+    log_msg(GW_LOG_WARN, "dispatch: poison request status=%d upstreams=%s,%s"
+            ": the same failure on both, counted against neither", status,
+            cfg->upstreams[r->held[i].idx].name, cfg->upstreams[idx].name);
+    pool_judge(r->dc->pool, r->held[i].idx, POOL_FAIL_STATUS, 1);
+    pool_judge(r->dc->pool, idx, POOL_FAIL_STATUS, 1);
+    r->held[i] = r->held[--r->num_held];
+}
+
+/*
+ * Give an attempt's slot back with its verdict.  A 5xx verdict waits
+ * (hold_or_poison), unless it comes with Retry-After: a 503 saying "not
+ * now" is the upstream's word about itself, judged at once.
+ */
 static void
 release(struct run *r, const struct upstream_result *res)
 {
     struct pool_slot *s = slot_of(r, res->upstream);
+    enum pool_outcome o = dispatch_judge(res);
     int64_t retry_after = 0;
 
     /* Only a 429 or a 503 says "not now" (RFC 9110 10.2.3, 6585). */
     if (res->status == 429 || res->status == 503)
         retry_after = res->retry_after_ms;
-    if (s != NULL)
-        pool_release(r->dc->pool, s, dispatch_judge(res), retry_after);
+    if (s == NULL)
+        return;
+    if (o != POOL_FAIL_STATUS || retry_after > 0) {
+        pool_release(r->dc->pool, s, o, retry_after);
+        return;
+    }
+    pool_release(r->dc->pool, s, POOL_NEUTRAL, 0);  /* the slot, now */
+    hold_or_poison(r, res->upstream, res->status);
 }
 
 /* upstream_opts.attempt_done: the hedge that lost, or one that failed. */
@@ -93,7 +163,8 @@ attempt_done(void *arg, const struct upstream_result *res)
 /*
  * upstream_opts.on_winner: this attempt's first body byte is in, so its
  * upstream answers: a half-open one closes now, not at the end of a
- * stream that may run for minutes.  An error answer is judged at the end.
+ * stream that may run for minutes, and the failures held before it were
+ * their upstreams'.  An error answer is judged at the end.
  */
 static void
 on_winner(void *arg, size_t idx, int status)
@@ -101,8 +172,10 @@ on_winner(void *arg, size_t idx, int status)
     struct run *r = arg;
     struct pool_slot *s = slot_of(r, idx);
 
-    if (s != NULL && status < 500 && status != 429)
+    if (s != NULL && status < 500 && status != 429) {
         pool_note_answer(r->dc->pool, s);
+        judge_held(r);
+    }
 }
 
 /*
@@ -259,25 +332,29 @@ dispatch_run(const struct dispatch_ctx *dc,
             pool_budget_refuse(dc->pool);
         if (!retryable(&out->res)
             || (uint64_t)out->attempts > cfg->retries)
-            return stands(out);
+            goto out;
         /* The next upstream first, then the budget: no leave is spent on
          * a retry that has nowhere to go. */
         next = r.want;
         next.no_wait = 1;
         if (pool_acquire(dc->pool, &next, &r.slot[0], &retry_after) != 0)
-            return stands(out);
+            goto out;
         if (!pool_budget_take(dc->pool, 0)) {
             pool_release(dc->pool, &r.slot[0], POOL_NEUTRAL, 0);
             log_msg(GW_LOG_INFO, "dispatch: no retry, budget spent "
                     "upstream=%s reason=\"%s\"", out->upstream,
                     out->res.reason);
-            return stands(out);
+            goto out;
         }
         log_msg(GW_LOG_INFO, "dispatch: retry after upstream=%s "
                 "reason=\"%s\" status=%d attempt=%d next=%s", out->upstream,
                 out->res.reason, out->res.status, out->attempts,
                 cfg->upstreams[r.slot[0].idx].name);
     }
+
+out:
+    judge_held(&r);                 /* no other attempt will tell */
+    return stands(out);
 }
 
 /* ---- the prompt's prefix ---- */

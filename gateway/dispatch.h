@@ -17,6 +17,17 @@
  * The sink sees one response: the one attempt that got as far as a body.
  * For a flight that means every client of it, so a retry is invisible to
  * them except in logs and metrics.
+ *
+ * Poison: a request that fails with the same 5xx on two upstreams is
+ * taken to be the request's fault (a prompt every server chokes on), not
+ * theirs, and none of its failures with that status counts toward
+ * ejection (pool_judge()).  So a 5xx verdict is held until the run knows:
+ * the same status from another attempt (poison), an answer from another
+ * (the held failures count), or the end of the run (they count: a
+ * request that failed on one upstream only, with no other to try or no
+ * retry left, counts as it always did).  Its slot goes back at once; only
+ * the verdict waits.  A 503 with Retry-After is judged at once: "not
+ * now" is the upstream's word about itself.
  */
 #ifndef INFERGW_GATEWAY_DISPATCH_H
 #define INFERGW_GATEWAY_DISPATCH_H

@@ -7,9 +7,16 @@
  * a log line: what a call under the lock wants logged is noted in a
  * struct event and logged after the unlock.  A waiter in the admission
  * queue sleeps on its own condition variable with 'lock'.
+ *
+ * Sets: a model's upstreams are a uint64_t mask (serving_mask()).  Panic
+ * is decided afresh by every call from the states of its set's members;
+ * 'panic' only remembers which sets calls found in panic, for the log
+ * lines and the gauge, and each check that may end a panic (the end of
+ * a call, a probe, a scrape) drops the sets that are out of it.
  */
 #include "pool.h"
 
+#include <assert.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -40,6 +47,9 @@ struct member {
     int trial_out;              /* HALF_OPEN: the one call is out */
     uint64_t trial_gen;         /* numbers the trials */
     int64_t hold_until_ms;      /* Retry-After: no new calls before */
+    int capped;                 /* max_ejected kept it in, logged; cleared
+                                   when it goes, or another one comes back
+                                   (the cap may let it go then) */
 
     uint64_t inflight;          /* calls holding a slot */
     int64_t swrr;               /* smooth weighted round robin's current */
@@ -54,6 +64,7 @@ struct member {
     uint64_t calls;
     uint64_t failures[POOL_OUTCOME_COUNT];
     uint64_t ejections;
+    uint64_t capped_total;      /* ejections max_ejected refused */
 };
 
 struct ring_point {
@@ -66,6 +77,7 @@ struct waiter {
     struct waiter *next;
     pthread_cond_t cv;
     uint64_t mask;              /* upstreams it can use */
+    uint64_t serve;             /* its model's set, for panic */
     int granted;                /* the upstream whose slot it was given;
                                    -1 none yet, -2 none can come, -3 its
                                    caller is gone */
@@ -92,15 +104,24 @@ struct pool {
 
     uint64_t retries, hedges, budget_refused, resends;
     uint64_t queue_waits, queue_timeouts, unavailable;
+    uint64_t poison;                    /* requests found poison */
+
+    /* The sets calls found in panic (see the file comment). */
+    uint64_t panic[POOL_PANIC_MAX];
+    size_t num_panic;
 };
 
 /* What to log once the lock is dropped. */
 struct event {
     const char *what;           /* NULL: nothing */
-    const char *name;
-    int64_t ms;
+    const char *name;           /* the upstream */
+    int64_t ms;                 /* "ejected": for how long */
     const char *why;
+    uint64_t set;               /* "panic", "panic over": the set ... */
+    size_t usable;              /* ... and how many of it are usable */
 };
+
+#define NO_EVENT { NULL, NULL, 0, NULL, 0, 0 }
 
 static const char *const outcome_names[POOL_OUTCOME_COUNT] = {
     [POOL_OK] = "ok",
@@ -342,20 +363,184 @@ pool_serves(struct pool *p, const char *model)
     return mask != 0;
 }
 
+/* ---- sets: max_ejected and panic, under the lock ---- */
+
+static size_t
+count_of(uint64_t set)
+{
+    return (size_t)__builtin_popcountll(set);
+}
+
+/* How many of the upstreams in 'set' are usable now. */
+static size_t
+usable_in_locked(struct pool *p, uint64_t set, int64_t now)
+{
+    size_t i, k = 0;
+
+    assert(gw_mutex_held(&p->lock));
+
+    for (i = 0; i < p->n; i++)
+        if ((set & (UINT64_C(1) << i)) && usable(&p->m[i], now))
+            k++;
+    return k;
+}
+
+/* Are fewer than panic_below of the upstreams in 'set' usable now? */
+static int
+in_panic_locked(struct pool *p, uint64_t set, int64_t now)
+{
+    assert(gw_mutex_held(&p->lock));
+    return (double)usable_in_locked(p, set, now)
+           < p->cfg->panic_below * (double)count_of(set);
+}
+
+/*
+ * Of 'cand' (upstreams of the set 'serve' a call may still try), the ones
+ * it may use now: the usable ones, or all of them while 'serve' is in
+ * panic (OUT *panic, unless NULL).
+ */
+static uint64_t
+usable_mask_locked(struct pool *p, uint64_t serve, uint64_t cand,
+                   int64_t now, int *panic)
+{
+    uint64_t use = 0, bit;
+    size_t i;
+    int in = in_panic_locked(p, serve, now);
+
+    assert(gw_mutex_held(&p->lock));
+
+    if (panic != NULL)
+        *panic = in;
+    if (in)
+        return cand;
+    for (i = 0; i < p->n; i++) {
+        bit = UINT64_C(1) << i;
+        if ((cand & bit) && usable(&p->m[i], now))
+            use |= bit;
+    }
+    return use;
+}
+
+/* A call found 'set' in panic: remember it, and log it if it is new. */
+static void
+panic_note_locked(struct pool *p, uint64_t set, int64_t now,
+                  struct event *ev)
+{
+    size_t i;
+
+    assert(gw_mutex_held(&p->lock));
+
+    for (i = 0; i < p->num_panic; i++)
+        if (p->panic[i] == set)
+            return;
+    if (p->num_panic == POOL_PANIC_MAX)
+        return;                 /* routed so all the same, not counted */
+    p->panic[p->num_panic++] = set;
+    ev->what = "panic";
+    ev->set = set;
+    ev->usable = usable_in_locked(p, set, now);
+}
+
+/*
+ * Forget the sets that are out of panic now, logging the first in 'ev'
+ * (the others stay for the next sweep to log).  Returns how many sets
+ * are in panic.
+ */
+static size_t
+panic_sweep_locked(struct pool *p, int64_t now, struct event *ev)
+{
+    size_t i = 0, in = 0;
+
+    assert(gw_mutex_held(&p->lock));
+
+    while (i < p->num_panic) {
+        if (in_panic_locked(p, p->panic[i], now)) {
+            in++;
+        } else if (ev->what == NULL) {
+            ev->what = "panic over";
+            ev->set = p->panic[i];
+            ev->usable = usable_in_locked(p, ev->set, now);
+            p->panic[i] = p->panic[--p->num_panic];
+            continue;
+        }
+        i++;
+    }
+    return in;
+}
+
+/* May one more upstream of 'set' be out (not CLOSED) under max_ejected? */
+static int
+set_may_lose_one_locked(struct pool *p, uint64_t set, int64_t now)
+{
+    size_t i, out = 0, most;
+
+    assert(gw_mutex_held(&p->lock));
+
+    /* The share as a count, rounded down (1e-9: 0.3 x 10 is 2.99...96). */
+    most = (size_t)(p->cfg->max_ejected * (double)count_of(set) + 1e-9);
+    if (most < 1)
+        most = 1;               /* one may always be out */
+    for (i = 0; i < p->n; i++)
+        if ((set & (UINT64_C(1) << i)) && state_now(&p->m[i], now)
+                                             != POOL_CLOSED)
+            out++;
+    return out + 1 <= most;
+}
+
+/*
+ * May the CLOSED upstream 'idx' be ejected under max_ejected?  For every
+ * model it serves, no more than that share of the model's upstreams may
+ * be out.  The models are the names upstreams list (their configured
+ * models, or those their GET /v1/models gave) that 'idx' serves.  When
+ * no listed name is one of them (no upstream has answered yet), the set
+ * is every upstream that may serve any model, 'idx' among them.  A name
+ * two upstreams list is checked twice, which costs time, not
+ * correctness; this runs only when an ejection is due.
+ */
+static int
+may_eject_locked(struct pool *p, size_t idx, int64_t now)
+{
+    const struct member *m = &p->m[idx], *o;
+    char *const *names;
+    uint64_t unlisted = 0;
+    size_t j, k, num;
+    int named = 0;
+
+    assert(gw_mutex_held(&p->lock));
+
+    if (p->cfg->max_ejected >= 1.0)
+        return 1;
+    for (j = 0; j < p->n; j++) {
+        o = &p->m[j];
+        names = o->cfg->num_models > 0 ? o->cfg->models : o->ids;
+        num = o->cfg->num_models > 0 ? o->cfg->num_models : o->num_models;
+        if (o->cfg->num_models == 0 && !o->models_known)
+            unlisted |= UINT64_C(1) << j;
+        for (k = 0; k < num; k++) {
+            if (!serves(m, names[k]))
+                continue;
+            named = 1;
+            if (!set_may_lose_one_locked(p, serving_mask(p, names[k]), now))
+                return 0;
+        }
+    }
+    return named || set_may_lose_one_locked(p, unlisted, now);
+}
+
 int
 pool_has_other(struct pool *p, const struct pool_want *want, size_t idx)
 {
     int64_t now = gw_now_ms();
-    uint64_t cand;
+    uint64_t serve, use;
     size_t i;
     int ok = 0;
 
     gw_mutex_lock(&p->lock);
-    cand = serving_mask(p, want->model) & ~want->exclude
-           & ~(UINT64_C(1) << idx);
+    serve = serving_mask(p, want->model);
+    use = usable_mask_locked(p, serve, serve & ~want->exclude
+                      & ~(UINT64_C(1) << idx), now, NULL);
     for (i = 0; i < p->n && !ok; i++)
-        ok = (cand & (UINT64_C(1) << i)) && usable(&p->m[i], now)
-             && has_room(&p->m[i]);
+        ok = (use & (UINT64_C(1) << i)) && has_room(&p->m[i]);
     gw_mutex_unlock(&p->lock);
     return ok;
 }
@@ -367,7 +552,8 @@ take_slot(struct member *m, struct pool_slot *slot, size_t idx)
     m->calls++;
     slot->idx = (int)idx;
     slot->trial = 0;
-    if (m->state == POOL_HALF_OPEN) {
+    /* In panic a call may come while the trial is out: it is none. */
+    if (m->state == POOL_HALF_OPEN && !m->trial_out) {
         m->trial_out = 1;
         slot->trial = ++m->trial_gen;
     }
@@ -505,6 +691,53 @@ pick(struct pool *p, uint64_t room, uint64_t usable_mask, uint64_t key)
     }
 }
 
+/* ---- the log, without the lock ---- */
+
+/* "u0,u1,..." for the upstreams of 'set' (cfg is immutable). */
+static void
+set_names(const struct pool *p, uint64_t set, char *out, size_t size)
+{
+    size_t i, len = 0;
+    int n;
+
+    out[0] = '\0';
+    for (i = 0; i < p->n; i++) {
+        if (!(set & (UINT64_C(1) << i)))
+            continue;
+        n = snprintf(out + len, size - len, "%s%s", len > 0 ? "," : "",
+                     p->cfg->upstreams[i].name);
+        if (n < 0 || (size_t)n >= size - len) {
+            snprintf(out + len, size - len, ",...");
+            return;             /* cut short: 64 names may not fit */
+        }
+        len += (size_t)n;
+    }
+}
+
+static void
+log_event(const struct pool *p, const struct event *ev)
+{
+    char names[256];
+
+    if (ev->what == NULL)
+        return;
+    if (ev->set != 0) {
+        set_names(p, ev->set, names, sizeof(names));
+        log_msg(strcmp(ev->what, "panic") == 0 ? GW_LOG_WARN : GW_LOG_INFO,
+                "pool: %s usable=%zu/%zu panic_below=%g%% upstreams=%s",
+                ev->what, ev->usable, count_of(ev->set),
+                p->cfg->panic_below * 100, names);
+    } else if (ev->ms > 0) {
+        log_msg(GW_LOG_WARN, "pool: upstream %s %s for %" PRId64 "ms "
+                "last_failure=%s", ev->name, ev->what, ev->ms, ev->why);
+    } else if (ev->why != NULL) {
+        log_msg(GW_LOG_WARN, "pool: upstream %s %s last_failure=%s",
+                ev->name, ev->what, ev->why);
+    } else {
+        log_msg(GW_LOG_INFO, "pool: upstream %s %s", ev->name, ev->what);
+    }
+}
+
 /* ---- admission ---- */
 
 static void queue_remove(struct pool *p, struct waiter *w);
@@ -517,15 +750,10 @@ static void
 wake_hopeless(struct pool *p, int64_t now)
 {
     struct waiter *w, *next;
-    size_t i;
-    int hope;
 
     for (w = p->q_head; w != NULL; w = next) {
         next = w->next;
-        hope = 0;
-        for (i = 0; i < p->n && !hope; i++)
-            hope = (w->mask & (UINT64_C(1) << i)) && usable(&p->m[i], now);
-        if (hope)
+        if (usable_mask_locked(p, w->serve, w->mask, now, NULL) != 0)
             continue;
         w->granted = -2;
         queue_remove(p, w);
@@ -549,18 +777,23 @@ queue_remove(struct pool *p, struct waiter *w)
     }
 }
 
-/* Upstream 'idx' may have a free slot: hand it to the first waiter. */
+/*
+ * Upstream 'idx' may have a free slot: hand it to the first waiter that
+ * may use it (while it is not usable, only one whose set is in panic).
+ */
 static void
 grant(struct pool *p, size_t idx, int64_t now)
 {
     struct member *m = &p->m[idx];
+    uint64_t bit = UINT64_C(1) << idx;
     struct waiter *w;
     struct pool_slot s;
 
+    if (!has_room(m))
+        return;
     for (w = p->q_head; w != NULL; w = w->next) {
-        if (!has_room(m) || !usable(m, now))
-            return;
-        if (!(w->mask & (UINT64_C(1) << idx)))
+        if (!(w->mask & bit)
+            || usable_mask_locked(p, w->serve, bit, now, NULL) == 0)
             continue;
         take_slot(m, &s, idx);
         w->granted = (int)idx;
@@ -575,27 +808,29 @@ int
 pool_acquire(struct pool *p, const struct pool_want *want,
              struct pool_slot *slot, int *retry_after_s)
 {
-    uint64_t cand, use = 0, room = 0, bit;
+    struct event ev = NO_EVENT;
+    uint64_t serve, cand, use, room = 0, bit;
     int64_t now = gw_now_ms(), soonest = INT64_MAX, deadline;
     struct waiter w;
     size_t i;
-    int rc, gone;
+    int rc, gone, panic;
 
     slot->idx = -1;
     slot->trial = 0;
     slot->queued = 0;
     *retry_after_s = 1;
     gw_mutex_lock(&p->lock);
-    cand = serving_mask(p, want->model) & ~want->exclude;
+    serve = serving_mask(p, want->model);
+    cand = serve & ~want->exclude;
+    use = usable_mask_locked(p, serve, cand, now, &panic);
+    if (panic && cand != 0)
+        panic_note_locked(p, serve, now, &ev);
     for (i = 0; i < p->n; i++) {
         bit = UINT64_C(1) << i;
-        if (!(cand & bit))
-            continue;
-        if (usable(&p->m[i], now)) {
-            use |= bit;
+        if (use & bit) {
             if (has_room(&p->m[i]))
                 room |= bit;
-        } else if (wait_of(&p->m[i], now) < soonest) {
+        } else if ((cand & bit) && wait_of(&p->m[i], now) < soonest) {
             soonest = wait_of(&p->m[i], now);
         }
     }
@@ -635,6 +870,7 @@ pool_acquire(struct pool *p, const struct pool_want *want,
     memset(&w, 0, sizeof(w));
     gw_cond_init(&w.cv);
     w.mask = use;
+    w.serve = serve;
     w.granted = -1;
     if (p->q_tail != NULL)
         p->q_tail->next = &w;
@@ -683,6 +919,7 @@ pool_acquire(struct pool *p, const struct pool_want *want,
 
 out:
     gw_mutex_unlock(&p->lock);
+    log_event(p, &ev);
     return rc;
 }
 
@@ -704,11 +941,34 @@ eject(struct pool *p, struct member *m, int64_t now, const char *why,
     m->open_until_ms = now + ms;
     m->fails = 0;
     m->trial_out = 0;
+    m->capped = 0;
     m->ejections++;
     ev->what = "ejected";
     ev->name = m->cfg->name;
     ev->ms = ms;
     ev->why = why;
+}
+
+/*
+ * 'm' (CLOSED) has failed eject_after times in a row: eject it, unless
+ * max_ejected says no (under the lock).
+ */
+static void
+eject_or_keep_locked(struct pool *p, struct member *m,
+                     enum pool_outcome o, int64_t now, struct event *ev)
+{
+    assert(gw_mutex_held(&p->lock));
+    if (may_eject_locked(p, (size_t)(m - p->m), now)) {
+        eject(p, m, now, pool_outcome_name(o), ev);
+        return;
+    }
+    m->capped_total++;
+    if (m->capped)
+        return;                 /* said once already */
+    m->capped = 1;
+    ev->what = "kept in: max_ejected of a model's upstreams are out";
+    ev->name = m->cfg->name;
+    ev->why = pool_outcome_name(o);
 }
 
 /* Judge an outcome for 'm' (under the lock). */
@@ -727,6 +987,8 @@ judge(struct pool *p, struct member *m, enum pool_outcome o,
             m->closed_ms = now;
             ev->what = "closed";
             ev->name = m->cfg->name;
+            for (size_t i = 0; i < p->n; i++)
+                p->m[i].capped = 0;     /* a new state of the sets */
         }
         return;
     }
@@ -742,22 +1004,10 @@ judge(struct pool *p, struct member *m, enum pool_outcome o,
     if (s == POOL_HALF_OPEN) {
         eject(p, m, now, "the half-open trial failed", ev);
     } else if (s == POOL_CLOSED && ++m->fails >= p->cfg->eject_after) {
-        eject(p, m, now, pool_outcome_name(o), ev);
+        eject_or_keep_locked(p, m, o, now, ev);
     }
     if (m->state == POOL_OPEN || now < m->hold_until_ms)
         wake_hopeless(p, now);
-}
-
-static void
-log_event(const struct event *ev)
-{
-    if (ev->what == NULL)
-        return;
-    if (ev->ms > 0)
-        log_msg(GW_LOG_WARN, "pool: upstream %s %s for %" PRId64 "ms "
-                "last_failure=%s", ev->name, ev->what, ev->ms, ev->why);
-    else
-        log_msg(GW_LOG_INFO, "pool: upstream %s %s", ev->name, ev->what);
 }
 
 /*
@@ -769,7 +1019,7 @@ static void
 settle(struct pool *p, size_t idx, uint64_t trial, int gone,
        enum pool_outcome o, int64_t retry_after_ms)
 {
-    struct event ev = { NULL, NULL, 0, NULL };
+    struct event ev = NO_EVENT, pev = NO_EVENT;
     struct member *m = &p->m[idx];
     int64_t now = gw_now_ms();
 
@@ -779,8 +1029,10 @@ settle(struct pool *p, size_t idx, uint64_t trial, int gone,
     end_trial(m, trial);
     judge(p, m, o, retry_after_ms, now, &ev);
     grant(p, idx, now);
+    panic_sweep_locked(p, now, &pev);
     gw_mutex_unlock(&p->lock);
-    log_event(&ev);
+    log_event(p, &ev);
+    log_event(p, &pev);
 }
 
 void
@@ -801,6 +1053,28 @@ pool_note_answer(struct pool *p, struct pool_slot *slot)
         return;
     settle(p, (size_t)slot->idx, slot->trial, 0, POOL_OK, 0);
     slot->trial = 0;
+}
+
+void
+pool_judge(struct pool *p, size_t idx, enum pool_outcome o, int poison)
+{
+    if (!poison) {
+        settle(p, idx, 0, 0, o, 0);
+        return;
+    }
+    if (o == POOL_OK || o == POOL_NEUTRAL)
+        return;
+    gw_mutex_lock(&p->lock);
+    p->m[idx].failures[o]++;
+    gw_mutex_unlock(&p->lock);
+}
+
+void
+pool_note_poison(struct pool *p)
+{
+    gw_mutex_lock(&p->lock);
+    p->poison++;
+    gw_mutex_unlock(&p->lock);
 }
 
 /* ---- the budget ---- */
@@ -1115,11 +1389,13 @@ render_series(struct pool *p, struct buf *out, const char *name,
 int
 pool_render_metrics(struct pool *p, struct buf *out)
 {
+    struct event pev = NO_EVENT;
     int64_t now = gw_now_ms();
-    size_t i, k;
+    size_t i, k, panics;
     int rc;
 
     gw_mutex_lock(&p->lock);
+    panics = panic_sweep_locked(p, now, &pev);
     rc = buf_printf(out, "# HELP infergw_upstream_state Circuit breaker: "
                     "0 closed, 1 half-open, 2 open (ejected).\n"
                     "# TYPE infergw_upstream_state gauge\n");
@@ -1138,6 +1414,11 @@ pool_render_metrics(struct pool *p, struct buf *out)
         rc = render_series(p, out, "infergw_upstream_ejections_total",
                            "counter", "Times the upstream was ejected.",
                            offsetof(struct member, ejections));
+    if (rc == 0)
+        rc = render_series(p, out, "infergw_upstream_ejections_capped_total",
+                           "counter", "Ejections max_ejected refused: the "
+                           "upstream stayed in.",
+                           offsetof(struct member, capped_total));
     if (rc == 0)
         rc = buf_printf(out, "# HELP infergw_upstream_failures_total "
                         "Failed calls and probes, by kind.\n"
@@ -1181,10 +1462,20 @@ pool_render_metrics(struct pool *p, struct buf *out)
             "infergw_upstream_queue_timeouts_total %" PRIu64 "\n"
             "# HELP infergw_upstream_queued Calls waiting for a slot now.\n"
             "# TYPE infergw_upstream_queued gauge\n"
-            "infergw_upstream_queued %" PRIu64 "\n",
+            "infergw_upstream_queued %" PRIu64 "\n"
+            "# HELP infergw_upstream_poison_requests_total Requests that "
+            "failed the same way on two upstreams: not counted toward "
+            "ejection.\n"
+            "# TYPE infergw_upstream_poison_requests_total counter\n"
+            "infergw_upstream_poison_requests_total %" PRIu64 "\n"
+            "# HELP infergw_upstream_panic Sets of upstreams (a model's) "
+            "in panic now: fewer than panic_below usable, so calls go to "
+            "all of them.\n"
+            "# TYPE infergw_upstream_panic gauge\n"
+            "infergw_upstream_panic %zu\n",
             p->retries, p->hedges, p->budget_refused, p->resends,
-            p->unavailable,
-            p->queue_waits, p->queue_timeouts, p->q_len);
+            p->unavailable, p->queue_waits, p->queue_timeouts, p->q_len, p->poison, panics);
     gw_mutex_unlock(&p->lock);
+    log_event(p, &pev);
     return rc;
 }

@@ -20,6 +20,27 @@
  * (at most POOL_RETRY_AFTER_MAX_MS), counting as one failure however many
  * calls bring it back meanwhile.
  *
+ * A model's upstreams (those that serve it) are a set, and two settings
+ * bound what the breakers may do to a set (DESIGN.md; Envoy's outlier
+ * detection and panic threshold):
+ * - max_ejected: an ejection that would leave more than that share of
+ *   some model's upstreams out (not CLOSED) at once does not happen: the
+ *   failure is counted, the upstream stays in, and its next failure asks
+ *   again.  One upstream of a set may always be out.
+ * - panic_below: while fewer than that share of the set serving a call's
+ *   model are usable (CLOSED, or HALF_OPEN with no trial out, and not
+ *   held back), the call may go to any of them, ejected or held back or
+ *   not: the breakers can be wrong (a poison request, below), and then
+ *   the choice is between some answers and none.  A call made so on an
+ *   upstream that is not usable is no trial.
+ * The sets in panic are noted as calls find them (up to POOL_PANIC_MAX
+ * at once), logged when they enter and leave, and counted by a gauge.
+ *
+ * A call's failure counts toward ejection only when it is the upstream's.
+ * dispatch.c, which sees every attempt of a request, may give a slot back
+ * without a verdict (POOL_NEUTRAL) and judge it later (pool_judge), once
+ * it knows whether the request failed the same way on another upstream.
+ *
  * Admission: an upstream with max_inflight takes at most that many calls
  * at once.  A call that finds every usable candidate full waits in a FIFO
  * for up to queue_timeout; a freed slot is handed to the first waiter that
@@ -54,6 +75,7 @@ struct pool;
 #define POOL_RETRY_AFTER_MAX_MS (60 * 1000)
 #define POOL_EJECT_MAX_MS (5 * 60 * 1000)
 #define POOL_QUEUE_CHECK_MS 100
+#define POOL_PANIC_MAX 64       /* sets of upstreams in panic, tracked */
 
 enum pool_state {
     POOL_CLOSED = 0,
@@ -130,10 +152,27 @@ void pool_note_answer(struct pool *p, struct pool_slot *slot);
 
 /*
  * Give the slot back with the call's outcome; 'retry_after_ms' > 0 is
- * the upstream's Retry-After on a 429 or 503.  'slot' is reset.
+ * the upstream's Retry-After on a 429 or 503.  'slot' is reset.  With
+ * POOL_NEUTRAL (no verdict) a half-open trial is over all the same, and
+ * the slot may go to a waiter at once; pool_judge() may bring the
+ * verdict later.
  */
 void pool_release(struct pool *p, struct pool_slot *slot,
                   enum pool_outcome o, int64_t retry_after_ms);
+
+/*
+ * The verdict 'o' on a call to upstream 'idx' whose slot went back
+ * without one: judged now as pool_release() would have (no Retry-After).
+ * 'poison': the same request failed the same way on another upstream
+ * too, so the failure is the request's, not the upstream's: it is
+ * counted in infergw_upstream_failures_total and nowhere else (no
+ * ejection, no failure in a row, no reset of them either).
+ */
+void pool_judge(struct pool *p, size_t idx, enum pool_outcome o,
+                int poison);
+
+/* A request found to be poison (dispatch.c), for /metrics. */
+void pool_note_poison(struct pool *p);
 
 /*
  * Is there an upstream for 'want', other than 'idx' and the excluded
@@ -164,7 +203,11 @@ int pool_budget_peek(struct pool *p);
 /* A retry pool_budget_peek kept from happening: count the refusal. */
 void pool_budget_refuse(struct pool *p);
 
-/* Is any upstream usable (not ejected, not held back)?  For /readyz. */
+/*
+ * Is any upstream usable (not ejected, not held back)?  For /readyz.
+ * Panic does not make one so: calls still go out, but to upstreams the
+ * breakers judge down.
+ */
 int pool_ready(struct pool *p);
 
 /* End every queue wait with GW_ESTOPPING, now and from now on. */

@@ -158,6 +158,9 @@ static struct mock_state {
     int force_fault;            /* ... or has this enum fault; 0 off */
     long force_retry_after;     /* ... with Retry-After: N; 0 none */
     long health_status;         /* GET /health answers this; 0 = 200 */
+    char poison[MOCK_MAX_TAG + 1];  /* a completion whose body holds this
+                                       answers poison_status; "" off */
+    long poison_status;
     long slow_every, slow_ms;   /* from -s, changeable */
     uint64_t completion_seq;    /* completions so far, for slow_every */
     uint64_t probes;            /* GET /health and GET /v1/models */
@@ -1334,7 +1337,8 @@ handle_v1_post(struct req *q)
             goto out;
     }
     if (q->route != R_EMBED) {
-        long every, ms, force, retry_after;
+        long every, ms, force, retry_after, poison_status;
+        char poison[MOCK_MAX_TAG + 1];
         enum fault fault;
         uint64_t seq;
 
@@ -1345,9 +1349,15 @@ handle_v1_post(struct req *q)
         force = st.force_status;
         retry_after = st.force_retry_after;
         fault = (enum fault)st.force_fault;
+        memcpy(poison, st.poison, sizeof(poison));
+        poison_status = st.poison_status;
         unlock();
         if (every > 0 && seq % (uint64_t)every == 0)
             q->first_ms += ms;
+        if (poison[0] != '\0' && q->mock_status == 0
+            && memmem(buf_ptr(&q->c->body), buf_len(&q->c->body), poison,
+                      strlen(poison)) != NULL)
+            q->mock_status = poison_status;
         if (force != 0 && q->mock_status == 0) {
             q->mock_status = force;
             q->retry_after = retry_after;
@@ -1440,17 +1450,18 @@ control_param(struct req *q, const char *name, long lo, long hi, long *out)
 }
 
 /*
- * POST /control?status=S&retry_after=N&health=S&slow_every=N&slow_ms=MS:
- * change how this instance answers from now on (docs/MOCK_UPSTREAM.md).
+ * POST /control?status=S&retry_after=N&health=S&slow_every=N&slow_ms=MS
+ * &fault=F&poison=MARKER&poison_status=S: change how this instance
+ * answers from now on (docs/MOCK_UPSTREAM.md).
  */
 static void
 handle_control(struct req *q)
 {
-    long status, retry_after, health, every, ms;
+    long status, retry_after, health, every, ms, poison_status;
+    char name[32], poison[MOCK_MAX_TAG + 1];
     enum fault fault;
-    char name[32];
     size_t i;
-    int bad = 0;
+    int bad = 0, rc;
 
     lock();
     status = st.force_status;
@@ -1459,6 +1470,8 @@ handle_control(struct req *q)
     every = st.slow_every;
     ms = st.slow_ms;
     fault = (enum fault)st.force_fault;
+    memcpy(poison, st.poison, sizeof(poison));
+    poison_status = st.poison_status;
     unlock();
     if (query_param(q->r, "fault", name, sizeof(name)) == 0) {
         fault = FAULT_NONE;
@@ -1467,17 +1480,25 @@ handle_control(struct req *q)
                 fault = (enum fault)i;
         bad |= fault == FAULT_NONE && strcmp(name, "none") != 0;
     }
+    /* An empty marker turns it off.  Printable ASCII only: it is
+     * matched with memmem() and echoed in the JSON answer. */
+    rc = query_param(q->r, "poison", poison, sizeof(poison));
+    bad |= rc != 0 && rc != GW_EINVAL;
+    for (i = 0; rc == 0 && poison[i] != '\0'; i++)
+        bad |= poison[i] < 0x20 || poison[i] > 0x7e;
     bad |= control_param(q, "status", 0, 599, &status);
     bad |= control_param(q, "retry_after", 0, 3600, &retry_after);
     bad |= control_param(q, "health", 0, 599, &health);
     bad |= control_param(q, "slow_every", 0, 1000000, &every);
     bad |= control_param(q, "slow_ms", 0, MOCK_MAX_MS, &ms);
+    bad |= control_param(q, "poison_status", 400, 599, &poison_status);
     if (bad || (status != 0 && status < 200)
         || (health != 0 && health < 200)) {
         send_error(q, 400, "use POST /control?status=S&retry_after=N&"
-                   "health=S&slow_every=N&slow_ms=MS&fault=F (S 0 or "
-                   "200..599, F a mock_fault or none)", NULL,
-                   "invalid_control");
+                   "health=S&slow_every=N&slow_ms=MS&fault=F&poison=M&"
+                   "poison_status=P (S 0 or 200..599, F a mock_fault or "
+                   "none, M at most 256 printable ASCII bytes, P "
+                   "400..599)", NULL, "invalid_control");
         return;
     }
     lock();
@@ -1487,11 +1508,15 @@ handle_control(struct req *q)
     st.slow_every = every;
     st.slow_ms = ms;
     st.force_fault = (int)fault;
+    memcpy(st.poison, poison, sizeof(poison));
+    st.poison_status = poison_status;
     unlock();
-    send_json(q, 200, json_pack("{s:i, s:i, s:i, s:i, s:i}", "status",
-                                (int)status, "retry_after", (int)retry_after,
-                                "health", (int)health, "slow_every",
-                                (int)every, "slow_ms", (int)ms), 0);
+    send_json(q, 200, json_pack("{s:i, s:i, s:i, s:i, s:i, s:s, s:i}",
+                                "status", (int)status, "retry_after",
+                                (int)retry_after, "health", (int)health,
+                                "slow_every", (int)every, "slow_ms", (int)ms,
+                                "poison", poison, "poison_status",
+                                (int)poison_status), 0);
 }
 
 /* FNV-1a over the prompt's text, as a prefix of opt.prefix_bytes. */
@@ -2235,6 +2260,7 @@ state_init(void)
         || st.prefixes == NULL)
         return GW_ENOMEM;
     st.slow_every = opt.slow_every;
+    st.poison_status = 500;
     st.slow_ms = opt.slow_ms;
     return 0;
 }

@@ -498,12 +498,16 @@ def test_a_client_that_leaves_the_queue_takes_no_slot(t):
 # ---- all down ---------------------------------------------------------------
 
 def test_all_upstreams_down_fast_503_and_readyz(t):
+    # Every upstream ejected takes max_ejected = 100% (by default at most
+    # half of them go) and no panic (by default calls would then go to
+    # the ejected ones anyway): 021-poison.py has the defaults.
     dead = [t.mock(), t.mock()]
     ports = [m.port for m in dead]
     for m in dead:
         m.close()
     g = pool(t, ports, routing={"eject_after": 1, "eject_time": "1s",
-                                "health_interval": 0})
+                                "health_interval": 0, "max_ejected": "100%",
+                                "panic_below": "0%"})
     assert g.get("/readyz").status == 200
     assert_error(post(g, chat_body("x")), 502, "upstream_unreachable")
     wait_for(lambda: value(g, STATE, upstream="u0") == 2

@@ -626,6 +626,8 @@ START_TEST(test_defaults)
     ck_assert_int_eq(c.health_interval_ms, 5000);
     ck_assert_uint_eq(c.eject_after, 3);
     ck_assert_int_eq(c.eject_time_ms, 10000);
+    ck_assert(c.max_ejected == 0.5);
+    ck_assert(c.panic_below == 0.5);
     ck_assert_uint_eq(c.retries, 2);
     ck_assert(c.retry_budget == 0.2);
     ck_assert_uint_eq(c.retry_budget_min, 3);
@@ -799,6 +801,7 @@ START_TEST(test_load_upstreams_and_routing)
 
     ck_assert_msg(config_load_text("g.conf",
         "[routing]\nbalance = prefix\nretry_budget = 12.5%\n"
+        "max_ejected = 25%\npanic_below = 0%\n"
         "first_byte_timeout = 2s\nhedge_after = 150ms\n"
         "[upstream gpu-a]\nurl = http://10.0.0.5:8000/\n"
         "models = llama-3-8b, qwen2-7b\nweight = 3\nmax_inflight = 8\n"
@@ -809,6 +812,8 @@ START_TEST(test_load_upstreams_and_routing)
     ck_assert_int_eq(c.balance, BALANCE_PREFIX);
     ck_assert(c.retry_budget == 0.125);
     ck_assert_int_eq(c.hedge_after_ms, 150);
+    ck_assert(c.max_ejected == 0.25);
+    ck_assert(c.panic_below == 0.0);
     u = config_find_upstream(&c, "gpu-a");
     ck_assert_ptr_nonnull(u);
     ck_assert_str_eq(u->url, "http://10.0.0.5:8000");
@@ -1517,6 +1522,8 @@ assert_config_eq(const struct gw_config *a, const struct gw_config *b)
     ck_assert_int_eq(a->health_interval_ms, b->health_interval_ms);
     ck_assert_uint_eq(a->eject_after, b->eject_after);
     ck_assert_int_eq(a->eject_time_ms, b->eject_time_ms);
+    ck_assert(a->max_ejected == b->max_ejected);
+    ck_assert(a->panic_below == b->panic_below);
     ck_assert_uint_eq(a->retries, b->retries);
     ck_assert(a->retry_budget == b->retry_budget);
     ck_assert_uint_eq(a->retry_budget_min, b->retry_budget_min);

@@ -1,7 +1,9 @@
 /*
  * check_pool.c - the upstream pool (gateway/pool.c): the breaker and its
- * half-open trial, the admission FIFO (granted, timed out, stopped, told
- * at once when hopeless), the retry budget, the balancers, model routing.
+ * half-open trial, late and poison verdicts, max_ejected and panic over a
+ * model's set of upstreams, the admission FIFO (granted, timed out,
+ * stopped, told at once when hopeless), the retry budget, the balancers,
+ * model routing.
  * The queue cases run real threads, so TSan sees the locking.
  */
 #include <check.h>
@@ -20,6 +22,13 @@
 
 static struct gw_config cfg;
 static struct pool *pool;
+
+/*
+ * For the breaker alone: with panic_below at its default, a pool whose
+ * one upstream is ejected or held back is in panic and calls go to it
+ * anyway (tested in "sets" below).
+ */
+#define NO_PANIC "panic_below = 0%\n"
 
 /* A pool over 'n' upstreams u0.. with [routing] and per-upstream text. */
 static void
@@ -90,6 +99,30 @@ pool_metric(const char *name)
     return v;
 }
 
+/* The value of the series 'name' of upstream 'up'. */
+static long
+upstream_metric(const char *name, const char *up)
+{
+    char want[160];
+
+    snprintf(want, sizeof(want), "%s{upstream=\"%s\"}", name, up);
+    return pool_metric(want);
+}
+
+/* Fail one call on upstream 'idx' (the others excluded). */
+static void
+fail_on(int idx, enum pool_outcome o)
+{
+    struct pool_want w = { NULL, 0, 0, 1, NULL, NULL };
+    struct pool_slot s;
+    int ra;
+
+    w.exclude = ~(UINT64_C(1) << idx);
+    ck_assert_int_eq(pool_acquire(pool, &w, &s, &ra), 0);
+    ck_assert_int_eq(s.idx, idx);
+    pool_release(pool, &s, o, 0);
+}
+
 /* ---- the breaker ---- */
 
 START_TEST(test_eject_half_open_close)
@@ -98,7 +131,7 @@ START_TEST(test_eject_half_open_close)
     int ra;
     struct pool_want w = { NULL, 0, 0, 0, NULL, NULL };
 
-    make_pool(1, "eject_after = 2\neject_time = 100ms\n", "");
+    make_pool(1, "eject_after = 2\neject_time = 100ms\n" NO_PANIC, "");
     ck_assert_int_eq(take(&s), 0);
     pool_release(pool, &s, POOL_FAIL_CONNECT, 0);
     ck_assert_int_eq(pool_state_of(pool, 0), POOL_CLOSED);
@@ -153,7 +186,7 @@ START_TEST(test_stale_trial_clears_nothing)
 {
     struct pool_slot old, d, a, b;
 
-    make_pool(1, "eject_after = 1\neject_time = 50ms\n", "");
+    make_pool(1, "eject_after = 1\neject_time = 50ms\n" NO_PANIC, "");
     ck_assert_int_eq(take(&old), 0);        /* taken while closed */
     ck_assert_int_eq(take(&d), 0);
     pool_release(pool, &d, POOL_FAIL_CONNECT, 0);
@@ -174,7 +207,7 @@ START_TEST(test_retry_after_holds_and_counts_once)
 {
     struct pool_slot s, t;
 
-    make_pool(1, "eject_after = 2\n", "");
+    make_pool(1, "eject_after = 2\n" NO_PANIC, "");
     ck_assert_int_eq(take(&s), 0);
     ck_assert_int_eq(take(&t), 0);
     pool_release(pool, &s, POOL_FAIL_THROTTLED, 300);
@@ -186,6 +219,196 @@ START_TEST(test_retry_after_holds_and_counts_once)
     while (take(&s) != 0)
         poll(NULL, 0, 10);
     pool_release(pool, &s, POOL_OK, 0);
+}
+END_TEST
+
+START_TEST(test_late_verdict_and_poison)
+{
+    struct pool_slot s, t;
+
+    make_pool(1, "eject_after = 1\neject_time = 50ms\n" NO_PANIC, "");
+    /* Given back without a verdict, then judged poison: counted as a
+     * failure, not toward ejection. */
+    ck_assert_int_eq(take(&s), 0);
+    pool_release(pool, &s, POOL_NEUTRAL, 0);
+    pool_judge(pool, 0, POOL_FAIL_STATUS, 1);
+    ck_assert_int_eq(pool_state_of(pool, 0), POOL_CLOSED);
+    ck_assert_int_eq(pool_metric("infergw_upstream_failures_total{upstream="
+                                 "\"u0\",kind=\"status\"}"), 1);
+    /* Judged the upstream's: as pool_release would have. */
+    pool_judge(pool, 0, POOL_FAIL_STATUS, 0);
+    ck_assert_int_eq(pool_state_of(pool, 0), POOL_OPEN);
+    wait_state(POOL_HALF_OPEN);
+    /* A trial given back without a verdict is over at once: the next
+     * call is a trial too, and a late failure of the first ejects. */
+    ck_assert_int_eq(take(&s), 0);
+    ck_assert_uint_ne(s.trial, 0);
+    pool_release(pool, &s, POOL_NEUTRAL, 0);
+    ck_assert_int_eq(take(&t), 0);
+    ck_assert_uint_ne(t.trial, 0);
+    pool_judge(pool, 0, POOL_FAIL_STATUS, 0);
+    ck_assert_int_eq(pool_state_of(pool, 0), POOL_OPEN);
+    pool_release(pool, &t, POOL_OK, 0);
+    ck_assert_int_eq(pool_metric("infergw_upstream_poison_requests_total"),
+                     0);
+    pool_note_poison(pool);
+    ck_assert_int_eq(pool_metric("infergw_upstream_poison_requests_total"),
+                     1);
+    teardown();
+
+    /* A poison verdict between two failures of the upstream's own
+     * neither counts nor breaks their run. */
+    make_pool(1, "eject_after = 2\n" NO_PANIC, "");
+    pool_judge(pool, 0, POOL_FAIL_STATUS, 0);
+    pool_judge(pool, 0, POOL_FAIL_STATUS, 1);
+    ck_assert_int_eq(pool_state_of(pool, 0), POOL_CLOSED);
+    pool_judge(pool, 0, POOL_FAIL_STATUS, 0);
+    ck_assert_int_eq(pool_state_of(pool, 0), POOL_OPEN);
+}
+END_TEST
+
+/* ---- sets: max_ejected and panic ---- */
+
+START_TEST(test_max_ejected_per_model)
+{
+    char err[256];
+    const char *text = "[routing]\nhealth_interval = 0\neject_after = 1\n"
+                       "eject_time = 1m\n" NO_PANIC
+                       "[upstream a0]\nurl = http://h:1\nmodels = a\n"
+                       "[upstream a1]\nurl = http://h:2\nmodels = a\n"
+                       "[upstream b0]\nurl = http://h:3\nmodels = b, a\n"
+                       "[upstream b1]\nurl = http://h:4\nmodels = b\n"
+                       "[upstream b2]\nurl = http://h:5\nmodels = b\n"
+                       "[upstream c0]\nurl = http://h:6\nmodels = c\n";
+
+    ck_assert_msg(config_load_text("t", text, &cfg, err, sizeof(err)) == 0,
+                  "%s", err);
+    pool = pool_new(&cfg);
+    ck_assert_ptr_nonnull(pool);
+    /* a: a0 a1 b0 (one of 3 may be out); b: b0 b1 b2 (one of 3). */
+    fail_on(0, POOL_FAIL_CONNECT);
+    ck_assert_int_eq(pool_state_of(pool, 0), POOL_OPEN);
+    fail_on(1, POOL_FAIL_CONNECT);          /* a would have 2 of 3 out */
+    ck_assert_int_eq(pool_state_of(pool, 1), POOL_CLOSED);
+    ck_assert_int_eq(upstream_metric("infergw_upstream_ejections_capped_"
+                                     "total", "a1"), 1);
+    fail_on(1, POOL_FAIL_CONNECT);          /* asks again, refused again */
+    ck_assert_int_eq(upstream_metric("infergw_upstream_ejections_capped_"
+                                     "total", "a1"), 2);
+    fail_on(2, POOL_FAIL_STATUS);           /* b0 serves a too: no */
+    ck_assert_int_eq(pool_state_of(pool, 2), POOL_CLOSED);
+    fail_on(3, POOL_FAIL_STATUS);           /* b has none out: yes */
+    ck_assert_int_eq(pool_state_of(pool, 3), POOL_OPEN);
+    fail_on(4, POOL_FAIL_STATUS);
+    ck_assert_int_eq(pool_state_of(pool, 4), POOL_CLOSED);
+    fail_on(5, POOL_FAIL_TIMEOUT);          /* c's only one: it may go */
+    ck_assert_int_eq(pool_state_of(pool, 5), POOL_OPEN);
+    ck_assert_int_eq(upstream_metric("infergw_upstream_ejections_total",
+                                     "a1"), 0);
+}
+END_TEST
+
+START_TEST(test_max_ejected_unlisted_and_share)
+{
+    /* No models listed and none reported: one set of all four; 50% of
+     * 4 is 2, and 100% lets every one go. */
+    make_pool(4, "eject_after = 1\neject_time = 1m\n" NO_PANIC, "");
+    for (int i = 0; i < 4; i++)
+        fail_on(i, POOL_FAIL_CONNECT);
+    ck_assert_int_eq(pool_state_of(pool, 0), POOL_OPEN);
+    ck_assert_int_eq(pool_state_of(pool, 1), POOL_OPEN);
+    ck_assert_int_eq(pool_state_of(pool, 2), POOL_CLOSED);
+    ck_assert_int_eq(pool_state_of(pool, 3), POOL_CLOSED);
+    teardown();
+    make_pool(3, "eject_after = 1\neject_time = 1m\nmax_ejected = 100%\n"
+              NO_PANIC, "");
+    for (int i = 0; i < 3; i++) {
+        fail_on(i, POOL_FAIL_CONNECT);
+        ck_assert_int_eq(pool_state_of(pool, (size_t)i), POOL_OPEN);
+    }
+    ck_assert(!pool_ready(pool));
+}
+END_TEST
+
+START_TEST(test_panic_routes_across_all)
+{
+    struct pool_want w = { NULL, 0, 0, 0, NULL, NULL };
+    struct pool_slot s, t;
+    int ra;
+
+    make_pool(2, "eject_after = 1\neject_time = 1m\nmax_ejected = 100%\n",
+              "");
+    fail_on(0, POOL_FAIL_CONNECT);
+    /* One of two usable: 50% is not below 50%. */
+    ck_assert_int_eq(take(&s), 0);
+    ck_assert_int_eq(s.idx, 1);
+    pool_release(pool, &s, POOL_OK, 0);
+    ck_assert_int_eq(pool_metric("infergw_upstream_panic"), 0);
+    fail_on(1, POOL_FAIL_STATUS);
+    ck_assert_int_eq(pool_state_of(pool, 1), POOL_OPEN);
+    /* None usable: calls go to both, ejected as they are, and are no
+     * trials. */
+    ck_assert_int_eq(take(&s), 0);
+    ck_assert_uint_eq(s.trial, 0);
+    ck_assert_int_eq(pool_metric("infergw_upstream_panic"), 1);
+    w.exclude = UINT64_C(1) << s.idx;
+    ck_assert_int_eq(pool_acquire(pool, &w, &t, &ra), 0);
+    ck_assert_int_ne(t.idx, s.idx);
+    ck_assert(pool_has_other(pool, &w, (size_t)t.idx) == 0);
+    w.exclude = 0;
+    ck_assert(pool_has_other(pool, &w, (size_t)t.idx));
+    pool_release(pool, &s, POOL_OK, 0);
+    pool_release(pool, &t, POOL_OK, 0);
+    ck_assert_int_eq(pool_state_of(pool, 0), POOL_OPEN);
+    ck_assert(!pool_ready(pool));
+    ck_assert_int_eq(pool_metric("infergw_upstream_panic"), 1);
+    teardown();
+
+    /* 0% turns it off. */
+    make_pool(2, "eject_after = 1\neject_time = 1m\nmax_ejected = 100%\n"
+              NO_PANIC, "");
+    fail_on(0, POOL_FAIL_CONNECT);
+    fail_on(1, POOL_FAIL_CONNECT);
+    ck_assert_int_eq(take(&s), GW_EUNAVAIL);
+    ck_assert_int_eq(pool_metric("infergw_upstream_panic"), 0);
+}
+END_TEST
+
+START_TEST(test_panic_call_is_no_trial)
+{
+    struct pool_slot s, t;
+
+    make_pool(1, "eject_after = 1\neject_time = 50ms\n", "");
+    fail_on(0, POOL_FAIL_CONNECT);
+    wait_state(POOL_HALF_OPEN);
+    ck_assert_int_eq(take(&s), 0);          /* the trial */
+    ck_assert_uint_ne(s.trial, 0);
+    ck_assert_int_eq(take(&t), 0);          /* trial out: none usable */
+    ck_assert_uint_eq(t.trial, 0);          /* no second trial */
+    pool_release(pool, &t, POOL_NEUTRAL, 0);
+    ck_assert_int_eq(pool_state_of(pool, 0), POOL_HALF_OPEN);
+    pool_release(pool, &s, POOL_OK, 0);
+    ck_assert_int_eq(pool_state_of(pool, 0), POOL_CLOSED);
+}
+END_TEST
+
+START_TEST(test_panic_ends_with_the_hold)
+{
+    struct pool_slot s;
+
+    /* Held back by Retry-After, the only upstream still takes calls in
+     * panic; the gauge drops once the hold is over. */
+    make_pool(1, "eject_after = 100\n", "");
+    ck_assert_int_eq(take(&s), 0);
+    pool_release(pool, &s, POOL_FAIL_THROTTLED, 200);
+    ck_assert(!pool_ready(pool));
+    ck_assert_int_eq(take(&s), 0);
+    ck_assert_int_eq(pool_metric("infergw_upstream_panic"), 1);
+    pool_release(pool, &s, POOL_OK, 0);
+    for (int64_t end = gw_now_ms() + 5000;
+         pool_metric("infergw_upstream_panic") != 0; poll(NULL, 0, 10))
+        ck_assert_msg(gw_now_ms() < end, "still in panic");
+    ck_assert(pool_ready(pool));
 }
 END_TEST
 
@@ -276,8 +499,8 @@ START_TEST(test_queue_stop_and_hopeless)
     pthread_t ta;
 
     /* Every upstream it could use is ejected: told at once. */
-    make_pool(1, "queue_timeout = 10s\neject_after = 1\neject_time = 1m\n",
-              "max_inflight = 1\n");
+    make_pool(1, "queue_timeout = 10s\neject_after = 1\neject_time = 1m\n"
+              NO_PANIC, "max_inflight = 1\n");
     ck_assert_int_eq(take(&s), 0);
     ck_assert_int_eq(pthread_create(&ta, NULL, waiter, &a), 0);
     wait_queued(1);
@@ -296,6 +519,28 @@ START_TEST(test_queue_stop_and_hopeless)
     pthread_join(ta, NULL);
     ck_assert_int_eq(a.rc, GW_ESTOPPING);
     pool_release(pool, &s, POOL_OK, 0);
+}
+END_TEST
+
+START_TEST(test_panic_grants_a_waiter_an_ejected_slot)
+{
+    struct waiter_arg a = { 1, { -1, 0, 0 } };
+    struct pool_slot s;
+    pthread_t ta;
+
+    /* Its one upstream full, a call waits; the upstream is ejected
+     * meanwhile: in panic the waiter still gets the freed slot. */
+    make_pool(1, "queue_timeout = 10s\neject_after = 1\neject_time = 1m\n",
+              "max_inflight = 1\n");
+    ck_assert_int_eq(take(&s), 0);
+    ck_assert_int_eq(pthread_create(&ta, NULL, waiter, &a), 0);
+    wait_queued(1);
+    pool_release(pool, &s, POOL_FAIL_CONNECT, 0);
+    pthread_join(ta, NULL);
+    ck_assert_int_eq(a.rc, 0);
+    ck_assert_int_eq(a.slot.idx, 0);
+    ck_assert_int_eq(pool_state_of(pool, 0), POOL_OPEN);
+    pool_release(pool, &a.slot, POOL_OK, 0);
 }
 END_TEST
 
@@ -422,12 +667,22 @@ pool_suite(void)
     tcase_add_test(tc, test_failed_trial_doubles_eject_time);
     tcase_add_test(tc, test_stale_trial_clears_nothing);
     tcase_add_test(tc, test_retry_after_holds_and_counts_once);
+    tcase_add_test(tc, test_late_verdict_and_poison);
+    suite_add_tcase(s, tc);
+    tc = tcase("sets");
+    tcase_add_checked_fixture(tc, NULL, teardown);
+    tcase_add_test(tc, test_max_ejected_per_model);
+    tcase_add_test(tc, test_max_ejected_unlisted_and_share);
+    tcase_add_test(tc, test_panic_routes_across_all);
+    tcase_add_test(tc, test_panic_call_is_no_trial);
+    tcase_add_test(tc, test_panic_ends_with_the_hold);
     suite_add_tcase(s, tc);
     tc = tcase("admission");
     tcase_add_checked_fixture(tc, NULL, teardown);
     tcase_add_test(tc, test_queue_granted_in_order);
     tcase_add_test(tc, test_queue_timeout_and_no_wait);
     tcase_add_test(tc, test_queue_stop_and_hopeless);
+    tcase_add_test(tc, test_panic_grants_a_waiter_an_ejected_slot);
     suite_add_tcase(s, tc);
     tc = tcase("choice");
     tcase_add_checked_fixture(tc, NULL, teardown);
