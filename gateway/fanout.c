@@ -273,31 +273,70 @@ keep_unsent(struct fanout_reader *r, const struct iovec *iov, int cnt,
     return 0;
 }
 
+int
+fanout_flush(struct fanout_reader *r)
+{
+    size_t w;
+
+    if (buf_len(&r->pending) == 0)
+        return 0;
+    if (net_write_some(r->reply->fd, buf_ptr(&r->pending),
+                       buf_len(&r->pending), &w) != 0) {
+        reply_gone(r->reply);
+        return GW_ECLOSED;
+    }
+    buf_consume(&r->pending, w);
+    return 0;
+}
+
+/*
+ * The chunk (an index into the snapshot, 'first' or after) that the
+ * socket did not take whole when it took 'w' of the bytes in iov[]:
+ * chunk k's iovecs end before ends[k].  The head's iovec counts with
+ * the first chunk.  'w' is less than all of them.
+ */
+static size_t
+chunk_cut(const struct iovec *iov, const int *ends, size_t first,
+          size_t n, size_t w)
+{
+    int i = 0;
+    size_t k = first;
+
+    while (w >= iov[i].iov_len)
+        w -= iov[i++].iov_len;
+    while (k + 1 < n && ends[k] <= i)
+        k++;
+    return k;
+}
+
 /*
  * Write what r's client takes now of the chunks in 's' from r's
  * position, never waiting: the upstream loop must not block on any
  * client socket, or one stalled client would stall every other.  The
- * head goes with the first bytes.  What the socket does not take stays
- * in r->pending, for the next push or the reader's own thread.  The
- * caller holds the reader.
+ * head goes with the first bytes.  What the socket does not take is
+ * copied into r->pending, for the next push or the reader's own thread:
+ * with 'whole', all of it (a reader that goes back to its thread);
+ * else only the rest of the first chunk not taken whole, and the chunks
+ * after it wait for the next snapshot (the reader's own thread, which
+ * then waits on that copy for the client, as it would have on the chunk
+ * itself).  The caller holds the reader.
  */
 static enum push_result
-push(struct fanout_reader *r, const struct flight_snap *s)
+push(struct fanout_reader *r, const struct flight_snap *s, int whole)
 {
     struct reply *rp = r->reply;
     struct iovec iov[1 + 3 * FLIGHT_SNAP_MAX];
     char size_line[FLIGHT_SNAP_MAX][REPLY_SIZE_LINE];
-    size_t pos = get_pos(r), w, total = 0, k;
+    int ends[FLIGHT_SNAP_MAX];
+    size_t pos = get_pos(r), w, total = 0, k, end;
     const struct flight_head *h = s->head;
-    int cnt = 0;
+    int cnt = 0, upto;
 
     if (rp->broken)
         return PUSH_GONE;
     if (buf_len(&r->pending) > 0) {
-        if (net_write_some(rp->fd, buf_ptr(&r->pending),
-                           buf_len(&r->pending), &w) != 0)
-            goto gone;
-        buf_consume(&r->pending, w);
+        if (fanout_flush(r) != 0)
+            return PUSH_GONE;
         if (buf_len(&r->pending) > 0)
             return PUSH_BLOCKED;
     }
@@ -312,21 +351,29 @@ push(struct fanout_reader *r, const struct flight_snap *s)
         iov[cnt].iov_base = (void *)buf_ptr(&rp->head);
         iov[cnt++].iov_len = buf_len(&rp->head);
     }
-    for (k = pos - s->lo; k < s->n; k++)
+    for (k = pos - s->lo; k < s->n; k++) {
         cnt += reply_frame_iov(rp, s->chunk[k]->data, s->chunk[k]->len,
                                &iov[cnt], size_line[k]);
+        ends[k] = cnt;
+    }
     for (int i = 0; i < cnt; i++)
         total += iov[i].iov_len;
     w = 0;
     if (cnt > 0 && net_writev_some(rp->fd, iov, cnt, &w) != 0)
         goto gone;
-    if (w < total && keep_unsent(r, iov, cnt, w) != 0)
+    end = s->n;
+    upto = cnt;
+    if (w < total && !whole) {
+        end = chunk_cut(iov, ends, pos - s->lo, s->n, w) + 1;
+        upto = ends[end - 1];
+    }
+    if (w < total && keep_unsent(r, iov, upto, w) != 0)
         goto nomem;
-    /* Every byte is now the client's: sent, or pending. */
+    /* Every byte up to 'end' is now the client's: sent, or pending. */
     reply_note_sent(rp, 0);
-    for (k = pos - s->lo; k < s->n; k++)
+    for (k = pos - s->lo; k < end; k++)
         reply_note_sent(rp, s->chunk[k]->len);
-    set_pos(r, s->lo + s->n);
+    set_pos(r, s->lo + end);
     r->deadline = gw_now_ms() + r->timeout_ms;
     return w < total ? PUSH_BLOCKED : PUSH_CAUGHT_UP;
 
@@ -346,7 +393,7 @@ fanout_push(struct flight *f, struct fanout_reader *r)
 
     do {
         flight_snap(f, get_pos(r), &s);
-        res = push(r, &s);
+        res = push(r, &s, 1);
     } while (res == PUSH_CAUGHT_UP && get_pos(r) < s.nchunks);
     return res == PUSH_GONE ? GW_ECLOSED : 0;
 }
@@ -361,7 +408,7 @@ push_list(struct flight *f, struct fanout_reader *list,
     for (struct fanout_reader *r = list; r != NULL; r = r->next) {
         size_t before = get_pos(r);
 
-        r->parkable = push(r, s) == PUSH_CAUGHT_UP;
+        r->parkable = push(r, s, 1) == PUSH_CAUGHT_UP;
         pushed += get_pos(r) - before;
     }
     release(f, list);
@@ -435,6 +482,27 @@ fanout_sweep(struct flight *f, int64_t now)
     release(f, list);
 }
 
+/*
+ * Write all of r's 'pending' bytes (the rest of what someone pushed for
+ * it), waiting for the client up to send_timeout.  Returns 0, or an
+ * error with the reply broken.  Its own thread only.
+ */
+static int
+flush_all(struct fanout_reader *r)
+{
+    struct reply *rp = r->reply;
+    int rc;
+
+    if (buf_len(&r->pending) == 0)
+        return 0;
+    rc = net_write_all(rp->fd, buf_ptr(&r->pending), buf_len(&r->pending),
+                       reply_deadline(rp), rp->stop_fd);
+    if (rc != 0)
+        reply_gone(rp);
+    buf_reset(&r->pending);
+    return rc;
+}
+
 /* ---- the reader's own thread ---- */
 
 /*
@@ -468,28 +536,69 @@ wait_for_news(struct flight *f, struct fanout_reader *r,
     gw_mutex_unlock(&f->lock);
 }
 
+enum relay_next {
+    RELAY_MORE,
+    RELAY_END,
+};
+
+/* One turn of fanout_relay() with what wait_for_news() gave. */
+static enum relay_next
+relay_step(struct flight *f, struct fanout_reader *r,
+           const struct fanout_opts *o, const struct flight_snap *s)
+{
+    struct reply *rp = r->reply;
+
+    if (r->helper) {
+        help(f, r);
+        return RELAY_MORE;      /* 's' is from before help() wrote */
+    }
+    if (rp->broken || buf_len(&r->pending) > 0 || stopping(o))
+        return RELAY_MORE;
+    if (r->expired) {
+        /* This client's own wait: the flight itself goes on. */
+        reply_error(rp, 504, "upstream_error", "upstream_timeout",
+                    "follower wait timeout: nothing new from the "
+                    "upstream for follower_timeout");
+        return RELAY_END;
+    }
+    if (rp->status == 0 && s->head != NULL
+        && !(s->state == FLIGHT_FAILED && s->nchunks == 0)
+        && fanout_begin(rp, s->head) != 0) {
+        log_msg(GW_LOG_ERROR, "fanout: out of memory for a response "
+                "head, dropped req=%s", rp->request_id);
+        reply_gone(rp);
+        return RELAY_END;
+    }
+    if (s->n > 0)
+        return push(r, s, 0) == PUSH_GONE ? RELAY_END : RELAY_MORE;
+    if (s->state == FLIGHT_DONE) {
+        reply_end(rp);
+        return RELAY_END;
+    }
+    if (s->state == FLIGHT_FAILED) {
+        struct reply_failure fail = { s->err_rc, s->err_reason,
+                                      s->err_status, s->err_retry_after_s };
+
+        reply_failure(rp, &fail);
+        return RELAY_END;
+    }
+    return RELAY_MORE;
+}
+
 void
 fanout_relay(struct flight *f, struct fanout_reader *r,
              const struct fanout_opts *o)
 {
     struct reply *rp = r->reply;
-    const struct flight_head *h;
     struct flight_snap s;
+    enum relay_next next;
 
     r->deadline = gw_now_ms() + r->timeout_ms;
-    for (;;) {
+    do {
         if (rp->broken)
             return;             /* gone: a write, or the sweep, saw it */
-        if (buf_len(&r->pending) > 0) {
-            /* Handed back with bytes its socket did not take. */
-            if (net_write_all(rp->fd, buf_ptr(&r->pending),
-                              buf_len(&r->pending), reply_deadline(rp),
-                              rp->stop_fd) != 0) {
-                reply_gone(rp);
-                return;
-            }
-            buf_reset(&r->pending);
-        }
+        if (flush_all(r) != 0)
+            return;
         if (stopping(o)) {
             /*
              * Every stream still open ends alike at the stop, even one
@@ -500,48 +609,6 @@ fanout_relay(struct flight *f, struct fanout_reader *r,
             return;
         }
         wait_for_news(f, r, o, &s);
-        if (r->helper) {
-            help(f, r);
-            continue;           /* 's' is from before help() wrote */
-        }
-        if (rp->broken || buf_len(&r->pending) > 0 || stopping(o))
-            continue;
-        if (r->expired) {
-            /* This client's own wait: the flight itself goes on. */
-            reply_error(rp, 504, "upstream_error", "upstream_timeout",
-                        "follower wait timeout: nothing new from the "
-                        "upstream for follower_timeout");
-            return;
-        }
-        h = s.head;
-        if (rp->status == 0 && h != NULL
-            && !(s.state == FLIGHT_FAILED && s.nchunks == 0)
-            && fanout_begin(rp, h) != 0) {
-            log_msg(GW_LOG_ERROR, "fanout: out of memory for a response "
-                    "head, dropped req=%s", rp->request_id);
-            reply_gone(rp);
-            return;
-        }
-        if (s.n > 0) {
-            for (size_t i = 0; i < s.n; i++) {
-                if (reply_body(rp, s.chunk[i]->data, s.chunk[i]->len) != 0)
-                    return;     /* gone or stuck: broken */
-                set_pos(r, s.lo + i + 1);
-            }
-            r->deadline = gw_now_ms() + r->timeout_ms;
-            continue;
-        }
-        if (s.state == FLIGHT_DONE) {
-            reply_end(rp);
-            return;
-        }
-        if (s.state == FLIGHT_FAILED) {
-            struct reply_failure fail = { s.err_rc, s.err_reason,
-                                          s.err_status,
-                                          s.err_retry_after_s };
-
-            reply_failure(rp, &fail);
-            return;
-        }
-    }
+        next = relay_step(f, r, o, &s);
+    } while (next == RELAY_MORE);
 }

@@ -48,6 +48,13 @@
  * never ahead of readers queued later: the ones behind are always the
  * front of the FIFO, and a take is O(batch) however many are parked.
  *
+ * Nobody waits on a client while reading the flight's chunks: a holder
+ * writes them without waiting, and what the socket does not take is
+ * copied into the reader's 'pending' (a reader's own thread copies only
+ * the rest of one chunk, then waits on that copy, as it waited on the
+ * chunk itself before).  So no thread holds a pointer to a chunk while
+ * a slow client keeps it waiting.
+ *
  * Timeouts: a parked reader waits without a timer.  The leader looks at
  * the parked readers at most once a second (fanout_sweep(), from its
  * sink's on_tick, which the transfer loop calls at least that often):
@@ -117,6 +124,14 @@ void fanout_reader_release(struct fanout_reader *r);
  * client is gone (its reply is then broken).
  */
 int fanout_push(struct flight *f, struct fanout_reader *r);
+
+/*
+ * The holder of 'r': write what r's client takes now of r's 'pending'
+ * bytes, without waiting.  Returns 0, or GW_ECLOSED when the client is
+ * gone (its reply is then broken).
+ */
+int fanout_flush(struct fanout_reader *r);
+
 
 /*
  * Leader, right after each append: push the new chunks to the parked
