@@ -24,6 +24,12 @@
 /* Sockets the sweep polls at a time (its pollfd array is on the stack). */
 #define SWEEP_POLL 64
 
+/* What a cut client is told (fanout_cut_begin()). */
+#define CUT_TYPE "server_error"
+#define CUT_CODE "client_too_slow"
+#define CUT_MESSAGE "client too slow: it fell further behind the stream " \
+    "than max_reader_lag, and the gateway does not keep the stream for it"
+
 enum push_result {
     PUSH_CAUGHT_UP,             /* wrote all the snapshot had for it */
     PUSH_BLOCKED,               /* socket full (rest in 'pending'), or
@@ -45,14 +51,16 @@ fanout_begin(struct reply *r, const struct flight_head *h)
 
 void
 fanout_reader_init(struct fanout_reader *r, struct reply *reply,
-                   int64_t timeout_ms)
+                   int64_t timeout_ms, const char *key_hex)
 {
     memset(r, 0, sizeof(*r));
     atomic_init(&r->fr.pos, 0);
+    atomic_init(&r->fr.reading, 0);
     gw_cond_init(&r->cv);
     r->where = FANOUT_RUNNING;
     r->reply = reply;
     r->timeout_ms = timeout_ms;
+    r->key_hex = key_hex;
     buf_init(&r->pending, SIZE_MAX);    /* at most one snapshot's bytes */
 }
 
@@ -89,7 +97,7 @@ stopping(const struct fanout_opts *o)
 static void
 park_locked(struct flight *f, struct fanout_reader *r)
 {
-    assert(get_pos(r) == f->nchunks);
+    assert(get_pos(r) == f->nchunks && !r->fr.cut);
     r->where = FANOUT_PARKED;
     r->next = NULL;
     r->prev = f->parked_tail;
@@ -137,8 +145,9 @@ behind_locked(const struct flight *f, struct fanout_reader *r)
 /*
  * Take up to 'max' parked readers that are behind, oldest first (the
  * front of the FIFO, by its invariant): they become CLAIMED, linked by
- * 'next'.  OUT *s: the snapshot from the first one's position, the
- * lowest.  NULL when nobody is behind; a helper then stops helping.
+ * 'next', each marked as being read.  OUT *s: the snapshot from the
+ * first one's position, the lowest.  NULL when nobody is behind; a
+ * helper then stops helping.
  */
 GW_TESTABLE struct fanout_reader *
 take(struct flight *f, size_t max, struct flight_snap *s, int helper)
@@ -150,6 +159,7 @@ take(struct flight *f, size_t max, struct flight_snap *s, int helper)
         r = f->parked;
         unlink_locked(f, r);
         r->where = FANOUT_CLAIMED;
+        flight_reading_locked(f, &r->fr);
         *tail = r;
         tail = &r->next;
     }
@@ -182,8 +192,9 @@ claim_all(struct flight *f, size_t *count)
 
 /*
  * Give claimed readers back: a 'parkable' one that has everything (and
- * the flight still runs) is parked again, still asleep; the others go
- * back to their threads.  They must not be touched afterwards.
+ * the flight still runs) is parked again, still asleep; the others (a
+ * cut one among them) go back to their threads.  They must not be
+ * touched afterwards.
  */
 GW_TESTABLE void
 release(struct flight *f, struct fanout_reader *list)
@@ -197,7 +208,7 @@ release(struct flight *f, struct fanout_reader *list)
         next = r->next;
         assert(r->where == FANOUT_CLAIMED);
         if (r->parkable && f->state == FLIGHT_RUNNING
-            && get_pos(r) == f->nchunks)
+            && get_pos(r) == f->nchunks && !r->fr.cut)
             park_locked(f, r);
         else
             hand_back_locked(r);
@@ -319,7 +330,8 @@ chunk_cut(const struct iovec *iov, const int *ends, size_t first,
  * else only the rest of the first chunk not taken whole, and the chunks
  * after it wait for the next snapshot (the reader's own thread, which
  * then waits on that copy for the client, as it would have on the chunk
- * itself).  The caller holds the reader.
+ * itself).  The caller holds the reader, marked as being read, and may
+ * let go of the chunks right after.
  */
 static enum push_result
 push(struct fanout_reader *r, const struct flight_snap *s, int whole)
@@ -392,8 +404,11 @@ fanout_push(struct flight *f, struct fanout_reader *r)
     enum push_result res;
 
     do {
-        flight_snap(f, get_pos(r), &s);
+        flight_snap_reader(f, &r->fr, &s);
+        if (s.cut)
+            return GW_ETOOBIG;
         res = push(r, &s, 1);
+        flight_read_done(&r->fr);
     } while (res == PUSH_CAUGHT_UP && get_pos(r) < s.nchunks);
     return res == PUSH_GONE ? GW_ECLOSED : 0;
 }
@@ -409,6 +424,7 @@ push_list(struct flight *f, struct fanout_reader *list,
         size_t before = get_pos(r);
 
         r->parkable = push(r, s, 1) == PUSH_CAUGHT_UP;
+        flight_read_done(&r->fr);
         pushed += get_pos(r) - before;
     }
     release(f, list);
@@ -503,6 +519,40 @@ flush_all(struct fanout_reader *r)
     return rc;
 }
 
+/* ---- a cut reader ---- */
+
+void
+fanout_cut_begin(struct flight *f, struct fanout_reader *r)
+{
+    struct reply *rp = r->reply;
+
+    metrics_reader_cut_lag();
+    log_msg(GW_LOG_WARN, "coalesce: client cut, too far behind the "
+            "stream role=%s key=%s flight=%s behind=%zu",
+            rp->role != NULL ? rp->role : "-", r->key_hex, f->id,
+            r->fr.cut_lag);
+    if (rp->broken || !rp->head_sent)
+        return;                 /* fanout_cut_end() answers whole */
+    /* Out of memory: no event, and the end is just as unclean. */
+    reply_fail_event(rp, &r->pending, CUT_TYPE, CUT_CODE, CUT_MESSAGE);
+    fanout_flush(r);
+}
+
+void
+fanout_cut_end(struct fanout_reader *r)
+{
+    struct reply *rp = r->reply;
+
+    if (rp->broken)
+        return;
+    if (!rp->head_sent) {
+        reply_error(rp, 503, CUT_TYPE, CUT_CODE, CUT_MESSAGE);
+        return;
+    }
+    if (flush_all(r) == 0)
+        reply_fail_end(rp);
+}
+
 /* ---- the reader's own thread ---- */
 
 /*
@@ -510,7 +560,9 @@ flush_all(struct fanout_reader *r)
  * final state, being handed back (to help, or timed out, or with its
  * client gone), or the stop.  Parked meanwhile, so the leader may push
  * for it (its position moves then).  OUT *s: the snapshot from its
- * position.  Called with nothing of its own left to write.
+ * position (flight_snap_reader(): r is marked as being read, or s->cut
+ * is set); none when handed back to help.  Called with nothing of its
+ * own left to write.
  */
 GW_TESTABLE void
 wait_for_news(struct flight *f, struct fanout_reader *r,
@@ -519,7 +571,7 @@ wait_for_news(struct flight *f, struct fanout_reader *r,
     gw_mutex_lock(&f->lock);
     assert(r->where == FANOUT_RUNNING && !r->helper);
     if (f->state == FLIGHT_RUNNING && f->nchunks <= get_pos(r)
-        && !stopping(o)) {
+        && !r->fr.cut && !stopping(o)) {
         park_locked(f, r);
         metrics_parked_add(1);
         while (r->where != FANOUT_RUNNING) {
@@ -532,7 +584,8 @@ wait_for_news(struct flight *f, struct fanout_reader *r,
             gw_cond_wait(&r->cv, &f->lock);
         }
     }
-    flight_snap_locked(f, get_pos(r), s);
+    if (!r->helper)
+        flight_snap_reader_locked(f, &r->fr, s);
     gw_mutex_unlock(&f->lock);
 }
 
@@ -541,7 +594,11 @@ enum relay_next {
     RELAY_END,
 };
 
-/* One turn of fanout_relay() with what wait_for_news() gave. */
+/*
+ * One turn of fanout_relay() with what wait_for_news() gave.  A push
+ * never waits; before anything that may wait on the client, the
+ * snapshot's chunks are let go (flight_read_done()).
+ */
 static enum relay_next
 relay_step(struct flight *f, struct fanout_reader *r,
            const struct fanout_opts *o, const struct flight_snap *s)
@@ -550,12 +607,18 @@ relay_step(struct flight *f, struct fanout_reader *r,
 
     if (r->helper) {
         help(f, r);
-        return RELAY_MORE;      /* 's' is from before help() wrote */
+        return RELAY_MORE;      /* 's' is not set: a new wait */
     }
     if (rp->broken || buf_len(&r->pending) > 0 || stopping(o))
         return RELAY_MORE;
+    if (s->cut) {
+        fanout_cut_begin(f, r);
+        fanout_cut_end(r);
+        return RELAY_END;
+    }
     if (r->expired) {
         /* This client's own wait: the flight itself goes on. */
+        flight_read_done(&r->fr);
         reply_error(rp, 504, "upstream_error", "upstream_timeout",
                     "follower wait timeout: nothing new from the "
                     "upstream for follower_timeout");
@@ -571,6 +634,7 @@ relay_step(struct flight *f, struct fanout_reader *r,
     }
     if (s->n > 0)
         return push(r, s, 0) == PUSH_GONE ? RELAY_END : RELAY_MORE;
+    flight_read_done(&r->fr);
     if (s->state == FLIGHT_DONE) {
         reply_end(rp);
         return RELAY_END;
@@ -610,5 +674,6 @@ fanout_relay(struct flight *f, struct fanout_reader *r,
         }
         wait_for_news(f, r, o, &s);
         next = relay_step(f, r, o, &s);
+        flight_read_done(&r->fr);
     } while (next == RELAY_MORE);
 }

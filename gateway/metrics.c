@@ -40,6 +40,7 @@ static struct {
     _Atomic int64_t parked;
     _Atomic uint64_t pushed;
     _Atomic uint64_t helpers;
+    _Atomic uint64_t cut_lag;
 } m;
 
 static struct tls_stats tls_counts;
@@ -168,6 +169,12 @@ metrics_helpers(uint64_t n)
     atomic_fetch_add_explicit(&m.helpers, n, memory_order_relaxed);
 }
 
+void
+metrics_reader_cut_lag(void)
+{
+    INC(m.cut_lag);
+}
+
 int64_t
 metrics_connections_active(void)
 {
@@ -268,7 +275,12 @@ metrics_render(struct buf *out, const struct gw_config *cfg)
             "# HELP infergw_coalesce_helpers_total Follower threads woken "
             "to help the upstream thread write a chunk to parked clients.\n"
             "# TYPE infergw_coalesce_helpers_total counter\n"
-            "infergw_coalesce_helpers_total %llu\n",
+            "infergw_coalesce_helpers_total %llu\n"
+            "# HELP infergw_coalesce_readers_cut_total Clients of a flight "
+            "cut off with an error, by reason (lag: further behind than "
+            "max_reader_lag).\n"
+            "# TYPE infergw_coalesce_readers_cut_total counter\n"
+            "infergw_coalesce_readers_cut_total{reason=\"lag\"} %llu\n",
             (unsigned long long)LOAD(m.upstream_calls),
             (long long)LOAD(m.connections),
             (unsigned long long)LOAD(m.connections_total),
@@ -278,7 +290,8 @@ metrics_render(struct buf *out, const struct gw_config *cfg)
             (long long)LOAD(m.flights),
             (long long)LOAD(m.parked),
             (unsigned long long)LOAD(m.pushed),
-            (unsigned long long)LOAD(m.helpers));
+            (unsigned long long)LOAD(m.helpers),
+            (unsigned long long)LOAD(m.cut_lag));
     if (rc == 0)
         rc = buf_append_str(out,
             "# HELP infergw_coalesce_followers_by_tenant_total Followers by "

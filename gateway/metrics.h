@@ -62,6 +62,7 @@ void metrics_flights_add(int delta);
 void metrics_parked_add(int delta);     /* clients parked in flights */
 void metrics_pushed(uint64_t chunks);   /* chunks written for parked ones */
 void metrics_helpers(uint64_t n);       /* helper threads woken to write */
+void metrics_reader_cut_lag(void);      /* a client past max_reader_lag */
 
 /* The TLS handshake counters (tls.h), for every tls_server to share. */
 struct tls_stats *metrics_tls_stats(void);
