@@ -36,11 +36,11 @@ static struct {
     _Atomic uint64_t followers;
     _Atomic uint64_t followers_by_tenant[CONFIG_MAX_TENANTS + 1];
     _Atomic uint64_t bypass[BYPASS_COUNT];
+    _Atomic uint64_t cut_lag;
     _Atomic int64_t flights;
     _Atomic int64_t parked;
     _Atomic uint64_t pushed;
     _Atomic uint64_t helpers;
-    _Atomic uint64_t cut_lag;
 } m;
 
 static struct tls_stats tls_counts;
@@ -146,6 +146,12 @@ metrics_coalesce_bypass(enum metrics_bypass b)
 }
 
 void
+metrics_reader_cut_lag(void)
+{
+    INC(m.cut_lag);
+}
+
+void
 metrics_flights_add(int delta)
 {
     atomic_fetch_add_explicit(&m.flights, delta, memory_order_relaxed);
@@ -167,12 +173,6 @@ void
 metrics_helpers(uint64_t n)
 {
     atomic_fetch_add_explicit(&m.helpers, n, memory_order_relaxed);
-}
-
-void
-metrics_reader_cut_lag(void)
-{
-    INC(m.cut_lag);
 }
 
 int64_t

@@ -58,11 +58,11 @@ void metrics_coalesce_leader(void);
 void metrics_coalesce_follower(size_t tenant);  /* config tenant index, or
                                           CONFIG_MAX_TENANTS for "default" */
 void metrics_coalesce_bypass(enum metrics_bypass b);
+void metrics_reader_cut_lag(void);      /* a client past max_reader_lag */
 void metrics_flights_add(int delta);
 void metrics_parked_add(int delta);     /* clients parked in flights */
 void metrics_pushed(uint64_t chunks);   /* chunks written for parked ones */
 void metrics_helpers(uint64_t n);       /* helper threads woken to write */
-void metrics_reader_cut_lag(void);      /* a client past max_reader_lag */
 
 /* The TLS handshake counters (tls.h), for every tls_server to share. */
 struct tls_stats *metrics_tls_stats(void);
