@@ -189,6 +189,8 @@ static const struct setting settings[] = {
       1, 1000000 },
     { "coalesce", "max_flight_bytes", T_SIZE, C(max_flight_bytes), "8m",
       KIB, GIB },
+    { "coalesce", "max_reader_lag", T_SIZE, C(max_reader_lag), "32m",
+      KIB, GIB },
     { "coalesce", "max_flights", T_UINT, C(max_flights), "1024",
       1, 1000000 },
     { "coalesce", "follower_timeout", T_DURATION, C(follower_timeout_ms),

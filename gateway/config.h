@@ -120,6 +120,7 @@ struct gw_config {
     double omitted_temperature; /* 0: what a request without one means */
     uint64_t max_followers;     /* 4096 per flight */
     uint64_t max_flight_bytes;  /* 8m */
+    uint64_t max_reader_lag;    /* 32m: a client further behind is cut */
     uint64_t max_flights;       /* 1024 */
     int64_t follower_timeout_ms;    /* 10m: a follower's longest wait */
     int leader_writes;          /* on: the leader writes to caught-up readers */

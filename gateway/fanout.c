@@ -24,6 +24,12 @@
 /* Sockets the sweep polls at a time (its pollfd array is on the stack). */
 #define SWEEP_POLL 64
 
+/* What a cut client is told (fanout_cut_begin()). */
+#define CUT_TYPE "server_error"
+#define CUT_CODE "client_too_slow"
+#define CUT_MESSAGE "client too slow: it fell further behind the stream " \
+    "than max_reader_lag, and the gateway does not keep the stream for it"
+
 enum push_result {
     PUSH_CAUGHT_UP,             /* wrote all the snapshot had for it */
     PUSH_BLOCKED,               /* socket full (rest in 'pending'), or
@@ -45,14 +51,16 @@ fanout_begin(struct reply *r, const struct flight_head *h)
 
 void
 fanout_reader_init(struct fanout_reader *r, struct reply *reply,
-                   int64_t timeout_ms)
+                   int64_t timeout_ms, const char *key_hex)
 {
     memset(r, 0, sizeof(*r));
     atomic_init(&r->fr.pos, 0);
+    atomic_init(&r->fr.reading, 0);
     gw_cond_init(&r->cv);
     r->where = FANOUT_RUNNING;
     r->reply = reply;
     r->timeout_ms = timeout_ms;
+    r->key_hex = key_hex;
     buf_init(&r->pending, SIZE_MAX);    /* at most one snapshot's bytes */
 }
 
@@ -89,7 +97,7 @@ stopping(const struct fanout_opts *o)
 static void
 park_locked(struct flight *f, struct fanout_reader *r)
 {
-    assert(get_pos(r) == f->nchunks);
+    assert(get_pos(r) == f->nchunks && !r->fr.cut);
     r->where = FANOUT_PARKED;
     r->next = NULL;
     r->prev = f->parked_tail;
@@ -137,8 +145,9 @@ behind_locked(const struct flight *f, struct fanout_reader *r)
 /*
  * Take up to 'max' parked readers that are behind, oldest first (the
  * front of the FIFO, by its invariant): they become CLAIMED, linked by
- * 'next'.  OUT *s: the snapshot from the first one's position, the
- * lowest.  NULL when nobody is behind; a helper then stops helping.
+ * 'next', each marked as being read.  OUT *s: the snapshot from the
+ * first one's position, the lowest.  NULL when nobody is behind; a
+ * helper then stops helping.
  */
 GW_TESTABLE struct fanout_reader *
 take(struct flight *f, size_t max, struct flight_snap *s, int helper)
@@ -150,6 +159,7 @@ take(struct flight *f, size_t max, struct flight_snap *s, int helper)
         r = f->parked;
         unlink_locked(f, r);
         r->where = FANOUT_CLAIMED;
+        flight_reading_locked(f, &r->fr);
         *tail = r;
         tail = &r->next;
     }
@@ -182,8 +192,9 @@ claim_all(struct flight *f, size_t *count)
 
 /*
  * Give claimed readers back: a 'parkable' one that has everything (and
- * the flight still runs) is parked again, still asleep; the others go
- * back to their threads.  They must not be touched afterwards.
+ * the flight still runs) is parked again, still asleep; the others (a
+ * cut one among them) go back to their threads.  They must not be
+ * touched afterwards.
  */
 GW_TESTABLE void
 release(struct flight *f, struct fanout_reader *list)
@@ -197,7 +208,7 @@ release(struct flight *f, struct fanout_reader *list)
         next = r->next;
         assert(r->where == FANOUT_CLAIMED);
         if (r->parkable && f->state == FLIGHT_RUNNING
-            && get_pos(r) == f->nchunks)
+            && get_pos(r) == f->nchunks && !r->fr.cut)
             park_locked(f, r);
         else
             hand_back_locked(r);
@@ -273,31 +284,71 @@ keep_unsent(struct fanout_reader *r, const struct iovec *iov, int cnt,
     return 0;
 }
 
+int
+fanout_flush(struct fanout_reader *r)
+{
+    size_t w;
+
+    if (buf_len(&r->pending) == 0)
+        return 0;
+    if (net_write_some(r->reply->fd, buf_ptr(&r->pending),
+                       buf_len(&r->pending), &w) != 0) {
+        reply_gone(r->reply);
+        return GW_ECLOSED;
+    }
+    buf_consume(&r->pending, w);
+    return 0;
+}
+
+/*
+ * The chunk (an index into the snapshot, 'first' or after) that the
+ * socket did not take whole when it took 'w' of the bytes in iov[]:
+ * chunk k's iovecs end before ends[k].  The head's iovec counts with
+ * the first chunk.  'w' is less than all of them.
+ */
+static size_t
+chunk_cut(const struct iovec *iov, const int *ends, size_t first,
+          size_t n, size_t w)
+{
+    int i = 0;
+    size_t k = first;
+
+    while (w >= iov[i].iov_len)
+        w -= iov[i++].iov_len;
+    while (k + 1 < n && ends[k] <= i)
+        k++;
+    return k;
+}
+
 /*
  * Write what r's client takes now of the chunks in 's' from r's
  * position, never waiting: the upstream loop must not block on any
  * client socket, or one stalled client would stall every other.  The
- * head goes with the first bytes.  What the socket does not take stays
- * in r->pending, for the next push or the reader's own thread.  The
- * caller holds the reader.
+ * head goes with the first bytes.  What the socket does not take is
+ * copied into r->pending, for the next push or the reader's own thread:
+ * with 'whole', all of it (a reader that goes back to its thread);
+ * else only the rest of the first chunk not taken whole, and the chunks
+ * after it wait for the next snapshot (the reader's own thread, which
+ * then waits on that copy for the client, as it would have on the chunk
+ * itself).  The caller holds the reader, marked as being read, and may
+ * let go of the chunks right after.
  */
 static enum push_result
-push(struct fanout_reader *r, const struct flight_snap *s)
+push(struct fanout_reader *r, const struct flight_snap *s, int whole)
 {
     struct reply *rp = r->reply;
     struct iovec iov[1 + 3 * FLIGHT_SNAP_MAX];
     char size_line[FLIGHT_SNAP_MAX][REPLY_SIZE_LINE];
-    size_t pos = get_pos(r), w, total = 0, k;
+    int ends[FLIGHT_SNAP_MAX];
+    size_t pos = get_pos(r), w, total = 0, k, end;
     const struct flight_head *h = s->head;
-    int cnt = 0;
+    int cnt = 0, upto;
 
     if (rp->broken)
         return PUSH_GONE;
     if (buf_len(&r->pending) > 0) {
-        if (net_write_some(rp->fd, buf_ptr(&r->pending),
-                           buf_len(&r->pending), &w) != 0)
-            goto gone;
-        buf_consume(&r->pending, w);
+        if (fanout_flush(r) != 0)
+            return PUSH_GONE;
         if (buf_len(&r->pending) > 0)
             return PUSH_BLOCKED;
     }
@@ -312,21 +363,29 @@ push(struct fanout_reader *r, const struct flight_snap *s)
         iov[cnt].iov_base = (void *)buf_ptr(&rp->head);
         iov[cnt++].iov_len = buf_len(&rp->head);
     }
-    for (k = pos - s->lo; k < s->n; k++)
+    for (k = pos - s->lo; k < s->n; k++) {
         cnt += reply_frame_iov(rp, s->chunk[k]->data, s->chunk[k]->len,
                                &iov[cnt], size_line[k]);
+        ends[k] = cnt;
+    }
     for (int i = 0; i < cnt; i++)
         total += iov[i].iov_len;
     w = 0;
     if (cnt > 0 && net_writev_some(rp->fd, iov, cnt, &w) != 0)
         goto gone;
-    if (w < total && keep_unsent(r, iov, cnt, w) != 0)
+    end = s->n;
+    upto = cnt;
+    if (w < total && !whole) {
+        end = chunk_cut(iov, ends, pos - s->lo, s->n, w) + 1;
+        upto = ends[end - 1];
+    }
+    if (w < total && keep_unsent(r, iov, upto, w) != 0)
         goto nomem;
-    /* Every byte is now the client's: sent, or pending. */
+    /* Every byte up to 'end' is now the client's: sent, or pending. */
     reply_note_sent(rp, 0);
-    for (k = pos - s->lo; k < s->n; k++)
+    for (k = pos - s->lo; k < end; k++)
         reply_note_sent(rp, s->chunk[k]->len);
-    set_pos(r, s->lo + s->n);
+    set_pos(r, s->lo + end);
     r->deadline = gw_now_ms() + r->timeout_ms;
     return w < total ? PUSH_BLOCKED : PUSH_CAUGHT_UP;
 
@@ -345,8 +404,11 @@ fanout_push(struct flight *f, struct fanout_reader *r)
     enum push_result res;
 
     do {
-        flight_snap(f, get_pos(r), &s);
-        res = push(r, &s);
+        flight_snap_reader(f, &r->fr, &s);
+        if (s.cut)
+            return GW_ETOOBIG;
+        res = push(r, &s, 1);
+        flight_read_done(&r->fr);
     } while (res == PUSH_CAUGHT_UP && get_pos(r) < s.nchunks);
     return res == PUSH_GONE ? GW_ECLOSED : 0;
 }
@@ -361,7 +423,8 @@ push_list(struct flight *f, struct fanout_reader *list,
     for (struct fanout_reader *r = list; r != NULL; r = r->next) {
         size_t before = get_pos(r);
 
-        r->parkable = push(r, s) == PUSH_CAUGHT_UP;
+        r->parkable = push(r, s, 1) == PUSH_CAUGHT_UP;
+        flight_read_done(&r->fr);
         pushed += get_pos(r) - before;
     }
     release(f, list);
@@ -435,6 +498,61 @@ fanout_sweep(struct flight *f, int64_t now)
     release(f, list);
 }
 
+/*
+ * Write all of r's 'pending' bytes (the rest of what someone pushed for
+ * it), waiting for the client up to send_timeout.  Returns 0, or an
+ * error with the reply broken.  Its own thread only.
+ */
+static int
+flush_all(struct fanout_reader *r)
+{
+    struct reply *rp = r->reply;
+    int rc;
+
+    if (buf_len(&r->pending) == 0)
+        return 0;
+    rc = net_write_all(rp->fd, buf_ptr(&r->pending), buf_len(&r->pending),
+                       reply_deadline(rp), rp->stop_fd);
+    if (rc != 0)
+        reply_gone(rp);
+    buf_reset(&r->pending);
+    return rc;
+}
+
+/* ---- a cut reader ---- */
+
+void
+fanout_cut_begin(struct flight *f, struct fanout_reader *r)
+{
+    struct reply *rp = r->reply;
+
+    metrics_reader_cut_lag();
+    log_msg(GW_LOG_WARN, "coalesce: client cut, too far behind the "
+            "stream role=%s key=%s flight=%s behind=%zu",
+            rp->role != NULL ? rp->role : "-", r->key_hex, f->id,
+            r->fr.cut_lag);
+    if (rp->broken || !rp->head_sent)
+        return;                 /* fanout_cut_end() answers whole */
+    /* Out of memory: no event, and the end is just as unclean. */
+    reply_fail_event(rp, &r->pending, CUT_TYPE, CUT_CODE, CUT_MESSAGE);
+    fanout_flush(r);
+}
+
+void
+fanout_cut_end(struct fanout_reader *r)
+{
+    struct reply *rp = r->reply;
+
+    if (rp->broken)
+        return;
+    if (!rp->head_sent) {
+        reply_error(rp, 503, CUT_TYPE, CUT_CODE, CUT_MESSAGE);
+        return;
+    }
+    if (flush_all(r) == 0)
+        reply_fail_end(rp);
+}
+
 /* ---- the reader's own thread ---- */
 
 /*
@@ -442,7 +560,9 @@ fanout_sweep(struct flight *f, int64_t now)
  * final state, being handed back (to help, or timed out, or with its
  * client gone), or the stop.  Parked meanwhile, so the leader may push
  * for it (its position moves then).  OUT *s: the snapshot from its
- * position.  Called with nothing of its own left to write.
+ * position (flight_snap_reader(): r is marked as being read, or s->cut
+ * is set); none when handed back to help.  Called with nothing of its
+ * own left to write.
  */
 GW_TESTABLE void
 wait_for_news(struct flight *f, struct fanout_reader *r,
@@ -451,7 +571,7 @@ wait_for_news(struct flight *f, struct fanout_reader *r,
     gw_mutex_lock(&f->lock);
     assert(r->where == FANOUT_RUNNING && !r->helper);
     if (f->state == FLIGHT_RUNNING && f->nchunks <= get_pos(r)
-        && !stopping(o)) {
+        && !r->fr.cut && !stopping(o)) {
         park_locked(f, r);
         metrics_parked_add(1);
         while (r->where != FANOUT_RUNNING) {
@@ -464,8 +584,69 @@ wait_for_news(struct flight *f, struct fanout_reader *r,
             gw_cond_wait(&r->cv, &f->lock);
         }
     }
-    flight_snap_locked(f, get_pos(r), s);
+    if (!r->helper)
+        flight_snap_reader_locked(f, &r->fr, s);
     gw_mutex_unlock(&f->lock);
+}
+
+enum relay_next {
+    RELAY_MORE,
+    RELAY_END,
+};
+
+/*
+ * One turn of fanout_relay() with what wait_for_news() gave.  A push
+ * never waits; before anything that may wait on the client, the
+ * snapshot's chunks are let go (flight_read_done()).
+ */
+static enum relay_next
+relay_step(struct flight *f, struct fanout_reader *r,
+           const struct fanout_opts *o, const struct flight_snap *s)
+{
+    struct reply *rp = r->reply;
+
+    if (r->helper) {
+        help(f, r);
+        return RELAY_MORE;      /* 's' is not set: a new wait */
+    }
+    if (rp->broken || buf_len(&r->pending) > 0 || stopping(o))
+        return RELAY_MORE;
+    if (s->cut) {
+        fanout_cut_begin(f, r);
+        fanout_cut_end(r);
+        return RELAY_END;
+    }
+    if (r->expired) {
+        /* This client's own wait: the flight itself goes on. */
+        flight_read_done(&r->fr);
+        reply_error(rp, 504, "upstream_error", "upstream_timeout",
+                    "follower wait timeout: nothing new from the "
+                    "upstream for follower_timeout");
+        return RELAY_END;
+    }
+    if (rp->status == 0 && s->head != NULL
+        && !(s->state == FLIGHT_FAILED && s->nchunks == 0)
+        && fanout_begin(rp, s->head) != 0) {
+        log_msg(GW_LOG_ERROR, "fanout: out of memory for a response "
+                "head, dropped req=%s", rp->request_id);
+        reply_gone(rp);
+        return RELAY_END;
+    }
+    if (s->n > 0)
+        return push(r, s, 0) == PUSH_GONE ? RELAY_END : RELAY_MORE;
+    flight_read_done(&r->fr);
+    if (s->state == FLIGHT_DONE) {
+        reply_end(rp);
+        return RELAY_END;
+    }
+    if (s->state == FLIGHT_FAILED) {
+        struct reply_failure fail = { s->err_rc, s->err_reason,
+                                      s->err_status, s->err_retry_after_s };
+
+        reply_failure(rp, &fail);
+        return RELAY_END;
+    }
+    return RELAY_MORE;
 }
 
 void
@@ -473,23 +654,15 @@ fanout_relay(struct flight *f, struct fanout_reader *r,
              const struct fanout_opts *o)
 {
     struct reply *rp = r->reply;
-    const struct flight_head *h;
     struct flight_snap s;
+    enum relay_next next;
 
     r->deadline = gw_now_ms() + r->timeout_ms;
-    for (;;) {
+    do {
         if (rp->broken)
             return;             /* gone: a write, or the sweep, saw it */
-        if (buf_len(&r->pending) > 0) {
-            /* Handed back with bytes its socket did not take. */
-            if (net_write_all(rp->fd, buf_ptr(&r->pending),
-                              buf_len(&r->pending), reply_deadline(rp),
-                              rp->stop_fd) != 0) {
-                reply_gone(rp);
-                return;
-            }
-            buf_reset(&r->pending);
-        }
+        if (flush_all(r) != 0)
+            return;
         if (stopping(o)) {
             /*
              * Every stream still open ends alike at the stop, even one
@@ -500,48 +673,7 @@ fanout_relay(struct flight *f, struct fanout_reader *r,
             return;
         }
         wait_for_news(f, r, o, &s);
-        if (r->helper) {
-            help(f, r);
-            continue;           /* 's' is from before help() wrote */
-        }
-        if (rp->broken || buf_len(&r->pending) > 0 || stopping(o))
-            continue;
-        if (r->expired) {
-            /* This client's own wait: the flight itself goes on. */
-            reply_error(rp, 504, "upstream_error", "upstream_timeout",
-                        "follower wait timeout: nothing new from the "
-                        "upstream for follower_timeout");
-            return;
-        }
-        h = s.head;
-        if (rp->status == 0 && h != NULL
-            && !(s.state == FLIGHT_FAILED && s.nchunks == 0)
-            && fanout_begin(rp, h) != 0) {
-            log_msg(GW_LOG_ERROR, "fanout: out of memory for a response "
-                    "head, dropped req=%s", rp->request_id);
-            reply_gone(rp);
-            return;
-        }
-        if (s.n > 0) {
-            for (size_t i = 0; i < s.n; i++) {
-                if (reply_body(rp, s.chunk[i]->data, s.chunk[i]->len) != 0)
-                    return;     /* gone or stuck: broken */
-                set_pos(r, s.lo + i + 1);
-            }
-            r->deadline = gw_now_ms() + r->timeout_ms;
-            continue;
-        }
-        if (s.state == FLIGHT_DONE) {
-            reply_end(rp);
-            return;
-        }
-        if (s.state == FLIGHT_FAILED) {
-            struct reply_failure fail = { s.err_rc, s.err_reason,
-                                          s.err_status,
-                                          s.err_retry_after_s };
-
-            reply_failure(rp, &fail);
-            return;
-        }
-    }
+        next = relay_step(f, r, o, &s);
+        flight_read_done(&r->fr);
+    } while (next == RELAY_MORE);
 }

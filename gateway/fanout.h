@@ -36,7 +36,7 @@
  *        |  |  leader_writes = off   |                              |
  *        |  +------------------------+                              |
  *        +----------------------------------------------------------+
- *             release: socket full or gone, behind, or timed out
+ *             release: socket full or gone, behind, timed out, cut
  *
  * Who may use a reader's position, reply and 'pending': when RUNNING,
  * its own thread; when PARKED, nobody; when CLAIMED, the thread that
@@ -47,6 +47,19 @@
  * that moment, and the count only grows.  So readers queued earlier are
  * never ahead of readers queued later: the ones behind are always the
  * front of the FIFO, and a take is O(batch) however many are parked.
+ *
+ * Nobody waits on a client while reading the flight's chunks: a holder
+ * writes them without waiting, and what the socket does not take is
+ * copied into the reader's 'pending' (a reader's own thread copies only
+ * the rest of one chunk, then waits on that copy, as it waited on the
+ * chunk itself before).  So no thread holds a pointer to a chunk while
+ * a slow client keeps it waiting, and a reader that is cut (too far
+ * behind, flight.h) lets go of the flight's memory at once, however
+ * slow its client: the snapshot it is written from marks it as being
+ * read only until the write returns.  Its holder learns of the cut from
+ * its next snapshot and ends the response with fanout_cut_begin() and
+ * fanout_cut_end().  A cut reader is never parked: a parked one had
+ * everything before the newest chunk, so it is never behind.
  *
  * Timeouts: a parked reader waits without a timer.  The leader looks at
  * the parked readers at most once a second (fanout_sweep(), from its
@@ -87,6 +100,8 @@ struct fanout_reader {
     int64_t deadline;               /* progress by then, or 504 */
     int64_t timeout_ms;             /* follower_timeout */
     struct reply *reply;            /* the client; borrowed */
+    const char *key_hex;            /* the flight's key, for log lines;
+                                       borrowed */
     struct buf pending;             /* framed bytes its socket did not
                                        take when someone pushed for it */
 };
@@ -105,18 +120,42 @@ struct fanout_opts {
  */
 int fanout_begin(struct reply *r, const struct flight_head *h);
 
-/* A RUNNING reader for 'reply' (borrowed), not yet attached. */
+/* A RUNNING reader for 'reply' (borrowed, like 'key_hex', the flight
+ * key's prefix for log lines), not yet attached. */
 void fanout_reader_init(struct fanout_reader *r, struct reply *reply,
-                        int64_t timeout_ms);
+                        int64_t timeout_ms, const char *key_hex);
 void fanout_reader_release(struct fanout_reader *r);
 
 /*
  * The holder of 'r' (the leader, for its own client): write what r's
  * client takes now of the flight from r's position, head first, without
- * waiting; the rest stays for later.  Returns 0, or GW_ECLOSED when the
- * client is gone (its reply is then broken).
+ * waiting; the rest stays for later.  Returns 0, GW_ECLOSED when the
+ * client is gone (its reply is then broken), or GW_ETOOBIG when 'r' was
+ * cut (nothing written: fanout_cut_begin() is next).
  */
 int fanout_push(struct flight *f, struct fanout_reader *r);
+
+/*
+ * The holder of 'r': write what r's client takes now of r's 'pending'
+ * bytes, without waiting.  Returns 0, or GW_ECLOSED when the client is
+ * gone (its reply is then broken).
+ */
+int fanout_flush(struct fanout_reader *r);
+
+/*
+ * End the response of 'r', which was cut (fanout_push() or a snapshot
+ * said so) and which 'f' no longer holds chunks for: its client gets the
+ * bytes that are already its own ('pending'), then an honest error, as
+ * for a stream broken mid-way (reply_fail_body(): an SSE error event,
+ * code "client_too_slow", and no clean end; a 503 if nothing was sent).
+ * The holder calls fanout_cut_begin() once, when it learns of the cut:
+ * it logs and counts the cut, queues the error event after 'pending' and
+ * writes what the socket takes, never waiting (the leader calls it while
+ * its transfer runs); then fanout_cut_end(), when it may wait for the
+ * client, sends the rest and ends the response.
+ */
+void fanout_cut_begin(struct flight *f, struct fanout_reader *r);
+void fanout_cut_end(struct fanout_reader *r);
 
 /*
  * Leader, right after each append: push the new chunks to the parked
@@ -141,8 +180,9 @@ void fanout_wake_all(struct flight *f);
  * flight ends, parking whenever it has sent everything; help when called
  * to.  Ends with the response complete; or its error: the flight's
  * failure (the same for every client), 504 after follower_timeout
- * without progress, 503 or an SSE error event when stopping; or with
- * the client gone.  'r' must be attached to 'f'.
+ * without progress, 503 or an SSE error event when stopping, the cut
+ * (fanout_cut_begin()); or with the client gone.  'r' must be attached
+ * to 'f'.
  */
 void fanout_relay(struct flight *f, struct fanout_reader *r,
                   const struct fanout_opts *o);

@@ -9,6 +9,14 @@
  * at most once per max_flight_bytes appended, even while a stuck reader
  * keeps everything alive.  The vector is compacted when its freed front
  * outgrows its live part, so each slot is moved at most once on average.
+ *
+ * The same walk cuts the readers further behind than max_reader_lag: a
+ * chunk records the flight's bytes before it ('at'), so a reader's lag
+ * is one subtraction.  After a walk every reader still counted is at
+ * most max_reader_lag behind, and the next walk comes at most
+ * max_flight_bytes later: that is the bound (flight.h).  A cut reader
+ * that is being read holds its chunks a moment longer (a non-blocking
+ * write); then the walk is due again at the next append.
  */
 #include "flight.h"
 
@@ -73,6 +81,9 @@ flight_attach(struct flight *f, struct flight_reader *r)
      * under a reader that was let in. */
     if (f->joinable) {
         atomic_store_explicit(&r->pos, 0, memory_order_relaxed);
+        atomic_store_explicit(&r->reading, 0, memory_order_relaxed);
+        r->cut = 0;
+        r->cut_lag = 0;
         r->prev = NULL;
         r->next = f->readers;
         if (f->readers != NULL)
@@ -124,17 +135,45 @@ flight_set_head(struct flight *f, int status, const char *content_type,
     gw_mutex_unlock(&f->lock);
 }
 
-/* Free the chunks no attached reader needs any more.  Lock held. */
-static void
-trim_locked(struct flight *f, size_t max_bytes)
+/*
+ * The lag of a reader at 'pos' (a kept chunk, or the end): the bytes,
+ * with the overhead, of the chunks from there to the newest one, that
+ * one left out.  Lock held, at least one chunk.
+ */
+static size_t
+lag_locked(const struct flight *f, size_t pos)
 {
-    size_t low = f->nchunks, pos, live;
+    const struct flight_chunk *newest = f->chunks[f->nchunks - 1 - f->base];
+
+    return pos < f->nchunks ? newest->at - f->chunks[pos - f->base]->at : 0;
+}
+
+/*
+ * Cut the readers further behind than 'max_lag', then free the chunks no
+ * attached reader needs any more.  Lock held, at least one chunk.
+ */
+static void
+trim_locked(struct flight *f, size_t max_bytes, size_t max_lag)
+{
+    size_t low = f->nchunks, pos, live, lag;
+    int held = 0;
 
     assert(gw_mutex_held(&f->lock));
     for (struct flight_reader *r = f->readers; r != NULL; r = r->next) {
         /* Acquire: the holder's reads of the chunks before 'pos' (it
          * moved 'pos' with release) happen before they are freed. */
         pos = atomic_load_explicit(&r->pos, memory_order_acquire);
+        if (!r->cut && (lag = lag_locked(f, pos)) > max_lag) {
+            r->cut = 1;
+            r->cut_lag = lag;
+        }
+        if (r->cut) {
+            /* Acquire, likewise: its holder is done with the chunks (it
+             * cleared 'reading' with release), and takes no more. */
+            if (!atomic_load_explicit(&r->reading, memory_order_acquire))
+                continue;
+            held = 1;
+        }
         if (pos < low)
             low = pos;
     }
@@ -151,7 +190,8 @@ trim_locked(struct flight *f, size_t max_bytes)
                 live * sizeof(*f->chunks));
         f->base = f->first;
     }
-    f->trim_at = f->kept + max_bytes;
+    /* A cut reader still being read lets go in a moment: look again. */
+    f->trim_at = held ? 0 : f->kept + max_bytes;
 }
 
 /* Room for one more slot in the vector.  0 or GW_ENOMEM.  Lock held. */
@@ -175,7 +215,8 @@ make_room_locked(struct flight *f)
 }
 
 int
-flight_append(struct flight *f, const char *p, size_t n, size_t max_bytes)
+flight_append(struct flight *f, const char *p, size_t n, size_t max_bytes,
+              size_t max_lag)
 {
     struct flight_chunk *c;
     size_t size, cost;
@@ -196,6 +237,7 @@ flight_append(struct flight *f, const char *p, size_t n, size_t max_bytes)
         gw_free(c);
         return GW_ENOMEM;
     }
+    c->at = f->total;
     f->chunks[f->nchunks++ - f->base] = c;
     f->total = f->total > SIZE_MAX - cost ? SIZE_MAX : f->total + cost;
     f->kept += cost;
@@ -204,7 +246,7 @@ flight_append(struct flight *f, const char *p, size_t n, size_t max_bytes)
         f->trim_at = max_bytes;
     }
     if (!f->joinable && f->kept >= f->trim_at)
-        trim_locked(f, max_bytes);
+        trim_locked(f, max_bytes, max_lag);
     gw_mutex_unlock(&f->lock);
     return 0;
 }
@@ -261,6 +303,7 @@ flight_snap_locked(struct flight *f, size_t lo, struct flight_snap *s)
 {
     assert(gw_mutex_held(&f->lock));
     assert(lo >= f->first || lo >= f->nchunks);
+    s->cut = 0;
     s->head = f->head_set ? &f->head : NULL;
     s->state = f->state;
     s->err_rc = f->err_rc;
@@ -282,6 +325,47 @@ flight_snap(struct flight *f, size_t lo, struct flight_snap *s)
     gw_mutex_lock(&f->lock);
     flight_snap_locked(f, lo, s);
     gw_mutex_unlock(&f->lock);
+}
+
+void
+flight_snap_reader_locked(struct flight *f, struct flight_reader *r,
+                          struct flight_snap *s)
+{
+    assert(gw_mutex_held(&f->lock));
+    if (r->cut) {
+        s->cut = 1;             /* and no chunk: they may be gone */
+        s->head = NULL;
+        s->n = 0;
+        return;
+    }
+    /* Relaxed: the trimmer reads it under the lock we hold. */
+    atomic_store_explicit(&r->reading, 1, memory_order_relaxed);
+    flight_snap_locked(f, atomic_load_explicit(&r->pos, memory_order_relaxed),
+                       s);
+}
+
+void
+flight_snap_reader(struct flight *f, struct flight_reader *r,
+                   struct flight_snap *s)
+{
+    gw_mutex_lock(&f->lock);
+    flight_snap_reader_locked(f, r, s);
+    gw_mutex_unlock(&f->lock);
+}
+
+void
+flight_reading_locked(struct flight *f, struct flight_reader *r)
+{
+    assert(gw_mutex_held(&f->lock));
+    assert(!r->cut);
+    atomic_store_explicit(&r->reading, 1, memory_order_relaxed);
+}
+
+void
+flight_read_done(struct flight_reader *r)
+{
+    /* Release: our reads of its chunks come before the trimmer's free. */
+    atomic_store_explicit(&r->reading, 0, memory_order_release);
 }
 
 size_t

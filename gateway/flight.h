@@ -19,9 +19,21 @@
  *    then on the chunks that every attached reader has sent are freed:
  *    what stays is about what the slowest reader has still to send, plus
  *    at most max_flight_bytes appended since the last look.
- *  - So a chunk lives while some reader's position is at or before it,
- *    and a reader may hold pointers only to chunks from its own position
- *    on (flight_snap() gives exactly those).
+ *  - And that is bounded too: a reader further behind than max_reader_lag
+ *    (its lag: the bytes, counted the same way, from its position to the
+ *    newest chunk but one, so a reader that had everything before this
+ *    append is never behind) is CUT.  The flight stops keeping chunks
+ *    for it, and its holder, told by its next snapshot, ends its client's
+ *    response with an error.  So a flight keeps at most max_flight_bytes
+ *    + max_reader_lag (and one chunk).
+ *  - So a chunk lives while some reader that is not cut has its position
+ *    at or before it, and a reader may hold pointers only to chunks from
+ *    its own position on (flight_snap() gives exactly those).  A cut
+ *    reader's holder may be reading such chunks at the moment of the cut
+ *    (a non-blocking write of a snapshot): the snapshot marks the reader
+ *    as being read, and until its holder is done (flight_read_done()) the
+ *    cut reader's position still holds its chunks.  No holder waits on a
+ *    client while it reads chunks (fanout.c), so that is brief.
  *  - The parked readers (fanout.h) are queued here too, under the same
  *    lock: parking ("nothing new for me") and appending must exclude
  *    each other, or a wake-up could be lost.  Only fanout.c touches them.
@@ -54,6 +66,8 @@ enum flight_state {
 
 struct flight_chunk {
     size_t len;
+    size_t at;                      /* the flight's bytes before it, with
+                                       the overhead: readers' lag */
     char data[];                    /* immutable once appended */
 };
 
@@ -79,18 +93,31 @@ struct flight_reader {
     struct flight_reader *prev, *next;  /* (L) the flight's readers */
     _Atomic size_t pos;             /* next chunk to send; the chunks
                                        before it are the flight's to free */
+    _Atomic int reading;            /* set under (L) with a snapshot its
+                                       holder reads chunks of; cleared by
+                                       the holder, with release, when done
+                                       (flight_read_done()) */
+    int cut;                        /* (L) further behind than
+                                       max_reader_lag: no chunk is kept
+                                       for it any more */
+    size_t cut_lag;                 /* (L) its lag then; immutable once
+                                       'cut' is set */
 };
 
 /*
  * What a reader may send next, copied under the lock: the head (NULL
  * until it came; then immutable), the state, and up to FLIGHT_SNAP_MAX
  * chunk pointers from 'lo' on.  A chunk is freed only once every attached
- * reader's position is past it, so the holder of a reader may read the
- * snapshot's chunks from that reader's own position on, as long as it
- * has not moved the position past them (fanout.c's batches rely on this
- * for each reader they hold, whatever the others' positions).
+ * reader's position is past it (a cut reader's only while it is being
+ * read), so the holder of a reader may read the snapshot's chunks from
+ * that reader's own position on, as long as it has not moved the
+ * position past them and the reader is marked as being read (fanout.c's
+ * batches rely on this for each reader they hold, whatever the others'
+ * positions).
  */
 struct flight_snap {
+    int cut;                        /* flight_snap_reader(): the reader
+                                       was cut; nothing else is set */
     const struct flight_head *head;
     enum flight_state state;
     int err_rc;                     /* FAILED: GW_ETIMEDOUT, ... */
@@ -176,12 +203,13 @@ void flight_set_head(struct flight *f, int status, const char *content_type,
 /*
  * Leader only.  Append a copy of p[0..n) as one chunk.  Past 'max_bytes'
  * (total, with the overhead) the flight takes no more joiners, and then
- * frees the chunks every reader has sent (see the design note).  Parked
- * readers are not woken: fanout_after_append() decides.
+ * frees the chunks every reader has sent, cutting the readers further
+ * behind than 'max_lag' (see the design note).  Parked readers are not
+ * woken: fanout_after_append() decides.
  * Returns 0 or GW_ENOMEM (the flight is unchanged).
  */
 int flight_append(struct flight *f, const char *p, size_t n,
-                  size_t max_bytes);
+                  size_t max_bytes, size_t max_lag);
 
 /*
  * Set the final state: DONE (rc 0), or FAILED with the upstream's rc and
@@ -208,11 +236,32 @@ int flight_usage(struct flight *f, int64_t *prompt, int64_t *completion);
 /*
  * OUT *s: what a reader at position 'lo' may send (see struct
  * flight_snap).  'lo' must be at or after the oldest kept chunk, which
- * an attached reader's position always is.  The _locked form is for
- * fanout.c, which holds the lock already.
+ * the position of an attached reader that is not cut always is.  The
+ * _locked form is for fanout.c, which holds the lock already; it marks
+ * the readers it sends a snapshot for with flight_reading_locked().
  */
 void flight_snap(struct flight *f, size_t lo, struct flight_snap *s);
 void flight_snap_locked(struct flight *f, size_t lo, struct flight_snap *s);
+
+/*
+ * The holder of 'r', about to send from its position: OUT *s is
+ * flight_snap() from there, and 'r' is marked as being read, so that a cut
+ * cannot free the snapshot's chunks under the holder until it calls
+ * flight_read_done(r).  For a reader that was cut, s->cut is set and
+ * nothing else: its holder must end its client's response, and never
+ * read a chunk for it again.
+ */
+void flight_snap_reader(struct flight *f, struct flight_reader *r,
+                        struct flight_snap *s);
+void flight_snap_reader_locked(struct flight *f, struct flight_reader *r,
+                               struct flight_snap *s);
+
+/* Mark 'r' (not cut) as being read, for a snapshot taken for several
+ * readers (fanout.c's batches). */
+void flight_reading_locked(struct flight *f, struct flight_reader *r);
+
+/* Its holder reads no more chunks for 'r' (any thread, no lock). */
+void flight_read_done(struct flight_reader *r);
 
 /* Bytes in memory now, overhead included (tests, benchmarks). */
 size_t flight_kept_bytes(struct flight *f);

@@ -36,6 +36,7 @@ static struct {
     _Atomic uint64_t followers;
     _Atomic uint64_t followers_by_tenant[CONFIG_MAX_TENANTS + 1];
     _Atomic uint64_t bypass[BYPASS_COUNT];
+    _Atomic uint64_t cut_lag;
     _Atomic int64_t flights;
     _Atomic int64_t parked;
     _Atomic uint64_t pushed;
@@ -148,6 +149,12 @@ metrics_coalesce_bypass(enum metrics_bypass b)
 {
     if (b < BYPASS_COUNT)
         INC(m.bypass[b]);
+}
+
+void
+metrics_reader_cut_lag(void)
+{
+    INC(m.cut_lag);
 }
 
 void
@@ -288,7 +295,12 @@ metrics_render(struct buf *out, const struct gw_config *cfg)
             "# HELP infergw_coalesce_helpers_total Follower threads woken "
             "to help the upstream thread write a chunk to parked clients.\n"
             "# TYPE infergw_coalesce_helpers_total counter\n"
-            "infergw_coalesce_helpers_total %llu\n",
+            "infergw_coalesce_helpers_total %llu\n"
+            "# HELP infergw_coalesce_readers_cut_total Clients of a flight "
+            "cut off with an error, by reason (lag: further behind than "
+            "max_reader_lag).\n"
+            "# TYPE infergw_coalesce_readers_cut_total counter\n"
+            "infergw_coalesce_readers_cut_total{reason=\"lag\"} %llu\n",
             (unsigned long long)LOAD(m.upstream_calls),
             (long long)LOAD(m.connections),
             (unsigned long long)LOAD(m.connections_total),
@@ -298,7 +310,8 @@ metrics_render(struct buf *out, const struct gw_config *cfg)
             (long long)LOAD(m.flights),
             (long long)LOAD(m.parked),
             (unsigned long long)LOAD(m.pushed),
-            (unsigned long long)LOAD(m.helpers));
+            (unsigned long long)LOAD(m.helpers),
+            (unsigned long long)LOAD(m.cut_lag));
     if (rc == 0)
         rc = buf_append_str(out,
             "# HELP infergw_coalesce_followers_by_tenant_total Followers by "

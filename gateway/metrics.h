@@ -67,6 +67,7 @@ void metrics_coalesce_leader(void);
 void metrics_coalesce_follower(size_t tenant);  /* config tenant index, or
                                           CONFIG_MAX_TENANTS for "default" */
 void metrics_coalesce_bypass(enum metrics_bypass b);
+void metrics_reader_cut_lag(void);      /* a client past max_reader_lag */
 void metrics_flights_add(int delta);
 void metrics_parked_add(int delta);     /* clients parked in flights */
 void metrics_pushed(uint64_t chunks);   /* chunks written for parked ones */

@@ -261,7 +261,11 @@ struct leader {
     const unsigned char *key;
     struct fanout_opts opts;
     size_t max_bytes;               /* [coalesce] max_flight_bytes */
+    size_t max_lag;                 /* [coalesce] max_reader_lag */
     int attached;                   /* its client is still a reader */
+    int cut;                        /* its client was cut: no longer a
+                                       reader, it still has its error to
+                                       get (fanout_cut_begin()) */
     int64_t peer_check_ms;          /* its client, see PEER_CHECK_MS */
     int64_t self_moved_ms;          /* its client last took bytes */
     int64_t sweep_ms;               /* last fanout_sweep() */
@@ -280,6 +284,11 @@ opts_of(const struct handler_ctx *ctx)
 static void
 leader_detach_client(struct leader *l, const char *why)
 {
+    if (l->cut) {
+        l->cut = 0;             /* not a reader already: nothing to say */
+        reply_gone(l->hr->reply);
+        return;
+    }
     if (!l->attached)
         return;
     l->attached = 0;
@@ -290,11 +299,27 @@ leader_detach_client(struct leader *l, const char *why)
 }
 
 /*
- * Push to the leader's own client, never waiting.  A client that takes
- * nothing for send_timeout is dropped, as a follower's own thread or a
- * direct relay would drop it: else it would keep the flight's memory
- * (its position holds every chunk from there on) and the upstream call
- * alive for nobody.
+ * The leader's own client was cut, too far behind: it stops being a
+ * reader, so the flight frees what only it held, and the transfer goes
+ * on for the followers (or is aborted if there are none, lead_nobody()).
+ * Its error is queued after its pending bytes, written as its socket
+ * takes them (lead_push_self()), and ended after the transfer.
+ */
+static void
+leader_cut_client(struct leader *l)
+{
+    l->attached = 0;
+    l->cut = 1;
+    fanout_cut_begin(l->f, l->self);
+    coalescer_detach(l->hr->ctx->co, l->key, l->f, &l->self->fr);
+}
+
+/*
+ * Push to the leader's own client, never waiting (once it was cut, only
+ * what it has pending).  A client that takes nothing for send_timeout is
+ * dropped, as a follower's own thread or a direct relay would drop it:
+ * else it would keep the flight's memory (its position holds every
+ * chunk from there on) and the upstream call alive for nobody.
  */
 static void
 lead_push_self(struct leader *l)
@@ -302,8 +327,14 @@ lead_push_self(struct leader *l)
     struct buf *pending = &l->self->pending;
     size_t before = buf_len(pending);
     int64_t now;
+    int rc;
 
-    if (fanout_push(l->f, l->self) != 0) {
+    rc = l->attached ? fanout_push(l->f, l->self) : fanout_flush(l->self);
+    if (rc == GW_ETOOBIG) {
+        leader_cut_client(l);
+        return;
+    }
+    if (rc != 0) {
         leader_detach_client(l, "gone");
         return;
     }
@@ -348,13 +379,13 @@ lead_data(void *arg, const char *p, size_t n)
 {
     struct leader *l = arg;
 
-    if (flight_append(l->f, p, n, l->max_bytes) != 0) {
+    if (flight_append(l->f, p, n, l->max_bytes, l->max_lag) != 0) {
         log_msg(GW_LOG_ERROR, "coalesce: out of memory appending a chunk "
                 "flight=%s bytes=%zu", l->f->id, n);
         return GW_ENOMEM;
     }
     usage_scan_feed(&l->usage, p, n);
-    if (l->attached)
+    if (l->attached || l->cut)
         lead_push_self(l);
     fanout_after_append(l->f, &l->opts);
     return lead_nobody(l);
@@ -384,7 +415,7 @@ lead_tick(void *arg)
         l->sweep_ms = now;
         fanout_sweep(l->f, now);
     }
-    if (l->attached && buf_len(&l->self->pending) > 0)
+    if ((l->attached || l->cut) && buf_len(&l->self->pending) > 0)
         lead_push_self(l);
     return lead_nobody(l);
 }
@@ -432,6 +463,7 @@ lead(struct handler_req *hr, struct flight *f, struct fanout_reader *self,
     l.key = key;
     l.opts = opts_of(ctx);
     l.max_bytes = (size_t)ctx->cfg->max_flight_bytes;
+    l.max_lag = (size_t)ctx->cfg->max_reader_lag;
     l.attached = 1;
     l.sweep_ms = l.self_moved_ms = gw_now_ms();
     hr->reply->role = "leader";
@@ -462,6 +494,8 @@ lead(struct handler_req *hr, struct flight *f, struct fanout_reader *self,
         coalescer_detach(ctx->co, key, f, &self->fr);
         if (flight_usage(f, &prompt, &completion))
             bill(hr, prompt, completion, 0);
+    } else if (l.cut) {
+        fanout_cut_end(self);
     }
     flight_unref(f);            /* the driver's reference */
 }
@@ -515,7 +549,8 @@ coalesce(struct handler_req *hr, const struct fwd *fw)
     coalesce_key(tenant_name(ctx->cfg, hr->tenant), ctx->generation, &fw->ur,
                  key);
     coalesce_key_hex(key, keyhex);
-    fanout_reader_init(&r, hr->reply, ctx->cfg->follower_timeout_ms);
+    fanout_reader_init(&r, hr->reply, ctx->cfg->follower_timeout_ms,
+                       keyhex);
     switch (coalescer_join(ctx->co, key, &r.fr, &f, &why)) {
     case COALESCE_LEADER:
         lead(hr, f, &r, fw, key, keyhex);

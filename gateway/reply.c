@@ -230,20 +230,67 @@ reply_end(struct reply *r)
     return 0;
 }
 
+/*
+ * Into 'ev', the SSE error event (unframed) for a stream that can still
+ * take one: an event stream, not broken, not a Content-Length body.
+ * Nothing for any other response.  Returns 0 or a buf error.
+ */
+static int
+error_event(const struct reply *r, struct buf *ev, const char *type,
+            const char *code, const char *message)
+{
+    int rc;
+
+    if (r->broken || !r->event_stream || r->framing == REPLY_LENGTH)
+        return 0;
+    rc = buf_append_str(ev, "data: ");
+    if (rc == 0)
+        rc = jsonx_error_body(ev, message, type, NULL, code);
+    if (rc == 0)
+        rc = buf_append_str(ev, "\n\n");
+    return rc;
+}
+
 void
 reply_fail_body(struct reply *r, const char *type, const char *code,
                 const char *message)
 {
-    struct linger reset = { 1, 0 };
     struct buf ev;
 
     buf_init(&ev, 4096);
-    if (!r->broken && r->event_stream && r->framing != REPLY_LENGTH
-        && buf_append_str(&ev, "data: ") == 0
-        && jsonx_error_body(&ev, message, type, NULL, code) == 0
-        && buf_append_str(&ev, "\n\n") == 0)
+    if (error_event(r, &ev, type, code, message) == 0 && buf_len(&ev) > 0)
         reply_body(r, buf_ptr(&ev), buf_len(&ev));
     buf_release(&ev);
+    reply_fail_end(r);
+}
+
+int
+reply_fail_event(struct reply *r, struct buf *out, const char *type,
+                 const char *code, const char *message)
+{
+    char size_line[REPLY_SIZE_LINE];
+    struct iovec iov[3];
+    struct buf ev;
+    int rc, cnt = 0;
+
+    assert(r->head_sent);
+    buf_init(&ev, 4096);
+    rc = error_event(r, &ev, type, code, message);
+    if (rc == 0)
+        cnt = reply_frame_iov(r, buf_ptr(&ev), buf_len(&ev), iov, size_line);
+    for (int i = 0; i < cnt && rc == 0; i++)
+        rc = buf_append(out, iov[i].iov_base, iov[i].iov_len);
+    if (rc == 0)
+        reply_note_sent(r, buf_len(&ev));
+    buf_release(&ev);
+    return rc;
+}
+
+void
+reply_fail_end(struct reply *r)
+{
+    struct linger reset = { 1, 0 };
+
     /*
      * No last chunk: the client sees a cut.  A close-delimited body would
      * look complete at a plain close, so it ends with a reset instead

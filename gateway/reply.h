@@ -117,6 +117,18 @@ int reply_end(struct reply *r);
 void reply_fail_body(struct reply *r, const char *type, const char *code,
                      const char *message);
 
+/*
+ * The same in two steps, for a caller that writes at its own pace (the
+ * head is sent): reply_fail_event() appends to 'out' the wire bytes of
+ * the error event reply_fail_body() would send now (framed; none when it
+ * would send none), counted as sent from now on; once the caller has
+ * written them, reply_fail_end() ends the body uncleanly.
+ * reply_fail_event() returns 0 or a buf error.
+ */
+int reply_fail_event(struct reply *r, struct buf *out, const char *type,
+                     const char *code, const char *message);
+void reply_fail_end(struct reply *r);
+
 /* The client is gone or stuck: no more writes, close. */
 void reply_gone(struct reply *r);
 

@@ -8,15 +8,15 @@ until the test has seen every client join, then released.
 """
 
 import json
-import os
 
 from gwtest import (JSON_HEADERS, assert_error, chat_body, normalise,
                     sse_data, wait_for)
 
 from coalesce_util import (PUSHED, assert_complete_stream,
                            assert_same_bodies, counter, events_of,
-                           expect_state, finish, finish_all, held_trio,
-                           new_tag, role, send, start, wait_state)
+                           expect_state, finish, finish_all, gateway_kib,
+                           held_trio, measured_env, new_tag, role, send,
+                           start, wait_state)
 
 
 def read_events(s, n):
@@ -212,32 +212,18 @@ def test_follower_timeout_is_504(t):
     wait_state(g, m, completions=1, upstream=1, flights=0, aborted=0)
 
 
-def gateway_rss_kib(g, field):
-    with open("/proc/%d/status" % g.proc.pid) as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise AssertionError("no %s in /proc/%d/status" % (field, g.proc.pid))
-
-
 def test_flight_memory_follows_the_slowest_reader(t):
     """max_flight_bytes bounds memory, not only joining: a 20 MiB stream
     through a flight bounded to 1k raises the gateway's peak RSS by about
     what the slowest reader has still to read, not by the stream."""
     m = t.mock()
-    # Under AddressSanitizer freed memory sits in a quarantine instead of
-    # being reused, so RSS would count every chunk ever freed: turn the
-    # quarantine off for this gateway (other builds ignore the variable).
-    asan = [o for o in [os.environ.get("ASAN_OPTIONS", ""),
-                        "quarantine_size_mb=0",
-                        "thread_local_quarantine_size_kb=0"] if o]
     g = t.gateway(m, {"coalesce": {"max_flight_bytes": "1k"}},
-                  env={"ASAN_OPTIONS": ":".join(asan)})
+                  env=measured_env())
     # Warm up: threads, libcurl, buffers of a stream of the same shape.
     warm = finish(send(g, chat_body("warm", stream=True, mock_chunks=8,
                                     mock_pad=65536)))
     assert_complete_stream(warm)
-    base = gateway_rss_kib(g, "VmHWM")
+    base = gateway_kib(g, "VmHWM")
     tag = new_tag()
     body = chat_body("twenty megabytes", stream=True, mock_chunks=320,
                      mock_pad=65536, mock_hold=tag)
@@ -247,7 +233,7 @@ def test_flight_memory_follows_the_slowest_reader(t):
     assert_same_bodies(streams)
     size = len(streams[0].body)
     assert size > 20 * 1024 * 1024, size
-    peak = gateway_rss_kib(g, "VmHWM")
+    peak = gateway_kib(g, "VmHWM")
     grew = peak - base
     # Without freeing, the flight alone would hold the whole 20 MiB.
     assert grew < 8 * 1024, (

@@ -333,3 +333,33 @@ def assert_same_bodies(streams, what="bodies"):
                     what, i, n, len(first), len(s.body),
                     first[max(0, n - 40):n + 80], i,
                     s.body[max(0, n - 40):n + 80]))
+
+
+# ---- the gateway's memory ----------------------------------------------------
+
+def gateway_kib(g, field):
+    """A field of the gateway's /proc/PID/status in KiB (VmRSS, VmHWM)."""
+    with open("/proc/%d/status" % g.proc.pid) as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise AssertionError("no %s in /proc/%d/status" % (field, g.proc.pid))
+
+
+def measured_env():
+    """The environment of a gateway whose RSS a test measures.  Under
+    AddressSanitizer freed memory sits in a quarantine instead of being
+    reused, so RSS would count every chunk ever freed: the quarantine is
+    turned off (other builds ignore the variable)."""
+    asan = [o for o in [os.environ.get("ASAN_OPTIONS", ""),
+                        "quarantine_size_mb=0",
+                        "thread_local_quarantine_size_kb=0"] if o]
+    return {"ASAN_OPTIONS": ":".join(asan)}
+
+
+def memory_factor(g):
+    """How much RSS a byte of the gateway's heap costs: 5 under
+    ThreadSanitizer (four bytes of shadow for each byte the program
+    touches, and its metadata), else 1."""
+    with open("/proc/%d/maps" % g.proc.pid) as f:
+        return 5 if any("libtsan" in line for line in f) else 1

@@ -643,6 +643,7 @@ START_TEST(test_defaults)
     ck_assert(c.omitted_temperature == 0.0);
     ck_assert_uint_eq(c.max_followers, 4096);
     ck_assert_uint_eq(c.max_flight_bytes, 8 * 1024 * 1024);
+    ck_assert_uint_eq(c.max_reader_lag, 32 * 1024 * 1024);
     ck_assert_uint_eq(c.max_flights, 1024);
     ck_assert_int_eq(c.follower_timeout_ms, 600000);
     ck_assert_int_eq(c.leader_writes, 1);
@@ -705,6 +706,7 @@ static const char full_config[] =
     "omitted_temperature = 1.0\n"
     "max_followers = 1\n"
     "max_flight_bytes = 1024\n"
+    "max_reader_lag = 4m\n"
     "max_flights = 7\n"
     "follower_timeout = 90s\n"
     "leader_writes = off\n"
@@ -767,6 +769,7 @@ START_TEST(test_load_full)
     ck_assert(c.omitted_temperature == 1.0);
     ck_assert_uint_eq(c.max_followers, 1);
     ck_assert_uint_eq(c.max_flight_bytes, 1024);
+    ck_assert_uint_eq(c.max_reader_lag, 4 * 1024 * 1024);
     ck_assert_uint_eq(c.max_flights, 7);
     ck_assert_int_eq(c.follower_timeout_ms, 90000);
     ck_assert_int_eq(c.leader_writes, 0);
@@ -1010,6 +1013,9 @@ static const struct {
     { "[coalesce]\nmax_flight_bytes = 0\n", GW_EINVAL,
       "gateway.conf:2: max_flight_bytes: expected a size 1k..1g "
       SIZE_HINT ", got '0'" },
+    { "[coalesce]\nmax_reader_lag = 2g\n", GW_EINVAL,
+      "gateway.conf:2: max_reader_lag: expected a size 1k..1g "
+      SIZE_HINT ", got '2g'" },
     /* values: durations */
     { "[server]\nheader_timeout = 0\n", GW_EINVAL,
       "gateway.conf:2: header_timeout: expected a duration 1ms..24h "
@@ -1540,6 +1546,7 @@ assert_config_eq(const struct gw_config *a, const struct gw_config *b)
     ck_assert(a->omitted_temperature == b->omitted_temperature);
     ck_assert_uint_eq(a->max_followers, b->max_followers);
     ck_assert_uint_eq(a->max_flight_bytes, b->max_flight_bytes);
+    ck_assert_uint_eq(a->max_reader_lag, b->max_reader_lag);
     ck_assert_uint_eq(a->max_flights, b->max_flights);
     ck_assert_int_eq(a->follower_timeout_ms, b->follower_timeout_ms);
     ck_assert_uint_eq(a->num_tenants, b->num_tenants);

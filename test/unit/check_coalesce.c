@@ -178,7 +178,7 @@ START_TEST(test_bounds_bypass)
     /* Past max_flight_bytes the flight stops taking joiners. */
     ck_assert_int_eq(coalescer_join(co, k1, &ra, &a, &why), COALESCE_LEADER);
     flight_set_head(a, 200, "text/event-stream", -1, 0);
-    ck_assert_int_eq(flight_append(a, "0123456789ab", 12, 10), 0);
+    ck_assert_int_eq(flight_append(a, "0123456789ab", 12, 10, 1 << 30), 0);
     ck_assert_int_eq(coalescer_join(co, k1, &rx, &x, &why), COALESCE_BYPASS);
     ck_assert_int_eq(why, BYPASS_MAX_FLIGHT_BYTES);
     coalescer_finish(co, k1, a, 0, NULL);

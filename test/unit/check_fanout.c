@@ -58,7 +58,7 @@ client_open(struct client *c, struct flight *f, int64_t timeout_ms)
     c->f = f;
     reply_init(&c->reply, c->fd, 4096, 5000, -1, &no);
     reply_start(&c->reply, "test-id", 1, 1);
-    fanout_reader_init(&c->r, &c->reply, timeout_ms);
+    fanout_reader_init(&c->r, &c->reply, timeout_ms, "testkey");
     ck_assert_int_eq(flight_attach(f, &c->r.fr), 0);
 }
 
@@ -134,7 +134,7 @@ park_threadless(struct flight *f, struct client *c)
 static void
 append_str(struct flight *f, const char *s)
 {
-    ck_assert_int_eq(flight_append(f, s, strlen(s), BIG), 0);
+    ck_assert_int_eq(flight_append(f, s, strlen(s), BIG, BIG), 0);
 }
 
 /*
@@ -269,10 +269,10 @@ START_TEST(test_full_socket_hands_back_with_pending)
     open_fast_and_slow(f, &fast, &slow);
     park_threadless(f, &fast);
     park_threadless(f, &slow);
-    ck_assert_int_eq(flight_append(f, "small", 5, BIG), 0);
+    ck_assert_int_eq(flight_append(f, "small", 5, BIG, BIG), 0);
     fanout_after_append(f, &o);
     ck_assert_uint_eq(nparked(f), 2);           /* both took it */
-    ck_assert_int_eq(flight_append(f, big, sizeof(big), BIG), 0);
+    ck_assert_int_eq(flight_append(f, big, sizeof(big), BIG, BIG), 0);
     {
         /* The fast one's peer reads: it must take 1 MiB in pieces. */
         int big_buf = 4 << 20;
@@ -308,7 +308,7 @@ START_TEST(test_pending_enomem_drops_that_client)
     open_fast_and_slow(f, &ok, &slow);
     park_threadless(f, &slow);
     park_threadless(f, &ok);
-    ck_assert_int_eq(flight_append(f, big, sizeof(big), BIG), 0);
+    ck_assert_int_eq(flight_append(f, big, sizeof(big), BIG, BIG), 0);
     alloc_fail_after(1, 0);             /* slow's pending copy */
     fanout_after_append(f, &o);
     ck_assert_int_eq(alloc_failures(), 1);
@@ -562,6 +562,83 @@ START_TEST(test_relay_stop_ends_stream_defined_way)
 }
 END_TEST
 
+/*
+ * Wait (1 s at most) until no one is writing for 'r' from a snapshot: a
+ * write never waits for the client, so it is over at once.
+ */
+static int
+await_not_read(struct fanout_reader *r)
+{
+    int64_t end = gw_now_ms() + 1000;
+
+    while (atomic_load(&r->fr.reading)) {
+        if (gw_now_ms() > end)
+            return 0;
+        sched_yield();
+    }
+    return 1;
+}
+
+/*
+ * max_reader_lag: a follower whose client stops reading falls behind and
+ * is cut, and the flight lets go of its chunks at once, while the
+ * follower's own thread still waits on the client, on a copy (the rest
+ * of what the leader pushed; with leader_writes off, of the chunk its
+ * own thread wrote).  When the client reads again it gets what it was
+ * given, then the SSE error event, and no clean end.
+ */
+START_TEST(test_relay_cut_lets_go_while_its_client_blocks)
+{
+    struct fanout_opts o = { _i, 2, &no };      /* leader_writes */
+    struct flight *f = flight_new();
+    struct flight_reader fast;
+    struct client slow;
+    struct buf got;
+    static char chunk[16 * 1024];
+    size_t max = 64 * 1024, lag = 256 * 1024;
+    size_t per = sizeof(chunk) + FLIGHT_CHUNK_OVERHEAD;
+    int small = 4096;
+
+    memset(chunk, 'c', sizeof(chunk));
+    flight_set_head(f, 200, "text/event-stream", -1, 0);
+    ck_assert_int_eq(flight_attach(f, &fast), 0);
+    client_open(&slow, f, 60000);
+    ck_assert_int_eq(setsockopt(slow.fd, SOL_SOCKET, SO_SNDBUF, &small,
+                                sizeof(small)), 0);
+    slow.o = &o;
+    ck_assert_int_eq(pthread_create(&slow.t, NULL, relay_main, &slow), 0);
+    ck_assert(await_parked(f, 1));
+    for (size_t i = 0; i < 200; i++) {
+        ck_assert_msg(await_not_read(&slow.r), "a thread kept the "
+                      "flight's chunks while it waited for its client");
+        ck_assert_int_eq(flight_append(f, chunk, sizeof(chunk), max, lag),
+                         0);
+        atomic_store(&fast.pos, i + 1);     /* a reader that keeps up */
+        fanout_after_append(f, &o);
+        ck_assert_uint_le(flight_kept_bytes(f), max + lag + per);
+    }
+    ck_assert_uint_le(flight_kept_bytes(f), 2 * per);
+    flight_finish(f, 0, NULL);
+    fanout_wake_all(f);
+    buf_init(&got, 16 << 20);
+    ck_assert(peer_await(&slow, &got, "client_too_slow"));
+    pthread_join(slow.t, NULL);
+    peer_read(&slow, &got);
+    ck_assert(strncmp(buf_ptr(&got), "HTTP/1.1 200 OK\r\n", 17) == 0);
+    /* The first chunk, pushed before it fell behind, and no more. */
+    ck_assert_uint_gt(buf_len(&got), sizeof(chunk));
+    ck_assert_uint_lt(buf_len(&got), 2 * sizeof(chunk));
+    ck_assert(memmem(buf_ptr(&got), buf_len(&got), "0\r\n\r\n", 5) == NULL);
+    ck_assert(memcmp(buf_ptr(&got) + buf_len(&got) - 4, "\n\n\r\n", 4)
+              == 0);
+    ck_assert_int_eq(slow.reply.broken, 1);
+    buf_release(&got);
+    flight_detach(f, &fast);
+    client_close(&slow);
+    flight_unref(f);
+}
+END_TEST
+
 /* A failed flight: every client gets the same error, no clean end. */
 START_TEST(test_relay_failure_same_for_all)
 {
@@ -620,6 +697,8 @@ fanout_suite(void)
     tcase_add_test(tc, test_relay_follower_timeout);
     tcase_add_test(tc, test_relay_stop_ends_stream_defined_way);
     tcase_add_test(tc, test_relay_failure_same_for_all);
+    tcase_add_loop_test(tc, test_relay_cut_lets_go_while_its_client_blocks,
+                        0, 2);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -28,7 +28,7 @@ append_n(struct flight *f, int first, int n, size_t max)
 
     for (int i = first; i < first + n; i++) {
         snprintf(b, sizeof(b), "c%d", i);
-        ck_assert_int_eq(flight_append(f, b, strlen(b), max), 0);
+        ck_assert_int_eq(flight_append(f, b, strlen(b), max, BIG), 0);
     }
 }
 
@@ -101,7 +101,7 @@ START_TEST(test_bound_counts_chunk_overhead)
     while (n * (1 + FLIGHT_CHUNK_OVERHEAD) <= max) {
         ck_assert_int_eq(flight_attach(f, &b), 0);  /* still joinable */
         flight_detach(f, &b);
-        ck_assert_int_eq(flight_append(f, "x", 1, max), 0);
+        ck_assert_int_eq(flight_append(f, "x", 1, max, BIG), 0);
         n++;
     }
     /* 1-byte chunks: far fewer than 1024 of them closed it. */
@@ -130,7 +130,7 @@ START_TEST(test_trim_follows_the_slowest_reader)
     ck_assert_int_eq(flight_attach(f, &slow), 0);
     flight_set_head(f, 200, NULL, -1, 0);
     for (size_t i = 0; i < 1000; i++) {
-        ck_assert_int_eq(flight_append(f, chunk, sizeof(chunk), max), 0);
+        ck_assert_int_eq(flight_append(f, chunk, sizeof(chunk), max, BIG), 0);
         set_pos(&fast, i + 1);          /* the fast one keeps up */
         if (i < 100)
             set_pos(&slow, i + 1);      /* the slow one stops at 100 */
@@ -146,7 +146,7 @@ START_TEST(test_trim_follows_the_slowest_reader)
     /* The slow one leaves: the next appends free what it held. */
     flight_detach(f, &slow);
     for (size_t i = 1000; i < 1100; i++) {
-        ck_assert_int_eq(flight_append(f, chunk, sizeof(chunk), max), 0);
+        ck_assert_int_eq(flight_append(f, chunk, sizeof(chunk), max, BIG), 0);
         set_pos(&fast, i + 1);
     }
     ck_assert_uint_le(flight_kept_bytes(f), max + per);
@@ -156,6 +156,164 @@ START_TEST(test_trim_follows_the_slowest_reader)
     ck_assert_uint_eq(s.n, 0);
     flight_finish(f, 0, NULL);
     flight_detach(f, &fast);
+    flight_unref(f);
+}
+END_TEST
+
+/* A flight with a head and readers 'a' and 'b' attached at chunk 0. */
+static struct flight *
+flight_of_two(struct flight_reader *a, struct flight_reader *b)
+{
+    struct flight *f = flight_new();
+
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(flight_attach(f, a), 0);
+    ck_assert_int_eq(flight_attach(f, b), 0);
+    flight_set_head(f, 200, NULL, -1, 0);
+    return f;
+}
+
+/* Append a chunk of 100 bytes under the bounds 'max' and 'lag'. */
+static void
+append_100(struct flight *f, size_t max, size_t lag)
+{
+    char chunk[100];
+
+    memset(chunk, 'z', sizeof(chunk));
+    ck_assert_int_eq(flight_append(f, chunk, sizeof(chunk), max, lag), 0);
+}
+
+/*
+ * Append chunks 'from' to 'to' (100 bytes each): 'fast' takes each one,
+ * 'slow' too up to chunk 'stop', then no more.  Returns the most bytes
+ * the flight kept after an append.
+ */
+static size_t
+fast_and_slow(struct flight *f, struct flight_reader *fast,
+              struct flight_reader *slow, size_t from, size_t to, size_t stop,
+              size_t max, size_t lag)
+{
+    size_t peak = 0;
+
+    for (size_t i = from; i < to; i++) {
+        append_100(f, max, lag);
+        if (flight_kept_bytes(f) > peak)
+            peak = flight_kept_bytes(f);
+        set_pos(fast, i + 1);
+        if (i < stop)
+            set_pos(slow, i + 1);
+    }
+    return peak;
+}
+
+/* Finish 'f', detach 'a' and 'b', drop it. */
+static void
+flight_done_with_two(struct flight *f, struct flight_reader *a,
+                     struct flight_reader *b)
+{
+    flight_finish(f, 0, NULL);
+    flight_detach(f, a);
+    flight_detach(f, b);
+    flight_unref(f);
+}
+
+/* Is 'r' cut?  (flight_snap_reader() says so, and reads nothing then.) */
+static int
+is_cut(struct flight *f, struct flight_reader *r)
+{
+    struct flight_snap s;
+
+    flight_snap_reader(f, r, &s);
+    flight_read_done(r);
+    return s.cut;
+}
+
+/*
+ * max_reader_lag bounds memory whoever reads: a reader that stops far
+ * behind is cut, and the flight keeps no more than max_flight_bytes +
+ * max_reader_lag (and a chunk) however long the stream goes on.
+ */
+START_TEST(test_lag_bound_cuts_the_slow_reader)
+{
+    struct flight_reader fast, slow;
+    struct flight *f = flight_of_two(&fast, &slow);
+    struct flight_snap s;
+    size_t max = 1024, lag = 4096, per = 100 + FLIGHT_CHUNK_OVERHEAD;
+
+    /* The slow one stops at chunk 100. */
+    ck_assert_uint_le(fast_and_slow(f, &fast, &slow, 0, 1000, 100, max, lag),
+                      max + lag + per);
+    ck_assert(is_cut(f, &slow));
+    ck_assert_uint_gt(slow.cut_lag, lag);
+    ck_assert_uint_le(slow.cut_lag, lag + max + per);
+    ck_assert(!is_cut(f, &fast));
+    /* What is kept now is what the fast one may still need. */
+    ck_assert_uint_le(flight_kept_bytes(f), max + per);
+    flight_snap_reader(f, &fast, &s);
+    ck_assert(!s.cut);
+    ck_assert_uint_eq(s.nchunks, 1000);
+    flight_read_done(&fast);
+    flight_done_with_two(f, &fast, &slow);
+}
+END_TEST
+
+/*
+ * A reader cut while its holder reads a snapshot (a non-blocking write
+ * under way) keeps its chunks until the holder is done: the chunks stay
+ * readable (ASan would see a use after free), and the next append after
+ * flight_read_done() frees them.
+ */
+START_TEST(test_lag_cut_waits_for_the_holder)
+{
+    struct flight_reader fast, slow;
+    struct flight *f = flight_of_two(&fast, &slow);
+    struct flight_snap s;
+    size_t max = 1024, lag = 4096, per = 100 + FLIGHT_CHUNK_OVERHEAD;
+
+    fast_and_slow(f, &fast, &slow, 0, 101, 100, max, lag);
+    flight_snap_reader(f, &slow, &s);   /* its holder starts a write */
+    ck_assert(!s.cut);
+    ck_assert_uint_eq(s.lo, 100);
+    ck_assert_uint_eq(s.n, 1);
+    fast_and_slow(f, &fast, &slow, 101, 1000, 0, max, lag);
+    /* Cut, but held: its snapshot's chunk is still there. */
+    ck_assert_uint_ge(flight_kept_bytes(f), 899 * per);
+    ck_assert_uint_eq(s.chunk[0]->len, 100);
+    ck_assert_int_eq(s.chunk[0]->data[99], 'z');
+    flight_read_done(&slow);
+    ck_assert(is_cut(f, &slow));
+    append_100(f, max, lag);
+    ck_assert_uint_le(flight_kept_bytes(f), 2 * per);
+    flight_done_with_two(f, &fast, &slow);
+}
+END_TEST
+
+/*
+ * A reader that had everything before an append is never behind, however
+ * big the new chunk: lag leaves out the newest chunk, so a parked reader,
+ * which the leader pushes to right after the append, is never cut.
+ */
+START_TEST(test_caught_up_reader_never_cut)
+{
+    struct flight *f = flight_new();
+    struct flight_reader a;
+    static char big[64 * 1024];
+    size_t max = 1024, lag = 1024;
+
+    memset(big, 'b', sizeof(big));
+    ck_assert_int_eq(flight_attach(f, &a), 0);
+    flight_set_head(f, 200, NULL, -1, 0);
+    for (size_t i = 0; i < 20; i++) {
+        ck_assert_int_eq(flight_append(f, big, sizeof(big), max, lag), 0);
+        ck_assert(!is_cut(f, &a));
+        set_pos(&a, i + 1);             /* it takes each chunk */
+    }
+    /* Behind by one chunk, more than 'lag': the next append cuts it. */
+    ck_assert_int_eq(flight_append(f, big, sizeof(big), max, lag), 0);
+    ck_assert_int_eq(flight_append(f, big, sizeof(big), max, lag), 0);
+    ck_assert(is_cut(f, &a));
+    flight_finish(f, 0, NULL);
+    flight_detach(f, &a);
     flight_unref(f);
 }
 END_TEST
@@ -176,6 +334,14 @@ START_TEST(test_no_trim_while_joinable)
     ck_assert_int_eq(flight_attach(f, &b), 0);
     flight_snap(f, 0, &s);
     ck_assert(chunk_is(s.chunk[0], 0));
+    /* Nor is anyone cut, however tight max_reader_lag. */
+    for (int i = 50; i < 100; i++) {
+        ck_assert_int_eq(flight_append(f, "0123456789", 10, BIG, 1), 0);
+        set_pos(&a, (size_t)i + 1);
+    }
+    ck_assert(!is_cut(f, &b));
+    flight_snap(f, 0, &s);
+    ck_assert(chunk_is(s.chunk[0], 0));
     flight_finish(f, 0, NULL);
     flight_detach(f, &a);
     flight_detach(f, &b);
@@ -193,9 +359,9 @@ START_TEST(test_append_enomem_leaves_flight_unchanged)
     ck_assert_int_eq(flight_attach(f, &a), 0);
     flight_set_head(f, 200, NULL, -1, 0);
     alloc_fail_after(1, 0);             /* the chunk */
-    ck_assert_int_eq(flight_append(f, "x", 1, BIG), GW_ENOMEM);
+    ck_assert_int_eq(flight_append(f, "x", 1, BIG, BIG), GW_ENOMEM);
     alloc_fail_after(2, 0);             /* the vector (its first slots) */
-    ck_assert_int_eq(flight_append(f, "x", 1, BIG), GW_ENOMEM);
+    ck_assert_int_eq(flight_append(f, "x", 1, BIG, BIG), GW_ENOMEM);
     alloc_fail_after(0, 0);
     flight_snap(f, 0, &s);
     ck_assert_uint_eq(s.nchunks, 0);
@@ -223,6 +389,9 @@ flight_suite(void)
     tcase_add_test(tc, test_replay_from_zero);
     tcase_add_test(tc, test_bound_counts_chunk_overhead);
     tcase_add_test(tc, test_trim_follows_the_slowest_reader);
+    tcase_add_test(tc, test_lag_bound_cuts_the_slow_reader);
+    tcase_add_test(tc, test_lag_cut_waits_for_the_holder);
+    tcase_add_test(tc, test_caught_up_reader_never_cut);
     tcase_add_test(tc, test_no_trim_while_joinable);
     tcase_add_test(tc, test_append_enomem_leaves_flight_unchanged);
     suite_add_tcase(s, tc);
