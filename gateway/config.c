@@ -1353,12 +1353,50 @@ check_tls_files(struct loader *ld)
     return 0;
 }
 
+/*
+ * Would listeners 'a' and 'b' (valid_listen() forms) take the same port:
+ * the same port, not 0, and the same host or a wildcard one?  Then the
+ * second bind fails at start with EADDRINUSE, which should be a config
+ * error instead.
+ */
+static int
+same_address(const char *a, const char *b)
+{
+    const char *pa = strrchr(a, ':'), *pb = strrchr(b, ':');
+    size_t ha, hb;
+    long port_a, port_b;
+
+    if (a[0] == '\0' || b[0] == '\0' || pa == NULL || pb == NULL
+        || gw_parse_long(pa + 1, 0, 65535, &port_a) != 0
+        || gw_parse_long(pb + 1, 0, 65535, &port_b) != 0
+        || port_a == 0 || port_a != port_b)
+        return 0;
+    ha = (size_t)(pa - a);
+    hb = (size_t)(pb - b);
+    if (ha == 0 || hb == 0 || (ha == 7 && memcmp(a, "0.0.0.0", 7) == 0)
+        || (hb == 7 && memcmp(b, "0.0.0.0", 7) == 0)
+        || (ha == 4 && memcmp(a, "[::]", 4) == 0)
+        || (hb == 4 && memcmp(b, "[::]", 4) == 0))
+        return 1;
+    return ha == hb && strncasecmp(a, b, ha) == 0;
+}
+
 /* Something to listen on, and what TLS needs when it is one. */
 static int
 check_listeners(struct loader *ld)
 {
     const struct gw_config *c = ld->c;
     int line = line_of(ld, "server", "tls_listen");
+
+    if (same_address(c->listen, c->tls_listen)
+        || same_address(c->listen, c->admin_listen)
+        || same_address(c->tls_listen, c->admin_listen)) {
+        set_err(ld, same_address(c->listen, c->tls_listen)
+                    ? line : line_of(ld, "admin", "listen"),
+                "two listeners on the same address: listen, tls_listen "
+                "and [admin] listen must each have their own");
+        return GW_EINVAL;
+    }
 
     if (c->listen[0] == '\0' && c->tls_listen[0] == '\0') {
         set_err(ld, line_of(ld, "server", "listen"), "nothing to listen "

@@ -120,7 +120,9 @@ hold_or_poison(struct run *r, size_t idx, int status)
     }
     r->poison_status = status;
     pool_note_poison(r->dc->pool);
-    log_msg(GW_LOG_WARN, "dispatch: poison request status=%d upstreams=%s,%s"
+    /* Info, not warn: it is one request's fate, and a client sending
+     * many would flood the log at warn (the counter says how many). */
+    log_msg(GW_LOG_INFO, "dispatch: poison request status=%d upstreams=%s,%s"
             ": the same failure on both, counted against neither", status,
             cfg->upstreams[r->held[i].idx].name, cfg->upstreams[idx].name);
     pool_judge(r->dc->pool, r->held[i].idx, POOL_FAIL_STATUS, 1);

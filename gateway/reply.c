@@ -338,6 +338,9 @@ reply_error_full(struct reply *r, int status, const char *type,
         return GW_ECLOSED;
     }
     reply_retry_after_line(extra, sizeof(extra), retry_after_s);
+    /* RFC 9110 11.6.1: a 401 names the scheme it wants (RFC 6750). */
+    if (status == 401)
+        snprintf(extra, sizeof(extra), "WWW-Authenticate: Bearer\r\n");
     buf_init(&b, 4096);
     rc = jsonx_error_body(&b, message, type, param, code);
     if (rc == 0)

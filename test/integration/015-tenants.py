@@ -186,6 +186,8 @@ def test_api_key_sha256_and_keys_never_logged(t):
     r = g.post(CHAT, chat_body("hashed"), dict(auth(key[:-1]), **{
         "Content-Type": "application/json"}))
     assert_error(r, 401, "invalid_api_key")
+    # RFC 9110 11.6.1: a 401 says which scheme it wants.
+    assert r.headers.get("WWW-Authenticate") == "Bearer", r
     r = g.post(CHAT, chat_body("plain"), dict(auth(plain), **{
         "Content-Type": "application/json"}))
     assert r.status == 200, r

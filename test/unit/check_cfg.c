@@ -867,6 +867,28 @@ START_TEST(test_load_empty)
 }
 END_TEST
 
+/* Listeners that cannot clash are fine: port 0 (each picks its own),
+ * or the same port on other hosts. */
+START_TEST(test_listeners_apart)
+{
+    static const char *const ok[] = {
+        "[server]\nlisten = 127.0.0.1:0\n[admin]\nlisten = 127.0.0.1:0\n",
+        "[server]\nlisten = 127.0.0.1:8080\n[admin]\n"
+        "listen = 127.0.0.2:8080\n",
+        "[server]\nlisten = 127.0.0.1:8080\n[admin]\n"
+        "listen = 127.0.0.1:8081\n",
+    };
+    struct gw_config c;
+    char err[256];
+
+    for (size_t i = 0; i < GW_ARRAY_LEN(ok); i++) {
+        ck_assert_msg(config_load_text("g.conf", ok[i], &c, err,
+                                       sizeof(err)) == 0, "%s", err);
+        config_release(&c);
+    }
+}
+END_TEST
+
 /* Valid values at the edges of each kind of validation. */
 static const struct {
     const char *text;
@@ -1111,6 +1133,15 @@ static const struct {
       "both" },
     { "[server]\ntls_listen = :0\ntls_cert = c.pem\n", GW_EINVAL,
       "gateway.conf:2: tls_listen needs tls_cert and tls_key" },
+    { "[server]\nlisten = 127.0.0.1:8080\n[admin]\nlisten = 127.0.0.1:8080\n",
+      GW_EINVAL, "gateway.conf:4: two listeners on the same address: "
+      "listen, tls_listen and [admin] listen must each have their own" },
+    { "[server]\nlisten = :8081\n[admin]\nlisten = LocalHost:8081\n",
+      GW_EINVAL, "gateway.conf:4: two listeners on the same address: "
+      "listen, tls_listen and [admin] listen must each have their own" },
+    { "[server]\nlisten = 127.0.0.1:8443\ntls_listen = 0.0.0.0:8443\n",
+      GW_EINVAL, "gateway.conf:3: two listeners on the same address: "
+      "listen, tls_listen and [admin] listen must each have their own" },
     { "[server]\ntls_min_version = 1.1\n", GW_EINVAL,
       "gateway.conf:2: tls_min_version: expected 1.2 or 1.3, got '1.1'" },
     { "[server]\ntls_cert = a\001b\n", GW_EPARSE,
@@ -1700,6 +1731,7 @@ config_suite(void)
     tc = tcase("load_ok");
     tcase_add_test(tc, test_load_full);
     tcase_add_test(tc, test_load_empty);
+    tcase_add_test(tc, test_listeners_apart);
     tcase_add_test(tc, test_load_upstreams_and_routing);
     tcase_add_loop_test(tc, test_load_ok, 0, (int)GW_ARRAY_LEN(load_ok));
     tcase_add_test(tc, test_url_trailing_slash);
