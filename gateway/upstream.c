@@ -214,6 +214,9 @@ struct xfer {
     int64_t last_rx_ms;         /* when 'rx' last moved */
     int opened;                 /* sockets libcurl opened for it */
     int sends;                  /* requests sent: the first, a resend */
+    int reused;                 /* the first went on a kept connection */
+    int stale;                  /* it got a 408 there: send it again */
+    int restarted;              /* ... which was done (once) */
 
     /* The response head being read (reset by every status line). */
     int want_status_line;
@@ -455,14 +458,16 @@ session_take(struct upstream *u, size_t idx)
 }
 
 /*
- * After a call ('s' stolen): keep it under the upstream of the one
- * connection libcurl kept, or free it when it kept none.  No transfer is
- * in its multi handle any more.
+ * After a call ('s' stolen) whose answer had 'status': keep it under the
+ * upstream of the one connection libcurl kept, or free it when it kept
+ * none, or when the answer was a 408 (the upstream closes after one,
+ * RFC 9110 15.5.9, whatever its head said).  No transfer is in its multi
+ * handle any more.
  */
 static void
-session_put(struct upstream *u, struct up_session *s)
+session_put(struct upstream *u, struct up_session *s, int status)
 {
-    if (s->nconns == 1)
+    if (s->nconns == 1 && status != 408)
         keepalive_put(u->ka, s->conns[0].idx, s, s->conns[0].fd);
     else
         session_free(s);    /* none: nothing to keep; more: cannot be */
@@ -830,8 +835,10 @@ prereq_cb(void *arg, char *ip, char *local_ip, int port, int local_port)
     (void)local_ip;
     (void)port;
     (void)local_port;
-    if (++x->sends == 1)
+    if (++x->sends == 1) {
+        x->reused = x->opened == 0;     /* no socket of its own yet */
         return CURL_PREREQFUNC_OK;
+    }
     log_msg(GW_LOG_INFO, "upstream: resent upstream=%s reason=\"reused "
             "connection closed before an answer\" id=%s", x->up->name,
             x->call->req->request_id != NULL ? x->call->req->request_id
@@ -904,6 +911,20 @@ header_cb(char *p, size_t size, size_t n, void *arg)
         if (x->has_te && x->has_cl) {
             xfer_fail(x, GW_EUPSTREAM,
                       "content-length with transfer-encoding");
+            return 0;
+        }
+        /*
+         * A 408 on a kept connection is the upstream's idle close meeting
+         * our request, or a stray answer that was on its way (keepalive.h
+         * polls before, but the bytes may cross the request on the wire).
+         * Either way nothing more on that connection is ours: taken as
+         * this request's answer, the stray would leave the real one there
+         * for the next request, and every answer after it off by one.
+         * Sent again on a fresh connection (attempt_restart()), once.
+         */
+        if (x->status == 408 && x->reused && !x->restarted) {
+            x->stale = 1;
+            xfer_fail(x, GW_EUPSTREAM, "408 on a kept connection");
             return 0;
         }
         /* Held until the first body byte (upstream.h). */
@@ -1537,6 +1558,44 @@ any_running(const struct call *c)
     return 0;
 }
 
+/*
+ * Send attempt 'x' (stale: a 408 on a kept connection) again, on a fresh
+ * connection: its response state as before the first header line, its
+ * request as it was.  The pre-request callback reports the send, as it
+ * does libcurl's own resend.  Returns 0, or GW_ENOMEM (x has ended).
+ */
+static int
+attempt_restart(struct call *c, struct xfer *x)
+{
+    CURL *e = x->h->curl;
+
+    curl_multi_remove_handle(c->s->multi, e);  /* closes the stale one */
+    x->stale = 0;
+    x->restarted = 1;
+    x->sends = 1;
+    x->want_status_line = 1;
+    x->head_bytes = 0;
+    x->status = 0;
+    x->has_ctype = x->has_te = x->has_cl = 0;
+    x->content_length = -1;
+    x->retry_after_ms = 0;
+    x->head_done = 0;
+    x->fail_rc = 0;
+    x->fail_reason = NULL;
+    x->rx = 0;
+    x->request_sent = 0;
+    x->timeout_base_ms = -1;
+    result_init(&x->res, x->idx);
+    x->start_us = gw_now_us();
+    x->last_rx_ms = x->start_us / 1000;
+    if (curl_easy_setopt(e, CURLOPT_FRESH_CONNECT, 1L) != CURLE_OK
+        || curl_multi_add_handle(c->s->multi, e) != CURLM_OK) {
+        attempt_end(c, x, CURLE_OK, GW_ENOMEM, "out of memory", UPF_LOCAL);
+        return GW_ENOMEM;
+    }
+    return 0;
+}
+
 /* libcurl is done with the running attempt 'x', with code 'cc'. */
 static void
 attempt_finished(struct call *c, struct xfer *x, CURLcode cc)
@@ -1546,6 +1605,8 @@ attempt_finished(struct call *c, struct xfer *x, CURLcode cc)
     if (x->lost)
         attempt_end(c, x, CURLE_OK, GW_EABORTED, "lost the hedge",
                     UPF_NONE);
+    else if (x->stale)
+        attempt_restart(c, x);
     else
         attempt_end(c, x, cc, 0, NULL, UPF_NONE);
 }
@@ -1717,7 +1778,7 @@ upstream_perform(struct upstream *u, size_t idx,
      * Even after an error: libcurl has already closed a broken
      * connection, and kept one only after a complete answer.
      */
-    session_put(u, c.s);
+    session_put(u, c.s, res->status);
     return res->rc;
 }
 

@@ -242,6 +242,32 @@ def test_a_stray_408_left_open_is_nobodys_answer(t):
                            status="408 Request Timeout"), then_close=False)
 
 
+def test_a_408_crossing_a_request_does_not_shift_the_answers(t):
+    """The upstream's 408 and our request cross on a kept connection, and
+    it answers the request after the 408 anyway: the 408 is nobody's
+    answer, and what follows it on that connection is not the next
+    request's.  The request is sent again on a fresh connection."""
+    def script(req, c):
+        if req.nth > 1:
+            c.sendall(response(b"", ["Content-Length: 0"],
+                               status="408 Request Timeout"))
+        c.sendall(response(answer_json(req.prompt())))
+        return None
+
+    up = Scripted(script)
+    g = gateway_over(t, [up.port])
+    wait_for(lambda: up.gets >= 1, msg="the start's GET /v1/models")
+    for i in range(6):
+        prompt = "crossed %d" % i
+        r = g.post("/v1/chat/completions", chat_body(prompt))
+        assert content_of(r) == "answer to " + prompt, (i, r)
+    # Each request after a 408 is one more the upstream received.
+    wait_for(lambda: attempts_logged(g) == up.posts, timeout=3,
+             msg="access lines' attempts= to add up to %d" % up.posts)
+    assert value(g, CALLS, upstream="u0") == up.posts
+    assert value(g, RESENDS) >= 5
+
+
 def test_an_idle_connection_closed_by_the_upstream_is_closed_here(t):
     """The upstream closes idle connections long before keepalive_timeout:
     the reaper sees them readable and closes them (no CLOSE_WAIT)."""
