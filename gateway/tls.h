@@ -22,8 +22,17 @@
  *     refused here.  mbedTLS 2.28 has no TLS 1.3 (MBEDTLS_SSL_PROTO_TLS1_3_
  *     EXPERIMENTAL is off in Debian's config.h, and its own documentation
  *     says TLS 1.3 is not supported in 2.28), so min_version 13 is refused
- *     with a message saying so.  The library's default TLS 1.2 cipher
- *     suites (ECDHE with AES-GCM, ChaCha20-Poly1305, ...) are used.
+ *     with a message saying so.
+ *   - Six cipher suites, all ECDHE key exchange (forward secrecy) with an
+ *     AEAD cipher, in this order of preference: ECDHE-ECDSA/RSA with
+ *     ChaCha20-Poly1305, AES-128-GCM, then AES-256-GCM (the ECDSA or the
+ *     RSA three, as the certificate's key is; tls.c says why this order).
+ *     Of the 127 TLS 1.2 suites Debian's mbedTLS has, nothing else: no
+ *     static RSA or ECDH key exchange (no forward secrecy), no DHE (its
+ *     2048-bit group costs a multiple of X25519's CPU), no PSK, no CBC,
+ *     CCM, CCM_8 or Camellia.  A client with none of the six fails the
+ *     handshake: handshake_failure alert, "no cipher suite in common",
+ *     counted as failed_protocol.
  *   - ALPN: "http/1.1" only.  A client that offers ALPN without
  *     "http/1.1" (h2 only, say) fails the handshake with the
  *     no_application_protocol alert, as RFC 7301 section 3.2 says and as

@@ -27,6 +27,7 @@
 #include <mbedtls/entropy.h>
 #include <mbedtls/net_sockets.h>
 #include <mbedtls/ssl.h>
+#include <mbedtls/ssl_ciphersuites.h>
 #include <mbedtls/x509_crt.h>
 
 #include "alloc.h"
@@ -132,6 +133,8 @@ struct client {
     int max_minor;              /* 0: TLS 1.2; else MBEDTLS_SSL_MINOR_... */
     int trickle_ms;             /* > 0: send one byte, then sleep */
     int distrust_ms;            /* > 0: refuse the certificate, so late */
+    const int *suites;          /* offer only these (0-terminated); NULL:
+                                   mbedTLS's defaults */
     int (*script)(struct client *);     /* after a good handshake */
     int go[2];                  /* the test releases the script: go_client */
     size_t len;                 /* for scripts: how many bytes */
@@ -140,6 +143,7 @@ struct client {
     mbedtls_ssl_context ssl;
     int hs_ret;                 /* mbedtls_ssl_handshake()'s result */
     char alpn_got[32];
+    char suite_got[64];         /* the cipher suite negotiated */
     int fail_line;              /* a failed CL_CHECK in the script */
     pthread_t thread;
 };
@@ -278,6 +282,8 @@ client_main(void *arg)
         }
         if (cl->distrust_ms > 0)
             mbedtls_ssl_conf_verify(&conf, cl_distrust, cl);
+        if (cl->suites != NULL)
+            mbedtls_ssl_conf_ciphersuites(&conf, cl->suites);
         if (cl->alpn[0] != NULL)
             ret = mbedtls_ssl_conf_alpn_protocols(&conf, cl->alpn);
     }
@@ -294,6 +300,8 @@ client_main(void *arg)
         alpn = mbedtls_ssl_get_alpn_protocol(&cl->ssl);
         snprintf(cl->alpn_got, sizeof(cl->alpn_got), "%s",
                  alpn != NULL ? alpn : "");
+        snprintf(cl->suite_got, sizeof(cl->suite_got), "%s",
+                 mbedtls_ssl_get_ciphersuite(&cl->ssl));
         if (cl->script != NULL)
             cl->script(cl);
     }
@@ -358,21 +366,37 @@ script_ping(struct client *cl)
     return 0;
 }
 
-/* The server's side of script_ping. */
-static void
-serve_ping(int fd)
+/*
+ * The server's side of script_ping, on 's': returns tls_accept()'s code
+ * (its reason in 'err'); after a good handshake the ping is asserted.
+ */
+static int
+ping_server(struct tls_server *s, int fd, char *err, size_t errlen)
 {
     struct tls_conn *c;
-    char err[256], buf[8];
+    char buf[8];
     size_t n;
+    int rc;
 
-    ck_assert_msg(accept_ms(fd, 5000, &c, err, sizeof(err)) == 0, "%s", err);
+    rc = tls_accept(s, fd, gw_now_ms() + 5000, -1, &c, err, errlen);
+    if (rc != 0)
+        return rc;
     ck_assert_int_eq(tls_read_deadline(c, buf, 4, gw_now_ms() + 5000, -1,
                                        &n), 0);
     ck_assert_uint_eq(n, 4);
     ck_assert(memcmp(buf, "ping", 4) == 0);
     ck_assert_int_eq(tls_write_all(c, "pong", 4, gw_now_ms() + 5000, -1), 0);
     tls_close(c);
+    return 0;
+}
+
+/* The same with the fixture's server, which must accept. */
+static void
+serve_ping(int fd)
+{
+    char err[256];
+
+    ck_assert_msg(ping_server(srv, fd, err, sizeof(err)) == 0, "%s", err);
 }
 
 START_TEST(test_handshake_alpn)
@@ -1044,6 +1068,153 @@ START_TEST(test_gone_keeps_pipelined_bytes)
 }
 END_TEST
 
+/* ---- cipher suites ---- */
+
+/*
+ * One client 'cl' (client_init'ed on sv[1] and set up) against 's' on
+ * sv[0], which is closed after: the handshake, and a ping when it
+ * succeeds.  Returns tls_accept()'s code, with its reason in 'err'.
+ */
+static int
+shake(struct tls_server *s, struct client *cl, int sv0, char *err,
+      size_t errlen)
+{
+    int rc;
+
+    cl->script = script_ping;
+    client_start(cl);
+    rc = ping_server(s, sv0, err, errlen);
+    close(sv0);
+    client_join(cl);
+    ck_assert_msg((rc == 0) == (cl->hs_ret == 0), "server rc %d (%s), "
+                  "client -0x%04x", rc, err, (unsigned)-cl->hs_ret);
+    return rc;
+}
+
+/* A server for mkcert's 'cert' and 'key' with the fixture's settings. */
+static struct tls_server *
+server_for(const char *crt, const char *key)
+{
+    struct tls_server_opts o = {
+        cert(crt), cert(key), 12, HS_TIMEOUT_MS, &stats,
+    };
+    struct tls_server *s;
+    char err[256];
+
+    ck_assert_msg(tls_server_new(&o, &s, err, sizeof(err)) == 0, "%s", err);
+    return s;
+}
+
+/* What tls.c must offer, by the key of the certificate. */
+static const int suites_ecdsa[] = {
+    MBEDTLS_TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+    MBEDTLS_TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+    MBEDTLS_TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256, 0,
+};
+static const int suites_rsa[] = {
+    MBEDTLS_TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+    MBEDTLS_TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+    MBEDTLS_TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256, 0,
+};
+
+static int
+in_list(const int *list, int id)
+{
+    for (; *list != 0; list++)
+        if (*list == id)
+            return 1;
+    return 0;
+}
+
+/*
+ * The classes of suites the server must refuse (tls.h), told by their
+ * names ("TLS-DHE-RSA-WITH-AES-128-CBC-SHA"); a suite may be in several.
+ */
+static const struct {
+    const char *what, *part;    /* the class, a part of its names */
+    int at_start;               /* 'part' begins the name */
+} suite_classes[] = {
+    { "static RSA key exchange", "TLS-RSA-WITH-", 1 },
+    { "static ECDH key exchange", "TLS-ECDH-", 1 },
+    { "DHE key exchange", "TLS-DHE-RSA-", 1 },
+    { "CBC", "-CBC-", 0 },
+    { "CCM_8", "-CCM-8", 0 },
+    { "Camellia", "-CAMELLIA-", 0 },
+};
+
+static int
+in_class(const char *name, size_t k)
+{
+    const char *p = strstr(name, suite_classes[k].part);
+
+    return p != NULL && (!suite_classes[k].at_start || p == name);
+}
+
+/*
+ * Every TLS 1.2 suite this mbedTLS has (but PSK ones: without a key the
+ * client does not even offer them), offered alone by the client, to a
+ * server with an ECDSA (_i = 0) and an RSA (_i = 1) certificate: the
+ * three ECDHE + AEAD suites for that key are accepted and negotiated,
+ * every other is refused with a handshake failure that says why, and
+ * each class of tls.h's list (plus CCM with its full tag) was offered
+ * and refused at least once.
+ */
+START_TEST(test_only_ecdhe_aead_suites)
+{
+    static const char *const crt[] = { "server.pem", "rsa.pem" };
+    static const char *const key[] = { "server.key", "rsa.key" };
+    const int *want = _i == 0 ? suites_ecdsa : suites_rsa;
+    const mbedtls_ssl_ciphersuite_t *info;
+    struct tls_server *s = server_for(crt[_i], key[_i]);
+    size_t refused[GW_ARRAY_LEN(suite_classes)] = { 0 }, nbad = 0;
+    int accepted = 0, ccm = 0, one[2] = { 0, 0 }, sv[2], rc;
+    struct client cl;
+    char err[256], bad[4096] = "";
+
+    for (const int *id = mbedtls_ssl_list_ciphersuites(); *id != 0; id++) {
+        info = mbedtls_ssl_ciphersuite_from_id(*id);
+        if (info->max_minor_ver < MBEDTLS_SSL_MINOR_VERSION_3
+            || mbedtls_ssl_ciphersuite_uses_psk(info))
+            continue;
+        one[0] = *id;
+        pair(sv, 0);
+        client_init(&cl, sv[1]);
+        cl.suites = one;
+        rc = shake(s, &cl, sv[0], err, sizeof(err));
+        if (in_list(want, *id)) {
+            ck_assert_msg(rc == 0, "%s refused: %s", info->name, err);
+            ck_assert_str_eq(cl.suite_got, info->name);
+            accepted++;
+            continue;
+        }
+        if (rc == 0) {
+            /* Listed all together below: how many, and which. */
+            nbad++;
+            snprintf(bad + strlen(bad), sizeof(bad) - strlen(bad), " %s",
+                     info->name);
+            continue;
+        }
+        ck_assert_msg(rc == GW_EPARSE, "%s: rc %d (%s)", info->name, rc,
+                      err);
+        ck_assert_msg(strstr(err, "no cipher suite in common") != NULL,
+                      "%s: %s", info->name, err);
+        for (size_t k = 0; k < GW_ARRAY_LEN(suite_classes); k++)
+            refused[k] += (size_t)in_class(info->name, k);
+        ccm += strstr(info->name, "-CCM") != NULL
+               && strstr(info->name, "-CCM-8") == NULL;
+    }
+    ck_assert_msg(nbad == 0, "%zu suites accepted that must not be:%s",
+                  nbad, bad);
+    ck_assert_int_eq(accepted, 3);
+    for (size_t k = 0; k < GW_ARRAY_LEN(suite_classes); k++)
+        ck_assert_msg(refused[k] > 0, "no %s suite was tried",
+                      suite_classes[k].what);
+    ck_assert_int_gt(ccm, 0);
+    ck_assert_uint_eq(atomic_load(&stats.handshakes), 3);
+    tls_server_free(s);
+}
+END_TEST
+
 /* ---- tls_server_new ---- */
 
 static const struct {
@@ -1389,6 +1560,11 @@ tls_suite(void)
     tcase_add_test(tc, test_late_alert_read);
     suite_add_tcase(s, tc);
 
+    tc = tcase("suites");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_loop_test(tc, test_only_ecdhe_aead_suites, 0, 2);
+    suite_add_tcase(s, tc);
+
     tc = tcase("bad_handshake");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_plain_http);
@@ -1443,7 +1619,8 @@ int
 main(void)
 {
     static const char *files[] = {
-        "ca.pem", "ca.key", "server.pem", "server.key", "other-ca.pem",
+        "ca.pem", "ca.key", "server.pem", "server.key", "rsa.pem", "rsa.key",
+        "other-ca.pem",
         "expired.pem", "expired.key", "mismatch.key", "garbage.pem",
     };
     char err[512];
