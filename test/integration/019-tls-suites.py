@@ -149,6 +149,7 @@ def test_a_ticket_resumes_until_tls_session_timeout(t):
     reused, first = resumes(g, ctx, None)
     assert not reused
     assert first.has_ticket and first.ticket_lifetime_hint == 1, first
+    assert present(g.metrics(), RESUMED) == 0
     reused, _ = resumes(g, ctx, first)
     assert reused, "the ticket did not resume the session"
     gm = g.metrics()
