@@ -103,6 +103,8 @@ static const struct setting settings[] = {
       0, 0 },
     { "server", "tls_handshake_timeout", T_DURATION,
       C(tls_handshake_timeout_ms), "10s", 1, DAY_MS },
+    { "server", "tls_session_timeout", T_DURATION,
+      C(tls_session_timeout_ms), "1h", 0, 7 * DAY_MS },
     { "server", "max_connections", T_UINT, C(max_connections), "1024",
       1, 1000000 },
     { "server", "thread_stack_size", T_SIZE, C(thread_stack_size), "256k",
@@ -1335,8 +1337,11 @@ static int
 check_tls_files(struct loader *ld)
 {
     const struct gw_config *c = ld->c;
-    struct tls_server_opts o = { c->tls_cert, c->tls_key, c->tls_min_version,
-                                 (int)c->tls_handshake_timeout_ms, NULL };
+    struct tls_server_opts o = {
+        c->tls_cert, c->tls_key, c->tls_min_version,
+        (int)c->tls_handshake_timeout_ms, NULL,
+        (int)(c->tls_session_timeout_ms / 1000), NULL,
+    };
     struct tls_server *s = NULL;
     char err[256];
     int rc = tls_server_new(&o, &s, err, sizeof(err));
@@ -1406,6 +1411,13 @@ check_listeners(struct loader *ld)
     if (c->tls_listen[0] != '\0'
         && (c->tls_cert[0] == '\0' || c->tls_key[0] == '\0')) {
         set_err(ld, line, "tls_listen needs tls_cert and tls_key");
+        return GW_EINVAL;
+    }
+    if (c->tls_session_timeout_ms % 1000 != 0) {
+        set_err(ld, line_of(ld, "server", "tls_session_timeout"),
+                "tls_session_timeout: a whole number of seconds (session "
+                "tickets count seconds), not %lldms",
+                (long long)c->tls_session_timeout_ms);
         return GW_EINVAL;
     }
     return c->tls_listen[0] != '\0' ? check_tls_files(ld) : 0;

@@ -75,6 +75,8 @@ struct gw_config {
     char *tls_key;              /* PEM */
     int tls_min_version;        /* 12 (TLS 1.2) or 13 */
     int64_t tls_handshake_timeout_ms;   /* 10s */
+    int64_t tls_session_timeout_ms;     /* 1h, whole seconds; 0 = no
+                                           session resumption */
     uint64_t max_connections;   /* 1024 */
     uint64_t thread_stack_size; /* 256k */
     uint64_t max_header_size;   /* 16k */

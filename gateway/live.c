@@ -60,11 +60,17 @@ gen_free(struct live *l, struct generation *g)
     gw_free(g);
 }
 
-/* A generation from 'cfg' (moved in), with its objects; NULL (logged). */
+/*
+ * A generation from 'cfg' (moved in), with its objects, to follow 'prev'
+ * (NULL for the first; borrowed): its TLS session ticket keys carry over
+ * while tls_session_timeout stays the same (tls.h).  NULL (logged).
+ */
 static struct generation *
-gen_build(struct live *l, struct gw_config *cfg, uint64_t id)
+gen_build(struct live *l, struct gw_config *cfg,
+          const struct generation *prev)
 {
     struct generation *g = gw_calloc(1, sizeof(*g));
+    uint64_t id = prev != NULL ? prev->id + 1 : 1;
 
     if (g == NULL) {
         config_release(cfg);
@@ -78,7 +84,9 @@ gen_build(struct live *l, struct gw_config *cfg, uint64_t id)
     if (g->cfg.tls_listen[0] != '\0') {
         struct tls_server_opts o = {
             g->cfg.tls_cert, g->cfg.tls_key, g->cfg.tls_min_version,
-            (int)g->cfg.tls_handshake_timeout_ms, metrics_tls_stats()
+            (int)g->cfg.tls_handshake_timeout_ms, metrics_tls_stats(),
+            (int)(g->cfg.tls_session_timeout_ms / 1000),
+            prev != NULL && prev->cert != NULL ? prev->cert->tls : NULL,
         };
         char err[256];
 
@@ -94,6 +102,12 @@ gen_build(struct live *l, struct gw_config *cfg, uint64_t id)
             gen_free(l, g);
             return NULL;
         }
+        if (prev != NULL && prev->cfg.tls_session_timeout_ms
+                            != g->cfg.tls_session_timeout_ms)
+            log_msg(GW_LOG_INFO, "live: tls_session_timeout=%llds: new "
+                    "session ticket keys; sessions from before make full "
+                    "handshakes",
+                    (long long)(g->cfg.tls_session_timeout_ms / 1000));
     }
     g->up = upstream_new(&g->cfg);
     g->pool = pool_new(&g->cfg);
@@ -120,7 +134,7 @@ live_new(struct gw_config *cfg)
         return NULL;
     }
     gw_mutex_init(&l->lock);
-    l->cur = l->gens = gen_build(l, cfg, 1);
+    l->cur = l->gens = gen_build(l, cfg, NULL);
     if (l->cur == NULL) {
         gw_mutex_destroy(&l->lock);
         gw_free(l);
@@ -262,7 +276,7 @@ live_reload(struct live *l)
                 : "refused", (unsigned long long)old->id);
         return rc;
     }
-    g = gen_build(l, &cfg, old->id + 1);
+    g = gen_build(l, &cfg, old);
     if (g == NULL) {
         log_msg(GW_LOG_ERROR, "reload: cannot start the new configuration; "
                 "the one in force stays generation=%llu",

@@ -356,11 +356,16 @@ metrics_render(struct buf *out, const struct gw_config *cfg)
             "infergw_tls_handshakes_total{result=\"ok\"} %llu\n"
             "infergw_tls_handshakes_total{result=\"timeout\"} %llu\n"
             "infergw_tls_handshakes_total{result=\"protocol\"} %llu\n"
-            "infergw_tls_handshakes_total{result=\"other\"} %llu\n",
+            "infergw_tls_handshakes_total{result=\"other\"} %llu\n"
+            "# HELP infergw_tls_resumed_total Of the TLS handshakes with "
+            "result ok, those that resumed a session from a ticket.\n"
+            "# TYPE infergw_tls_resumed_total counter\n"
+            "infergw_tls_resumed_total %llu\n",
             (unsigned long long)LOAD(tls_counts.handshakes),
             (unsigned long long)LOAD(tls_counts.failed_timeout),
             (unsigned long long)LOAD(tls_counts.failed_protocol),
-            (unsigned long long)LOAD(tls_counts.failed_other));
+            (unsigned long long)LOAD(tls_counts.failed_other),
+            (unsigned long long)LOAD(tls_counts.resumed));
     if (rc == 0)
         rc = render_histogram(out, "infergw_request_duration_seconds",
                               "Client request latency, head in to last "

@@ -22,15 +22,36 @@
  *     refused here.  mbedTLS 2.28 has no TLS 1.3 (MBEDTLS_SSL_PROTO_TLS1_3_
  *     EXPERIMENTAL is off in Debian's config.h, and its own documentation
  *     says TLS 1.3 is not supported in 2.28), so min_version 13 is refused
- *     with a message saying so.  The library's default TLS 1.2 cipher
- *     suites (ECDHE with AES-GCM, ChaCha20-Poly1305, ...) are used.
+ *     with a message saying so.
+ *   - Six cipher suites, all ECDHE key exchange (forward secrecy) with an
+ *     AEAD cipher, in this order of preference: ECDHE-ECDSA/RSA with
+ *     ChaCha20-Poly1305, AES-128-GCM, then AES-256-GCM (the ECDSA or the
+ *     RSA three, as the certificate's key is; tls.c says why this order).
+ *     Of the 127 TLS 1.2 suites Debian's mbedTLS has, nothing else: no
+ *     static RSA or ECDH key exchange (no forward secrecy), no DHE (its
+ *     2048-bit group costs a multiple of X25519's CPU), no PSK, no CBC,
+ *     CCM, CCM_8 or Camellia.  A client with none of the six fails the
+ *     handshake: handshake_failure alert, "no cipher suite in common",
+ *     counted as failed_protocol.
  *   - ALPN: "http/1.1" only.  A client that offers ALPN without
  *     "http/1.1" (h2 only, say) fails the handshake with the
  *     no_application_protocol alert, as RFC 7301 section 3.2 says and as
  *     nginx does since 1.21.4; a client that offers no ALPN at all
  *     proceeds (HTTP/1.1 is implied).
- *   - No session resumption (no cache, no tickets) and no renegotiation:
- *     every connection is a full handshake.
+ *   - Session resumption with session tickets (RFC 5077) when
+ *     session_timeout_s > 0: mbedTLS's ssl_ticket, AES-256-GCM under a
+ *     random key that only this process knows, replaced every
+ *     session_timeout_s (the one before is kept to read older tickets).
+ *     A ticket older than session_timeout_s, from a key no longer kept,
+ *     or for another cipher suite than the one the handshake picks (a
+ *     resumed session keeps its suite: see ticket_parse() in tls.c) is
+ *     ignored, and the handshake is a full one with a new ticket.  There
+ *     is no session-ID cache: a client without tickets gets a full
+ *     handshake every time.  No renegotiation.
+ *   - A server made to replace another ('prev' in tls_server_opts, on a
+ *     reload) takes over its ticket keys when session_timeout_s is the
+ *     same, so sessions resume across a reload; a new session_timeout_s
+ *     makes new keys (sessions from before make full handshakes).
  *
  * Design: mbedTLS's rule for a non-blocking write (ssl.h, on
  * mbedtls_ssl_write()): "When this function returns
@@ -73,6 +94,8 @@ struct tls_stats {
                                            version / cipher / ALPN, or the
                                            client sent a fatal alert */
     _Atomic uint64_t failed_other;      /* peer closed, drain, I/O, memory */
+    _Atomic uint64_t resumed;           /* of 'handshakes': resumed from a
+                                           session ticket */
 };
 
 struct tls_server_opts {
@@ -82,6 +105,12 @@ struct tls_server_opts {
     int handshake_timeout_ms;   /* > 0: the longest a handshake may take */
     struct tls_stats *stats;    /* borrowed, may be NULL; must outlive the
                                    server */
+    int session_timeout_s;      /* >= 0: session tickets' lifetime; 0 = no
+                                   resumption */
+    const struct tls_server *prev;  /* borrowed, may be NULL: the server
+                                   this one replaces, whose ticket keys it
+                                   shares if session_timeout_s is the
+                                   same (see above); not kept */
 };
 
 struct tls_server;
@@ -95,14 +124,17 @@ struct tls_conn;
  * cannot be read, a cert_file that is not a PEM certificate chain, a
  * key_file that is not an (unencrypted) private key, a key that does not
  * match the leaf certificate, a leaf that has expired or is not valid
- * yet, and min_version.  Key bytes never appear in a message.
+ * yet, min_version and session_timeout_s.  Key bytes never appear in a
+ * message.
  * OUT *out: owned by the caller, free with tls_server_free().
  * Returns 0, GW_EINVAL (bad file or option), GW_EIO (file unreadable) or
  * GW_ENOMEM.
  *
  * The result is read-only and may be used by any number of threads at
  * once (mbedTLS is built with MBEDTLS_THREADING_PTHREAD, its random
- * generator locks itself, and the key is only read: see tls.c).
+ * generator locks itself, and the key is only read: see tls.c).  The
+ * ticket keys it may share with 'prev' are freed with the last server
+ * that uses them, from whichever thread frees it.
  */
 int tls_server_new(const struct tls_server_opts *o, struct tls_server **out,
                    char *err, size_t errlen);
@@ -126,7 +158,8 @@ void tls_server_free(struct tls_server *s);
  * Returns 0; GW_ETIMEDOUT; GW_EABORTED (wake_fd readable while waiting);
  * GW_ECLOSED (the client closed or reset); GW_EPARSE (not TLS, a TLS the
  * server refuses, or a client that refuses the server); GW_ENOMEM; GW_EIO
- * (a socket error).  Each outcome is counted in the server's tls_stats.
+ * (a socket error).  Each outcome is counted in the server's tls_stats
+ * (a resumed handshake in 'resumed' as well as in 'handshakes').
  */
 int tls_accept(struct tls_server *s, int fd, int64_t deadline, int wake_fd,
                struct tls_conn **out, char *err, size_t errlen);

@@ -3,14 +3,22 @@
 #
 # One run, with the same certificate and key for both servers (from
 # mkcert: EC P-256, SAN localhost and 127.0.0.1), TLS 1.2 only on both,
-# and no session resumption on either (infergw has none; nginx runs
-# ssl_session_cache off and ssl_session_tickets off), measures with wrk:
+# measures with wrk:
 #
 # 1. New connections per second.  GET /healthz with "Connection: close"
 #    on every request, so every request is a new TCP connection and a
-#    full TLS handshake: infergw's own /healthz against an nginx server
-#    block answering return 200 '{"status":"ok"}'.  The same over plain
-#    HTTP, so the TLS share of a connection shows.  Each server's CPU
+#    TLS handshake: infergw's own /healthz against an nginx server
+#    block answering return 200 '{"status":"ok"}'.  Full handshakes with
+#    session resumption off on both (an infergw with tls_session_timeout
+#    = 0; nginx ssl_session_cache off, ssl_session_tickets off), and
+#    resumed ones from session tickets on both (a second infergw with
+#    tls_session_timeout = 1h; an nginx server with ssl_session_tickets
+#    on, ssl_session_timeout 1h, no cache): wrk keeps each connection's
+#    TLS session when it reconnects (SSL_clear() keeps it), so after its
+#    first handshake each of its connections offers the ticket back.  The
+#    check before the runs counts how many resumed, and infergw's resumed
+#    share of every run is in the table.  The same over plain HTTP, so
+#    the TLS share of a connection shows.  Each server's CPU
 #    (utime + stime from /proc, every process and thread) over the run
 #    is divided by the connections it accepted (infergw's /metrics, nginx's
 #    stub_status), and infergw's handshake counter and nginx's accepts are
@@ -57,14 +65,15 @@
 #   HS_DURATION=5           seconds of one new-connection run
 #   HS_CONNS=16             wrk connections of the new-connection runs
 #   DURATION=10             seconds of one streaming run
-#   CONNS="50 200"          streaming client counts
+#   CONNS="50 200"          streaming client counts; empty: none
 #   REPS=3                  interleaved repetitions
 #   QUIET_PCT=30 QUIET_MAX=10
 #   OUT=FILE                also write the tables to FILE
 #   KEEP=1                  keep the temp dir (configs, logs, raw output)
-# Defaults: 7 x 3 new-connection runs of 5 s and 2 x 4 x 3 streaming runs
-# of 10 s; with the checks, the warm-up and the quiet waits about 7 minutes
-# on a quiet machine (6 min 53 s on the reference machine).
+# Defaults: 9 x 3 new-connection runs of 5 s and 2 x 4 x 3 streaming runs
+# of 10 s; with the checks, the warm-up and the quiet waits about 8 minutes
+# on a quiet machine (6 min 53 s on the reference machine before the two
+# resumed targets came); with CONNS= about 2.5 minutes.
 set -eu
 
 ORIG=$(pwd)
@@ -75,7 +84,7 @@ case $BIN in /*) ;; *) BIN=$(pwd)/$BIN ;; esac
 HS_DURATION=${HS_DURATION:-5}
 HS_CONNS=${HS_CONNS:-16}
 DURATION=${DURATION:-10}
-CONNS=${CONNS:-50 200}
+CONNS=${CONNS-50 200}
 REPS=${REPS:-3}
 QUIET_PCT=${QUIET_PCT:-30}
 QUIET_MAX=${QUIET_MAX:-10}
@@ -85,6 +94,7 @@ KEEP=${KEEP:-}
 HS_DURATION=${HS_DURATION%s}
 DURATION=${DURATION%s}
 [ "$DURATION" -ge 5 ] || { echo "bench_tls: DURATION must be >= 5 (s)" >&2; exit 1; }
+SESSION_TIMEOUT=1h      # the ticket lifetime of the resumed targets
 
 die() { echo "bench_tls: $*" >&2; exit 1; }
 say() { echo "bench_tls: $*" >&2; }
@@ -152,15 +162,18 @@ MOCK=$(sed -n 's/.*listening port=\([0-9]*\).*/\1/p' "$TMP/mock.out")
 
 # log_level = warn keeps the per-request info lines out of the CPU
 # figures, and with them the "listening" lines: so ports of ours.
-GW_PLAIN=$(free_port)
-GW_TLS=$(free_port)
-cat >"$TMP/gateway.conf" <<EOF
+# gateway NAME PLAIN_PORT TLS_PORT TLS_SESSION_TIMEOUT: start an infergw,
+# its pid in $GW_STARTED.  Two of them: one with resumption off (full
+# handshakes), one with session tickets.
+gateway() {
+    cat >"$TMP/$1.conf" <<EOF
 [server]
-listen = 127.0.0.1:$GW_PLAIN
-tls_listen = 127.0.0.1:$GW_TLS
+listen = 127.0.0.1:$2
+tls_listen = 127.0.0.1:$3
 tls_cert = $CERT
 tls_key = $KEY
 tls_min_version = 1.2
+tls_session_timeout = $4
 log_level = warn
 access_log = off
 max_connections = 4096
@@ -169,17 +182,28 @@ url = http://127.0.0.1:$MOCK
 [routing]
 health_interval = 0
 EOF
-"$BIN/infergw" -c "$TMP/gateway.conf" >"$TMP/infergw.log" 2>&1 &
-GW_PID=$!
-PIDS="$PIDS $GW_PID"
-wait_http "http://127.0.0.1:$GW_PLAIN/healthz" \
-    || die "infergw did not start: $(cat "$TMP/infergw.log")"
+    "$BIN/infergw" -c "$TMP/$1.conf" >"$TMP/$1.log" 2>&1 &
+    GW_STARTED=$!
+    PIDS="$PIDS $GW_STARTED"
+    wait_http "http://127.0.0.1:$2/healthz" \
+        || die "infergw did not start: $(cat "$TMP/$1.log")"
+}
+GW_PLAIN=$(free_port)
+GW_TLS=$(free_port)
+GWR_PLAIN=$(free_port)
+GWR_TLS=$(free_port)
+gateway infergw "$GW_PLAIN" "$GW_TLS" 0
+GW_PID=$GW_STARTED
+gateway infergw-resumed "$GWR_PLAIN" "$GWR_TLS" "$SESSION_TIMEOUT"
+GWR_PID=$GW_STARTED
 
 NG_PLAIN=$(free_port)
 NG_TLS=$(free_port)
 NG_TLSM=$(free_port)
 NG_CHK=$(free_port)
 NG_CHKM=$(free_port)
+NG_TLSR=$(free_port)
+NG_CHKR=$(free_port)
 N=$TMP/nginx
 mkdir -p "$N/logs" "$N/tmp"
 LOCS='
@@ -197,6 +221,9 @@ LOCS='
 MATCH='
         ssl_ecdh_curve secp521r1;
         ssl_ciphers ECDHE-ECDSA-CHACHA20-POLY1305;'
+RESUME="
+        ssl_session_tickets on;
+        ssl_session_timeout $SESSION_TIMEOUT;"
 # The two "check" servers are the measured ones plus an access log of
 # what each connection negotiated; they serve only the checks.
 cat >"$N/nginx.conf" <<EOF
@@ -244,6 +271,17 @@ $LOCS
 $MATCH
 $LOCS
     }
+    server {
+        listen 127.0.0.1:$NG_TLSR ssl backlog=4096;
+$RESUME
+$LOCS
+    }
+    server {
+        listen 127.0.0.1:$NG_CHKR ssl backlog=4096;
+        access_log $N/logs/check-resumed.log tlscheck;
+$RESUME
+$LOCS
+    }
 }
 EOF
 "$NGINX" -p "$N" -e "$N/logs/error.log" -c "$N/nginx.conf" \
@@ -259,14 +297,17 @@ wait_http "http://127.0.0.1:$NG_PLAIN/healthz" \
 url_of() {
     case $1 in
     infergw-tls|infergw-tls-p256) echo "https://127.0.0.1:$GW_TLS$2" ;;
+    infergw-tls-resumed) echo "https://127.0.0.1:$GWR_TLS$2" ;;
     infergw-plain) echo "http://127.0.0.1:$GW_PLAIN$2" ;;
     nginx-tls|nginx-tls-p256) echo "https://127.0.0.1:$NG_TLS$2" ;;
     nginx-tls-p521) echo "https://127.0.0.1:$NG_TLSM$2" ;;
+    nginx-tls-resumed) echo "https://127.0.0.1:$NG_TLSR$2" ;;
     nginx-plain) echo "http://127.0.0.1:$NG_PLAIN$2" ;;
     esac
 }
 pids_of() {
     case $1 in
+    infergw-tls-resumed) echo "$GWR_PID" ;;
     infergw*) echo "$GW_PID" ;;
     nginx*) echo "$NG_PID $(pgrep -P "$NG_PID" | tr '\n' ' ')" ;;
     esac
@@ -277,18 +318,22 @@ env_of() {
     *) echo "BENCH_TLS=1" ;;
     esac
 }
-# counters TARGET: "connections handshakes" as the server counts them.
-# Each query is itself one connection, counted in the next reading.
+# counters TARGET: "connections handshakes resumed" as the server counts
+# them (nginx counts accepts only: resumed is -1).  Each query is itself
+# one connection, counted in the next reading.
 counters() {
     case $1 in
     infergw*)
-        curl -s "http://127.0.0.1:$GW_PLAIN/metrics" | awk '
+        port=$GW_PLAIN
+        [ "$1" = infergw-tls-resumed ] && port=$GWR_PLAIN
+        curl -s "http://127.0.0.1:$port/metrics" | awk '
             /^infergw_connections_total / { c = $2 }
             /^infergw_tls_handshakes_total\{result="ok"\}/ { h = $2 }
-            END { print c + 0, h + 0 }' ;;
+            /^infergw_tls_resumed_total / { r = $2 }
+            END { print c + 0, h + 0, r + 0 }' ;;
     nginx*)
         curl -s "http://127.0.0.1:$NG_PLAIN/nginx_status" | awk '
-            NR == 3 { print $1, $1 }' ;;
+            NR == 3 { print $1, $1, -1 }' ;;
     esac
 }
 ticks() {       # CPU ticks (utime + stime, all threads) of the processes
@@ -397,28 +442,51 @@ negotiated() {  # negotiated TARGET PORT: "cipher; key exchange; resumed n/6"
     echo "- nginx, client offers P-256 only: $(negotiated nginx-tls-p256 "$NG_TLS")"
 } >>"$CHECK"
 grep -q ' [1-9][0-9]* reused' "$CHECK" && die "a session was resumed: $(cat "$CHECK")"
+# The resumed targets: s_client -reconnect offers its session 5 times.
+if [ "$HAVE_OPENSSL" = 1 ]; then
+    for t in infergw-tls-resumed nginx-tls-resumed; do
+        case $t in
+        infergw*) port=$GWR_TLS ;;
+        nginx*) port=$NG_TLSR ;;
+        esac
+        line=$(negotiated "$t" "$port")
+        echo "- $t: $line" >>"$CHECK"
+        echo "$line" | grep -q ': 1 new, 5 reused' \
+            || die "$t did not resume sessions: $line"
+    done
+fi
 
 # Does wrk make a new TLS handshake for every request with
 # "Connection: close"?  infergw counts its handshakes; nginx logs
 # $ssl_session_reused for each request on its check servers.
 printf '\nHandshakes per request, wrk -c %s for 2 s with Connection: close:\n\n' \
     "$HS_CONNS" >>"$CHECK"
-# shellcheck disable=SC2046
-set -- $(counters infergw-tls)
-c0=$1 h0=$2
-wrk_run "$TMP/chk-infergw" infergw-tls "$HS_CONNS" 2 "$TMP/hs.lua" /healthz
-# shellcheck disable=SC2046
-set -- $(counters infergw-tls)
-c1=$1 h1=$2
-# shellcheck disable=SC2046
-set -- $(sed -n 's/^RESULT //p' "$TMP/chk-infergw")
-reqs=$1
-echo "- infergw: $reqs requests, $((h1 - h0)) handshakes counted (infergw_tls_handshakes_total{result=\"ok\"}), $((c1 - c0 - 1)) connections" >>"$CHECK"
-[ $((h1 - h0)) -ge $((reqs * 9 / 10)) ] \
-    || die "infergw counted $((h1 - h0)) handshakes for $reqs requests"
-for t in chk chkm chkp; do
+for t in infergw-tls infergw-tls-resumed; do
+    # shellcheck disable=SC2046
+    set -- $(counters $t)
+    c0=$1 h0=$2 r0=$3
+    wrk_run "$TMP/chk-$t" $t "$HS_CONNS" 2 "$TMP/hs.lua" /healthz
+    # shellcheck disable=SC2046
+    set -- $(counters $t)
+    c1=$1 h1=$2 r1=$3
+    # shellcheck disable=SC2046
+    set -- $(sed -n 's/^RESULT //p' "$TMP/chk-$t")
+    reqs=$1
+    echo "- $t: $reqs requests, $((h1 - h0)) handshakes counted (infergw_tls_handshakes_total{result=\"ok\"}), $((r1 - r0)) of them resumed (infergw_tls_resumed_total), $((c1 - c0 - 1)) connections" >>"$CHECK"
+    [ $((h1 - h0)) -ge $((reqs * 9 / 10)) ] \
+        || die "$t counted $((h1 - h0)) handshakes for $reqs requests"
+    if [ $t = infergw-tls ]; then
+        [ $((r1 - r0)) -eq 0 ] || die "$t resumed $((r1 - r0)) sessions"
+    else
+        [ $((r1 - r0)) -ge $((reqs * 9 / 10)) ] \
+            || die "$t resumed $((r1 - r0)) of $reqs"
+    fi
+done
+for t in chk chkm chkp chkr; do
     case $t in
     chk) port=$NG_CHK log=$N/logs/check.log env=BENCH_TLS=1 name=nginx ;;
+    chkr) port=$NG_CHKR log=$N/logs/check-resumed.log env=BENCH_TLS=1
+        name="nginx, session tickets" ;;
     chkm) port=$NG_CHKM log=$N/logs/check-match.log env=BENCH_TLS=1
         name="nginx, P-521 + ChaCha20" ;;
     chkp) port=$NG_CHK log=$N/logs/check.log env=OPENSSL_CONF=$TMP/p256.cnf
@@ -440,7 +508,11 @@ sys.exit(subprocess.call(sys.argv[2:], stdout=open(sys.argv[1], "w"),
     what=$(awk '{ print $1, $2, $3 }' "$log" | sort | uniq -c | sort -rn \
         | awk '{ printf "%s%s %s %s (%d)", (NR > 1 ? ", " : ""), $2, $3, $4, $1 }')
     echo "- $name: $reqs requests, $lines logged, $reused with \$ssl_session_reused = r; negotiated by wrk: $what" >>"$CHECK"
-    if [ "$lines" -lt $((reqs * 9 / 10)) ] || [ "$reused" -ne 0 ]; then
+    want_reused=0
+    [ $t = chkr ] && want_reused=$((reqs * 9 / 10))
+    if [ "$lines" -lt $((reqs * 9 / 10)) ] \
+        || { [ $t != chkr ] && [ "$reused" -ne 0 ]; } \
+        || [ "$reused" -lt "$want_reused" ]; then
         die "$name: $lines handshakes logged, $reused reused, for $reqs requests"
     fi
 done
@@ -480,6 +552,7 @@ run() {
     pids=$(pids_of "$2")
     # shellcheck disable=SC2046
     set -- "$@" $(counters "$2")
+    # $6 $7 $8: connections, handshakes, resumed before the run
     cs0=$(cpu_stat)
     # shellcheck disable=SC2086
     t0=$(ticks $pids)
@@ -510,24 +583,27 @@ run() {
     cs1=$(cpu_stat)
     # shellcheck disable=SC2046
     set -- "$@" $(counters "$2")
-    # $6 $7 before, $8 $9 after; every query of ours is one connection
-    hsd=$(($9 - $7))
+    # $6 $7 $8 before, $9 $10 $11 after; every query of ours is one
+    # connection
+    hsd=$((${10} - $7))
     case $2 in nginx*) hsd=$((hsd - nq)) ;; esac    # accepts: our queries
+    resd=$((${11} - $8))
+    case $2 in nginx*) resd=-1 ;; esac              # not counted
     busy=$(echo "$cs0 $cs1" | awk '{ t = ($3 - $1) + ($4 - $2);
         print (t > 0 ? int(100 * ($3 - $1) / t) : 0) }')
     win=$(echo "$u0 $u1" | awk '{ printf "%.2f", $2 - $1 }')
     echo "$1 $2 $3 $5 $(sed -n 's/^RESULT //p' "$f") $((t1 - t0)) \
-$(sed -n 's/^CLIENT_CPU_S //p' "$f") $(($8 - $6 - nq)) $hsd $busy \
-$((w1 - w0)) $win $open" >>"$RAW"
+$(sed -n 's/^CLIENT_CPU_S //p' "$f") $(($9 - $6 - nq)) $hsd $busy \
+$((w1 - w0)) $win $open $resd" >>"$RAW"
     tail -n 1 "$RAW" | awk '{ printf "  %-6s %-16s c=%-3s rep %s: %8.1f/s  p50 %8.2f ms  p99 %8.2f ms  errors %d/%d  busy %d%%\n", $1, $2, $3, $4, $5 / ($7 / 1e6), $10 / 1e3, $11 / 1e3, $8, $9, $17 }' >&2
 }
 
-HS_TARGETS="infergw-tls nginx-tls nginx-tls-p521 infergw-tls-p256 nginx-tls-p256 infergw-plain nginx-plain"
+HS_TARGETS="infergw-tls nginx-tls nginx-tls-p521 infergw-tls-p256 nginx-tls-p256 infergw-tls-resumed nginx-tls-resumed infergw-plain nginx-plain"
 ST_TARGETS="infergw-tls nginx-tls infergw-plain nginx-plain"
 max_c=0
 for c in $CONNS; do [ "$c" -gt "$max_c" ] && max_c=$c; done
 # Warm-up: the proxies' upstream connections and threads.
-for t in $ST_TARGETS; do
+[ "$max_c" -gt 0 ] && for t in $ST_TARGETS; do
     wrk_run "$TMP/warm-$t" "$t" "$max_c" 2 "$TMP/stream.lua" /v1/chat/completions
 done
 
@@ -567,7 +643,8 @@ rows = {}
 errs = 0
 for line in open(raw):
     (kind, tgt, c, rep, reqs, nbytes, dur_us, err, status, p50, p99, mean,
-     ticks, client_s, conns, hs, run_busy, wticks, win, opened) = line.split()
+     ticks, client_s, conns, hs, run_busy, wticks, win, opened,
+     resumed) = line.split()
     reqs, dur_s = int(reqs), int(dur_us) / 1e6
     errs += int(err) + int(status)
     cpu_s = int(ticks) / hz
@@ -578,6 +655,9 @@ for line in open(raw):
         r["client"] = float(client_s) * 1e6 / max(1, reqs)
         r["conn_per_req"] = int(conns) / max(1, reqs)
         r["hs_per_req"] = int(hs) / max(1, reqs)
+        # infergw's resumed share of its handshakes; nginx: not counted
+        r["resumed"] = (int(resumed) / max(1, int(hs))
+                        if int(resumed) >= 0 else -1)
     else:
         # whole run: every byte wrk read, cut-off streams included
         chunks = int(nbytes) / sb[tgt] * CHUNKS
@@ -598,6 +678,8 @@ label = {
     "nginx-tls-p521": ("nginx", "TLS, P-521 + ChaCha20 (mbedTLS's own default choice)"),
     "infergw-tls-p256": ("infergw", "TLS, client offers P-256 only"),
     "nginx-tls-p256": ("nginx", "TLS, client offers P-256 only"),
+    "infergw-tls-resumed": ("infergw", "TLS, resumed (session tickets)"),
+    "nginx-tls-resumed": ("nginx", "TLS, resumed (session tickets)"),
     "infergw-plain": ("infergw", "plain HTTP"),
     "nginx-plain": ("nginx", "plain HTTP"),
 }
@@ -606,12 +688,14 @@ print("### New connections: GET /healthz, Connection: close, %d connections, "
       "%s s a run" % (hc, hs_dur))
 print()
 print("| server | transport | conn/s | p50 / p99 ms | handshakes (TLS) or "
-      "connections (plain) per request | server CPU µs per connection | "
-      "TLS extra µs (over plain) | client (wrk) CPU µs per connection | "
-      "machine busy |")
-print("|---|---|---|---|---|---|---|---|---|")
-for t in ("infergw-tls", "nginx-tls", "nginx-tls-p521", "infergw-tls-p256",
-          "nginx-tls-p256", "infergw-plain", "nginx-plain"):
+      "connections (plain) per request | resumed | server CPU µs per "
+      "connection | TLS extra µs (over plain) | client (wrk) CPU µs per "
+      "connection | machine busy |")
+print("|---|---|---|---|---|---|---|---|---|---|")
+HS_ORDER = ("infergw-tls", "nginx-tls", "nginx-tls-p521", "infergw-tls-p256",
+            "nginx-tls-p256", "infergw-tls-resumed", "nginx-tls-resumed",
+            "infergw-plain", "nginx-plain")
+for t in HS_ORDER:
     k = ("hs", t, hc)
     if k not in rows:
         continue
@@ -620,10 +704,14 @@ for t in ("infergw-tls", "nginx-tls", "nginx-tls-p521", "infergw-tls-p256",
     cpu = m("hs", t, hc, "cpu")
     extra = "" if "plain" in t else "%+.0f" % (
         cpu - m("hs", plain[srv], hc, "cpu"))
-    print("| %s | %s | %.0f | %.2f / %.2f | %.2f | %.0f | %s | %.0f | %d %% |" % (
+    res = m("hs", t, hc, "resumed")
+    res = "" if "plain" in t else (
+        "%.0f %%" % (100 * res) if res >= 0 else "(checked below)")
+    print("| %s | %s | %.0f | %.2f / %.2f | %.2f | %s | %.0f | %s | %.0f "
+          "| %d %% |" % (
         srv, tr, m("hs", t, hc, "rate"), m("hs", t, hc, "p50"),
-        m("hs", t, hc, "p99"), per, cpu, extra, m("hs", t, hc, "client"),
-        m("hs", t, hc, "busy")))
+        m("hs", t, hc, "p99"), per, res, cpu, extra,
+        m("hs", t, hc, "client"), m("hs", t, hc, "busy")))
 print()
 print("| infergw / nginx, new connections | conn/s | server CPU per connection |")
 print("|---|---|---|")
@@ -631,20 +719,37 @@ for a, b, what in (
         ("infergw-tls", "nginx-tls", "TLS, both at their defaults"),
         ("infergw-tls", "nginx-tls-p521", "TLS, same parameters (P-521 + ChaCha20)"),
         ("infergw-tls-p256", "nginx-tls-p256", "TLS, client offers P-256 only"),
+        ("infergw-tls-resumed", "nginx-tls-resumed",
+         "TLS, resumed (session tickets)"),
         ("infergw-plain", "nginx-plain", "plain HTTP")):
     if ("hs", a, hc) in rows and ("hs", b, hc) in rows:
         print("| %s | %.2f× | %.2f× |" % (
             what, m("hs", a, hc, "rate") / m("hs", b, hc, "rate"),
             m("hs", a, hc, "cpu") / m("hs", b, hc, "cpu")))
 print()
-print("### Streaming: 103 SSE chunks 10 ms apart per stream, keep-alive, "
-      "%s s a run" % dur)
+print("| full against resumed handshakes | CPU µs per connection, full | "
+      "resumed | resumed / full | TLS extra µs over plain, full | resumed "
+      "| resumed / full | conn/s, full | resumed |")
+print("|---|---|---|---|---|---|---|---|---|")
+for srv in ("infergw", "nginx"):
+    full, res, pl = srv + "-tls", srv + "-tls-resumed", plain[srv]
+    if not all(("hs", x, hc) in rows for x in (full, res, pl)):
+        continue
+    cf, cr, cp = (m("hs", x, hc, "cpu") for x in (full, res, pl))
+    print("| %s | %.0f | %.0f | %.2f× | %.0f | %.0f | %.2f× | %.0f | %.0f |"
+          % (srv, cf, cr, cr / cf, cf - cp, cr - cp,
+             (cr - cp) / max(1e-9, cf - cp), m("hs", full, hc, "rate"),
+             m("hs", res, hc, "rate")))
 print()
-print("| conns | proxy | transport | streams/s | p50 / p99 stream ms | "
-      "CPU µs per chunk, steady state | TLS / plain | CPU µs per chunk, "
-      "whole run | TLS / plain | handshakes in the run | machine busy |")
-print("|---|---|---|---|---|---|---|---|---|---|---|")
 cs = sorted({k[2] for k in rows if k[0] == "stream"})
+if cs:
+    print("### Streaming: 103 SSE chunks 10 ms apart per stream, keep-alive, "
+          "%s s a run" % dur)
+    print()
+    print("| conns | proxy | transport | streams/s | p50 / p99 stream ms | "
+          "CPU µs per chunk, steady state | TLS / plain | CPU µs per chunk, "
+          "whole run | TLS / plain | handshakes in the run | machine busy |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
 for c in cs:
     for t in ("infergw-tls", "nginx-tls", "infergw-plain", "nginx-plain"):
         if ("stream", t, c) not in rows:
@@ -661,10 +766,11 @@ for c in cs:
             c, srv, "TLS" if "tls" in t else "plain", m("stream", t, c, "rate"),
             m("stream", t, c, "p50"), m("stream", t, c, "p99"), st, rs, wh,
             rw, hs, m("stream", t, c, "busy")))
-print()
-print("| infergw / nginx, streaming | conns | streams/s | p99 stream | "
-      "CPU per chunk, steady state | CPU per chunk, whole run |")
-print("|---|---|---|---|---|---|")
+if cs:
+    print()
+    print("| infergw / nginx, streaming | conns | streams/s | p99 stream | "
+          "CPU per chunk, steady state | CPU per chunk, whole run |")
+    print("|---|---|---|---|---|---|")
 for c in cs:
     for a, b, what in (("infergw-tls", "nginx-tls", "TLS"),
                        ("infergw-plain", "nginx-plain", "plain")):
@@ -674,12 +780,14 @@ for c in cs:
             m("stream", a, c, "steady") / m("stream", b, c, "steady"),
             m("stream", a, c, "whole") / m("stream", b, c, "whole")))
 late = sum(r["late"] for k, v in rows.items() if k[0] == "stream" for r in v)
-print()
-print("Steady state: the proxy's CPU from 2 s after the start to 1 s before "
-      "the end, over C x window / mean stream time x 103 chunks; whole run: "
-      "all its CPU, the C handshakes included, over the chunks in the bytes "
-      "wrk read.  Runs whose window began before all C connections were made "
-      "(to infergw over TLS: their handshakes done): %d." % late)
+if cs:
+    print()
+    print("Steady state: the proxy's CPU from 2 s after the start to 1 s "
+          "before the end, over C x window / mean stream time x 103 chunks; "
+          "whole run: all its CPU, the C handshakes included, over the chunks "
+          "in the bytes wrk read.  Runs whose window began before all C "
+          "connections were made (to infergw over TLS: their handshakes "
+          "done): %d." % late)
 print()
 print("Medians of %s interleaved runs, %s to %s; %s CPUs shared by wrk, the "
       "servers and the mock; nginx worker_processes auto.  wrk socket "

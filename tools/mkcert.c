@@ -11,13 +11,16 @@
  *                             subjectAltName DNS:localhost, IP:127.0.0.1
  *                             and IP:::1, valid from an hour ago for a day
  *                             (for TLS servers and clients alike)
+ *   rsa.pem, rsa.key          the same as server.pem, for an RSA 2048
+ *                             key (which takes a fraction of a second to
+ *                             make)
  *   other-ca.pem              an unrelated CA: a client that trusts only
  *                             it must refuse server.pem
  *   expired.pem, expired.key  signed by the CA, expired a day ago
  *   mismatch.key              a key that does not belong to server.pem
  *
- * Keys are EC P-256 (fast to make and to use), written as SEC1 PEM with
- * mode 0600.  curl --cacert DIR/ca.pem https://127.0.0.1:PORT/ accepts
+ * Keys are EC P-256 (fast to make and to use), but for rsa.key, written
+ * as SEC1 (PKCS#1 for RSA) PEM with mode 0600.  curl --cacert DIR/ca.pem https://127.0.0.1:PORT/ accepts
  * the server (OpenSSL checks the SAN IP).
  *
  * test/unit/check_tls.c includes this file with MKCERT_NO_MAIN defined
@@ -38,10 +41,13 @@
 #include <mbedtls/entropy.h>
 #include <mbedtls/oid.h>
 #include <mbedtls/pk.h>
+#include <mbedtls/rsa.h>
 #include <mbedtls/platform_util.h>
 #include <mbedtls/x509_crt.h>
 
-#define MKCERT_PEM_MAX 4096     /* one P-256 certificate or key, as PEM */
+#define MKCERT_PEM_MAX 4096     /* one certificate or key, as PEM (an
+                                   RSA 2048 key takes about 1.7 KiB) */
+#define MKCERT_RSA_BITS 2048
 #define MKCERT_HOUR 3600
 #define MKCERT_DAY (24 * MKCERT_HOUR)
 
@@ -116,6 +122,19 @@ mkcert_key(mbedtls_pk_context *k, struct mkcert_rng *r)
     return ret;
 }
 
+/* A new RSA key of MKCERT_RSA_BITS into 'k' (initialised by the caller). */
+static int
+mkcert_rsa_key(mbedtls_pk_context *k, struct mkcert_rng *r)
+{
+    int ret;
+
+    ret = mbedtls_pk_setup(k, mbedtls_pk_info_from_type(MBEDTLS_PK_RSA));
+    if (ret == 0)
+        ret = mbedtls_rsa_gen_key(mbedtls_pk_rsa(*k), mbedtls_ctr_drbg_random,
+                                  &r->drbg, MKCERT_RSA_BITS, 65537);
+    return ret;
+}
+
 /* 'now + delta_s' as X.509 wants it here: "YYYYMMDDhhmmss", UTC. */
 static void
 mkcert_time(time_t now, long delta_s, char out[16])
@@ -125,6 +144,24 @@ mkcert_time(time_t now, long delta_s, char out[16])
 
     gmtime_r(&t, &tm);
     strftime(out, 16, "%Y%m%d%H%M%S", &tm);
+}
+
+/*
+ * keyUsage: a CA signs certificates and CRLs; a leaf signs, and an RSA
+ * leaf may also encrypt (keyEncipherment), as RSA server certificates
+ * usually do: it lets a client use static RSA key exchange with it, so a
+ * TLS server that refuses those cipher suites is seen refusing them
+ * itself, not through the certificate (mbedTLS checks the usage).
+ */
+static unsigned int
+mkcert_usage(const struct mkcert_spec *spec, mbedtls_pk_context *key)
+{
+    if (spec->is_ca)
+        return MBEDTLS_X509_KU_KEY_CERT_SIGN | MBEDTLS_X509_KU_CRL_SIGN;
+    if (mbedtls_pk_get_type(key) == MBEDTLS_PK_RSA)
+        return MBEDTLS_X509_KU_DIGITAL_SIGNATURE
+               | MBEDTLS_X509_KU_KEY_ENCIPHERMENT;
+    return MBEDTLS_X509_KU_DIGITAL_SIGNATURE;
 }
 
 /*
@@ -172,10 +209,8 @@ mkcert_cert(const struct mkcert_spec *spec, mbedtls_pk_context *key,
     if (ret == 0)
         ret = mbedtls_x509write_crt_set_authority_key_identifier(&crt);
     if (ret == 0)
-        ret = mbedtls_x509write_crt_set_key_usage(
-            &crt, spec->is_ca ? MBEDTLS_X509_KU_KEY_CERT_SIGN
-                                | MBEDTLS_X509_KU_CRL_SIGN
-                              : MBEDTLS_X509_KU_DIGITAL_SIGNATURE);
+        ret = mbedtls_x509write_crt_set_key_usage(&crt, mkcert_usage(spec,
+                                                                     key));
     if (ret == 0 && !spec->is_ca)
         ret = mbedtls_x509write_crt_set_extension(
             &crt, MBEDTLS_OID_SUBJECT_ALT_NAME,
@@ -269,7 +304,8 @@ mkcert_dir(const char *dir, char *err, size_t errlen)
     static const struct mkcert_spec expired = {
         MKCERT_SERVER_NAME, 0, -2 * MKCERT_DAY, -MKCERT_DAY,
     };
-    mbedtls_pk_context ca_key, other_key, server_key, expired_key, odd_key;
+    mbedtls_pk_context ca_key, other_key, server_key, expired_key, odd_key,
+        rsa_key;
     unsigned char pem[MKCERT_PEM_MAX];
     struct mkcert_rng r;
     int rc = -1;
@@ -279,12 +315,14 @@ mkcert_dir(const char *dir, char *err, size_t errlen)
     mbedtls_pk_init(&server_key);
     mbedtls_pk_init(&expired_key);
     mbedtls_pk_init(&odd_key);
+    mbedtls_pk_init(&rsa_key);
     snprintf(err, errlen, "cannot make keys or certificates");
     if (mkcert_rng_init(&r) != 0 || mkcert_key(&ca_key, &r) != 0
         || mkcert_key(&other_key, &r) != 0
         || mkcert_key(&server_key, &r) != 0
         || mkcert_key(&expired_key, &r) != 0
-        || mkcert_key(&odd_key, &r) != 0)
+        || mkcert_key(&odd_key, &r) != 0
+        || mkcert_rsa_key(&rsa_key, &r) != 0)
         goto out;
 
     if (mkcert_cert(&ca, &ca_key, ca.subject, &ca_key, &r, pem,
@@ -301,6 +339,11 @@ mkcert_dir(const char *dir, char *err, size_t errlen)
         || mkcert_write(dir, "server.pem", pem, 0644, err, errlen) != 0
         || mkcert_write_key(dir, "server.key", &server_key, err,
                             errlen) != 0)
+        goto out;
+    if (mkcert_cert(&server, &rsa_key, ca.subject, &ca_key, &r, pem,
+                    sizeof(pem)) != 0
+        || mkcert_write(dir, "rsa.pem", pem, 0644, err, errlen) != 0
+        || mkcert_write_key(dir, "rsa.key", &rsa_key, err, errlen) != 0)
         goto out;
     if (mkcert_cert(&expired, &expired_key, ca.subject, &ca_key, &r, pem,
                     sizeof(pem)) != 0
@@ -319,6 +362,7 @@ out:
     mbedtls_pk_free(&server_key);
     mbedtls_pk_free(&expired_key);
     mbedtls_pk_free(&odd_key);
+    mbedtls_pk_free(&rsa_key);
     mkcert_rng_release(&r);
     return rc;
 }
@@ -334,10 +378,12 @@ usage(FILE *f)
           "  ca.pem ca.key            a test CA\n"
           "  server.pem server.key    signed by it, for localhost,\n"
           "                           127.0.0.1 and ::1, valid 1 day\n"
+          "  rsa.pem rsa.key          the same, for an RSA 2048 key\n"
           "  other-ca.pem             an unrelated CA\n"
           "  expired.pem expired.key  signed by the CA, already expired\n"
           "  mismatch.key             a key not matching server.pem\n"
-          "Keys are EC P-256, mode 0600.  Not for production use.\n", f);
+          "Keys are EC P-256 (rsa.key: RSA 2048), mode 0600.  Not for\n"
+          "production use.\n", f);
 }
 
 int

@@ -20,57 +20,10 @@ from gwtest import (JSON_HEADERS, Connection, budget, build_request,
                     chat_body, wait_for)
 
 from coalesce_util import (CHAT, assert_complete_stream, assert_same_bodies,
-                           finish, finish_all, new_tag, present, role, send,
-                           start, wait_state)
-
-HANDSHAKES = "infergw_tls_handshakes_total"
-
-
-def certs(t, name="certs"):
-    d = os.path.join(t.tmp, name)
-    os.makedirs(d, exist_ok=True)
-    p = subprocess.run([os.path.join(t.bin, "mkcert"), d],
-                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                       timeout=60)
-    assert p.returncode == 0, p.stdout
-    return d
-
-
-def tls_gateway(t, m, d, extra_server=None, **kw):
-    server = {"tls_listen": "127.0.0.1:0",
-              "tls_cert": os.path.join(d, "server.pem"),
-              "tls_key": os.path.join(d, "server.key")}
-    server.update(extra_server or {})
-    conf = kw.pop("conf", {})
-    conf.setdefault("server", {}).update(server)
-    g = t.gateway(m, conf, **kw)
-    line = g.wait_log(r"server: listening for TLS tls_addr=\S+ "
-                      r"tls_port=(\d+)")
-    g.tls_port = int(line.rsplit("tls_port=", 1)[1])
-    return g
-
-
-def client_ctx(d, ca="ca.pem"):
-    ctx = ssl.create_default_context(cafile=os.path.join(d, ca))
-    ctx.set_alpn_protocols(["http/1.1"])
-    return ctx
-
-
-class TlsConnection(Connection):
-    """A gwtest.Connection over TLS (the reader reads the ssl socket)."""
-
-    def __init__(self, port, ctx, timeout=10.0):
-        self.port = port
-        self.timeout = timeout
-        raw = socket.create_connection(("127.0.0.1", port),
-                                       timeout=budget(5))
-        try:
-            s = ctx.wrap_socket(raw, server_hostname="localhost")
-        except Exception:
-            raw.close()
-            raise
-        self.sock = gwtest._register(s)
-        self.reader = gwtest._Reader(s)
+                           finish, finish_all, new_tag, role, send, start,
+                           wait_state)
+from tls_util import (TlsConnection, certs, client_ctx, handshakes,
+                      tls_gateway)
 
 
 def send_tls(g, ctx, body, path=CHAT, headers=None, timeout=15.0):
@@ -87,10 +40,6 @@ def curl(*args):
     return subprocess.run([exe, "-sS", "--max-time", "20"] + list(args),
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           timeout=60)
-
-
-def handshakes(g, result):
-    return present(g.metrics(), HANDSHAKES, result=result)
 
 
 def test_curl_verifies_against_the_ca(t):

@@ -906,6 +906,8 @@ static const struct {
     { "[coalesce]\nomitted_temperature = 0.\n", "temperature 0." },
     { "[server]\nthread_stack_size = 65536\n", "size min in bytes" },
     { "[server]\nmax_connections = 1\n", "uint min" },
+    { "[server]\ntls_session_timeout = 0\n", "TLS resumption off" },
+    { "[server]\ntls_session_timeout = 168h\n", "TLS ticket lifetime max" },
     { "[tenant a]\napi_key = " K1 "\n[tenant b]\napi_key = " K2 "\n"
       "coalesce = off\n[tenant c]\ncoalesce = on\napi_key = " K3 "\n",
       "coalesce once per tenant" },
@@ -1045,6 +1047,12 @@ static const struct {
     { "[server]\nbody_timeout = 25h\n", GW_EINVAL,
       "gateway.conf:2: body_timeout: expected a duration 1ms..24h "
       DUR_HINT ", got '25h'" },
+    { "[server]\ntls_session_timeout = 1500ms\n", GW_EINVAL,
+      "gateway.conf:2: tls_session_timeout: a whole number of seconds "
+      "(session tickets count seconds), not 1500ms" },
+    { "[server]\ntls_session_timeout = 169h\n", GW_EINVAL,
+      "gateway.conf:2: tls_session_timeout: expected a duration 0ms..168h "
+      DUR_HINT ", got '169h'" },
     { "[server]\nidle_timeout = 1.5s\n", GW_EINVAL,
       "gateway.conf:2: idle_timeout: expected a duration 1ms..24h "
       DUR_HINT ", got '1.5s'" },

@@ -27,6 +27,7 @@
 #include <mbedtls/entropy.h>
 #include <mbedtls/net_sockets.h>
 #include <mbedtls/ssl.h>
+#include <mbedtls/ssl_ciphersuites.h>
 #include <mbedtls/x509_crt.h>
 
 #include "alloc.h"
@@ -40,6 +41,7 @@
 
 #define BIG (1024 * 1024)
 #define HS_TIMEOUT_MS 3000
+#define SESSION_S 3600          /* the fixture's tls_session_timeout */
 
 static char certdir[64];                /* set in main(), before any fork */
 
@@ -68,6 +70,7 @@ setup(void)
 {
     struct tls_server_opts o = {
         cert("server.pem"), cert("server.key"), 12, HS_TIMEOUT_MS, &stats,
+        SESSION_S, NULL,
     };
     char err[256];
 
@@ -132,6 +135,11 @@ struct client {
     int max_minor;              /* 0: TLS 1.2; else MBEDTLS_SSL_MINOR_... */
     int trickle_ms;             /* > 0: send one byte, then sleep */
     int distrust_ms;            /* > 0: refuse the certificate, so late */
+    const int *suites;          /* offer only these (0-terminated); NULL:
+                                   mbedTLS's defaults */
+    const mbedtls_ssl_session *resume;  /* NULL, or offer it back */
+    mbedtls_ssl_session *saved; /* NULL, or OUT: the session (and ticket)
+                                   of a good handshake */
     int (*script)(struct client *);     /* after a good handshake */
     int go[2];                  /* the test releases the script: go_client */
     size_t len;                 /* for scripts: how many bytes */
@@ -140,6 +148,7 @@ struct client {
     mbedtls_ssl_context ssl;
     int hs_ret;                 /* mbedtls_ssl_handshake()'s result */
     char alpn_got[32];
+    char suite_got[64];         /* the cipher suite negotiated */
     int fail_line;              /* a failed CL_CHECK in the script */
     pthread_t thread;
 };
@@ -278,6 +287,8 @@ client_main(void *arg)
         }
         if (cl->distrust_ms > 0)
             mbedtls_ssl_conf_verify(&conf, cl_distrust, cl);
+        if (cl->suites != NULL)
+            mbedtls_ssl_conf_ciphersuites(&conf, cl->suites);
         if (cl->alpn[0] != NULL)
             ret = mbedtls_ssl_conf_alpn_protocols(&conf, cl->alpn);
     }
@@ -285,15 +296,22 @@ client_main(void *arg)
         ret = mbedtls_ssl_setup(&cl->ssl, &conf);
     if (ret == 0)
         ret = mbedtls_ssl_set_hostname(&cl->ssl, "localhost");
+    if (ret == 0 && cl->resume != NULL)
+        ret = mbedtls_ssl_set_session(&cl->ssl, cl->resume);
     if (ret == 0) {
         mbedtls_ssl_set_bio(&cl->ssl, cl, cl_send, cl_recv, NULL);
         ret = mbedtls_ssl_handshake(&cl->ssl);
     }
     cl->hs_ret = ret;
+    if (ret == 0 && cl->saved != NULL
+        && mbedtls_ssl_get_session(&cl->ssl, cl->saved) != 0)
+        cl->fail_line = __LINE__;
     if (ret == 0) {
         alpn = mbedtls_ssl_get_alpn_protocol(&cl->ssl);
         snprintf(cl->alpn_got, sizeof(cl->alpn_got), "%s",
                  alpn != NULL ? alpn : "");
+        snprintf(cl->suite_got, sizeof(cl->suite_got), "%s",
+                 mbedtls_ssl_get_ciphersuite(&cl->ssl));
         if (cl->script != NULL)
             cl->script(cl);
     }
@@ -358,21 +376,37 @@ script_ping(struct client *cl)
     return 0;
 }
 
-/* The server's side of script_ping. */
-static void
-serve_ping(int fd)
+/*
+ * The server's side of script_ping, on 's': returns tls_accept()'s code
+ * (its reason in 'err'); after a good handshake the ping is asserted.
+ */
+static int
+ping_server(struct tls_server *s, int fd, char *err, size_t errlen)
 {
     struct tls_conn *c;
-    char err[256], buf[8];
+    char buf[8];
     size_t n;
+    int rc;
 
-    ck_assert_msg(accept_ms(fd, 5000, &c, err, sizeof(err)) == 0, "%s", err);
+    rc = tls_accept(s, fd, gw_now_ms() + 5000, -1, &c, err, errlen);
+    if (rc != 0)
+        return rc;
     ck_assert_int_eq(tls_read_deadline(c, buf, 4, gw_now_ms() + 5000, -1,
                                        &n), 0);
     ck_assert_uint_eq(n, 4);
     ck_assert(memcmp(buf, "ping", 4) == 0);
     ck_assert_int_eq(tls_write_all(c, "pong", 4, gw_now_ms() + 5000, -1), 0);
     tls_close(c);
+    return 0;
+}
+
+/* The same with the fixture's server, which must accept. */
+static void
+serve_ping(int fd)
+{
+    char err[256];
+
+    ck_assert_msg(ping_server(srv, fd, err, sizeof(err)) == 0, "%s", err);
 }
 
 START_TEST(test_handshake_alpn)
@@ -580,7 +614,8 @@ END_TEST
 START_TEST(test_handshake_timeout_from_opts)
 {
     struct tls_server_opts o = {
-        cert("server.pem"), cert("server.key"), 12, 300, &stats,
+        cert("server.pem"), cert("server.key"), 12, 300, &stats, SESSION_S,
+        NULL,
     };
     struct tls_server *s;
     struct tls_conn *c = NULL;
@@ -1044,40 +1079,371 @@ START_TEST(test_gone_keeps_pipelined_bytes)
 }
 END_TEST
 
+/* ---- cipher suites ---- */
+
+/*
+ * One client 'cl' (client_init'ed on sv[1] and set up) against 's' on
+ * sv[0], which is closed after: the handshake, and a ping when it
+ * succeeds.  Returns tls_accept()'s code, with its reason in 'err'.
+ */
+static int
+shake(struct tls_server *s, struct client *cl, int sv0, char *err,
+      size_t errlen)
+{
+    int rc;
+
+    cl->script = script_ping;
+    client_start(cl);
+    rc = ping_server(s, sv0, err, errlen);
+    close(sv0);
+    client_join(cl);
+    ck_assert_msg((rc == 0) == (cl->hs_ret == 0), "server rc %d (%s), "
+                  "client -0x%04x", rc, err, (unsigned)-cl->hs_ret);
+    return rc;
+}
+
+/* A server for mkcert's 'cert' and 'key' with the fixture's settings. */
+static struct tls_server *
+server_for(const char *crt, const char *key, int session_s,
+           const struct tls_server *prev)
+{
+    struct tls_server_opts o = {
+        cert(crt), cert(key), 12, HS_TIMEOUT_MS, &stats, session_s, prev,
+    };
+    struct tls_server *s;
+    char err[256];
+
+    ck_assert_msg(tls_server_new(&o, &s, err, sizeof(err)) == 0, "%s", err);
+    return s;
+}
+
+/* What tls.c must offer, by the key of the certificate. */
+static const int suites_ecdsa[] = {
+    MBEDTLS_TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+    MBEDTLS_TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+    MBEDTLS_TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256, 0,
+};
+static const int suites_rsa[] = {
+    MBEDTLS_TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+    MBEDTLS_TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+    MBEDTLS_TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256, 0,
+};
+
+static int
+in_list(const int *list, int id)
+{
+    for (; *list != 0; list++)
+        if (*list == id)
+            return 1;
+    return 0;
+}
+
+/*
+ * The classes of suites the server must refuse (tls.h), told by their
+ * names ("TLS-DHE-RSA-WITH-AES-128-CBC-SHA"); a suite may be in several.
+ */
+static const struct {
+    const char *what, *part;    /* the class, a part of its names */
+    int at_start;               /* 'part' begins the name */
+} suite_classes[] = {
+    { "static RSA key exchange", "TLS-RSA-WITH-", 1 },
+    { "static ECDH key exchange", "TLS-ECDH-", 1 },
+    { "DHE key exchange", "TLS-DHE-RSA-", 1 },
+    { "CBC", "-CBC-", 0 },
+    { "CCM_8", "-CCM-8", 0 },
+    { "Camellia", "-CAMELLIA-", 0 },
+};
+
+static int
+in_class(const char *name, size_t k)
+{
+    const char *p = strstr(name, suite_classes[k].part);
+
+    return p != NULL && (!suite_classes[k].at_start || p == name);
+}
+
+/*
+ * Every TLS 1.2 suite this mbedTLS has (but PSK ones: without a key the
+ * client does not even offer them), offered alone by the client, to a
+ * server with an ECDSA (_i = 0) and an RSA (_i = 1) certificate: the
+ * three ECDHE + AEAD suites for that key are accepted and negotiated,
+ * every other is refused with a handshake failure that says why, and
+ * each class of tls.h's list (plus CCM with its full tag) was offered
+ * and refused at least once.
+ */
+START_TEST(test_only_ecdhe_aead_suites)
+{
+    static const char *const crt[] = { "server.pem", "rsa.pem" };
+    static const char *const key[] = { "server.key", "rsa.key" };
+    const int *want = _i == 0 ? suites_ecdsa : suites_rsa;
+    const mbedtls_ssl_ciphersuite_t *info;
+    struct tls_server *s = server_for(crt[_i], key[_i], 0, NULL);
+    size_t refused[GW_ARRAY_LEN(suite_classes)] = { 0 }, nbad = 0;
+    int accepted = 0, ccm = 0, one[2] = { 0, 0 }, sv[2], rc;
+    struct client cl;
+    char err[256], bad[4096] = "";
+
+    for (const int *id = mbedtls_ssl_list_ciphersuites(); *id != 0; id++) {
+        info = mbedtls_ssl_ciphersuite_from_id(*id);
+        if (info->max_minor_ver < MBEDTLS_SSL_MINOR_VERSION_3
+            || mbedtls_ssl_ciphersuite_uses_psk(info))
+            continue;
+        one[0] = *id;
+        pair(sv, 0);
+        client_init(&cl, sv[1]);
+        cl.suites = one;
+        rc = shake(s, &cl, sv[0], err, sizeof(err));
+        if (in_list(want, *id)) {
+            ck_assert_msg(rc == 0, "%s refused: %s", info->name, err);
+            ck_assert_str_eq(cl.suite_got, info->name);
+            accepted++;
+            continue;
+        }
+        if (rc == 0) {
+            /* Listed all together below: how many, and which. */
+            nbad++;
+            snprintf(bad + strlen(bad), sizeof(bad) - strlen(bad), " %s",
+                     info->name);
+            continue;
+        }
+        ck_assert_msg(rc == GW_EPARSE, "%s: rc %d (%s)", info->name, rc,
+                      err);
+        ck_assert_msg(strstr(err, "no cipher suite in common") != NULL,
+                      "%s: %s", info->name, err);
+        for (size_t k = 0; k < GW_ARRAY_LEN(suite_classes); k++)
+            refused[k] += (size_t)in_class(info->name, k);
+        ccm += strstr(info->name, "-CCM") != NULL
+               && strstr(info->name, "-CCM-8") == NULL;
+    }
+    ck_assert_msg(nbad == 0, "%zu suites accepted that must not be:%s",
+                  nbad, bad);
+    ck_assert_int_eq(accepted, 3);
+    for (size_t k = 0; k < GW_ARRAY_LEN(suite_classes); k++)
+        ck_assert_msg(refused[k] > 0, "no %s suite was tried",
+                      suite_classes[k].what);
+    ck_assert_int_gt(ccm, 0);
+    ck_assert_uint_eq(atomic_load(&stats.handshakes), 3);
+    tls_server_free(s);
+}
+END_TEST
+
+/* ---- session resumption ---- */
+
+/*
+ * One handshake of a fresh client with 's', offering 'offer' (or no
+ * session); OUT *saved (initialised by the caller; may be NULL): the
+ * session it ends with.  Returns 1 when the server resumed a session,
+ * as its counters say (asserted to move by one handshake).
+ */
+static int
+resumes(struct tls_server *s, const mbedtls_ssl_session *offer,
+        mbedtls_ssl_session *saved)
+{
+    uint64_t hs = atomic_load(&stats.handshakes);
+    uint64_t was = atomic_load(&stats.resumed);
+    struct client cl;
+    char err[256];
+    int sv[2];
+
+    pair(sv, 0);
+    client_init(&cl, sv[1]);
+    cl.resume = offer;
+    cl.saved = saved;
+    ck_assert_msg(shake(s, &cl, sv[0], err, sizeof(err)) == 0, "%s", err);
+    ck_assert_uint_eq(atomic_load(&stats.handshakes), hs + 1);
+    return atomic_load(&stats.resumed) != was;
+}
+
+/* The name of the key that sealed 'ss''s ticket (its first 4 bytes). */
+static uint32_t
+ticket_key_name(const mbedtls_ssl_session *ss)
+{
+    uint32_t name;
+
+    ck_assert_uint_ge(ss->ticket_len, sizeof(name));
+    memcpy(&name, ss->ticket, sizeof(name));
+    return name;
+}
+
+/*
+ * A client that offers its session back resumes it from the ticket
+ * (abbreviated handshake, counted as resumed); one that does not makes a
+ * full handshake.
+ */
+START_TEST(test_ticket_resumes)
+{
+    mbedtls_ssl_session first, again;
+
+    mbedtls_ssl_session_init(&first);
+    mbedtls_ssl_session_init(&again);
+    ck_assert(!resumes(srv, NULL, &first));
+    ck_assert_uint_gt(first.ticket_len, 0);
+    ck_assert_uint_eq(first.ticket_lifetime, SESSION_S);
+    ck_assert(resumes(srv, &first, &again));
+    ck_assert(resumes(srv, &first, NULL));
+    ck_assert(!resumes(srv, NULL, NULL));
+    ck_assert_uint_eq(atomic_load(&stats.resumed), 2);
+    mbedtls_ssl_session_free(&first);
+    mbedtls_ssl_session_free(&again);
+}
+END_TEST
+
+/* session_timeout_s 0: no ticket is issued, and nothing resumes. */
+START_TEST(test_no_resumption_when_off)
+{
+    struct tls_server *s = server_for("server.pem", "server.key", 0, NULL);
+    mbedtls_ssl_session first;
+
+    mbedtls_ssl_session_init(&first);
+    ck_assert(!resumes(s, NULL, &first));
+    ck_assert_uint_eq(first.ticket_len, 0);
+    ck_assert(!resumes(s, &first, NULL));
+    ck_assert_uint_eq(atomic_load(&stats.resumed), 0);
+    mbedtls_ssl_session_free(&first);
+    tls_server_free(s);
+}
+END_TEST
+
+/*
+ * A reload: the server that replaces another with the same lifetime
+ * resumes the old one's sessions, even once the old one is freed; with
+ * another lifetime, or made afresh, it does not.  Nor does it after a
+ * reload to an RSA certificate: the session's ECDSA suite cannot be
+ * kept, so that is a full handshake (it used to fail, see ticket_parse()
+ * in tls.c).
+ */
+START_TEST(test_tickets_carry_over)
+{
+    struct tls_server *a = server_for("server.pem", "server.key", 60, NULL);
+    struct tls_server *b, *c, *d, *e;
+    mbedtls_ssl_session first;
+
+    mbedtls_ssl_session_init(&first);
+    ck_assert(!resumes(a, NULL, &first));
+    b = server_for("server.pem", "server.key", 60, a);
+    c = server_for("server.pem", "server.key", 61, a);
+    d = server_for("server.pem", "server.key", 60, NULL);
+    e = server_for("rsa.pem", "rsa.key", 60, a);
+    tls_server_free(a);
+    ck_assert(resumes(b, &first, NULL));
+    ck_assert(!resumes(c, &first, NULL));
+    ck_assert(!resumes(d, &first, NULL));
+    ck_assert(!resumes(e, &first, NULL));
+    mbedtls_ssl_session_free(&first);
+    tls_server_free(b);
+    tls_server_free(c);
+    tls_server_free(d);
+    tls_server_free(e);
+}
+END_TEST
+
+/*
+ * A client that offers its session back with another list of suites,
+ * from which the server picks another suite than the session's: a full
+ * handshake under the new suite, not a resumption under it.  (mbedTLS
+ * alone resumed it, and the client aborted: see ticket_parse().)  The
+ * same list again resumes the new session.
+ */
+START_TEST(test_changed_offer_is_a_full_handshake)
+{
+    static const int aes128[] = {
+        MBEDTLS_TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, 0,
+    };
+    mbedtls_ssl_session first, second;
+    struct client cl;
+    char err[256];
+    int sv[2];
+
+    mbedtls_ssl_session_init(&first);
+    mbedtls_ssl_session_init(&second);
+    pair(sv, 0);
+    client_init(&cl, sv[1]);
+    cl.suites = aes128;
+    cl.saved = &first;
+    ck_assert_msg(shake(srv, &cl, sv[0], err, sizeof(err)) == 0, "%s", err);
+    ck_assert_str_eq(cl.suite_got, "TLS-ECDHE-ECDSA-WITH-AES-128-GCM-SHA256");
+    /* mbedTLS's default list, in which the server prefers ChaCha20. */
+    pair(sv, 0);
+    client_init(&cl, sv[1]);
+    cl.resume = &first;
+    cl.saved = &second;
+    ck_assert_msg(shake(srv, &cl, sv[0], err, sizeof(err)) == 0, "%s", err);
+    ck_assert_str_eq(cl.suite_got,
+                     "TLS-ECDHE-ECDSA-WITH-CHACHA20-POLY1305-SHA256");
+    ck_assert_uint_eq(atomic_load(&stats.resumed), 0);
+    ck_assert(resumes(srv, &second, NULL));
+    mbedtls_ssl_session_free(&first);
+    mbedtls_ssl_session_free(&second);
+}
+END_TEST
+
+/*
+ * The ticket key is replaced every session_timeout_s: with 1 s, a ticket
+ * made a little over a second after another is sealed by another key.
+ * (Polled: mbedTLS counts whole seconds of time().)
+ */
+START_TEST(test_ticket_key_rotates)
+{
+    struct tls_server *s = server_for("server.pem", "server.key", 1, NULL);
+    mbedtls_ssl_session first, later;
+    int64_t start = gw_now_ms();
+    uint32_t name;
+
+    mbedtls_ssl_session_init(&first);
+    ck_assert(!resumes(s, NULL, &first));
+    name = ticket_key_name(&first);
+    for (;;) {
+        mbedtls_ssl_session_init(&later);
+        ck_assert(!resumes(s, NULL, &later));
+        if (ticket_key_name(&later) != name)
+            break;
+        mbedtls_ssl_session_free(&later);
+        ck_assert_msg(gw_now_ms() - start < 5000, "no new key in 5 s");
+        sleep_ms(50);
+    }
+    mbedtls_ssl_session_free(&later);
+    mbedtls_ssl_session_free(&first);
+    tls_server_free(s);
+}
+END_TEST
+
 /* ---- tls_server_new ---- */
 
 static const struct {
     const char *cert, *key;     /* names in certdir; "" is certdir itself */
-    int min_version, timeout_ms;
+    int min_version, timeout_ms, session_s;
     int rc;
     const char *err;            /* a part of the message */
     const char *note;
 } opts_cases[] = {
-    { "server.pem", "server.key", 12, 1000, 0, "", "good" },
-    { "nonexistent.pem", "server.key", 12, 1000, GW_EIO,
+    { "server.pem", "server.key", 12, 1000, 3600, 0, "", "good" },
+    { "nonexistent.pem", "server.key", 12, 1000, 3600, GW_EIO,
       "nonexistent.pem: cannot open: No such file", "missing cert" },
-    { "server.pem", "nonexistent.key", 12, 1000, GW_EIO,
+    { "server.pem", "nonexistent.key", 12, 1000, 3600, GW_EIO,
       "nonexistent.key: cannot open", "missing key" },
-    { "", "server.key", 12, 1000, GW_EINVAL, "not a regular file",
+    { "", "server.key", 12, 1000, 3600, GW_EINVAL, "not a regular file",
       "a directory" },
-    { "garbage.pem", "server.key", 12, 1000, GW_EINVAL,
+    { "garbage.pem", "server.key", 12, 1000, 3600, GW_EINVAL,
       "not a PEM certificate chain", "garbage cert" },
-    { "server.key", "server.key", 12, 1000, GW_EINVAL,
+    { "server.key", "server.key", 12, 1000, 3600, GW_EINVAL,
       "not a PEM certificate chain", "a key as the cert" },
-    { "server.pem", "server.pem", 12, 1000, GW_EINVAL,
+    { "server.pem", "server.pem", 12, 1000, 3600, GW_EINVAL,
       "not a PEM private key", "a cert as the key" },
-    { "server.pem", "garbage.pem", 12, 1000, GW_EINVAL,
+    { "server.pem", "garbage.pem", 12, 1000, 3600, GW_EINVAL,
       "not a PEM private key", "garbage key" },
-    { "server.pem", "mismatch.key", 12, 1000, GW_EINVAL,
+    { "server.pem", "mismatch.key", 12, 1000, 3600, GW_EINVAL,
       "does not match the certificate", "key of another cert" },
-    { "expired.pem", "expired.key", 12, 1000, GW_EINVAL,
+    { "expired.pem", "expired.key", 12, 1000, 3600, GW_EINVAL,
       "the certificate expired on", "expired" },
-    { "server.pem", "server.key", 13, 1000, GW_EINVAL, "no TLS 1.3",
+    { "server.pem", "server.key", 13, 1000, 3600, GW_EINVAL, "no TLS 1.3",
       "1.3 is not in mbedTLS 2.28" },
-    { "server.pem", "server.key", 11, 1000, GW_EINVAL, "1.2 or 1.3, not 11",
-      "1.1 is never allowed" },
-    { "server.pem", "server.key", 12, 0, GW_EINVAL, "timeout",
+    { "server.pem", "server.key", 11, 1000, 3600, GW_EINVAL,
+      "1.2 or 1.3, not 11", "1.1 is never allowed" },
+    { "server.pem", "server.key", 12, 0, 3600, GW_EINVAL, "timeout",
       "no handshake timeout" },
+    { "server.pem", "server.key", 12, 1000, -1, GW_EINVAL,
+      "session timeout: must be >= 0", "negative session timeout" },
+    { "server.pem", "server.key", 12, 1000, 0, 0, "", "no resumption" },
 };
 
 START_TEST(test_server_new)
@@ -1099,6 +1465,8 @@ START_TEST(test_server_new)
     o.min_version = opts_cases[_i].min_version;
     o.handshake_timeout_ms = opts_cases[_i].timeout_ms;
     o.stats = NULL;
+    o.session_timeout_s = opts_cases[_i].session_s;
+    o.prev = NULL;
     rc = tls_server_new(&o, &s, err, sizeof(err));
     ck_assert_msg(rc == opts_cases[_i].rc, "%s: rc %d (%s)",
                   opts_cases[_i].note, rc, err);
@@ -1116,7 +1484,8 @@ END_TEST
 START_TEST(test_server_new_alloc_fail)
 {
     struct tls_server_opts o = {
-        cert("server.pem"), cert("server.key"), 12, 1000, NULL,
+        cert("server.pem"), cert("server.key"), 12, 1000, NULL, SESSION_S,
+        NULL,
     };
     struct tls_server *s;
     char err[256];
@@ -1187,7 +1556,8 @@ server_side(void *arg)
 START_TEST(test_concurrent_handshakes)
 {
     struct tls_server_opts o = {
-        cert("server.pem"), cert("server.key"), 12, 8000, &stats,
+        cert("server.pem"), cert("server.key"), 12, 8000, &stats, SESSION_S,
+        NULL,
     };
     struct tls_server *s;
     struct side sd[NPAIRS];
@@ -1389,6 +1759,20 @@ tls_suite(void)
     tcase_add_test(tc, test_late_alert_read);
     suite_add_tcase(s, tc);
 
+    tc = tcase("suites");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_loop_test(tc, test_only_ecdhe_aead_suites, 0, 2);
+    suite_add_tcase(s, tc);
+
+    tc = tcase("resumption");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_ticket_resumes);
+    tcase_add_test(tc, test_no_resumption_when_off);
+    tcase_add_test(tc, test_tickets_carry_over);
+    tcase_add_test(tc, test_changed_offer_is_a_full_handshake);
+    tcase_add_test(tc, test_ticket_key_rotates);
+    suite_add_tcase(s, tc);
+
     tc = tcase("bad_handshake");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_plain_http);
@@ -1443,7 +1827,8 @@ int
 main(void)
 {
     static const char *files[] = {
-        "ca.pem", "ca.key", "server.pem", "server.key", "other-ca.pem",
+        "ca.pem", "ca.key", "server.pem", "server.key", "rsa.pem", "rsa.key",
+        "other-ca.pem",
         "expired.pem", "expired.key", "mismatch.key", "garbage.pem",
     };
     char err[512];
