@@ -59,6 +59,9 @@ CHECK_CFLAGS := $(shell pkg-config --cflags check 2>/dev/null)
 CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null)
 # Debian's mbedTLS 2.28 ships no .pc file.
 MBEDTLS_LIBS ?= -lmbedtls -lmbedx509 -lmbedcrypto
+# libcurl's TLS backend, asked one thing directly (upstream.c's
+# tls_leftover()): whether it holds bytes nobody has read.
+OPENSSL_LIBS := $(shell pkg-config --libs libssl 2>/dev/null || echo -lssl)
 
 ALL_CFLAGS = $(BASE_CFLAGS) $(PKG_CFLAGS) $(CFLAGS)
 ALL_LDFLAGS = -pthread $(SAN_LDFLAGS) $(LDFLAGS)
@@ -103,7 +106,7 @@ $(LIB): $(COMMON_OBJ)
 $(BUILD)/bin/infergw: $(GATEWAY_OBJ) $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_LDFLAGS) -o $@ $(GATEWAY_OBJ) $(LIB) $(PKG_LIBS) \
-	    $(MBEDTLS_LIBS)
+	    $(MBEDTLS_LIBS) $(OPENSSL_LIBS)
 
 # tools/ link common/ only.
 $(BUILD)/bin/%: $(BUILD)/tools/%.o $(LIB)
@@ -113,7 +116,7 @@ $(BUILD)/bin/%: $(BUILD)/tools/%.o $(LIB)
 $(BUILD)/test/check_%: test/unit/check_%.c $(UT_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(CHECK_CFLAGS) -DINFERGW_UNIT_TEST -o $@ $< \
-	    $(UT_OBJ) $(ALL_LDFLAGS) $(CHECK_LIBS) $(PKG_LIBS) $(MBEDTLS_LIBS)
+	    $(UT_OBJ) $(ALL_LDFLAGS) $(CHECK_LIBS) $(PKG_LIBS) $(MBEDTLS_LIBS) $(OPENSSL_LIBS)
 
 # check_proxy drives the three paths over a scripted upstream of its own:
 # it links every gateway object but upstream.o (curl's test stubs' way),
@@ -126,7 +129,7 @@ $(BUILD)/test/check_proxy: test/unit/check_proxy.c $(PROXY_UT_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(CHECK_CFLAGS) -DINFERGW_UNIT_TEST -o $@ $< \
 	    $(PROXY_UT_OBJ) $(ALL_LDFLAGS) $(CHECK_LIBS) $(PKG_LIBS) \
-	    $(MBEDTLS_LIBS)
+	    $(MBEDTLS_LIBS) $(OPENSSL_LIBS)
 
 # Fuzz targets: test/fuzz/fuzz_NAME.c, seeded from test/fuzz/corpus/NAME/.
 # Each is also built with $(CC) and a small corpus-replay main() instead
@@ -139,7 +142,7 @@ FUZZ_REPLAY := $(FUZZ_NAMES:%=$(BUILD)/test/fuzz_%_replay)
 $(BUILD)/test/fuzz_%_replay: test/fuzz/fuzz_%.c test/fuzz/replay.c $(UT_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -DINFERGW_UNIT_TEST -o $@ $< test/fuzz/replay.c \
-	    $(UT_OBJ) $(ALL_LDFLAGS) $(PKG_LIBS) $(MBEDTLS_LIBS)
+	    $(UT_OBJ) $(ALL_LDFLAGS) $(PKG_LIBS) $(MBEDTLS_LIBS) $(OPENSSL_LIBS)
 
 # Fresh-machine set-up: installs missing Debian packages (or says how).
 deps:
@@ -207,7 +210,7 @@ build/fuzz/obj/%.o: %.c
 build/fuzz/fuzz_%: test/fuzz/fuzz_%.c $(FUZZ_OBJ)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer $(PKG_CFLAGS) -o $@ $< \
-	    $(FUZZ_OBJ) $(PKG_LIBS) $(MBEDTLS_LIBS)
+	    $(FUZZ_OBJ) $(PKG_LIBS) $(MBEDTLS_LIBS) $(OPENSSL_LIBS)
 
 fuzz:
 	@sh tools/install-deps.sh clang libclang-rt-dev

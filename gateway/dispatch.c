@@ -74,6 +74,9 @@ struct run {
     struct held held[CONFIG_MAX_UPSTREAMS];
     size_t num_held;
     int poison_status;              /* the 5xx met twice; 0 none yet */
+    int resends;                    /* of out->attempts: the same request
+                                       sent again on a fresh connection,
+                                       which is no retry (upstream.h) */
 };
 
 /* The slot held on upstream 'idx', or NULL. */
@@ -193,6 +196,7 @@ on_resend(void *arg, size_t idx)
     if (s != NULL)
         pool_note_resend(r->dc->pool, s);
     r->out->attempts++;
+    r->resends++;
     metrics_upstream_call();
 }
 
@@ -318,7 +322,7 @@ dispatch_run(const struct dispatch_ctx *dc,
          * Else the upstream's answer is relayed as it is.
          */
         idx = (size_t)r.slot[0].idx;
-        more = (uint64_t)out->attempts < cfg->retries
+        more = (uint64_t)(out->attempts - r.resends) < cfg->retries
                && pool_has_other(dc->pool, &r.want, idx);
         budget = more && pool_budget_peek(dc->pool);
         opts.stop_on_retryable = more && budget;
@@ -333,7 +337,7 @@ dispatch_run(const struct dispatch_ctx *dc,
             && upstream_retryable_status(out->res.status))
             pool_budget_refuse(dc->pool);
         if (!retryable(&out->res)
-            || (uint64_t)out->attempts > cfg->retries)
+            || (uint64_t)(out->attempts - r.resends) > cfg->retries)
             goto out;
         /* The next upstream first, then the budget: no leave is spent on
          * a retry that has nowhere to go. */

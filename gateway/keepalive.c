@@ -14,7 +14,7 @@
  * (same session, same connection, same idle stamp): a session taken and
  * put back meanwhile was checked by its taker.
  *
- * Locking: 'lock' guards 'stack', 'n', 'idle' and 'stop'.  The scratch
+ * Locking: 'lock' guards 'stack', 'n' and 'stop'.  The scratch
  * arrays belong to the reaper thread.  Drops run without the lock.
  */
 #include "keepalive.h"
@@ -46,7 +46,6 @@ struct keepalive {
     pthread_cond_t cv;          /* wakes the reaper to stop */
     struct ka_entry *stack;     /* [num_upstreams][max_idle]; guarded */
     size_t *n;                  /* [num_upstreams] entries in each */
-    uint64_t idle;              /* sum of n[] */
     int stop;
 
     int reaping;                /* the thread was started */
@@ -71,7 +70,6 @@ remove_locked(struct keepalive *k, size_t idx, size_t i)
     assert(gw_mutex_held(&k->lock));
     memmove(&s[i], &s[i + 1], (k->n[idx] - i - 1) * sizeof(*s));
     k->n[idx]--;
-    k->idle--;
     metrics_keepalive_idle_add(-1);
 }
 
@@ -234,19 +232,24 @@ keepalive_free(struct keepalive *k)
         gw_mutex_unlock(&k->lock);
         pthread_join(k->reaper, NULL);
     }
-    /* No other thread is left: no lock needed, but remove_locked()
-     * asserts it, and the gauge goes down with each. */
-    gw_mutex_lock(&k->lock);
+    /* No other thread is left, but remove_locked() wants the lock, and
+     * a drop goes without it, as everywhere. */
     for (idx = 0; idx < k->num_upstreams && k->stack != NULL; idx++) {
-        s = stack_of(k, idx);
-        while (k->n[idx] > 0) {
-            void *session = s[k->n[idx] - 1].session;
+        for (;;) {
+            void *session = NULL;
 
-            remove_locked(k, idx, k->n[idx] - 1);
+            gw_mutex_lock(&k->lock);
+            if (k->n[idx] > 0) {
+                s = stack_of(k, idx);
+                session = s[k->n[idx] - 1].session;
+                remove_locked(k, idx, k->n[idx] - 1);
+            }
+            gw_mutex_unlock(&k->lock);
+            if (session == NULL)
+                break;
             k->drop(session);
         }
     }
-    gw_mutex_unlock(&k->lock);
     gw_free(k->stack);
     gw_free(k->copy);
     gw_free(k->pfd);
@@ -302,20 +305,8 @@ keepalive_put(struct keepalive *k, size_t idx, void *session, int fd)
     s[k->n[idx]].since_ms = gw_now_ms();
     s[k->n[idx]].idx = idx;
     k->n[idx]++;
-    k->idle++;
     metrics_keepalive_idle_add(1);
     gw_mutex_unlock(&k->lock);
     if (victim.session != NULL)
         drop(k, victim.session, METRICS_KEEPALIVE_FULL);
-}
-
-uint64_t
-keepalive_idle(struct keepalive *k)
-{
-    uint64_t n;
-
-    gw_mutex_lock(&k->lock);
-    n = k->idle;
-    gw_mutex_unlock(&k->lock);
-    return n;
 }

@@ -71,7 +71,4 @@ void *keepalive_take(struct keepalive *k, size_t idx);
  */
 void keepalive_put(struct keepalive *k, size_t idx, void *session, int fd);
 
-/* Idle sessions now, over every upstream (for /metrics and tests). */
-uint64_t keepalive_idle(struct keepalive *k);
-
 #endif

@@ -109,6 +109,7 @@
 
 #include <curl/curl.h>
 #include <mbedtls/platform_util.h>
+#include <openssl/ssl.h>
 
 #include "alloc.h"
 #include "buf.h"
@@ -214,7 +215,11 @@ struct xfer {
     int64_t last_rx_ms;         /* when 'rx' last moved */
     int opened;                 /* sockets libcurl opened for it */
     int sends;                  /* requests sent: the first, a resend */
-    int reused;                 /* the first went on a kept connection */
+    int reused;                 /* the last send went on a kept
+                                   connection */
+    int opened_seen;            /* 'opened' at the last send */
+    int leftover;               /* TLS: bytes past the answer were read
+                                   off the wire: keep no connection */
     int stale;                  /* it got a 408 there: send it again */
     int restarted;              /* ... which was done (once) */
 
@@ -458,16 +463,14 @@ session_take(struct upstream *u, size_t idx)
 }
 
 /*
- * After a call ('s' stolen) whose answer had 'status': keep it under the
- * upstream of the one connection libcurl kept, or free it when it kept
- * none, or when the answer was a 408 (the upstream closes after one,
- * RFC 9110 15.5.9, whatever its head said).  No transfer is in its multi
- * handle any more.
+ * After a call ('s' stolen): keep it under the upstream of the one
+ * connection libcurl kept, or free it when it kept none, or when 'keep'
+ * is 0 (call_keepable()).  No transfer is in its multi handle any more.
  */
 static void
-session_put(struct upstream *u, struct up_session *s, int status)
+session_put(struct upstream *u, struct up_session *s, int keep)
 {
-    if (s->nconns == 1 && status != 408)
+    if (s->nconns == 1 && keep)
         keepalive_put(u->ka, s->conns[0].idx, s, s->conns[0].fd);
     else
         session_free(s);    /* none: nothing to keep; more: cannot be */
@@ -820,6 +823,30 @@ parse_length(const char *p, size_t n)
 }
 
 /*
+ * Does TLS hold bytes of attempt x's connection that nobody has read,
+ * now that its answer is whole?  libcurl reads a Content-Length body no
+ * further than its end, but TLS decrypts a whole record, so bytes sent
+ * after the answer in the same record (a stray response) wait in
+ * OpenSSL's buffer, where poll() and keepalive.h cannot see them, to be
+ * read as the next request's answer.  Only OpenSSL (Debian's libcurl's
+ * backend) can be asked, while the transfer runs; any other backend is
+ * taken to hold some.  A plain connection holds none.
+ */
+static int
+tls_leftover(const struct xfer *x)
+{
+    struct curl_tlssessioninfo *ti = NULL;
+
+    if (strncmp(x->up->url, "https://", 8) != 0)
+        return 0;
+    if (curl_easy_getinfo(x->h->curl, CURLINFO_TLS_SSL_PTR, &ti) != CURLE_OK
+        || ti == NULL || ti->backend != CURLSSLBACKEND_OPENSSL
+        || ti->internals == NULL)
+        return 1;
+    return SSL_has_pending(ti->internals);
+}
+
+/*
  * CURLOPT_PREREQFUNCTION: attempt 'arg' is about to send its request, on
  * a connection new or reused.  A second time within one attempt is
  * libcurl's resend on a fresh connection (the file comment): one more
@@ -835,10 +862,11 @@ prereq_cb(void *arg, char *ip, char *local_ip, int port, int local_port)
     (void)local_ip;
     (void)port;
     (void)local_port;
-    if (++x->sends == 1) {
-        x->reused = x->opened == 0;     /* no socket of its own yet */
+    /* Kept, unless a socket was opened for this send. */
+    x->reused = x->opened == x->opened_seen;
+    x->opened_seen = x->opened;
+    if (++x->sends == 1)
         return CURL_PREREQFUNC_OK;
-    }
     log_msg(GW_LOG_INFO, "upstream: resent upstream=%s reason=\"reused "
             "connection closed before an answer\" id=%s", x->up->name,
             x->call->req->request_id != NULL ? x->call->req->request_id
@@ -929,6 +957,9 @@ header_cb(char *p, size_t size, size_t n, void *arg)
         }
         /* Held until the first body byte (upstream.h). */
         x->head_done = 1;
+        if ((x->has_cl && x->content_length == 0) || x->status == 204
+            || x->status == 304)
+            x->leftover = tls_leftover(x);      /* the answer is whole */
         x->res.status = x->status;
         x->res.retry_after_ms = x->retry_after_ms;
         if (upstream_retryable_status(x->status)
@@ -1091,6 +1122,8 @@ write_cb(char *p, size_t size, size_t n, void *arg)
             return 0;
     }
     x->res.bytes += n;
+    if (x->has_cl && x->res.bytes == (uint64_t)x->content_length)
+        x->leftover = tls_leftover(x);          /* the answer is whole */
     rc = s->on_data(s->arg, p, n);
     if (rc != 0) {
         sink_stop(x, rc);
@@ -1745,6 +1778,20 @@ run(struct call *c)
     return c->winner != NULL ? c->winner : last;
 }
 
+/*
+ * May the connection a call leaves be kept?  Not after a 408 (the
+ * upstream closes after one, RFC 9110 15.5.9, whatever its head said),
+ * nor when TLS held bytes past an answer (tls_leftover()).
+ */
+static int
+call_keepable(const struct call *c, const struct xfer *final)
+{
+    for (int i = 0; i < c->n; i++)
+        if (c->x[i].leftover)
+            return 0;
+    return final->res.status != 408;
+}
+
 int
 upstream_perform(struct upstream *u, size_t idx,
                  const struct upstream_request *req,
@@ -1778,7 +1825,7 @@ upstream_perform(struct upstream *u, size_t idx,
      * Even after an error: libcurl has already closed a broken
      * connection, and kept one only after a complete answer.
      */
-    session_put(u, c.s, res->status);
+    session_put(u, c.s, call_keepable(&c, final));
     return res->rc;
 }
 

@@ -15,8 +15,8 @@ from gwtest import (JSON_HEADERS, assert_error, chat_body, normalise,
 from coalesce_util import (PUSHED, assert_complete_stream,
                            assert_same_bodies, counter, events_of,
                            expect_state, finish, finish_all, gateway_kib,
-                           held_trio, measured_env, new_tag, role, send,
-                           start, wait_state)
+                           held_trio, measured_env, memory_factor, new_tag,
+                           role, send, start, wait_state)
 
 
 def read_events(s, n):
@@ -235,8 +235,9 @@ def test_flight_memory_follows_the_slowest_reader(t):
     assert size > 20 * 1024 * 1024, size
     peak = gateway_kib(g, "VmHWM")
     grew = peak - base
-    # Without freeing, the flight alone would hold the whole 20 MiB.
-    assert grew < 8 * 1024, (
+    # Without freeing, the flight alone would hold the whole 20 MiB (five
+    # times that in RSS under ThreadSanitizer, as the bound here).
+    assert grew < 8 * 1024 * memory_factor(g), (
         "peak RSS grew by %d KiB for a %d KiB stream (from %d to %d KiB)"
         % (grew, size // 1024, base, peak))
 

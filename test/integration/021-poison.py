@@ -1,4 +1,4 @@
-"""020 - a fleet a poison prompt cannot eject (issue 16 item 7).
+"""021 - a fleet a poison prompt cannot eject (issue 16 item 7).
 
 A poison request fails on every upstream it reaches: here a prompt
 holding a marker that every mock answers 500 (or 502) to, while

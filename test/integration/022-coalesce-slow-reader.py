@@ -1,4 +1,4 @@
-"""021 - a slow reader cannot make a flight hold the whole response
+"""022 - a slow reader cannot make a flight hold the whole response
 ([coalesce] max_reader_lag, DESIGN.md "Threads and data flow").
 
 Past max_flight_bytes a flight keeps what its slowest reader still has to

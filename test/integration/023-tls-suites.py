@@ -1,4 +1,4 @@
-"""019 - TLS cipher suites and session resumption (issue 16 item 13),
+"""023 - TLS cipher suites and session resumption (issue 16 item 13),
 against OpenSSL (Python's ssl), with mkcert's ECDSA and RSA certificates:
 every TLS 1.2 suite OpenSSL has is offered alone, and only ECDHE with
 ChaCha20-Poly1305 or AES-GCM is accepted (static RSA, DHE, CBC, CCM,

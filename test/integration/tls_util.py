@@ -1,4 +1,4 @@
-"""Helpers for the TLS integration tests (017, 019): throwaway
+"""Helpers for the TLS integration tests (017, 023): throwaway
 certificates from tools/mkcert, a gateway with a TLS listener, and
 gwtest connections over Python's ssl."""
 
