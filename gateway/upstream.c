@@ -186,8 +186,6 @@ struct upstream {
     /* Per upstream: "Authorization: Bearer KEY" or NULL; owned, wiped
      * before free; immutable. */
     char *auth_line[CONFIG_MAX_UPSTREAMS];
-    char *default_ca;           /* libcurl's built-in CA bundle, or NULL;
-                                   owned, immutable */
     _Atomic uint64_t created;   /* handles made so far */
     struct keepalive *ka;       /* idle sessions; owned */
     CURLSH *share;              /* DNS cache and TLS session ids; owned */
@@ -550,25 +548,25 @@ scratch_add(struct buf *sb, size_t *off, const char *first,
 }
 
 /*
- * The TLS settings of an https:// upstream (config.h): its CA bundle or
- * libcurl's own, its client certificate or none, verification.  Set for
- * every https call, all of them, since a handle serves every upstream in
- * turn; libcurl reuses a cached connection only for the same TLS
- * settings.  An http:// call needs none.  Returns 0 or GW_ENOMEM.
+ * The TLS settings of an https:// upstream (config.h) that differ from
+ * libcurl's defaults, which handle_setup()'s curl_easy_reset() restored:
+ * its CA bundle (else libcurl's built-in one), its client certificate,
+ * verification.  libcurl reuses a cached connection only for the same
+ * TLS settings.  An http:// call needs none.  Returns 0 or GW_ENOMEM.
  */
 static int
-tls_options(const struct upstream *u, const struct config_upstream *up,
-            CURL *c)
+tls_options(const struct config_upstream *up, CURL *c)
 {
-    const char *ca = up->ca_file[0] != '\0' ? up->ca_file : u->default_ca;
-
     if (strncmp(up->url, "https://", 8) != 0)
         return 0;
-    if (curl_easy_setopt(c, CURLOPT_CAINFO, ca) != CURLE_OK
-        || curl_easy_setopt(c, CURLOPT_SSLCERT, up->client_cert[0] != '\0'
-                            ? up->client_cert : NULL) != CURLE_OK
-        || curl_easy_setopt(c, CURLOPT_SSLKEY, up->client_key[0] != '\0'
-                            ? up->client_key : NULL) != CURLE_OK
+    if ((up->ca_file[0] != '\0'
+         && curl_easy_setopt(c, CURLOPT_CAINFO, up->ca_file) != CURLE_OK)
+        || (up->client_cert[0] != '\0'
+            && curl_easy_setopt(c, CURLOPT_SSLCERT, up->client_cert)
+               != CURLE_OK)
+        || (up->client_key[0] != '\0'
+            && curl_easy_setopt(c, CURLOPT_SSLKEY, up->client_key)
+               != CURLE_OK)
         || curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER,
                             (long)up->tls_verify) != CURLE_OK
         || curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST,
@@ -675,7 +673,7 @@ prepare(struct upstream *u, struct up_handle *h, size_t idx,
     for (i = 0; i < n; i++)
         lines[i].next = i + 1 < n ? &lines[i + 1] : NULL;
 
-    rc = tls_options(u, up, c);
+    rc = tls_options(up, c);
     if (rc != 0) {
         *reason = "out of memory";
         goto out;
@@ -702,12 +700,8 @@ prepare(struct upstream *u, struct up_handle *h, size_t idx,
                              (curl_off_t)req->body_len) != CURLE_OK
             || curl_easy_setopt(c, CURLOPT_POSTFIELDS, body) != CURLE_OK)
             goto out;
-    } else {
-        /* Turns a handle that last did a POST back into GET; the stale
-         * POSTFIELDS pointer is then never read. */
-        if (curl_easy_setopt(c, CURLOPT_HTTPGET, 1L) != CURLE_OK)
-            goto out;
     }
+    /* A GET needs nothing: curl_easy_reset() made the handle one. */
     rc = 0;
 
 out:
@@ -1232,26 +1226,6 @@ map_result(struct xfer *x, CURLcode cc, const char **reason,
     return GW_EUPSTREAM;
 }
 
-/*
- * libcurl's built-in CA bundle, kept so that an upstream without ca_file
- * gets it back on a handle another upstream's ca_file was set on (a NULL
- * CURLOPT_CAINFO would mean no bundle at all).  Returns 0 or GW_ENOMEM.
- */
-static int
-default_ca_of(struct upstream *u)
-{
-    CURL *c = curl_easy_init();
-    char *path = NULL;
-
-    if (c == NULL)
-        return GW_ENOMEM;
-    if (curl_easy_getinfo(c, CURLINFO_CAINFO, &path) == CURLE_OK
-        && path != NULL)
-        u->default_ca = gw_strdup(path);
-    curl_easy_cleanup(c);
-    return path != NULL && u->default_ca == NULL ? GW_ENOMEM : 0;
-}
-
 /* CURLSHOPT_LOCKFUNC and UNLOCKFUNC: a mutex per kind of shared data. */
 static void
 share_lock(CURL *e, curl_lock_data data, curl_lock_access access,
@@ -1327,7 +1301,7 @@ upstream_new(const struct gw_config *cfg)
             goto out;
         snprintf(u->auth_line[i], len, "Authorization: Bearer %s", key);
     }
-    if (default_ca_of(u) != 0 || share_new(u) != 0)
+    if (share_new(u) != 0)
         goto out;
     u->ka = keepalive_new(cfg->num_upstreams, cfg->keepalive,
                           cfg->keepalive_timeout_ms, session_drop);
@@ -1360,7 +1334,6 @@ upstream_free(struct upstream *u)
         gw_free(u->auth_line[i]);
         u->auth_line[i] = NULL;
     }
-    gw_free(u->default_ca);
     for (i = 0; i < CURL_LOCK_DATA_LAST; i++)
         gw_mutex_destroy(&u->share_lock[i]);
     gw_free(u);
@@ -1417,6 +1390,32 @@ attempt_end(struct call *c, struct xfer *x, CURLcode cc, int own_rc,
 }
 
 /*
+ * Attempt x's response state as before the first header line and its
+ * timers as before its first send, for a new attempt or the same request
+ * sent again (attempt_restart()); what it sends, and the counts of its
+ * sends and sockets, stay.
+ */
+static void
+response_reset(struct xfer *x)
+{
+    result_init(&x->res, x->idx);
+    x->timeout_base_ms = -1;
+    x->request_sent = 0;
+    x->rx = 0;
+    x->leftover = 0;
+    x->want_status_line = 1;
+    x->head_bytes = 0;
+    x->status = 0;
+    x->has_ctype = x->has_te = x->has_cl = 0;
+    x->content_length = -1;
+    x->retry_after_ms = 0;
+    x->head_done = 0;
+    x->fail_rc = 0;
+    x->fail_reason = NULL;
+    x->sink_stopped = 0;
+}
+
+/*
  * Make 'x' the next attempt of 'c', on upstream 'idx' ('up'), with its
  * response state as before the first header line.  x->h is the caller's
  * to set.
@@ -1430,11 +1429,8 @@ xfer_init(struct call *c, struct xfer *x, size_t idx,
     x->call = c;
     x->idx = idx;
     x->up = up;
-    result_init(&x->res, idx);
-    x->timeout_base_ms = -1;
     x->body_len = (curl_off_t)c->req->body_len;
-    x->want_status_line = 1;
-    x->content_length = -1;
+    response_reset(x);
     c->n++;
 }
 
@@ -1606,19 +1602,7 @@ attempt_restart(struct call *c, struct xfer *x)
     x->stale = 0;
     x->restarted = 1;
     x->sends = 1;
-    x->want_status_line = 1;
-    x->head_bytes = 0;
-    x->status = 0;
-    x->has_ctype = x->has_te = x->has_cl = 0;
-    x->content_length = -1;
-    x->retry_after_ms = 0;
-    x->head_done = 0;
-    x->fail_rc = 0;
-    x->fail_reason = NULL;
-    x->rx = 0;
-    x->request_sent = 0;
-    x->timeout_base_ms = -1;
-    result_init(&x->res, x->idx);
+    response_reset(x);
     x->start_us = gw_now_us();
     x->last_rx_ms = x->start_us / 1000;
     if (curl_easy_setopt(e, CURLOPT_FRESH_CONNECT, 1L) != CURLE_OK

@@ -48,12 +48,21 @@ def response(body, head=None, status="200 OK"):
 
 
 class Request:
-    def __init__(self, conn, nth, method, target, body):
+    def __init__(self, conn, nth, method, target, body, head=b""):
         self.conn = conn            # connection number, from 1
         self.nth = nth              # request number on it, from 1
         self.method = method
         self.target = target
         self.body = body
+        self.head = head            # the whole head, as received
+
+    def fields(self):
+        """The head's fields: [(lower-cased name, value)], wire order."""
+        out = []
+        for l in self.head.decode("latin-1").split("\r\n")[1:]:
+            k, _, v = l.partition(":")
+            out.append((k.strip().lower(), v.strip()))
+        return out
 
     def prompt(self):
         try:
@@ -121,7 +130,7 @@ class Scripted:
             if not d:
                 return None, buf
             buf += d
-        return (method, target, buf[:length]), buf[length:]
+        return (method, target, buf[:length], head), buf[length:]
 
     def _serve(self, c, n):
         buf, nth = b"", 0
@@ -133,7 +142,7 @@ class Scripted:
                 if req is None:
                     return
                 nth += 1
-                method, target, body = req
+                method, target, body, head = req
                 if method != "POST":
                     with self.lock:
                         self.gets += 1
@@ -141,7 +150,8 @@ class Scripted:
                     continue
                 with self.lock:
                     self.posts += 1
-                what = self.script(Request(n, nth, method, target, body), c)
+                what = self.script(Request(n, nth, method, target, body,
+                                           head), c)
                 if what == "reset":
                     c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
                                  b"\x01\x00\x00\x00\x00\x00\x00\x00")
@@ -249,13 +259,24 @@ def test_a_stray_408_left_open_is_nobodys_answer(t):
                            status="408 Request Timeout"), then_close=False)
 
 
+def https_upstream(t, script):
+    """A Scripted upstream over TLS (mkcert's certificate) and a gateway
+    in front of it as https://, verified by mkcert's CA."""
+    from tls_util import certs
+    d = certs(t)
+    up = Scripted(script, tls=(os.path.join(d, "server.pem"),
+                               os.path.join(d, "server.key")))
+    g = t.gateway(None, {"routing": {"health_interval": "0"},
+                         "upstream u0": {
+                             "url": "https://127.0.0.1:%d" % up.port,
+                             "ca_file": os.path.join(d, "ca.pem")}})
+    return up, g
+
+
 def test_a_stray_answer_in_the_answers_tls_record_is_nobodys(t):
     """Over https the stray comes in the same TLS record as the end of an
     answer: decrypted with it, it waits in OpenSSL's buffer, where no
     poll() sees it.  The connection must not be kept."""
-    from tls_util import certs
-    d = certs(t)
-
     def script(req, c):
         body = answer_json(req.prompt())
         head = response(b"")[:-len(b"Content-Length: 0\r\n\r\n")]
@@ -265,12 +286,7 @@ def test_a_stray_answer_in_the_answers_tls_record_is_nobodys(t):
         c.sendall(body[10:] + response(answer_json("nobody")))  # one record
         return None
 
-    up = Scripted(script, tls=(os.path.join(d, "server.pem"),
-                               os.path.join(d, "server.key")))
-    g = t.gateway(None, {"routing": {"health_interval": "0"},
-                         "upstream u0": {
-                             "url": "https://127.0.0.1:%d" % up.port,
-                             "ca_file": os.path.join(d, "ca.pem")}})
+    up, g = https_upstream(t, script)
     for i in range(6):
         prompt = "tls client %d" % i
         r = g.post("/v1/chat/completions", chat_body(prompt))
@@ -282,15 +298,8 @@ def test_a_stray_answer_in_the_answers_tls_record_is_nobodys(t):
 def test_a_clean_https_connection_is_kept(t):
     """The check above costs nothing when nothing is left over: a clean
     https upstream's connection is reused."""
-    from tls_util import certs
-    d = certs(t)
-    up = Scripted(lambda req, c: c.sendall(response(answer_json(
-        req.prompt()))), tls=(os.path.join(d, "server.pem"),
-                              os.path.join(d, "server.key")))
-    g = t.gateway(None, {"routing": {"health_interval": "0"},
-                         "upstream u0": {
-                             "url": "https://127.0.0.1:%d" % up.port,
-                             "ca_file": os.path.join(d, "ca.pem")}})
+    up, g = https_upstream(t, lambda req, c: c.sendall(response(
+        answer_json(req.prompt()))))
     wait_for(lambda: up.gets >= 1, msg="the start's GET /v1/models")
     for i in range(6):
         prompt = "kept %d" % i
@@ -304,7 +313,10 @@ def test_a_408_crossing_a_request_does_not_shift_the_answers(t):
     it answers the request after the 408 anyway: the 408 is nobody's
     answer, and what follows it on that connection is not the next
     request's.  The request is sent again on a fresh connection."""
+    posts = []
+
     def script(req, c):
+        posts.append(req)
         if req.nth > 1:
             c.sendall(response(b"", ["Content-Length: 0"],
                                status="408 Request Timeout"))
@@ -323,6 +335,11 @@ def test_a_408_crossing_a_request_does_not_shift_the_answers(t):
              msg="access lines' attempts= to add up to %d" % up.posts)
     assert value(g, CALLS, upstream="u0") == up.posts
     assert value(g, RESENDS) >= 5
+    # Sent again, it is the same request byte for byte (the contract).
+    for i, req in enumerate(posts[:-1]):
+        if req.nth > 1:
+            assert posts[i + 1].head == req.head \
+                and posts[i + 1].body == req.body
 
 
 def test_an_idle_connection_closed_by_the_upstream_is_closed_here(t):
@@ -360,9 +377,10 @@ def race_test(t, how):
     (the upstream's idle close won the race): each is sent once more on a
     fresh connection, every time (libcurl stopped after five), and each
     send is counted."""
-    dropped = []
+    dropped, posts = [], []
 
     def script(req, c):
+        posts.append(req)
         if req.nth > 1:
             dropped.append(req.conn)
             return how(len(dropped))
@@ -388,6 +406,17 @@ def race_test(t, how):
     # Not the upstream's failure.
     assert value(g, FAILURES, upstream="u0") == 0
     assert value(g, EJECTIONS, upstream="u0") == 0
+    # The coalescing contract holds for a resend: it is the very request
+    # sent before, byte for byte (the flight's id included), and carries
+    # only the fields a coalesced call may.
+    allowed = {"host", "content-type", "accept", "accept-encoding",
+               "x-request-id", "content-length"}
+    for i, req in enumerate(posts):
+        assert {k for k, _ in req.fields()} <= allowed, req.fields()
+        if req.nth > 1:
+            again = posts[i + 1]
+            assert again.nth == 1 and again.head == req.head \
+                and again.body == req.body, (req.head, again.head)
 
 
 def test_the_idle_close_race_is_resent_every_time_fin(t):
