@@ -1,5 +1,5 @@
 /*
- * alloc.c - malloc wrappers with an optional failure countdown.
+ * alloc.c - malloc wrappers, with a failure countdown in test builds.
  */
 #include "alloc.h"
 
@@ -8,6 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef INFERGW_UNIT_TEST
+/* The only mutable process-wide state of common/ but the logger's, and
+ * only in test builds (alloc.h). */
 static _Atomic long fail_countdown;     /* 0 = off */
 static _Atomic int fail_sticky;
 static _Atomic long fail_count;
@@ -42,6 +45,13 @@ alloc_failures(void)
 {
     return atomic_load(&fail_count);
 }
+#else
+static int
+should_fail(void)
+{
+    return 0;
+}
+#endif
 
 void *
 gw_malloc(size_t n)
@@ -95,4 +105,19 @@ void
 gw_free(void *p)
 {
     free(p);
+}
+
+void
+gw_wipe_free(void *p, size_t n)
+{
+    if (p != NULL)
+        explicit_bzero(p, n);
+    gw_free(p);
+}
+
+void
+gw_wipe_free_str(char *s)
+{
+    if (s != NULL)
+        gw_wipe_free(s, strlen(s));
 }

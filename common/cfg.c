@@ -21,10 +21,12 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -344,8 +346,7 @@ cfg_file_release(struct cfg_file *f)
         char *end = e->value + strlen(e->value) + 1;
 
         /* Values may be API keys: wipe the whole block before free(). */
-        explicit_bzero(e->section, (size_t)(end - e->section));
-        gw_free(e->section);
+        gw_wipe_free(e->section, (size_t)(end - e->section));
     }
     gw_free(f->entries);
     gw_free(f->path);
@@ -498,32 +499,18 @@ out:
 static int
 parse_digits(const char **sp, uint64_t *out)
 {
-    const char *s = *sp;
-    uint64_t v = 0;
+    size_t n = strspn(*sp, "0123456789");
 
-    if (*s < '0' || *s > '9')
+    if (gw_parse_uint(*sp, n, UINT64_MAX, out) != 0)
         return GW_EINVAL;
-    for (; *s >= '0' && *s <= '9'; s++) {
-        unsigned d = (unsigned)(*s - '0');
-
-        if (v > (UINT64_MAX - d) / 10)
-            return GW_EINVAL;
-        v = v * 10 + d;
-    }
-    *sp = s;
-    *out = v;
+    *sp += n;
     return 0;
 }
 
 int
 cfg_parse_uint(const char *s, uint64_t max, uint64_t *out)
 {
-    uint64_t v;
-
-    if (parse_digits(&s, &v) != 0 || *s != '\0' || v > max)
-        return GW_EINVAL;
-    *out = v;
-    return 0;
+    return gw_parse_uint(s, strlen(s), max, out) == 0 ? 0 : GW_EINVAL;
 }
 
 int
@@ -557,29 +544,37 @@ cfg_parse_size(const char *s, uint64_t *out)
     return 0;
 }
 
+/*
+ * The duration units, read by cfg_parse_duration_ms() and written by
+ * cfg_format_duration_ms(), largest first (the formatter takes the first
+ * that divides; the last, 1, divides any).
+ */
+static const struct {
+    const char *suffix;
+    uint64_t ms;
+} duration_units[] = {
+    { "h", 60 * 60 * 1000 },
+    { "m", 60 * 1000 },
+    { "s", 1000 },
+    { "ms", 1 },
+};
+
 int
 cfg_parse_duration_ms(const char *s, int64_t *out)
 {
-    static const struct {
-        const char *suffix;
-        uint64_t ms;
-    } units[] = {
-        { "", 1000 },           /* a bare number is seconds */
-        { "ms", 1 },
-        { "s", 1000 },
-        { "m", 60 * 1000 },
-        { "h", 60 * 60 * 1000 },
-    };
-    uint64_t v;
+    uint64_t v, ms;
     size_t i;
 
     if (parse_digits(&s, &v) != 0)
         return GW_EINVAL;
-    for (i = 0; i < GW_ARRAY_LEN(units); i++) {
-        if (gw_strieq(s, strlen(s), units[i].suffix)) {
-            if (v > (uint64_t)INT64_MAX / units[i].ms)
+    if (*s == '\0')
+        s = "s";                /* a bare number is seconds */
+    for (i = 0; i < GW_ARRAY_LEN(duration_units); i++) {
+        if (gw_strieq(s, strlen(s), duration_units[i].suffix)) {
+            ms = duration_units[i].ms;
+            if (v > (uint64_t)INT64_MAX / ms)
                 return GW_EINVAL;
-            *out = (int64_t)(v * units[i].ms);
+            *out = (int64_t)(v * ms);
             return 0;
         }
     }
@@ -607,4 +602,77 @@ cfg_parse_bool(const char *s, int *out)
         }
     }
     return GW_EINVAL;
+}
+
+int
+cfg_parse_decimal(const char *s, double lo, double hi, double *out)
+{
+    const char *p;
+    int digits = 0, dots = 0;
+    double v;
+
+    for (p = s; *p != '\0'; p++) {
+        if (*p >= '0' && *p <= '9')
+            digits++;
+        else if (*p == '.' && dots == 0)
+            dots++;
+        else
+            return GW_EINVAL;
+    }
+    if (digits == 0)
+        return GW_EINVAL;
+    v = strtod(s, NULL);
+    if (!(v >= lo && v <= hi))
+        return GW_EINVAL;
+    *out = v;
+    return 0;
+}
+
+int
+cfg_parse_percent(const char *s, double lo, double hi, double *out)
+{
+    size_t n = strlen(s);
+    char num[32];
+    double v;
+
+    if (n < 2 || n >= sizeof(num) || s[n - 1] != '%')
+        return GW_EINVAL;
+    memcpy(num, s, n - 1);
+    num[n - 1] = '\0';
+    if (cfg_parse_decimal(num, lo, hi, &v) != 0)
+        return GW_EINVAL;
+    *out = v / 100;
+    return 0;
+}
+
+/* Binary units for sizes: cfg_parse_size() reads them, the formatter
+ * writes them. */
+#define CFG_KIB (UINT64_C(1) << 10)
+#define CFG_MIB (UINT64_C(1) << 20)
+#define CFG_GIB (UINT64_C(1) << 30)
+
+void
+cfg_format_size(uint64_t v, char *out, size_t n)
+{
+    if (v != 0 && v % CFG_GIB == 0)
+        snprintf(out, n, "%" PRIu64 "g", v / CFG_GIB);
+    else if (v != 0 && v % CFG_MIB == 0)
+        snprintf(out, n, "%" PRIu64 "m", v / CFG_MIB);
+    else if (v != 0 && v % CFG_KIB == 0)
+        snprintf(out, n, "%" PRIu64 "k", v / CFG_KIB);
+    else
+        snprintf(out, n, "%" PRIu64, v);
+}
+
+void
+cfg_format_duration_ms(uint64_t v, char *out, size_t n)
+{
+    const size_t last = GW_ARRAY_LEN(duration_units) - 1;  /* "ms" */
+    size_t i = 0;
+
+    /* The largest unit that divides 'v'; 0 is written in the smallest. */
+    while (i < last && (v == 0 || v % duration_units[i].ms != 0))
+        i++;
+    snprintf(out, n, "%" PRIu64 "%s", v / duration_units[i].ms,
+             duration_units[i].suffix);
 }

@@ -64,4 +64,23 @@ int cfg_parse_duration_ms(const char *s, int64_t *out);
 int cfg_parse_bool(const char *s, int *out);
 int cfg_parse_uint(const char *s, uint64_t max, uint64_t *out);
 
+/*
+ * More value parsers: 0 or GW_EINVAL (nothing stored), never partially.
+ *   decimal:  "0", "0.7", "2.0", ".5": plain decimals only, no exponent or
+ *             sign, in [lo, hi]
+ *   percent:  "20%" or "12.5%": a plain decimal in [lo, hi] and a percent
+ *             sign; *out is the share (0.2, 0.125)
+ */
+int cfg_parse_decimal(const char *s, double lo, double hi, double *out);
+int cfg_parse_percent(const char *s, double lo, double hi, double *out);
+
+/*
+ * The inverse, for messages: 'v' as the shortest exact text the parsers
+ * read back, into out[0..n) (truncated, always NUL-terminated).
+ *   size:     "64k", "1m", "123"
+ *   duration: "24h", "5m", "30s", "1ms"
+ */
+void cfg_format_size(uint64_t v, char *out, size_t n);
+void cfg_format_duration_ms(uint64_t v, char *out, size_t n);
+
 #endif

@@ -322,8 +322,8 @@ static int
 on_content_length(struct fields *f, const struct http_header *h,
                   struct http_request *r)
 {
-    uint64_t v = 0;
-    size_t i;
+    uint64_t v;
+    int rc;
 
     if (f->cl_seen) {
         /* Even identical repeats: refusing is simpler than comparing. */
@@ -331,17 +331,11 @@ on_content_length(struct fields *f, const struct http_header *h,
     }
     if (f->te_seen)
         return fail(r, 400, "both Content-Length and Transfer-Encoding");
-    if (h->value_len == 0)
+    rc = gw_parse_uint(h->value, h->value_len, UINT64_MAX, &v);
+    if (rc == GW_ETOOBIG)
+        return fail(r, 400, "Content-Length out of range");
+    if (rc != 0)
         return fail(r, 400, "invalid Content-Length");
-    for (i = 0; i < h->value_len; i++) {
-        unsigned d = (unsigned char)h->value[i] - '0';
-
-        if (d > 9)
-            return fail(r, 400, "invalid Content-Length");
-        if (v > (UINT64_MAX - d) / 10)
-            return fail(r, 400, "Content-Length out of range");
-        v = v * 10 + d;
-    }
     f->cl_seen = 1;
     r->content_length = v;
     return 0;
@@ -634,6 +628,188 @@ http_lists_token(const struct http_request *r, const char *name,
     return 0;
 }
 
+/* ---- Response heads ---- */
+
+/* Parse "HTTP/1.1 200 OK" (or "HTTP/2 200"): the status, or -1. */
+static int
+parse_status_line(const char *p, size_t n)
+{
+    const char *sp = memchr(p, ' ', n);
+    size_t i;
+    uint64_t status;
+
+    if (n < 5 || memcmp(p, "HTTP/", 5) != 0 || sp == NULL)
+        return -1;
+    i = (size_t)(sp - p) + 1;
+    /* status-code = 3DIGIT (RFC 9112 4), then a space or the end */
+    if (n - i < 3 || (n - i > 3 && p[i + 3] != ' ')
+        || gw_parse_uint(p + i, 3, 999, &status) != 0)
+        return -1;
+    /* RFC 9110 15: 1xx to 5xx; "999" is not an answer we can relay. */
+    return status >= 100 && status <= 599 ? (int)status : -1;
+}
+
+/*
+ * Retry-After as delay-seconds (RFC 9110 10.2.3), in ms, at most 'max_ms';
+ * 0 when absent, malformed or an HTTP-date (vLLM and its proxies send
+ * seconds).
+ */
+static int64_t
+parse_retry_after(const char *p, size_t n, int64_t max_ms)
+{
+    uint64_t v;
+    int64_t ms;
+
+    /* Nine digits at most, leading zeros counted: a longer value is
+     * refused, not capped, and seconds * 1000 cannot overflow. */
+    if (n > 9 || gw_parse_uint(p, n, UINT64_MAX, &v) != 0)
+        return 0;
+    ms = (int64_t)v * 1000;
+    return ms < max_ms ? ms : max_ms;
+}
+
+/* A field value: no control character but HTAB (RFC 9110 5.5). */
+static int
+field_value_ok(const char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (((unsigned char)p[i] < 0x20 && p[i] != '\t')
+            || (unsigned char)p[i] == 0x7f)
+            return 0;
+    return 1;
+}
+
+/*
+ * The largest response Content-Length taken.  Any int64_t would do (no
+ * body nears either); this one is where the reader has always stopped,
+ * and test/fuzz/fuzz_upstream.c's model of it stops there too.
+ */
+#define RESPONSE_LENGTH_MAX (INT64_MAX - 8)
+
+/* Content-Length value: 1*DIGIT (RFC 9110 8.6), else -1. */
+static int64_t
+parse_length(const char *p, size_t n)
+{
+    uint64_t v;
+
+    if (gw_parse_uint(p, n, RESPONSE_LENGTH_MAX, &v) != 0)
+        return -1;
+    return (int64_t)v;
+}
+
+void
+http_response_head_init(struct http_response_head *h, size_t max_head,
+                        int64_t retry_after_max_ms)
+{
+    memset(h, 0, sizeof(*h));
+    h->max_head = max_head;
+    h->retry_after_max_ms = retry_after_max_ms;
+    h->want_status_line = 1;
+    h->content_length = -1;
+}
+
+/* Fail the head: 'why'. */
+static int
+response_fail(struct http_response_head *h, int rc, enum http_head_error why)
+{
+    h->error = why;
+    return rc;
+}
+
+int
+http_response_head_line(struct http_response_head *h, const char *p,
+                        size_t n)
+{
+    const char *colon, *v, *end;
+    size_t len = n, name_len;
+    int64_t cl;
+
+    h->ctype = NULL;
+    h->ctype_len = 0;
+    h->head_bytes += n;
+    if (h->head_bytes > h->max_head)
+        return response_fail(h, GW_ETOOBIG, HTTP_HEAD_TOO_LARGE);
+    while (len > 0 && (p[len - 1] == '\n' || p[len - 1] == '\r'))
+        len--;
+
+    if (h->want_status_line) {
+        h->status = parse_status_line(p, len);
+        if (h->status < 0)
+            return response_fail(h, GW_EPARSE, HTTP_HEAD_BAD_STATUS);
+        h->want_status_line = 0;
+        h->head_bytes = n;
+        h->has_te = 0;
+        h->has_cl = 0;
+        h->content_length = -1;
+        h->retry_after_ms = 0;
+        return HTTP_RESPONSE_STATUS;
+    }
+
+    if (len == 0) {
+        /* RFC 9110 15.2: any number of 1xx heads may precede the final
+         * one; each is just skipped. */
+        if (h->status < 200) {
+            h->want_status_line = 1;
+            return HTTP_RESPONSE_FIELD;
+        }
+        /* RFC 9112 6.3: both is a smuggling attempt or a broken server;
+         * either way this body's end cannot be trusted. */
+        if (h->has_te && h->has_cl)
+            return response_fail(h, GW_EPARSE,
+                                 HTTP_HEAD_LENGTH_AND_CHUNKED);
+        return HTTP_RESPONSE_DONE;
+    }
+
+    colon = memchr(p, ':', len);
+    if (colon == NULL)
+        return HTTP_RESPONSE_FIELD;     /* obs-fold or junk: libcurl's call */
+    name_len = (size_t)(colon - p);
+    v = colon + 1;
+    end = p + len;
+    while (v < end && (*v == ' ' || *v == '\t'))
+        v++;
+    while (end > v && (end[-1] == ' ' || end[-1] == '\t'))
+        end--;
+    if (gw_strieq(p, name_len, "content-type")) {
+        if (!field_value_ok(v, (size_t)(end - v))) {
+            /* We relay this one: a CR or NUL in it would be ours. */
+            return response_fail(h, GW_EPARSE, HTTP_HEAD_BAD_FIELD);
+        }
+        h->ctype = v;
+        h->ctype_len = (size_t)(end - v);
+        return HTTP_RESPONSE_CTYPE;
+    } else if (gw_strieq(p, name_len, "content-length")) {
+        /* RFC 9112 6.3: one plain decimal, the same in every field.  What
+         * libcurl would make of "12abc" (12) leaves the rest of the body
+         * on the connection, to be read as the next answer. */
+        cl = parse_length(v, (size_t)(end - v));
+        if (cl < 0 || (h->has_cl && cl != h->content_length))
+            return response_fail(h, GW_EPARSE,
+                                 cl < 0 ? HTTP_HEAD_BAD_LENGTH
+                                        : HTTP_HEAD_CONFLICTING_LENGTH);
+        h->has_cl = 1;
+        h->content_length = cl;
+    } else if (gw_strieq(p, name_len, "transfer-encoding")) {
+        /* Only "chunked", once: any other coding leaves the body's end
+         * to the connection's close (RFC 9112 6.3), or to a decoder
+         * nobody runs. */
+        if (h->has_te || !gw_strieq(v, (size_t)(end - v), "chunked"))
+            return response_fail(h, GW_EPARSE,
+                                 HTTP_HEAD_BAD_TRANSFER_CODING);
+        h->has_te = 1;
+    } else if (gw_strieq(p, name_len, "content-encoding")) {
+        /* We asked for identity; a gzip body relayed as JSON is garbage
+         * to the client, and unreadable for the bill. */
+        if (end > v && !gw_strieq(v, (size_t)(end - v), "identity"))
+            return response_fail(h, GW_EPARSE,
+                                 HTTP_HEAD_BAD_CONTENT_CODING);
+    } else if (gw_strieq(p, name_len, "retry-after")) {
+        h->retry_after_ms = parse_retry_after(v, (size_t)(end - v),
+                                              h->retry_after_max_ms);
+    }
+    return HTTP_RESPONSE_FIELD;
+}
+
 /*
  * Chunked decoder states (RFC 9112 7.1):
  *
@@ -903,10 +1079,10 @@ out:
  * Read more bytes into 'in', at most READ_CHUNK and never past its limit.
  * The unread bytes are moved to the front first: nobody holds views into
  * 'in' across a read (the readers hand out views into 'head' only).
- * Returns 0, GW_ETOOBIG ('in' is full) or what net_read() returns.
+ * Returns 0, GW_ETOOBIG ('in' is full) or what net_stream_read() returns.
  */
 static int
-fill(int fd, struct buf *in, int64_t deadline, int wake_fd)
+fill(struct net_stream *s, struct buf *in, int64_t deadline, int wake_fd)
 {
     size_t room, n, got;
     char *dst;
@@ -920,7 +1096,7 @@ fill(int fd, struct buf *in, int64_t deadline, int wake_fd)
     rc = buf_reserve(in, n, &dst);
     if (rc != 0)
         return rc;
-    rc = net_read(fd, dst, n, deadline, wake_fd, &got);
+    rc = net_stream_read(s, dst, n, deadline, wake_fd, &got);
     if (rc != 0)
         return rc;
     buf_commit(in, got);
@@ -935,7 +1111,7 @@ rebase(const char *v, const char *from, const char *to)
 }
 
 int
-http_read_head(int fd, struct buf *in, struct buf *head,
+http_read_head(struct net_stream *s, struct buf *in, struct buf *head,
                size_t max_head, int64_t idle_deadline,
                int header_timeout_ms, int wake_fd, int stop_fd,
                struct http_request *r)
@@ -967,9 +1143,9 @@ http_read_head(int fd, struct buf *in, struct buf *head,
          */
         rc = 0;
         if (!started)
-            rc = net_wait(fd, POLLIN, idle_deadline, wake_fd);
+            rc = net_stream_wait(s, POLLIN, idle_deadline, wake_fd);
         if (rc == 0)
-            rc = fill(fd, in, started ? head_deadline : idle_deadline,
+            rc = fill(s, in, started ? head_deadline : idle_deadline,
                       started ? stop_fd : wake_fd);
         if (rc == GW_ETIMEDOUT) {
             if (started)
@@ -1014,8 +1190,8 @@ out:
 
 /* Content-Length framing: read exactly the announced bytes into 'body'. */
 static int
-read_length(int fd, struct buf *in, uint64_t length, struct buf *body,
-            int64_t deadline, int wake_fd)
+read_length(struct net_stream *s, struct buf *in, uint64_t length,
+            struct buf *body, int64_t deadline, int wake_fd)
 {
     uint64_t left = length;
     size_t n, got;
@@ -1046,7 +1222,7 @@ read_length(int fd, struct buf *in, uint64_t length, struct buf *body,
         rc = buf_reserve(body, n, &dst);
         if (rc != 0)
             return rc;
-        rc = net_read(fd, dst, n, deadline, wake_fd, &got);
+        rc = net_stream_read(s, dst, n, deadline, wake_fd, &got);
         if (rc != 0)
             return rc;
         buf_commit(body, got);
@@ -1057,8 +1233,8 @@ read_length(int fd, struct buf *in, uint64_t length, struct buf *body,
 
 /* Chunked framing: decode what 'in' holds, then read more into it. */
 static int
-read_chunked(int fd, struct buf *in, struct buf *body, int64_t deadline,
-             int wake_fd)
+read_chunked(struct net_stream *s, struct buf *in, struct buf *body,
+             int64_t deadline, int wake_fd)
 {
     struct http_chunked d;
     size_t used;
@@ -1073,15 +1249,16 @@ read_chunked(int fd, struct buf *in, struct buf *body, int64_t deadline,
         if (rc != 0)
             return rc;
         /* The decoder took all of 'in', so fill() has room. */
-        rc = fill(fd, in, deadline, wake_fd);
+        rc = fill(s, in, deadline, wake_fd);
         if (rc != 0)
             return rc;
     }
 }
 
 int
-http_read_body(int fd, struct buf *in, struct http_request *r,
-               struct buf *body, int64_t deadline, int wake_fd)
+http_read_body(struct net_stream *s, struct buf *in,
+               struct http_request *r, struct buf *body, int64_t deadline,
+               int wake_fd)
 {
     int rc;
 
@@ -1090,11 +1267,11 @@ http_read_body(int fd, struct buf *in, struct http_request *r,
     r->error_msg = NULL;
     switch (r->body_kind) {
     case HTTP_BODY_LENGTH:
-        rc = read_length(fd, in, r->content_length, body, deadline,
+        rc = read_length(s, in, r->content_length, body, deadline,
                          wake_fd);
         break;
     case HTTP_BODY_CHUNKED:
-        rc = read_chunked(fd, in, body, deadline, wake_fd);
+        rc = read_chunked(s, in, body, deadline, wake_fd);
         break;
     default:
         rc = 0;

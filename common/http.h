@@ -1,6 +1,7 @@
 /*
- * http.h - strict, zero-copy HTTP/1.1 request parsing (RFC 9112) and the
- * blocking request reader shared by the gateway and the mock upstream.
+ * http.h - strict, zero-copy HTTP/1.1 request parsing (RFC 9112), the
+ * blocking request reader shared by the gateway and the mock upstream,
+ * and the checks on an upstream's response head.
  *
  * Design: http_parse_request() is a pure function over a byte range, in the
  * style of picohttpparser: it returns the length of a complete head, or
@@ -34,6 +35,8 @@
 
 #include "buf.h"
 #include "util.h"
+
+struct net_stream;              /* net.h */
 
 #define HTTP_MAX_HEADERS 64
 #define HTTP_MAX_REQUEST_LINE 8192
@@ -104,6 +107,85 @@ int http_lists_token(const struct http_request *r, const char *name,
                      const char *token);
 
 /*
+ * A response head (an upstream's answer), read one line at a time as
+ * libcurl's header callback hands the lines over: the status line, the
+ * fields, the empty line that ends the head; then the next head after a
+ * 1xx (RFC 9110 15.2: skipped, any number of them).  Read strictly (RFC
+ * 9112 6.3), since an answer whose end cannot be trusted would leave
+ * bytes on the connection to be read as the next request's answer:
+ * refused are a status line that is not "HTTP/x NNN" with NNN 100..599,
+ * a Content-Length that is not one plain decimal (1*DIGIT) or disagrees
+ * with another, one together with Transfer-Encoding, a transfer coding
+ * other than one "chunked", a content coding other than identity (the
+ * gateway asks for identity), a Content-Type with a control character
+ * but HTAB (it is relayed), and a head over 'max_head' bytes.  Other
+ * fields, and lines without a colon, are passed over.
+ */
+/* Why a response head was refused (http_response_head_line()). */
+enum http_head_error {
+    HTTP_HEAD_OK = 0,
+    HTTP_HEAD_TOO_LARGE,        /* over max_head */
+    HTTP_HEAD_BAD_STATUS,       /* not a status line */
+    HTTP_HEAD_BAD_FIELD,        /* a relayed value with a control byte */
+    HTTP_HEAD_BAD_LENGTH,       /* Content-Length not one decimal */
+    HTTP_HEAD_CONFLICTING_LENGTH,
+    HTTP_HEAD_LENGTH_AND_CHUNKED,
+    HTTP_HEAD_BAD_TRANSFER_CODING,
+    HTTP_HEAD_BAD_CONTENT_CODING,
+};
+
+struct http_response_head {
+    int status;                 /* of the head being read; 0 before one */
+    int has_te;                 /* Transfer-Encoding: chunked */
+    int has_cl;                 /* a Content-Length, in content_length */
+    int64_t content_length;     /* -1 when none */
+    int64_t retry_after_ms;     /* Retry-After in delay-seconds, capped at
+                                   retry_after_max_ms; 0 none or not
+                                   seconds (an HTTP-date) */
+    /* After HTTP_RESPONSE_CTYPE: the value, a view into the line just
+     * fed (OWS trimmed); NULL after any other line. */
+    const char *ctype;
+    size_t ctype_len;
+    enum http_head_error error; /* after an error: why */
+
+    size_t max_head;            /* private */
+    int64_t retry_after_max_ms; /* private */
+    int want_status_line;       /* private */
+    size_t head_bytes;          /* private: of the current head */
+};
+
+/* What a line was (http_response_head_line()). */
+enum http_response_event {
+    HTTP_RESPONSE_FIELD = 0,    /* a field taken, or a 1xx head's end */
+    HTTP_RESPONSE_STATUS,       /* a status line: a new head begins (what
+                                   the caller kept of the last is stale) */
+    HTTP_RESPONSE_CTYPE,        /* a Content-Type field: h->ctype */
+    HTTP_RESPONSE_DONE,         /* the final head is complete */
+};
+
+/*
+ * The longest Retry-After the gateway believes, in ms.  A server asking
+ * for days is not told to the clients (gateway/upstream.c reads every
+ * head with this cap) and does not hold an upstream back for days
+ * (gateway/pool.c caps what it is handed at this too).
+ */
+#define HTTP_RETRY_AFTER_MAX_MS (60 * 1000)
+
+/* Ready 'h' for a response: a head of at most 'max_head' bytes, a
+ * Retry-After of at most 'retry_after_max_ms'. */
+void http_response_head_init(struct http_response_head *h, size_t max_head,
+                             int64_t retry_after_max_ms);
+
+/*
+ * Feed one whole line p[0..n), with its line end (CRLF or LF).  Borrows
+ * 'p'.  Returns an enum http_response_event, or GW_EPARSE / GW_ETOOBIG
+ * (max_head) with h->error set: the response is refused.  Lines after
+ * HTTP_RESPONSE_DONE are trailers, not for this reader.
+ */
+int http_response_head_line(struct http_response_head *h, const char *p,
+                            size_t n);
+
+/*
  * Incremental chunked-body decoder (RFC 9112 section 7.1).  Chunk
  * extensions are parsed and ignored, trailer fields are parsed and dropped.
  */
@@ -126,7 +208,8 @@ int http_chunked_feed(struct http_chunked *d, const char *p, size_t len,
                       struct buf *out, size_t *consumed);
 
 /*
- * Read one request head from 'fd' (non-blocking, see net.h).
+ * Read one request head from the client's stream 's' (borrowed; see
+ * net.h).
  *
  * 'in' holds bytes already read (a pipelined request) and receives new
  * ones; it is bounded by the caller.  When the head is complete it is
@@ -144,14 +227,14 @@ int http_chunked_feed(struct http_chunked *d, const char *p, size_t len,
  * GW_EABORTED (drain while idle, or stop); GW_EPARSE / GW_ETOOBIG
  * (error_status set); GW_ENOMEM; GW_EIO.
  */
-int http_read_head(int fd, struct buf *in, struct buf *head,
+int http_read_head(struct net_stream *s, struct buf *in, struct buf *head,
                    size_t max_head, int64_t idle_deadline,
                    int header_timeout_ms, int wake_fd, int stop_fd,
                    struct http_request *r);
 
 /*
  * Read the body 'r' announces into 'body' (reset first; its limit is the
- * largest body accepted), first from 'in', then from 'fd', until 'deadline'
+ * largest body accepted), first from 'in', then from 's', until 'deadline'
  * or until 'wake_fd' (or -1) is readable while waiting.
  * Bytes after the body stay in 'in' for the next request.
  * Returns 0; GW_ETOOBIG (r->error_status 413); GW_EPARSE (bad chunked
@@ -159,8 +242,9 @@ int http_read_head(int fd, struct buf *in, struct buf *head,
  * GW_ENOMEM; GW_EIO.
  * 'r' is not const only so that the error fields can be set.
  */
-int http_read_body(int fd, struct buf *in, struct http_request *r,
-                   struct buf *body, int64_t deadline, int wake_fd);
+int http_read_body(struct net_stream *s, struct buf *in,
+                   struct http_request *r, struct buf *body,
+                   int64_t deadline, int wake_fd);
 
 /* Reason phrase for a status code ("OK", "Not Found", ...); never NULL. */
 const char *http_reason(int status);

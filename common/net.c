@@ -1,5 +1,6 @@
 /*
- * net.c - non-blocking sockets with poll()-based deadlines.
+ * net.c - non-blocking sockets with poll()-based deadlines, and the
+ * stream interface a client connection's bytes go through.
  */
 #include "net.h"
 
@@ -11,99 +12,38 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "log.h"
 
-/*
- * The stream each descriptor carries, or NULL (net.h).  A slot is written
- * by the connection's own thread, before anyone else can know of the
- * descriptor and after everyone is done with it; other threads that write
- * for a parked client (fanout.h) read it after a lock handed them the
- * client, so relaxed atomics are enough.
- */
-static _Atomic(const struct net_stream *) *stream_slots;
-static size_t stream_nslots;
-
-static const struct net_stream *
-stream_of(int fd)
-{
-    if (fd < 0 || (size_t)fd >= stream_nslots)
-        return NULL;
-    return atomic_load_explicit(&stream_slots[fd], memory_order_relaxed);
-}
-
 int
-net_streams_init(size_t max_fds)
+net_parse_hostport(const char *s, const char **host, size_t *host_len,
+                   int *port)
 {
-    if (stream_slots != NULL)
-        return 0;
-    stream_slots = calloc(max_fds, sizeof(*stream_slots));
-    if (stream_slots == NULL)
-        return GW_ENOMEM;
-    stream_nslots = max_fds;
-    return 0;
-}
+    const char *h = s, *colon, *close;
+    size_t n;
+    uint64_t v;
 
-int
-net_attach_stream(int fd, const struct net_stream *s)
-{
-    if (fd < 0 || (size_t)fd >= stream_nslots)
-        return GW_EINVAL;
-    atomic_store_explicit(&stream_slots[fd], s, memory_order_relaxed);
-    return 0;
-}
-
-void
-net_detach_stream(int fd)
-{
-    if (fd >= 0 && (size_t)fd < stream_nslots)
-        atomic_store_explicit(&stream_slots[fd], NULL,
-                              memory_order_relaxed);
-}
-
-/*
- * Split "HOST:PORT" / "[V6]:PORT" / ":PORT" into host (NULL = any) and port.
- */
-static int
-split_addr(const char *addr, char *host, size_t hostlen, char *port,
-           size_t portlen)
-{
-    const char *colon;
-    size_t hl;
-
-    if (addr[0] == '[') {
-        const char *end = strchr(addr, ']');
-
-        if (end == NULL || end[1] != ':')
+    if (s[0] == '[') {
+        close = strchr(s, ']');
+        if (close == NULL || close == s + 1 || close[1] != ':')
             return GW_EINVAL;
-        hl = (size_t)(end - addr - 1);
-        if (hl >= hostlen)
-            return GW_EINVAL;
-        memcpy(host, addr + 1, hl);
-        host[hl] = '\0';
-        colon = end + 1;
+        h = s + 1;
+        colon = close + 1;
     } else {
-        colon = strrchr(addr, ':');
+        colon = strchr(s, ':');
         if (colon == NULL)
             return GW_EINVAL;
-        hl = (size_t)(colon - addr);
-        if (hl >= hostlen)
-            return GW_EINVAL;
-        memcpy(host, addr, hl);
-        host[hl] = '\0';
+        close = colon;
     }
-    if (colon[1] == '\0' || strlen(colon + 1) >= portlen)
-        return GW_EINVAL;
-    for (const char *q = colon + 1; *q != '\0'; q++)
-        if (*q < '0' || *q > '9')
-            return GW_EINVAL;
-    if (strtol(colon + 1, NULL, 10) > 65535)
-        return GW_EINVAL;
-    strcpy(port, colon + 1);
+    n = strlen(colon + 1);
+    if (n > 5 || gw_parse_uint(colon + 1, n, 65535, &v) != 0)
+        return GW_EINVAL;       /* also a second ':' outside brackets */
+    *host = h;
+    *host_len = (size_t)(close - h);
+    *port = (int)v;
     return 0;
 }
 
@@ -112,10 +52,15 @@ resolve(const char *addr, int passive, struct addrinfo **res)
 {
     struct addrinfo hints;
     char host[256], port[8];
-    int rc;
+    const char *h;
+    size_t hl;
+    int p, rc;
 
-    if (split_addr(addr, host, sizeof(host), port, sizeof(port)) != 0)
+    if (net_parse_hostport(addr, &h, &hl, &p) != 0 || hl >= sizeof(host))
         return GW_EINVAL;
+    memcpy(host, h, hl);
+    host[hl] = '\0';
+    snprintf(port, sizeof(port), "%d", p);
     memset(&hints, 0, sizeof(hints));
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
@@ -257,14 +202,9 @@ out:
 int
 net_wait(int fd, short events, int64_t deadline, int wake_fd)
 {
-    const struct net_stream *st = stream_of(fd);
     struct pollfd pfd[2];
     int n;
 
-    /* Bytes the stream holds (decrypted, say): readable without the
-     * socket. */
-    if (st != NULL && events == POLLIN && st->ops->pending(st->impl) > 0)
-        return 0;
     for (;;) {
         pfd[0].fd = fd;
         pfd[0].events = events;
@@ -291,12 +231,9 @@ int
 net_read(int fd, void *p, size_t len, int64_t deadline, int wake_fd,
          size_t *n)
 {
-    const struct net_stream *st = stream_of(fd);
     ssize_t r;
     int rc;
 
-    if (st != NULL)
-        return st->ops->read(st->impl, p, len, deadline, wake_fd, n);
     *n = 0;
     for (;;) {
         r = recv(fd, p, len, 0);
@@ -325,12 +262,9 @@ write_error(int err)
 int
 net_writev_some(int fd, const struct iovec *iov, int iovcnt, size_t *n)
 {
-    const struct net_stream *st = stream_of(fd);
     struct msghdr msg;
     ssize_t w;
 
-    if (st != NULL)
-        return st->ops->writev_some(st->impl, iov, iovcnt, n);
     *n = 0;
     memset(&msg, 0, sizeof(msg));
     msg.msg_iov = (struct iovec *)iov;
@@ -374,13 +308,10 @@ int
 net_writev_all(int fd, struct iovec *iov, int iovcnt, int64_t deadline,
                int wake_fd)
 {
-    const struct net_stream *st = stream_of(fd);
     struct msghdr msg;
     ssize_t w;
     int rc;
 
-    if (st != NULL)
-        return st->ops->writev_all(st->impl, iov, iovcnt, deadline, wake_fd);
     while (iovcnt > 0 && iov[0].iov_len == 0) {
         iov++;
         iovcnt--;
@@ -441,4 +372,113 @@ net_peer_gone(int fd)
     pfd.fd = fd;
     net_peers_gone(&pfd, 1);
     return pfd.revents;
+}
+
+/* ---- streams ---- */
+
+static int
+plain_read(struct net_stream *s, void *p, size_t len, int64_t deadline,
+           int wake_fd, size_t *n)
+{
+    return net_read(s->fd, p, len, deadline, wake_fd, n);
+}
+
+static int
+plain_writev_some(struct net_stream *s, const struct iovec *iov, int iovcnt,
+                  size_t *n)
+{
+    return net_writev_some(s->fd, iov, iovcnt, n);
+}
+
+static int
+plain_writev_all(struct net_stream *s, struct iovec *iov, int iovcnt,
+                 int64_t deadline, int wake_fd)
+{
+    return net_writev_all(s->fd, iov, iovcnt, deadline, wake_fd);
+}
+
+static size_t
+plain_pending(const struct net_stream *s)
+{
+    (void)s;
+    return 0;                   /* the kernel holds whatever there is */
+}
+
+static const struct net_stream_ops plain_ops = {
+    plain_read, plain_writev_some, plain_writev_all, plain_pending,
+};
+
+void
+net_stream_init(struct net_stream *s, int fd)
+{
+    net_stream_init_ops(s, fd, &plain_ops, NULL);
+}
+
+void
+net_stream_init_ops(struct net_stream *s, int fd,
+                    const struct net_stream_ops *ops, void *impl)
+{
+    s->ops = ops;
+    s->impl = impl;
+    s->fd = fd;
+}
+
+int
+net_stream_fd(const struct net_stream *s)
+{
+    return s->fd;
+}
+
+int
+net_stream_wait(struct net_stream *s, short events, int64_t deadline,
+                int wake_fd)
+{
+    /* Bytes the stream holds (decrypted, say): readable without the
+     * socket. */
+    if (events == POLLIN && s->ops->pending(s) > 0)
+        return 0;
+    return net_wait(s->fd, events, deadline, wake_fd);
+}
+
+int
+net_stream_read(struct net_stream *s, void *p, size_t len, int64_t deadline,
+                int wake_fd, size_t *n)
+{
+    return s->ops->read(s, p, len, deadline, wake_fd, n);
+}
+
+int
+net_stream_writev_some(struct net_stream *s, const struct iovec *iov,
+                       int iovcnt, size_t *n)
+{
+    return s->ops->writev_some(s, iov, iovcnt, n);
+}
+
+int
+net_stream_write_some(struct net_stream *s, const void *p, size_t len,
+                      size_t *n)
+{
+    struct iovec iov;
+
+    iov.iov_base = (void *)p;
+    iov.iov_len = len;
+    return net_stream_writev_some(s, &iov, 1, n);
+}
+
+int
+net_stream_writev_all(struct net_stream *s, struct iovec *iov, int iovcnt,
+                      int64_t deadline, int wake_fd)
+{
+    return s->ops->writev_all(s, iov, iovcnt, deadline, wake_fd);
+}
+
+int
+net_stream_write_all(struct net_stream *s, const void *p, size_t len,
+                     int64_t deadline, int wake_fd)
+{
+    struct iovec iov;
+
+    iov.iov_base = (void *)p;
+    iov.iov_len = len;
+    return net_stream_writev_all(s, &iov, 1, deadline, wake_fd);
 }

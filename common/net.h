@@ -9,14 +9,16 @@
  * 'wake_fd' arguments (or -1): a descriptor that becomes readable when the
  * process starts draining; a wait that sees it readable returns GW_EABORTED.
  *
- * A connection's bytes may go through a stream layered on the socket
- * (TLS, gateway/tls.h): once its thread attaches a struct net_stream to
- * the descriptor, net_wait(POLLIN), net_read and the net_write functions
- * on that descriptor go through the stream's functions, with the same
- * contracts.  So the modules above keep passing the descriptor they have
- * and never know which kind of connection it is; only the code that
- * attaches the stream (conn.c) does.  The peer checks look at the socket
- * alone: a client that hangs up closes it, close_notify or not.
+ * A client connection's bytes go through a struct net_stream: a plain
+ * socket (net_stream_init()) or a stream layered on it (TLS,
+ * gateway/tls.h), owned by the connection and passed explicitly to
+ * whatever reads or writes for it.  The net_stream_* functions keep the
+ * contracts of their raw namesakes below, so the modules above never know
+ * which kind of connection they hold; only the code that makes the stream
+ * (gateway/conn.c) does.  The peer checks look at the socket alone
+ * (net_stream_fd()): a client that hangs up closes it, close_notify or
+ * not.  The raw functions serve the sockets that carry no stream:
+ * listening, connecting, the stream implementations themselves, tools/.
  */
 #ifndef INFERGW_COMMON_NET_H
 #define INFERGW_COMMON_NET_H
@@ -29,8 +31,21 @@
 #include "util.h"
 
 /*
- * Listen on 'addr': "HOST:PORT", "[V6]:PORT" or ":PORT" (all interfaces).
- * Port 0 picks a free port.  OUT *fd: the non-blocking, close-on-exec
+ * Split an address: "HOST:PORT", "[V6]:PORT" or ":PORT" (all
+ * interfaces).  Borrows 's'.  OUT *host, *host_len: a view into 's',
+ * without the brackets, empty for ":PORT"; OUT *port: 0..65535.  A host
+ * outside brackets holds no ':' (the first one ends it, so a bare IPv6
+ * address is refused), a bracketed one is not empty, and PORT is one to
+ * five decimal digits.  What else a host may hold is left to the caller
+ * (gateway/config.c checks its characters) or the resolver.
+ * Returns 0 or GW_EINVAL.
+ */
+int net_parse_hostport(const char *s, const char **host, size_t *host_len,
+                       int *port);
+
+/*
+ * Listen on 'addr' (net_parse_hostport() forms).  Port 0 picks a free
+ * port.  OUT *fd: the non-blocking, close-on-exec
  * listening socket; OUT *port: the port actually bound.
  * Returns 0, GW_EINVAL (bad address) or GW_EIO (logged).
  */
@@ -42,7 +57,10 @@ int net_listen(const char *addr, int backlog, int *fd, uint16_t *port);
  */
 int net_accept(int lfd, int *cfd);
 
-/* Connect to "HOST:PORT" with a deadline; OUT *fd is non-blocking. */
+/*
+ * Connect to 'addr' (net_parse_hostport() forms) with a deadline; OUT *fd
+ * is non-blocking.
+ */
 int net_connect(const char *addr, int64_t deadline, int *fd);
 
 /* Set O_NONBLOCK; 0 or GW_EIO. */
@@ -99,39 +117,66 @@ int net_peer_gone(int fd);
 int net_peers_gone(struct pollfd *pfd, size_t n);
 
 /*
- * A stream over a socket: its functions keep the contracts of net_read,
- * net_writev_some and net_writev_all above, and 'pending' says how many
- * bytes it can give without reading the socket (so net_wait(POLLIN)
- * returns at once).  'impl' is the stream's own object.
+ * A stream over a socket.  Each function keeps the contract of its raw
+ * namesake above (read: net_read, writev_some: net_writev_some,
+ * writev_all: net_writev_all), and 'pending' says how many bytes it can
+ * give without reading the socket (so net_stream_wait(POLLIN) returns at
+ * once).
  */
+struct net_stream;
+
 struct net_stream_ops {
-    int (*read)(void *impl, void *p, size_t len, int64_t deadline,
+    int (*read)(struct net_stream *s, void *p, size_t len, int64_t deadline,
                 int wake_fd, size_t *n);
-    int (*writev_some)(void *impl, const struct iovec *iov, int iovcnt,
-                       size_t *n);
-    int (*writev_all)(void *impl, struct iovec *iov, int iovcnt,
+    int (*writev_some)(struct net_stream *s, const struct iovec *iov,
+                       int iovcnt, size_t *n);
+    int (*writev_all)(struct net_stream *s, struct iovec *iov, int iovcnt,
                       int64_t deadline, int wake_fd);
-    size_t (*pending)(const void *impl);
+    size_t (*pending)(const struct net_stream *s);
 };
 
+/*
+ * One connection's stream: embedded in the struct of whoever owns the
+ * connection, used by one thread at a time (the owner, or the thread it
+ * hands its client to: gateway/fanout.h), and valid while the socket is
+ * open and 'impl' lives.  Fill it with net_stream_init() or an
+ * implementation's own init (tls_stream_init()); never change it while
+ * another thread may use it.
+ */
 struct net_stream {
     const struct net_stream_ops *ops;
-    void *impl;
+    void *impl;                 /* the implementation's object, borrowed;
+                                   NULL for a plain socket */
+    int fd;                     /* the socket, borrowed */
 };
 
-/*
- * Make room for descriptors below 'max_fds' to carry streams (once,
- * before any thread attaches).  Returns 0 or GW_ENOMEM.
- */
-int net_streams_init(size_t max_fds);
+/* 's' is the plain socket 'fd' (borrowed): the raw functions above. */
+void net_stream_init(struct net_stream *s, int fd);
+
+/* 's' is 'fd' (borrowed) through 'ops' on 'impl' (both borrowed). */
+void net_stream_init_ops(struct net_stream *s, int fd,
+                         const struct net_stream_ops *ops, void *impl);
+
+/* The socket under 's': for the peer checks and socket options. */
+int net_stream_fd(const struct net_stream *s);
 
 /*
- * 'fd' carries 's' from now on (borrowed, until net_detach_stream).
- * Returns 0, or GW_EINVAL when fd is out of net_streams_init()'s range.
+ * net_wait() on the stream: POLLIN returns at once while the stream holds
+ * bytes it read ahead (decrypted, say).
  */
-int net_attach_stream(int fd, const struct net_stream *s);
+int net_stream_wait(struct net_stream *s, short events, int64_t deadline,
+                    int wake_fd);
 
-/* 'fd' is a plain socket again. */
-void net_detach_stream(int fd);
+/* net_read(), net_write_all(), ... on the stream, with their contracts. */
+int net_stream_read(struct net_stream *s, void *p, size_t len,
+                    int64_t deadline, int wake_fd, size_t *n);
+int net_stream_write_all(struct net_stream *s, const void *p, size_t len,
+                         int64_t deadline, int wake_fd);
+int net_stream_writev_all(struct net_stream *s, struct iovec *iov,
+                          int iovcnt, int64_t deadline, int wake_fd);
+int net_stream_write_some(struct net_stream *s, const void *p, size_t len,
+                          size_t *n);
+int net_stream_writev_some(struct net_stream *s, const struct iovec *iov,
+                           int iovcnt, size_t *n);
 
 #endif

@@ -31,6 +31,7 @@ gw_strerror(int rc)
     case GW_ESTOPPING:  return "stopping";
     case GW_ENOTFOUND:  return "not found";
     case GW_EUNAVAIL:   return "unavailable";
+    case GW_ESHED:      return "shed";
     default:            return "unknown error";
     }
 }
@@ -105,6 +106,52 @@ gw_parse_long(const char *s, long lo, long hi, long *out)
     return 0;
 }
 
+/* n / d rounded up, for d > 0, with no overflow for any n (util.h). */
+static uint64_t
+div_ceil(uint64_t n, uint64_t d)
+{
+    return n / d + (n % d != 0);
+}
+
+uint64_t
+gw_ms_to_s_ceil(uint64_t ms)
+{
+    return div_ceil(ms, 1000);
+}
+
+uint64_t
+gw_us_to_s_ceil(uint64_t us)
+{
+    return div_ceil(us, 1000 * 1000);
+}
+
+uint64_t
+gw_us_to_ms_ceil(uint64_t us)
+{
+    return div_ceil(us, 1000);
+}
+
+int
+gw_parse_uint(const char *p, size_t n, uint64_t max, uint64_t *out)
+{
+    uint64_t v = 0;
+    size_t i;
+
+    if (n == 0)
+        return GW_EPARSE;
+    for (i = 0; i < n; i++) {
+        unsigned d = (unsigned)(unsigned char)p[i] - '0';  /* wraps below */
+
+        if (d > 9)
+            return GW_EPARSE;
+        if (d > max || v > (max - d) / 10)      /* v * 10 + d > max */
+            return GW_ETOOBIG;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return 0;
+}
+
 int
 gw_add_overflows(size_t a, size_t b, size_t *out)
 {
@@ -112,6 +159,27 @@ gw_add_overflows(size_t a, size_t b, size_t *out)
         return 1;
     *out = a + b;
     return 0;
+}
+
+uint64_t
+gw_fnv1a64(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *s = p;
+    size_t i;
+
+    for (i = 0; i < n; i++) {
+        h ^= s[i];
+        h *= UINT64_C(0x100000001b3);      /* the 64-bit FNV prime */
+    }
+    return h;
+}
+
+uint64_t
+gw_mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+    return z ^ (z >> 31);
 }
 
 void

@@ -27,6 +27,8 @@ enum {
     GW_ESTOPPING = -11,     /* the process is stopping: every wait ends */
     GW_ENOTFOUND = -12,     /* no such thing (a model no upstream serves) */
     GW_EUNAVAIL = -13,      /* nothing usable now (every upstream ejected) */
+    GW_ESHED = -14,         /* refused to make room for others (a
+                               sheddable request when all are busy) */
 };
 
 /* Text for a GW_E* code; never NULL. */
@@ -81,8 +83,45 @@ int gw_log_path_len(const char *target);
  */
 int gw_parse_long(const char *s, long lo, long hi, long *out);
 
+/*
+ * Parse all 'n' bytes at 'p' (borrowed; no NUL needed, none read past
+ * p + n) as an unsigned decimal of at most 'max': 1*DIGIT, so no sign, no
+ * blank and no other byte; leading zeros are digits like any other.
+ * OUT *out, set only on success.  Returns 0, GW_EPARSE (empty, or a byte
+ * that is not a digit) or GW_ETOOBIG (above 'max').  The bytes are read
+ * in order and the first that fails decides which: with max UINT64_MAX,
+ * "99999999999999999999x" is GW_ETOOBIG.  Rules of a grammar on top of
+ * this (exactly three digits, at most five) stay with the caller.
+ */
+int gw_parse_uint(const char *p, size_t n, uint64_t max, uint64_t *out);
+
+/*
+ * A span in a coarser unit, rounded up (ms to s, us to s, us to ms): a
+ * wait told to a client (Retry-After) or to poll() is never shorter than
+ * the real one, so 1 ms is 1 s, and 0 stays 0.  Exact for every input,
+ * UINT64_MAX included: no sum that could wrap is formed (as
+ * "(ms + 999) / 1000" would within 999 of UINT64_MAX).  The result is
+ * below UINT64_MAX / 1000 + 2; a caller narrowing it to int bounds its
+ * input first.
+ */
+uint64_t gw_ms_to_s_ceil(uint64_t ms);
+uint64_t gw_us_to_s_ceil(uint64_t us);
+uint64_t gw_us_to_ms_ceil(uint64_t us);
+
 /* Returns 1 when a + b would overflow size_t, else stores the sum in *out. */
 int gw_add_overflows(size_t a, size_t b, size_t *out);
+
+/*
+ * 64-bit FNV-1a: fold the 'n' bytes at 'p' into the hash 'h' (start from
+ * GW_FNV1A64_OFFSET, or that xor a salt), so that a key may be hashed in
+ * pieces.  Fast and stable, but its high bits spread poorly: pass the
+ * result through gw_mix64() before using all 64 (a hash ring does).
+ */
+#define GW_FNV1A64_OFFSET UINT64_C(0xcbf29ce484222325)
+uint64_t gw_fnv1a64(uint64_t h, const void *p, size_t n);
+
+/* splitmix64's finaliser: every input bit moves every output bit. */
+uint64_t gw_mix64(uint64_t z);
 
 /*
  * Fill 'out' with 'n' random lowercase hex digits and a NUL ('out' must hold

@@ -167,19 +167,19 @@ coalesce_eligible(const struct gw_config *cfg, size_t tenant,
                   enum metrics_bypass *why)
 {
     if (!cfg->coalesce) {
-        *why = BYPASS_DISABLED;
+        *why = METRICS_BYPASS_DISABLED;
         return 0;
     }
     if (tenant < cfg->num_tenants && !cfg->tenants[tenant].coalesce) {
-        *why = BYPASS_TENANT;
+        *why = METRICS_BYPASS_TENANT;
         return 0;
     }
     if (opted_out(r)) {
-        *why = BYPASS_OPT_OUT;
+        *why = METRICS_BYPASS_OPT_OUT;
         return 0;
     }
     if (!reproducible(cfg, body)) {
-        *why = BYPASS_SAMPLING;
+        *why = METRICS_BYPASS_SAMPLING;
         return 0;
     }
     return 1;
@@ -280,11 +280,11 @@ follow_locked(struct coalescer *co, struct entry *e, struct flight_reader *r,
               struct flight **out, enum metrics_bypass *why)
 {
     if (e->followers >= co->max_followers) {
-        *why = BYPASS_MAX_FOLLOWERS;
+        *why = METRICS_BYPASS_MAX_FOLLOWERS;
         return COALESCE_BYPASS;
     }
     if (flight_attach(e->f, r) != 0) {
-        *why = BYPASS_MAX_FLIGHT_BYTES;     /* too big to replay */
+        *why = METRICS_BYPASS_MAX_FLIGHT_BYTES;     /* too big to replay */
         return COALESCE_BYPASS;
     }
     flight_ref(e->f);
@@ -303,7 +303,7 @@ lead_locked(struct coalescer *co, struct entry **pp, const unsigned char *key,
     struct flight *f;
 
     if (co->count >= co->max_flights) {
-        *why = BYPASS_MAX_FLIGHTS;
+        *why = METRICS_BYPASS_MAX_FLIGHTS;
         return COALESCE_BYPASS;
     }
     e = gw_malloc(sizeof(*e));
@@ -311,7 +311,7 @@ lead_locked(struct coalescer *co, struct entry **pp, const unsigned char *key,
     if (e == NULL || f == NULL || flight_attach(f, r) != 0) {
         gw_free(e);
         flight_unref(f);
-        *why = BYPASS_NOMEM;
+        *why = METRICS_BYPASS_NOMEM;
         return COALESCE_BYPASS;
     }
     flight_ref(f);                  /* the driver's */
@@ -349,7 +349,7 @@ coalescer_join(struct coalescer *co, const unsigned char key[FLIGHT_KEY_LEN],
 
 void
 coalescer_finish(struct coalescer *co, const unsigned char key[FLIGHT_KEY_LEN],
-                 struct flight *f, int rc, const char *reason)
+                 struct flight *f, const struct call_outcome *o)
 {
     struct entry **pp;
 
@@ -357,7 +357,7 @@ coalescer_finish(struct coalescer *co, const unsigned char key[FLIGHT_KEY_LEN],
     pp = find_locked(co, key);
     if (*pp != NULL && (*pp)->f == f)   /* identity: never a successor */
         remove_locked(co, pp);
-    flight_finish(f, rc, reason);
+    flight_finish(f, o);
     gw_mutex_unlock(&co->lock);
 }
 
@@ -403,4 +403,10 @@ coalescer_each(struct coalescer *co, void (*fn)(struct flight *f))
         for (struct entry *e = co->bucket[b]; e != NULL; e = e->next)
             fn(e->f);
     gw_mutex_unlock(&co->lock);
+}
+
+void
+coalescer_wake_all(struct coalescer *co)
+{
+    coalescer_each(co, flight_wake_all);
 }

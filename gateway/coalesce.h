@@ -7,10 +7,11 @@
  * either a constant of the gateway's configuration or derived from data
  * that is part of the coalescing key.  So a follower can only ever get
  * the answer to exactly its own request.  It holds by construction:
- * upstream.h's struct upstream_request is all of a client's request that
- * reaches the upstream, and coalesce_key() hashes every field of it but
- * the request id, which on a coalesced call is the flight's own
- * (proxy.c); the rest of the upstream request is constant (upstream.c).
+ * upstream_request.h's struct upstream_request is all of a client's
+ * request that reaches the upstream, and coalesce_key() hashes every
+ * field of it but the request id, which on a coalesced call is the
+ * flight's own (proxy.c); the rest of the upstream request is constant
+ * (upstream_request.c).
  * Content-Type and Accept are constants; a forwarded credential is
  * hashed into the key; the tenant is always in it.
  *
@@ -75,7 +76,7 @@ int coalesce_eligible(const struct gw_config *cfg, size_t tenant,
                       enum metrics_bypass *why);
 
 /*
- * The key: SHA-256 over the configuration's generation (live.h), the
+ * The key: SHA-256 over the configuration's generation (generation.h), the
  * tenant name and every client-derived field
  * of 'ur' that reaches the upstream (upstream.h):
  * method, path (with its query), the raw body and the forwarded
@@ -116,15 +117,16 @@ enum coalesce_role coalescer_join(struct coalescer *co,
                                   enum metrics_bypass *why);
 
 /*
- * Leader: the upstream call ended (rc 0 = complete).  Removes the entry
+ * Leader: the upstream call ended with outcome 'o' (borrowed; outcome.h;
+ * CALL_OK = complete), which the flight keeps.  Removes the entry
  * for 'key' if it is still this flight's (a stale flight never removes
  * its successor) and sets the final state, in one step under the map
  * lock.  Drops the map's reference, not the caller's.  The caller then
- * wakes the parked readers (fanout_wake_all()).
+ * wakes the parked readers (flight_wake_all()).
  */
 void coalescer_finish(struct coalescer *co,
                       const unsigned char key[FLIGHT_KEY_LEN],
-                      struct flight *f, int rc, const char *reason);
+                      struct flight *f, const struct call_outcome *o);
 
 /*
  * A reader leaves (its client is done or gone): detaches 'r' and drops
@@ -141,8 +143,12 @@ size_t coalescer_count(struct coalescer *co);
 
 /*
  * Call fn(f) for every flight in the map, under the map lock (fn may take
- * the flight's lock, not the map's).  For the stop: fanout_wake_all().
+ * the flight's lock, not the map's).
  */
 void coalescer_each(struct coalescer *co, void (*fn)(struct flight *f));
+
+/* The stop: hand every parked reader of every flight in the map back to
+ * its thread (flight_wake_all()), so that it sees the stop. */
+void coalescer_wake_all(struct coalescer *co);
 
 #endif

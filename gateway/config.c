@@ -28,7 +28,6 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
@@ -40,7 +39,7 @@
 #include "alloc.h"
 #include "cfg.h"
 #include "log.h"
-#include "tls.h"
+#include "net.h"
 #include "util.h"
 
 #define DEFAULT_URL "http://127.0.0.1:8000"
@@ -60,6 +59,7 @@ enum setting_type {
                            tenant's key_sha256, or [admin]'s */
     T_TENANT_KEY_SHA256,    /* 64 hex digits, appended likewise */
     T_UINT,             /* uint64_t in [min, max] */
+    T_INT,              /* int64_t in [-max, max] ('min' unused) */
     T_SIZE,             /* uint64_t bytes in [min, max] */
     T_DURATION,         /* int64_t milliseconds in [min, max] */
     T_BOOL,             /* int 0/1 */
@@ -150,7 +150,7 @@ static const struct setting settings[] = {
 
     { "routing", "forward_client_auth", T_BOOL, C(forward_client_auth),
       "off", 0, 0 },
-    { "routing", "balance", T_BALANCE, C(balance), "least_inflight", 0, 0 },
+    { "routing", "balance", T_BALANCE, C(balance), "least_load", 0, 0 },
     { "routing", "health_interval", T_DURATION, C(health_interval_ms), "5s",
       0, DAY_MS },
     { "routing", "eject_after", T_UINT, C(eject_after), "3", 1, 1000 },
@@ -167,7 +167,7 @@ static const struct setting settings[] = {
       0, DAY_MS },
     { "routing", "queue_timeout", T_DURATION, C(queue_timeout_ms), "2s",
       0, DAY_MS },
-    { "routing", "prefix_epsilon", T_DECIMAL, C(prefix_epsilon), "0.25",
+    { "routing", "prefix_epsilon", T_DECIMAL, C(prefix_epsilon), "0.1",
       0, 10 },
     { "routing", "prefix_bytes", T_SIZE, C(prefix_bytes), "1k", 16,
       64 * KIB },
@@ -183,6 +183,14 @@ static const struct setting settings[] = {
       CONFIG_MAX_KEEPALIVE },
     { "routing", "keepalive_timeout", T_DURATION, C(keepalive_timeout_ms),
       "4s", 1, DAY_MS },
+    { "routing", "load_interval", T_DURATION, C(load_interval_ms), "100ms",
+      0, DAY_MS },
+    { "routing", "load_timeout", T_DURATION, C(load_timeout_ms), "200ms",
+      1, DAY_MS },
+    { "routing", "load_stale", T_DURATION, C(load_stale_ms), "1s",
+      1, DAY_MS },
+    { "routing", "kv_high", T_DECIMAL, C(kv_high), "0.9", 0, 1 },
+    { "routing", "max_waiting", T_UINT, C(max_waiting), "4", 1, 1000000 },
 
     { "coalesce", "enabled", T_BOOL, C(coalesce), "on", 0, 0 },
     { "coalesce", "omitted_temperature", T_DECIMAL,
@@ -207,6 +215,8 @@ static const struct setting settings[] = {
     { "tenant", "max_inflight", T_UINT, TN(max_inflight), "0", 0, 1000000 },
     { "tenant", "requests_per_minute", T_UINT, TN(requests_per_minute), "0",
       0, 1000000000 },
+    { "tenant", "weight", T_UINT, TN(weight), "1", 1, 1000 },
+    { "tenant", "priority", T_INT, TN(priority), "0", 0, 1000 },
 
     { "admin", "listen", T_LISTEN, C(admin_listen), "", 1, 0 },
     { "admin", "api_key", T_TENANT_KEY, C(admin_key_sha256), NULL,
@@ -216,6 +226,7 @@ static const struct setting settings[] = {
 };
 
 #define NUM_SETTINGS GW_ARRAY_LEN(settings)
+_Static_assert(NUM_SETTINGS <= CONFIG_MAX_SETTINGS, "CONFIG_MAX_SETTINGS");
 
 /* How a section is named. */
 enum section_naming {
@@ -272,15 +283,6 @@ set_err(struct loader *ld, int line, const char *fmt, ...)
     va_end(ap);
 }
 
-static void
-wipe_free(char *s)
-{
-    if (s == NULL)
-        return;
-    mbedtls_platform_zeroize(s, strlen(s));
-    gw_free(s);
-}
-
 /*
  * Replace the string at *field with a copy of 'v'.  Borrows 'v'; frees
  * the old string (wiped first when 'secret').  GW_ENOMEM leaves *field.
@@ -293,60 +295,36 @@ replace_string(char **field, const char *v, int secret)
     if (dup == NULL)
         return GW_ENOMEM;
     if (secret)
-        wipe_free(*field);
+        gw_wipe_free_str(*field);
     else
         gw_free(*field);
     *field = dup;
     return 0;
 }
 
-static int
-all_digits(const char *p, size_t n)
-{
-    size_t i;
-
-    for (i = 0; i < n; i++)
-        if (p[i] < '0' || p[i] > '9')
-            return 0;
-    return n > 0;
-}
-
-/* PORT is 0..65535; 0 asks the kernel for a free one (tests use it). */
-static int
-valid_port(const char *p)
-{
-    size_t n = strlen(p);
-
-    return n <= 5 && all_digits(p, n) && atoi(p) <= 65535;
-}
-
 /*
- * "HOST:PORT", "[IPv6]:PORT" or ":PORT" (every address).  The host is
- * only checked for plausible characters: whether it resolves is for the
- * listener to say, with the resolver's own message.
+ * "HOST:PORT", "[IPv6]:PORT" or ":PORT" (every address), as
+ * net_parse_hostport() reads them; PORT 0 asks the kernel for a free one
+ * (tests use it).  The host is only checked for plausible characters:
+ * whether it resolves is for the listener to say, with the resolver's
+ * own message.
  */
 static int
 valid_listen(const char *s)
 {
-    const char *colon, *close, *p;
+    const char *host, *p;
+    size_t n;
+    int port;
 
-    if (s[0] == '[') {
-        close = strchr(s, ']');
-        if (close == NULL || close == s + 1 || close[1] != ':')
-            return 0;
-        for (p = s + 1; p < close; p++)
-            if (strchr("0123456789abcdefABCDEF:.", *p) == NULL)
-                return 0;
-        return valid_port(close + 2);
-    }
-    colon = strchr(s, ':');
-    if (colon == NULL || strchr(colon + 1, ':') != NULL)
+    if (net_parse_hostport(s, &host, &n, &port) != 0)
         return 0;
-    for (p = s; p < colon; p++)
-        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z')
-              || (*p >= '0' && *p <= '9') || *p == '.' || *p == '-'))
+    for (p = host; p < host + n; p++) {
+        if (s[0] == '[' ? strchr("0123456789abcdefABCDEF:.", *p) == NULL
+            : !((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z')
+                || (*p >= '0' && *p <= '9') || *p == '.' || *p == '-'))
             return 0;
-    return valid_port(colon + 1);
+    }
+    return 1;
 }
 
 /* A file name: anything but control characters ("" = none). */
@@ -396,59 +374,6 @@ valid_secret(const char *s, uint64_t min_len)
     return (uint64_t)(p - s) >= min_len;
 }
 
-/* "0", "0.7", "2.0", ".5": plain decimals only, no exponent or sign. */
-static int
-parse_temperature(const char *s, double lo, double hi, double *out)
-{
-    const char *p;
-    int digits = 0, dots = 0;
-    double v;
-
-    for (p = s; *p != '\0'; p++) {
-        if (*p >= '0' && *p <= '9')
-            digits++;
-        else if (*p == '.' && dots == 0)
-            dots++;
-        else
-            return GW_EINVAL;
-    }
-    if (digits == 0)
-        return GW_EINVAL;
-    v = strtod(s, NULL);
-    if (!(v >= lo && v <= hi))
-        return GW_EINVAL;
-    *out = v;
-    return 0;
-}
-
-/* Bytes as the shortest exact "64k" / "1m" / "123" for messages. */
-static void
-fmt_size(uint64_t v, char *out, size_t n)
-{
-    if (v != 0 && v % GIB == 0)
-        snprintf(out, n, "%" PRIu64 "g", v / GIB);
-    else if (v != 0 && v % MIB == 0)
-        snprintf(out, n, "%" PRIu64 "m", v / MIB);
-    else if (v != 0 && v % KIB == 0)
-        snprintf(out, n, "%" PRIu64 "k", v / KIB);
-    else
-        snprintf(out, n, "%" PRIu64, v);
-}
-
-/* Milliseconds as the shortest exact "24h" / "5m" / "30s" / "1ms". */
-static void
-fmt_ms(uint64_t v, char *out, size_t n)
-{
-    if (v != 0 && v % 3600000 == 0)
-        snprintf(out, n, "%" PRIu64 "h", v / 3600000);
-    else if (v != 0 && v % 60000 == 0)
-        snprintf(out, n, "%" PRIu64 "m", v / 60000);
-    else if (v != 0 && v % 1000 == 0)
-        snprintf(out, n, "%" PRIu64 "s", v / 1000);
-    else
-        snprintf(out, n, "%" PRIu64 "ms", v);
-}
-
 /* What a setting accepts, for "KEY: expected <this>, got 'V'". */
 static void
 describe(const struct setting *s, char *out, size_t n)
@@ -482,15 +407,19 @@ describe(const struct setting *s, char *out, size_t n)
         snprintf(out, n, "an integer %" PRIu64 "..%" PRIu64, s->min,
                  s->max);
         break;
+    case T_INT:
+        snprintf(out, n, "an integer -%" PRIu64 "..%" PRIu64, s->max,
+                 s->max);
+        break;
     case T_SIZE:
-        fmt_size(s->min, lo, sizeof(lo));
-        fmt_size(s->max, hi, sizeof(hi));
+        cfg_format_size(s->min, lo, sizeof(lo));
+        cfg_format_size(s->max, hi, sizeof(hi));
         snprintf(out, n, "a size %s..%s (bytes, or a number with k, m or g)",
                  lo, hi);
         break;
     case T_DURATION:
-        fmt_ms(s->min, lo, sizeof(lo));
-        fmt_ms(s->max, hi, sizeof(hi));
+        cfg_format_duration_ms(s->min, lo, sizeof(lo));
+        cfg_format_duration_ms(s->max, hi, sizeof(hi));
         snprintf(out, n, "a duration %s..%s (e.g. 250ms, 30s, 5m, 1h)",
                  lo, hi);
         break;
@@ -508,7 +437,8 @@ describe(const struct setting *s, char *out, size_t n)
                  s->min, s->max);
         break;
     case T_BALANCE:
-        snprintf(out, n, "least_inflight, round_robin or prefix");
+        snprintf(out, n, "least_load, least_inflight, round_robin or "
+                 "prefix");
         break;
     case T_MODELS:
         snprintf(out, n, "model names separated by commas (at most %d, "
@@ -519,6 +449,7 @@ describe(const struct setting *s, char *out, size_t n)
 }
 
 static const char *const balance_names[] = {
+    [BALANCE_LEAST_LOAD] = "least_load",
     [BALANCE_LEAST_INFLIGHT] = "least_inflight",
     [BALANCE_ROUND_ROBIN] = "round_robin",
     [BALANCE_PREFIX] = "prefix",
@@ -530,24 +461,6 @@ config_balance_name(int balance)
     if (balance < 0 || (size_t)balance >= GW_ARRAY_LEN(balance_names))
         return "?";
     return balance_names[balance];
-}
-
-/* "20%" or "12.5%": a plain decimal and a percent sign. */
-static int
-parse_percent(const char *s, double lo, double hi, double *out)
-{
-    size_t n = strlen(s);
-    char num[32];
-    double v;
-
-    if (n < 2 || n >= sizeof(num) || s[n - 1] != '%')
-        return GW_EINVAL;
-    memcpy(num, s, n - 1);
-    num[n - 1] = '\0';
-    if (parse_temperature(num, lo, hi, &v) != 0)
-        return GW_EINVAL;
-    *out = v / 100;
-    return 0;
 }
 
 /* A model name: printable, no blanks, quotes or commas. */
@@ -670,6 +583,11 @@ set_value(const struct setting *s, char *base, const char *v)
             return GW_EINVAL;
         *(uint64_t *)field = u;
         return 0;
+    case T_INT:
+        if (cfg_parse_uint(v + (*v == '-'), s->max, &u) != 0)
+            return GW_EINVAL;
+        *(int64_t *)field = *v == '-' ? -(int64_t)u : (int64_t)u;
+        return 0;
     case T_SIZE:
         if (cfg_parse_size(v, &u) != 0 || u < s->min || u > s->max)
             return GW_EINVAL;
@@ -693,12 +611,12 @@ set_value(const struct setting *s, char *base, const char *v)
         *(int *)field = b;
         return 0;
     case T_DECIMAL:
-        if (parse_temperature(v, (double)s->min, (double)s->max, &d) != 0)
+        if (cfg_parse_decimal(v, (double)s->min, (double)s->max, &d) != 0)
             return GW_EINVAL;
         *(double *)field = d;
         return 0;
     case T_PERCENT:
-        if (parse_percent(v, (double)s->min, (double)s->max, &d) != 0)
+        if (cfg_parse_percent(v, (double)s->min, (double)s->max, &d) != 0)
             return GW_EINVAL;
         *(double *)field = d;
         return 0;
@@ -756,7 +674,7 @@ upstream_release(struct config_upstream *u)
 {
     gw_free(u->name);
     gw_free(u->url);
-    wipe_free(u->api_key);
+    gw_wipe_free_str(u->api_key);
     gw_free(u->ca_file);
     gw_free(u->client_cert);
     gw_free(u->client_key);
@@ -847,6 +765,15 @@ config_find_upstream(const struct gw_config *c, const char *name)
         if (strcmp(c->upstreams[i].name, name) == 0)
             return &c->upstreams[i];
     return NULL;
+}
+
+int
+config_line(const struct gw_config *c, const char *section, const char *key)
+{
+    size_t idx;
+
+    return find_setting(section, key, &idx) != NULL
+           && settings[idx].scope == S_GLOBAL ? c->set_line[idx] : 0;
 }
 
 void
@@ -1328,62 +1255,38 @@ line_of(const struct loader *ld, const char *section, const char *key)
     return find_setting(section, key, &idx) != NULL ? ld->set_line[idx] : 0;
 }
 
-/*
- * Load the certificate and key as the listener will (tls.h): unreadable,
- * not PEM, a key of another certificate, expired, not valid yet, TLS 1.3
- * are each a FILE:LINE error, so -t finds them before a start does.
- */
+/* Is listener 's', whose host net_parse_hostport() gave, every address? */
 static int
-check_tls_files(struct loader *ld)
+wildcard_host(const char *s, const char *host, size_t n)
 {
-    const struct gw_config *c = ld->c;
-    struct tls_server_opts o = {
-        c->tls_cert, c->tls_key, c->tls_min_version,
-        (int)c->tls_handshake_timeout_ms, NULL,
-        (int)(c->tls_session_timeout_ms / 1000), NULL,
-    };
-    struct tls_server *s = NULL;
-    char err[256];
-    int rc = tls_server_new(&o, &s, err, sizeof(err));
-
-    tls_server_free(s);
-    if (rc == GW_ENOMEM)
-        return rc;
-    if (rc != 0) {
-        set_err(ld, c->tls_min_version == 13
-                    ? line_of(ld, "server", "tls_min_version")
-                    : line_of(ld, "server", "tls_cert"), "%s", err);
-        return GW_EINVAL;
-    }
-    return 0;
+    if (s[0] == '[')
+        return n == 2 && memcmp(host, "::", 2) == 0;
+    return n == 0 || (n == 7 && memcmp(host, "0.0.0.0", 7) == 0);
 }
 
 /*
- * Would listeners 'a' and 'b' (valid_listen() forms) take the same port:
- * the same port, not 0, and the same host or a wildcard one?  Then the
- * second bind fails at start with EADDRINUSE, which should be a config
- * error instead.
+ * Would listeners 'a' and 'b' (valid_listen() forms, or "" for none) take
+ * the same port: the same port, not 0, and the same host or a wildcard
+ * one?  Then the second bind fails at start with EADDRINUSE, which should
+ * be a config error instead.  Hosts are compared as written, but for
+ * case: "[::1]" and "[0::1]", or "[1.2.3.4]" and "1.2.3.4", are not
+ * found alike, and the bind at start says so instead.
  */
 static int
 same_address(const char *a, const char *b)
 {
-    const char *pa = strrchr(a, ':'), *pb = strrchr(b, ':');
-    size_t ha, hb;
-    long port_a, port_b;
+    const char *ha, *hb;
+    size_t na, nb;
+    int port_a, port_b;
 
-    if (a[0] == '\0' || b[0] == '\0' || pa == NULL || pb == NULL
-        || gw_parse_long(pa + 1, 0, 65535, &port_a) != 0
-        || gw_parse_long(pb + 1, 0, 65535, &port_b) != 0
+    if (net_parse_hostport(a, &ha, &na, &port_a) != 0
+        || net_parse_hostport(b, &hb, &nb, &port_b) != 0
         || port_a == 0 || port_a != port_b)
         return 0;
-    ha = (size_t)(pa - a);
-    hb = (size_t)(pb - b);
-    if (ha == 0 || hb == 0 || (ha == 7 && memcmp(a, "0.0.0.0", 7) == 0)
-        || (hb == 7 && memcmp(b, "0.0.0.0", 7) == 0)
-        || (ha == 4 && memcmp(a, "[::]", 4) == 0)
-        || (hb == 4 && memcmp(b, "[::]", 4) == 0))
+    if (wildcard_host(a, ha, na) || wildcard_host(b, hb, nb))
         return 1;
-    return ha == hb && strncasecmp(a, b, ha) == 0;
+    return (a[0] == '[') == (b[0] == '[') && na == nb
+           && strncasecmp(ha, hb, na) == 0;
 }
 
 /* Something to listen on, and what TLS needs when it is one. */
@@ -1420,7 +1323,7 @@ check_listeners(struct loader *ld)
                 (long long)c->tls_session_timeout_ms);
         return GW_EINVAL;
     }
-    return c->tls_listen[0] != '\0' ? check_tls_files(ld) : 0;
+    return 0;
 }
 
 /* After the last entry: every upstream's timeouts from [routing]'s. */
@@ -1432,6 +1335,7 @@ finish(struct loader *ld)
     size_t i;
     int rc;
 
+    memcpy(c->set_line, ld->set_line, sizeof(ld->set_line));
     rc = check_listeners(ld);
     if (rc != 0)
         return rc;

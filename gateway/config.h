@@ -19,9 +19,12 @@
 #define CONFIG_KEY_DIGEST_LEN 32    /* SHA-256 of a tenant's API key */
 #define CONFIG_MAX_KEEPALIVE 1024   /* idle connections per upstream */
 #define CONFIG_MIN_KEY_LEN 16       /* a client's api_key: shorter is weak */
+#define CONFIG_MAX_SETTINGS 128    /* rows in config.c's table, at most */
 
 enum config_balance {
-    BALANCE_LEAST_INFLIGHT = 0, /* power of two choices on open calls */
+    BALANCE_LEAST_LOAD = 0,     /* power of two choices on the engines'
+                                   own load (pool.h), else open calls */
+    BALANCE_LEAST_INFLIGHT,     /* power of two choices on open calls */
     BALANCE_ROUND_ROBIN,        /* smooth weighted round robin */
     BALANCE_PREFIX,             /* consistent hash of the prompt's prefix,
                                    bounded loads */
@@ -63,6 +66,9 @@ struct config_tenant {
     int coalesce;               /* per-tenant switch, default on */
     uint64_t max_inflight;      /* 0 = no limit on requests under way */
     uint64_t requests_per_minute;   /* 0 = no limit; a token bucket */
+    uint64_t weight;            /* 1: its share of upstream calls while
+                                   calls wait in the gateway (pool.h) */
+    int64_t priority;           /* 0: higher goes first; < 0 sheddable */
 };
 
 struct gw_config {
@@ -115,6 +121,11 @@ struct gw_config {
     int64_t upstream_idle_timeout_ms;   /* 30s */
     int64_t total_timeout_ms;   /* 10m */
     uint64_t keepalive;         /* 32 idle connections per upstream */
+    int64_t load_interval_ms;   /* 100ms: GET /metrics beat; 0 = off */
+    int64_t load_timeout_ms;    /* 200ms: one scrape's bound */
+    int64_t load_stale_ms;      /* 1s: an older scrape is not used */
+    double kv_high;             /* 0.9: KV cache usage that saturates */
+    uint64_t max_waiting;       /* 4: engine queue length that saturates */
     int64_t keepalive_timeout_ms;   /* 4s: then an idle one is closed */
 
     /* [coalesce] */
@@ -140,6 +151,9 @@ struct gw_config {
     unsigned char admin_key_sha256[CONFIG_MAX_TENANT_KEYS]
                                   [CONFIG_KEY_DIGEST_LEN];
     size_t num_admin_keys;      /* digests wiped on release */
+
+    /* config.c's: the line that set each setting (config_line()). */
+    int set_line[CONFIG_MAX_SETTINGS];
 };
 
 /* Fill 'c' with the defaults (owned strings; config_release frees them). */
@@ -166,6 +180,15 @@ void config_release(struct gw_config *c);
 /* The upstream called 'name', or NULL. */
 const struct config_upstream *config_find_upstream(const struct gw_config *c,
                                                    const char *name);
+
+/*
+ * The line of c->path that set the global setting [section] key, for a
+ * "FILE:LINE: ..." message about it made elsewhere (the TLS files are
+ * checked where the listener's server is built, generation.c); 0 when the
+ * default stands, or for a setting of a tenant or an upstream.
+ */
+int config_line(const struct gw_config *c, const char *section,
+                const char *key);
 
 /* Label text of a balance setting ("least_inflight", ...). */
 const char *config_balance_name(int balance);

@@ -11,8 +11,8 @@
 
 #include "alloc.h"
 #include "config.h"
+#include "generation.h"
 #include "handler.h"
-#include "live.h"
 #include "log.h"
 #include "net.h"
 #include "reply.h"
@@ -27,24 +27,34 @@
 #define LINGER_MS 2000
 #define LINGER_BYTES ((size_t)64 << 20)
 
+/* The longest X-Request-Id taken from a client; request_id also holds
+ * the ones made here. */
+#define CLIENT_REQUEST_ID_MAX 64
+_Static_assert(CONN_REQUEST_ID_LEN <= CLIENT_REQUEST_ID_MAX,
+               "request_id holds a made-up id too");
+
 struct conn {
     const struct handler_ctx *base;     /* the server's */
     struct handler_ctx ctx;     /* the base, with this request's
                                    generation's config, upstream, pool */
     struct generation *gen;     /* held from the wait for a head to the
                                    access-log line */
-    struct live_cert *cert;     /* a TLS connection's: the certificate it
-                                   shook hands with, held to the end */
-    struct tls_conn *tls;       /* or NULL; while set, attached to fd as
-                                   'stream' (net.h) */
-    struct net_stream stream;
+    struct generation_cert *cert;   /* a TLS connection's: the
+                                   certificate it shook hands with, held
+                                   to the end */
+    struct tls_conn *tls;       /* or NULL; while set, 'stream' goes
+                                   through it */
+    struct net_stream stream;   /* the client's bytes (net.h): the plain
+                                   socket, or TLS; every module that
+                                   reads or writes for the client gets
+                                   this, and only here is it known which */
     int fd;                     /* owned */
     int admin;                  /* it came to [admin] listen */
     struct buf in;              /* bytes read, not yet parsed */
     struct buf head;            /* this request's head; req views it */
     struct buf body;            /* this request's body */
     struct http_request req;
-    char request_id[65];
+    char request_id[CLIENT_REQUEST_ID_MAX + 1];
     struct reply reply;
     struct handler_req hr;
 };
@@ -52,7 +62,7 @@ struct conn {
 static int
 valid_request_id(const char *p, size_t n)
 {
-    if (n == 0 || n > 64)
+    if (n == 0 || n > CLIENT_REQUEST_ID_MAX)
         return 0;
     for (size_t i = 0; i < n; i++) {
         char ch = p[i];
@@ -75,7 +85,7 @@ set_request_id(struct conn *c)
         memcpy(c->request_id, h->value, h->value_len);
         c->request_id[h->value_len] = '\0';
     } else {
-        gw_random_hex(c->request_id, 16);
+        gw_random_hex(c->request_id, CONN_REQUEST_ID_LEN);
     }
     log_set_request_id(c->request_id);
 }
@@ -93,7 +103,7 @@ start_request(struct conn *c)
     hr->reply = &c->reply;
     hr->request_id = c->request_id;
     hr->admin = c->admin;
-    hr->route = ROUTE_OTHER;
+    hr->route = METRICS_ROUTE_OTHER;
     hr->tenant = CONFIG_MAX_TENANTS;
     hr->pass = NULL;
     hr->prompt_tokens = hr->completion_tokens = -1;
@@ -145,13 +155,13 @@ head_failed(struct conn *c, int rc)
     if (!stopped && (rc == GW_ECLOSED || rc == GW_EABORTED || rc == GW_EIO
                      || (rc == GW_ETIMEDOUT && c->req.error_status == 0)))
         return;
-    gw_random_hex(c->request_id, 16);
+    gw_random_hex(c->request_id, CONN_REQUEST_ID_LEN);
     log_set_request_id(c->request_id);
     reply_start(&c->reply, c->request_id, 1, 0);
     /* What follows a bad head is unread: linger before the close. */
     reply_close_unread(&c->reply);
     if (stopped)
-        reply_upstream_error(&c->reply, GW_ESTOPPING, NULL);
+        reply_shutting_down(&c->reply);
     else if (rc == GW_ENOMEM)
         reply_error(&c->reply, 503, "server_error", "overloaded",
                     "out of memory reading the request");
@@ -160,7 +170,7 @@ head_failed(struct conn *c, int rc)
                             c->req.error_msg);
     log_msg(GW_LOG_INFO, "access status=%d error=\"%s\"", c->reply.status,
             c->req.error_msg != NULL ? c->req.error_msg : "-");
-    metrics_request(ROUTE_OTHER, c->reply.status, 0, -1);
+    metrics_request(METRICS_ROUTE_OTHER, c->reply.status, 0, -1);
 }
 
 /*
@@ -172,7 +182,7 @@ use_generation(struct conn *c)
 {
     const struct gw_config *cfg;
 
-    c->gen = live_acquire(c->base->live);
+    c->gen = generation_acquire(c->base->gens);
     cfg = &c->gen->cfg;
     c->ctx = *c->base;
     c->ctx.cfg = cfg;
@@ -188,7 +198,7 @@ use_generation(struct conn *c)
 static void
 drop_generation(struct conn *c)
 {
-    live_release(c->base->live, c->gen);
+    generation_release(c->base->gens, c->gen);
     c->gen = NULL;
     c->ctx.cfg = NULL;
     c->ctx.up = NULL;
@@ -208,7 +218,7 @@ serve_loop(struct conn *c)
         buf_compact(&c->in);
         log_set_request_id(NULL);
         memset(&c->req, 0, sizeof(c->req));
-        rc = http_read_head(c->fd, &c->in, &c->head,
+        rc = http_read_head(&c->stream, &c->in, &c->head,
                             (size_t)cfg->max_header_size,
                             gw_now_ms() + cfg->idle_timeout_ms,
                             (int)cfg->header_timeout_ms, c->ctx.wake_fd,
@@ -219,7 +229,7 @@ serve_loop(struct conn *c)
         }
         /* A reload while this connection waited: the request is new, so
          * it runs on the configuration in force now. */
-        if (live_current_id(c->base->live) != c->gen->id) {
+        if (generation_current_id(c->base->gens) != c->gen->id) {
             drop_generation(c);
             use_generation(c);
         }
@@ -257,7 +267,7 @@ linger_close(struct conn *c)
 
 /*
  * A TLS client: the handshake, within tls_handshake_timeout, then every
- * byte through TLS (net.h).  A failed one closes this connection only
+ * byte through TLS ('stream').  A failed one closes this connection only
  * (counted in /metrics by tls.c).  Returns 0 or the failure.
  */
 static int
@@ -267,15 +277,12 @@ start_tls(struct conn *c)
     char err[160];
     int rc;
 
-    c->cert = live_cert_acquire(c->base->live, c->gen);
+    c->cert = generation_cert_acquire(c->base->gens, c->gen);
     rc = tls_accept(c->cert->tls, c->fd,
                     gw_now_ms() + cfg->tls_handshake_timeout_ms,
                     c->base->stop_fd, &c->tls, err, sizeof(err));
-    if (rc == 0) {
-        c->stream.ops = &tls_stream_ops;
-        c->stream.impl = c->tls;
-        rc = net_attach_stream(c->fd, &c->stream);
-    }
+    if (rc == 0)
+        tls_stream_init(&c->stream, c->tls);
     if (rc != 0)
         log_msg(GW_LOG_INFO, "tls: handshake failed error=\"%s\"%s%s%s",
                 gw_strerror(rc), err[0] != '\0' ? " reason=\"" : "", err,
@@ -288,11 +295,11 @@ static void
 end_tls(struct conn *c)
 {
     if (c->tls != NULL) {
-        net_detach_stream(c->fd);
+        net_stream_init(&c->stream, c->fd);
         tls_close(c->tls);
         c->tls = NULL;
     }
-    live_cert_release(c->base->live, c->cert);
+    generation_cert_release(c->base->gens, c->cert);
     c->cert = NULL;
 }
 
@@ -301,11 +308,11 @@ conn_serve(const struct handler_ctx *ctx, int fd, int tls, int admin)
 {
     const struct gw_config *cfg;
     struct conn *c;
-    char id[17];
+    char id[CONN_REQUEST_ID_LEN + 1];
 
     c = gw_calloc(1, sizeof(*c));
     if (c == NULL) {
-        gw_random_hex(id, 16);
+        gw_random_hex(id, CONN_REQUEST_ID_LEN);
         log_msg(GW_LOG_ERROR, "conn: out of memory for a connection, "
                 "%s req=%s", tls ? "closed" : "answered 503", id);
         if (tls)
@@ -316,6 +323,7 @@ conn_serve(const struct handler_ctx *ctx, int fd, int tls, int admin)
     }
     c->base = ctx;
     c->fd = fd;
+    net_stream_init(&c->stream, fd);
     c->admin = admin;
     use_generation(c);
     if (tls && start_tls(c) != 0) {
@@ -329,7 +337,7 @@ conn_serve(const struct handler_ctx *ctx, int fd, int tls, int admin)
     buf_init(&c->in, CONN_IN_LIMIT(cfg));
     buf_init(&c->head, (size_t)cfg->max_header_size);
     buf_init(&c->body, (size_t)cfg->max_request_body);
-    reply_init(&c->reply, fd, (size_t)cfg->max_header_size + 4096,
+    reply_init(&c->reply, &c->stream, (size_t)cfg->max_header_size + 4096,
                cfg->send_timeout_ms, ctx->stop_fd, ctx->draining);
     serve_loop(c);
     end_tls(c);                 /* before the linger: it reads raw bytes */

@@ -9,6 +9,11 @@
  * no longer be trusted to start a request (RFC 9112 section 9.3 and the
  * smuggling notes in section 11.2).
  *
+ * The connection owns its client's stream (net.h): the plain socket, or
+ * TLS (tls.h) once the handshake is done.  It lends the stream, through
+ * its struct reply (reply.h), to whatever reads or writes for the client;
+ * only this module knows which kind of connection it is.
+ *
  * The connection's state is its thread's own, with one exception: while
  * its client is a parked follower of a flight, the leader or a helper may
  * write its response for it (fanout.h says when; reply.h says what).
@@ -17,6 +22,13 @@
 #define INFERGW_GATEWAY_CONN_H
 
 struct handler_ctx;
+
+/*
+ * A request id the gateway makes (for a request without a usable
+ * X-Request-Id, or a connection refused before any request): this many
+ * random hex digits, 64 bits, enough to find one request's log lines.
+ */
+#define CONN_REQUEST_ID_LEN 16
 
 /*
  * Thread body: serve requests on 'fd' until the client closes, an error,

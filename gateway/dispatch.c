@@ -19,40 +19,12 @@
 #include "pool.h"
 #include "util.h"
 
-enum pool_outcome
-dispatch_judge(const struct upstream_result *res)
-{
-    switch (res->failure) {
-    case UPF_CONNECT:
-        return POOL_FAIL_CONNECT;
-    case UPF_TIMEOUT:
-        return POOL_FAIL_TIMEOUT;
-    case UPF_BROKEN:
-        return POOL_FAIL_BROKEN;
-    case UPF_LOCAL:
-        return POOL_NEUTRAL;
-    case UPF_STATUS:
-    case UPF_NONE:
-        break;
-    }
-    if (res->status == 429)
-        return POOL_FAIL_THROTTLED;
-    if (res->status >= 500)
-        return POOL_FAIL_STATUS;
-    /* Stopped by the sink before any head: no word on the upstream. */
-    if (res->rc != 0 && res->status == 0)
-        return POOL_NEUTRAL;
-    return POOL_OK;
-}
-
 /* Could this failed attempt be made again?  Nothing reached the sink. */
 static int
 retryable(const struct upstream_result *res)
 {
-    if (res->rc == 0 || res->head_seen)
-        return 0;
-    return res->failure == UPF_CONNECT || res->failure == UPF_TIMEOUT
-           || res->failure == UPF_STATUS || res->failure == UPF_BROKEN;
+    return res->outcome.kind != CALL_OK && !res->head_seen
+           && res->outcome.fault == CALL_FAULT_UPSTREAM;
 }
 
 /* A 5xx attempt whose verdict waits (the file comment). */
@@ -142,12 +114,10 @@ static void
 release(struct run *r, const struct upstream_result *res)
 {
     struct pool_slot *s = slot_of(r, res->upstream);
-    enum pool_outcome o = dispatch_judge(res);
-    int64_t retry_after = 0;
+    enum pool_outcome o = pool_outcome_of(&res->outcome);
+    /* Only a 429 or a 503 has one (upstream.h). */
+    int64_t retry_after = (int64_t)res->outcome.retry_after_s * 1000;
 
-    /* Only a 429 or a 503 says "not now" (RFC 9110 10.2.3, 6585). */
-    if (res->status == 429 || res->status == 503)
-        retry_after = res->retry_after_ms;
     if (s == NULL)
         return;
     if (o != POOL_FAIL_STATUS || retry_after > 0) {
@@ -155,7 +125,7 @@ release(struct run *r, const struct upstream_result *res)
         return;
     }
     pool_release(r->dc->pool, s, POOL_NEUTRAL, 0);  /* the slot, now */
-    hold_or_poison(r, res->upstream, res->status);
+    hold_or_poison(r, res->upstream, res->outcome.status);
 }
 
 /* upstream_opts.attempt_done: the hedge that lost, or one that failed. */
@@ -245,44 +215,43 @@ waiting_gone(void *arg)
 static int
 refuse(struct dispatch_result *out, int rc, int retry_after)
 {
-    const char *reason = "no upstream available";
+    enum call_kind kind;
 
-    out->retry_after_s = retry_after;
-    if (rc == GW_ETIMEDOUT) {
-        rc = GW_EUNAVAIL;
-        reason = "every upstream is at max_inflight";
-    } else if (rc == GW_ENOTFOUND) {
-        reason = "model not served";
-    } else if (rc == GW_ESTOPPING) {
-        reason = "gateway shutting down";
-    } else if (rc == GW_EABORTED) {
-        reason = "client gone while queued";
+    switch (rc) {
+    case GW_ETIMEDOUT:  kind = CALL_ALL_FULL; break;
+    case GW_ENOTFOUND:  kind = CALL_NOT_SERVED; break;
+    case GW_ESTOPPING:  kind = CALL_STOPPING; break;
+    case GW_EABORTED:   kind = CALL_QUEUE_GONE; break;
+    case GW_ESHED:      kind = CALL_SHED; break;
+    default:            kind = CALL_NO_UPSTREAM; break;
     }
     memset(&out->res, 0, sizeof(out->res));
-    out->res.rc = rc;
-    out->res.reason = reason;
+    out->res.outcome = call_outcome_make(kind);
+    out->res.outcome.retry_after_s = retry_after;
     out->res.ttfb_us = -1;
-    return rc;
+    return call_kind_rc(kind);
 }
 
-/* The last attempt's failure stands: what the clients are told of it. */
+/*
+ * The last attempt's outcome stands, for the clients; a request that
+ * failed the same way on two upstreams is marked as its own fault.
+ */
 static int
-stands(struct dispatch_result *out)
+stands(const struct run *r, struct dispatch_result *out)
 {
-    const struct upstream_result *res = &out->res;
+    struct call_outcome *o = &out->res.outcome;
 
-    if (res->failure == UPF_STATUS && !res->head_seen) {
-        out->status = res->status;
-        out->retry_after_s = (int)((res->retry_after_ms + 999) / 1000);
-    }
-    return res->rc;
+    if (r->poison_status != 0 && o->status == r->poison_status)
+        o->fault = CALL_FAULT_REQUEST;
+    return call_kind_rc(o->kind);
 }
 
 int
 dispatch_run(const struct dispatch_ctx *dc,
              const struct upstream_request *req, const char *model,
-             uint64_t prefix_hash, const struct upstream_sink *sink,
-             int watch_fd, struct dispatch_result *out)
+             uint64_t prefix_hash, size_t tenant,
+             const struct upstream_sink *sink, int watch_fd,
+             struct dispatch_result *out)
 {
     const struct gw_config *cfg = dc->cfg;
     struct upstream_opts opts;
@@ -296,6 +265,7 @@ dispatch_run(const struct dispatch_ctx *dc,
     r.dc = dc;
     r.want.model = model;
     r.want.prefix_hash = prefix_hash;
+    r.want.tenant = tenant;
     r.want.gone = waiting_gone;
     r.want.gone_arg = &r;
     r.sink = sink;
@@ -334,7 +304,7 @@ dispatch_run(const struct dispatch_ctx *dc,
         release(&r, &out->res);
         /* A retryable status relayed as it came: the budget was spent. */
         if (more && !budget && out->res.head_seen
-            && upstream_retryable_status(out->res.status))
+            && upstream_retryable_status(out->res.outcome.status))
             pool_budget_refuse(dc->pool);
         if (!retryable(&out->res)
             || (uint64_t)(out->attempts - r.resends) > cfg->retries)
@@ -349,18 +319,19 @@ dispatch_run(const struct dispatch_ctx *dc,
             pool_release(dc->pool, &r.slot[0], POOL_NEUTRAL, 0);
             log_msg(GW_LOG_INFO, "dispatch: no retry, budget spent "
                     "upstream=%s reason=\"%s\"", out->upstream,
-                    out->res.reason);
+                    call_kind_text(out->res.outcome.kind));
             goto out;
         }
         log_msg(GW_LOG_INFO, "dispatch: retry after upstream=%s "
                 "reason=\"%s\" status=%d attempt=%d next=%s", out->upstream,
-                out->res.reason, out->res.status, out->attempts,
+                call_kind_text(out->res.outcome.kind),
+                out->res.outcome.status, out->attempts,
                 cfg->upstreams[r.slot[0].idx].name);
     }
 
 out:
     judge_held(&r);                 /* no other attempt will tell */
-    return stands(out);
+    return stands(&r, out);
 }
 
 /* ---- the prompt's prefix ---- */
@@ -373,14 +344,9 @@ struct prefix {
 static void
 prefix_add(struct prefix *px, const char *p, size_t n)
 {
-    size_t i;
-
     if (n > px->left)
         n = px->left;
-    for (i = 0; i < n; i++) {
-        px->h ^= (unsigned char)p[i];
-        px->h *= UINT64_C(0x100000001b3);
-    }
+    px->h = gw_fnv1a64(px->h, p, n);
     px->left -= n;
 }
 
@@ -405,7 +371,7 @@ prefix_add_json(struct prefix *px, const json_t *v)
 uint64_t
 dispatch_prefix_hash(const json_t *body, size_t max_bytes)
 {
-    struct prefix px = { UINT64_C(0xcbf29ce484222325), max_bytes };
+    struct prefix px = { GW_FNV1A64_OFFSET, max_bytes };
     const json_t *msgs = json_object_get(body, "messages");
     const json_t *prompt = json_object_get(body, "prompt");
     const json_t *m;
@@ -426,8 +392,5 @@ dispatch_prefix_hash(const json_t *body, size_t max_bytes)
         return 0;
     }
     /* FNV-1a spreads poorly in its high bits: the ring wants all 64. */
-    px.h ^= px.h >> 33;
-    px.h *= UINT64_C(0xff51afd7ed558ccd);
-    px.h ^= px.h >> 33;
-    return px.h;
+    return gw_mix64(px.h);
 }

@@ -51,33 +51,34 @@ struct dispatch_ctx {
 };
 
 struct dispatch_result {
-    struct upstream_result res;     /* of the last attempt */
+    struct upstream_result res;     /* of the last attempt; its outcome is
+                                       the call's, for the clients (the
+                                       pool's refusal when no attempt was
+                                       made; CALL_FAULT_REQUEST when the
+                                       request was found to be poison) */
     int attempts;                   /* upstream calls made, hedges too */
     const char *upstream;           /* name of the last one; NULL none */
-    int status;                     /* the 429/502/503/504 the last attempt
-                                       stopped at unheard, for the
-                                       clients' answer; 0 none */
-    int retry_after_s;              /* for the 503 of GW_EUNAVAIL, or the
-                                       upstream's with 'status' */
 };
 
 /*
  * Make the call for 'req' (model 'model', NULL: any; 'prefix_hash' for
- * balance = prefix) into 'sink', watching the client's socket 'watch_fd'
- * (-1: none) for a hang-up (sink->on_peer).  With [routing] hedge_after,
+ * balance = prefix; for 'tenant', pool_want.tenant) into 'sink', watching
+ * the client's socket 'watch_fd' (-1: none) for a hang-up
+ * (sink->on_peer).  With [routing] hedge_after,
  * an attempt without a first body byte by then gets a hedge on another
- * upstream (upstream.h), which costs the retry budget.  OUT *out.  Returns out->res.rc: 0, an
- * upstream_perform() code, GW_ENOTFOUND (no upstream serves the model),
- * GW_EUNAVAIL (every upstream for it ejected, held back or full past
- * queue_timeout: answer 503 with out->retry_after_s) or GW_ESTOPPING.
+ * upstream (upstream.h), which costs the retry budget.  OUT *out.
+ * Returns call_kind_rc() of out->res.outcome: 0, an upstream_perform()
+ * code, GW_ENOTFOUND (CALL_NOT_SERVED), GW_EUNAVAIL (CALL_NO_UPSTREAM or
+ * CALL_ALL_FULL: every upstream for the model ejected, held back or full
+ * past queue_timeout; the outcome's retry_after_s is for the 503),
+ * GW_ESHED (CALL_SHED: every upstream full, the tenant sheddable: 429),
+ * GW_EABORTED (CALL_QUEUE_GONE) or GW_ESTOPPING.
  */
 int dispatch_run(const struct dispatch_ctx *dc,
                  const struct upstream_request *req, const char *model,
-                 uint64_t prefix_hash, const struct upstream_sink *sink,
-                 int watch_fd, struct dispatch_result *out);
-
-/* How a transfer's result bears on its upstream's health. */
-enum pool_outcome dispatch_judge(const struct upstream_result *res);
+                 uint64_t prefix_hash, size_t tenant,
+                 const struct upstream_sink *sink, int watch_fd,
+                 struct dispatch_result *out);
 
 /*
  * The prompt's prefix for balance = prefix, hashed: the leading

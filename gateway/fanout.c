@@ -1,12 +1,14 @@
 /*
- * fanout.c - parking, taking, pushing and relaying a flight's chunks to
- * its clients.  Design, the state diagram and the FIFO invariant: see
- * fanout.h.
+ * fanout.c - the writer policies and the relay loop: pushing and relaying
+ * a flight's chunks to its clients.  Design: see fanout.h; the readers'
+ * states and the parked FIFO are the flight's (flight.h), changed here
+ * only through its calls.
  */
 #include "fanout.h"
 
 #include <assert.h>
 #include <poll.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "log.h"
@@ -40,7 +42,7 @@ enum push_result {
 int
 fanout_begin(struct reply *r, const struct flight_head *h)
 {
-    char extra[40];
+    char extra[REPLY_EXTRA_MAX];
 
     r->upstream_status = h->status;
     reply_retry_after_line(extra, sizeof(extra), h->retry_after_s);
@@ -54,10 +56,7 @@ fanout_reader_init(struct fanout_reader *r, struct reply *reply,
                    int64_t timeout_ms, const char *key_hex)
 {
     memset(r, 0, sizeof(*r));
-    atomic_init(&r->fr.pos, 0);
-    atomic_init(&r->fr.reading, 0);
-    gw_cond_init(&r->cv);
-    r->where = FANOUT_RUNNING;
+    flight_reader_init(&r->fr);
     r->reply = reply;
     r->timeout_ms = timeout_ms;
     r->key_hex = key_hex;
@@ -67,199 +66,29 @@ fanout_reader_init(struct fanout_reader *r, struct reply *reply,
 void
 fanout_reader_release(struct fanout_reader *r)
 {
-    assert(r->where == FANOUT_RUNNING && !r->helper);
-    pthread_cond_destroy(&r->cv);
+    flight_reader_release(&r->fr);
     buf_release(&r->pending);
+}
+
+/* The fanout_reader a flight reader (of a batch, say) is embedded in. */
+static struct fanout_reader *
+reader_of(struct flight_reader *fr)
+{
+    return fr == NULL ? NULL
+                      : (struct fanout_reader *)((char *)fr
+                          - offsetof(struct fanout_reader, fr));
 }
 
 static size_t
 get_pos(struct fanout_reader *r)
 {
-    return atomic_load_explicit(&r->fr.pos, memory_order_relaxed);
-}
-
-/* Release: the chunks before 'pos' are no longer read (flight.h). */
-static void
-set_pos(struct fanout_reader *r, size_t pos)
-{
-    atomic_store_explicit(&r->fr.pos, pos, memory_order_release);
+    return flight_reader_pos(&r->fr);
 }
 
 static int
 stopping(const struct fanout_opts *o)
 {
     return atomic_load_explicit(o->stopping, memory_order_relaxed);
-}
-
-/* ---- the parked FIFO, under the flight's lock ---- */
-
-/* Queue 'r' at the tail: it has everything (the FIFO invariant). */
-static void
-park_locked(struct flight *f, struct fanout_reader *r)
-{
-    assert(get_pos(r) == f->nchunks && !r->fr.cut);
-    r->where = FANOUT_PARKED;
-    r->next = NULL;
-    r->prev = f->parked_tail;
-    if (f->parked_tail != NULL)
-        f->parked_tail->next = r;
-    else
-        f->parked = r;
-    f->parked_tail = r;
-    f->nparked++;
-}
-
-/* Take 'r' out of the FIFO; it keeps its 'where'. */
-static void
-unlink_locked(struct flight *f, struct fanout_reader *r)
-{
-    assert(r->where == FANOUT_PARKED);
-    if (r->prev != NULL)
-        r->prev->next = r->next;
-    else
-        f->parked = r->next;
-    if (r->next != NULL)
-        r->next->prev = r->prev;
-    else
-        f->parked_tail = r->prev;
-    r->next = r->prev = NULL;
-    f->nparked--;
-}
-
-/* Hand a parked (unlinked) or claimed reader back to its thread. */
-static void
-hand_back_locked(struct fanout_reader *r)
-{
-    r->where = FANOUT_RUNNING;
-    r->next = r->prev = NULL;
-    metrics_parked_add(-1);
-    pthread_cond_signal(&r->cv);
-}
-
-static int
-behind_locked(const struct flight *f, struct fanout_reader *r)
-{
-    return r != NULL && get_pos(r) < f->nchunks;
-}
-
-/*
- * Take up to 'max' parked readers that are behind, oldest first (the
- * front of the FIFO, by its invariant): they become CLAIMED, linked by
- * 'next', each marked as being read.  OUT *s: the snapshot from the
- * first one's position, the lowest.  NULL when nobody is behind; a
- * helper then stops helping.
- */
-GW_TESTABLE struct fanout_reader *
-take(struct flight *f, size_t max, struct flight_snap *s, int helper)
-{
-    struct fanout_reader *list = NULL, **tail = &list, *r;
-
-    gw_mutex_lock(&f->lock);
-    for (size_t n = 0; n < max && behind_locked(f, f->parked); n++) {
-        r = f->parked;
-        unlink_locked(f, r);
-        r->where = FANOUT_CLAIMED;
-        flight_reading_locked(f, &r->fr);
-        *tail = r;
-        tail = &r->next;
-    }
-    if (list != NULL) {
-        flight_snap_locked(f, get_pos(list), s);
-    } else if (helper) {
-        assert(f->helping > 0);
-        f->helping--;
-    }
-    gw_mutex_unlock(&f->lock);
-    return list;
-}
-
-/* Claim every parked reader, as a list linked by 'next'. */
-GW_TESTABLE struct fanout_reader *
-claim_all(struct flight *f, size_t *count)
-{
-    struct fanout_reader *list;
-
-    gw_mutex_lock(&f->lock);
-    list = f->parked;
-    for (struct fanout_reader *r = list; r != NULL; r = r->next)
-        r->where = FANOUT_CLAIMED;
-    *count = f->nparked;
-    f->parked = f->parked_tail = NULL;
-    f->nparked = 0;
-    gw_mutex_unlock(&f->lock);
-    return list;
-}
-
-/*
- * Give claimed readers back: a 'parkable' one that has everything (and
- * the flight still runs) is parked again, still asleep; the others (a
- * cut one among them) go back to their threads.  They must not be
- * touched afterwards.
- */
-GW_TESTABLE void
-release(struct flight *f, struct fanout_reader *list)
-{
-    struct fanout_reader *r, *next;
-
-    if (list == NULL)
-        return;
-    gw_mutex_lock(&f->lock);
-    for (r = list; r != NULL; r = next) {
-        next = r->next;
-        assert(r->where == FANOUT_CLAIMED);
-        if (r->parkable && f->state == FLIGHT_RUNNING
-            && get_pos(r) == f->nchunks && !r->fr.cut)
-            park_locked(f, r);
-        else
-            hand_back_locked(r);
-    }
-    gw_mutex_unlock(&f->lock);
-}
-
-/*
- * Hand back one oldest parked reader per 'per' parked, as helpers, so
- * that at most 'max' work on the flight at a time.  Right after an
- * append, when every parked reader is behind.  Returns how many.
- */
-GW_TESTABLE size_t
-call_helpers(struct flight *f, size_t max, size_t per)
-{
-    struct fanout_reader *r;
-    size_t n, room;
-
-    gw_mutex_lock(&f->lock);
-    n = f->nparked / per;
-    room = max > f->helping ? max - f->helping : 0;
-    if (n > room)
-        n = room;
-    for (size_t i = 0; i < n; i++) {
-        r = f->parked;
-        if (!behind_locked(f, r)) {
-            n = i;
-            break;
-        }
-        unlink_locked(f, r);
-        r->helper = 1;
-        hand_back_locked(r);
-    }
-    f->helping += (unsigned)n;
-    gw_mutex_unlock(&f->lock);
-    return n;
-}
-
-void
-fanout_wake_all(struct flight *f)
-{
-    struct fanout_reader *r, *next;
-
-    gw_mutex_lock(&f->lock);
-    for (r = f->parked; r != NULL; r = next) {
-        next = r->next;
-        hand_back_locked(r);
-    }
-    f->parked = f->parked_tail = NULL;
-    f->nparked = 0;
-    gw_mutex_unlock(&f->lock);
 }
 
 /* ---- pushing: writes that never wait ---- */
@@ -291,8 +120,8 @@ fanout_flush(struct fanout_reader *r)
 
     if (buf_len(&r->pending) == 0)
         return 0;
-    if (net_write_some(r->reply->fd, buf_ptr(&r->pending),
-                       buf_len(&r->pending), &w) != 0) {
+    if (net_stream_write_some(r->reply->stream, buf_ptr(&r->pending),
+                              buf_len(&r->pending), &w) != 0) {
         reply_gone(r->reply);
         return GW_ECLOSED;
     }
@@ -371,7 +200,7 @@ push(struct fanout_reader *r, const struct flight_snap *s, int whole)
     for (int i = 0; i < cnt; i++)
         total += iov[i].iov_len;
     w = 0;
-    if (cnt > 0 && net_writev_some(rp->fd, iov, cnt, &w) != 0)
+    if (cnt > 0 && net_stream_writev_some(rp->stream, iov, cnt, &w) != 0)
         goto gone;
     end = s->n;
     upto = cnt;
@@ -385,7 +214,7 @@ push(struct fanout_reader *r, const struct flight_snap *s, int whole)
     reply_note_sent(rp, 0);
     for (k = pos - s->lo; k < end; k++)
         reply_note_sent(rp, s->chunk[k]->len);
-    set_pos(r, s->lo + end);
+    flight_reader_advance(&r->fr, s->lo + end);
     r->deadline = gw_now_ms() + r->timeout_ms;
     return w < total ? PUSH_BLOCKED : PUSH_CAUGHT_UP;
 
@@ -415,35 +244,62 @@ fanout_push(struct flight *f, struct fanout_reader *r)
 
 /* Push 's' to every reader of a taken batch, then give the batch back. */
 static void
-push_list(struct flight *f, struct fanout_reader *list,
-          const struct flight_snap *s)
+push_batch(struct flight *f, struct flight_reader *batch,
+           const struct flight_snap *s)
 {
     uint64_t pushed = 0;
 
-    for (struct fanout_reader *r = list; r != NULL; r = r->next) {
+    for (struct flight_reader *fr = batch; fr != NULL;
+         fr = flight_batch_next(fr)) {
+        struct fanout_reader *r = reader_of(fr);
         size_t before = get_pos(r);
 
-        r->parkable = push(r, s, 1) == PUSH_CAUGHT_UP;
-        flight_read_done(&r->fr);
+        flight_reader_set_parkable(fr, push(r, s, 1) == PUSH_CAUGHT_UP);
+        flight_read_done(fr);
         pushed += get_pos(r) - before;
     }
-    release(f, list);
+    flight_release(f, batch);
     metrics_pushed(pushed);
+}
+
+/* leader_writes = on: helpers when many are parked, then push. */
+static void
+push_after_append(struct flight *f, const struct fanout_opts *o)
+{
+    struct flight_reader *batch;
+    struct flight_snap s;
+
+    metrics_helpers(flight_call_helpers(f, o->ncpu, PER_HELPER));
+    while ((batch = flight_take(f, PUSH_TAKE, &s, 0)) != NULL)
+        push_batch(f, batch, &s);
+}
+
+/* leader_writes = off: every parked reader writes its own bytes. */
+static void
+wake_after_append(struct flight *f, const struct fanout_opts *o)
+{
+    (void)o;
+    flight_wake_all(f);
+}
+
+const struct fanout_policy fanout_push_policy = {
+    "push", push_after_append,
+};
+
+const struct fanout_policy fanout_wake_policy = {
+    "wake", wake_after_append,
+};
+
+const struct fanout_policy *
+fanout_policy_of(int leader_writes)
+{
+    return leader_writes ? &fanout_push_policy : &fanout_wake_policy;
 }
 
 void
 fanout_after_append(struct flight *f, const struct fanout_opts *o)
 {
-    struct fanout_reader *list;
-    struct flight_snap s;
-
-    if (!o->leader_writes) {
-        fanout_wake_all(f);
-        return;
-    }
-    metrics_helpers(call_helpers(f, o->ncpu, PER_HELPER));
-    while ((list = take(f, PUSH_TAKE, &s, 0)) != NULL)
-        push_list(f, list, &s);
+    o->policy->after_append(f, o);
 }
 
 /*
@@ -455,47 +311,48 @@ fanout_after_append(struct flight *f, const struct fanout_opts *o)
 GW_TESTABLE void
 help(struct flight *f, struct fanout_reader *r)
 {
-    struct fanout_reader *list;
+    struct flight_reader *batch;
     struct flight_snap s;
 
-    r->helper = 0;
     for (;;) {
         if (!r->reply->broken)
             fanout_push(f, r);
-        list = take(f, PUSH_TAKE, &s, 1);
-        if (list == NULL)
+        batch = flight_take(f, PUSH_TAKE, &s, 1);
+        if (batch == NULL)
             return;
-        push_list(f, list, &s);
+        push_batch(f, batch, &s);
     }
 }
 
 void
 fanout_sweep(struct flight *f, int64_t now)
 {
-    struct fanout_reader *list, *r, *batch;
+    struct flight_reader *batch, *fr, *from;
     struct pollfd pfd[SWEEP_POLL];
-    size_t n, k;
+    struct fanout_reader *r;
+    size_t k;
 
-    list = claim_all(f, &n);
+    batch = flight_claim_parked(f);
     /* A poll() per SWEEP_POLL readers, with no allocation to fail. */
-    for (batch = list; batch != NULL; batch = r) {
-        for (r = batch, k = 0; r != NULL && k < SWEEP_POLL;
-             r = r->next, k++)
-            pfd[k].fd = r->reply->fd;
+    for (from = batch; from != NULL; from = fr) {
+        for (fr = from, k = 0; fr != NULL && k < SWEEP_POLL;
+             fr = flight_batch_next(fr), k++)
+            pfd[k].fd = net_stream_fd(reader_of(fr)->reply->stream);
         net_peers_gone(pfd, k);
-        for (r = batch, k = 0; r != NULL && k < SWEEP_POLL;
-             r = r->next, k++) {
-            r->parkable = 1;
+        for (fr = from, k = 0; fr != NULL && k < SWEEP_POLL;
+             fr = flight_batch_next(fr), k++) {
+            r = reader_of(fr);
+            flight_reader_set_parkable(fr, 1);
             if (pfd[k].revents) {
                 reply_gone(r->reply);
-                r->parkable = 0;
+                flight_reader_set_parkable(fr, 0);
             } else if (now >= r->deadline) {
                 r->expired = 1;
-                r->parkable = 0;
+                flight_reader_set_parkable(fr, 0);
             }
         }
     }
-    release(f, list);
+    flight_release(f, batch);
 }
 
 /*
@@ -511,8 +368,9 @@ flush_all(struct fanout_reader *r)
 
     if (buf_len(&r->pending) == 0)
         return 0;
-    rc = net_write_all(rp->fd, buf_ptr(&r->pending), buf_len(&r->pending),
-                       reply_deadline(rp), rp->stop_fd);
+    rc = net_stream_write_all(rp->stream, buf_ptr(&r->pending),
+                              buf_len(&r->pending), reply_deadline(rp),
+                              rp->stop_fd);
     if (rc != 0)
         reply_gone(rp);
     buf_reset(&r->pending);
@@ -529,8 +387,8 @@ fanout_cut_begin(struct flight *f, struct fanout_reader *r)
     metrics_reader_cut_lag();
     log_msg(GW_LOG_WARN, "coalesce: client cut, too far behind the "
             "stream role=%s key=%s flight=%s behind=%zu",
-            rp->role != NULL ? rp->role : "-", r->key_hex, f->id,
-            r->fr.cut_lag);
+            rp->role != NULL ? rp->role : "-", r->key_hex, flight_id(f),
+            flight_reader_cut_lag(&r->fr));
     if (rp->broken || !rp->head_sent)
         return;                 /* fanout_cut_end() answers whole */
     /* Out of memory: no event, and the end is just as unclean. */
@@ -556,37 +414,28 @@ fanout_cut_end(struct fanout_reader *r)
 /* ---- the reader's own thread ---- */
 
 /*
- * Wait until there is something for 'r': chunks past its position, the
- * final state, being handed back (to help, or timed out, or with its
- * client gone), or the stop.  Parked meanwhile, so the leader may push
- * for it (its position moves then).  OUT *s: the snapshot from its
- * position (flight_snap_reader(): r is marked as being read, or s->cut
- * is set); none when handed back to help.  Called with nothing of its
- * own left to write.
+ * Wait until there is something for 'r' (flight_wait()): chunks past its
+ * position, the final state, being handed back (to help, or timed out,
+ * or with its client gone), or the stop.  Parked meanwhile, so the
+ * leader may push for it (its position moves then).  OUT *s: the
+ * snapshot from its position (r is marked as being read, or s->cut is
+ * set); none when handed back to help (then 1 is returned, else 0).
+ * Called with nothing of its own left to write.
+ *
+ * The parked gauge counts the reader while its thread is in the wait:
+ * from just before it may park until it is back (a cheaper count than
+ * one under the flight's lock, and the same once the thread sleeps).
  */
-GW_TESTABLE void
+GW_TESTABLE int
 wait_for_news(struct flight *f, struct fanout_reader *r,
               const struct fanout_opts *o, struct flight_snap *s)
 {
-    gw_mutex_lock(&f->lock);
-    assert(r->where == FANOUT_RUNNING && !r->helper);
-    if (f->state == FLIGHT_RUNNING && f->nchunks <= get_pos(r)
-        && !r->fr.cut && !stopping(o)) {
-        park_locked(f, r);
-        metrics_parked_add(1);
-        while (r->where != FANOUT_RUNNING) {
-            if (r->where == FANOUT_PARKED && stopping(o)) {
-                unlink_locked(f, r);
-                r->where = FANOUT_RUNNING;
-                metrics_parked_add(-1);
-                break;
-            }
-            gw_cond_wait(&r->cv, &f->lock);
-        }
-    }
-    if (!r->helper)
-        flight_snap_reader_locked(f, &r->fr, s);
-    gw_mutex_unlock(&f->lock);
+    enum flight_wait w;
+
+    metrics_parked_add(1);
+    w = flight_wait(f, &r->fr, o->stopping, s);
+    metrics_parked_add(-1);
+    return w == FLIGHT_WAIT_HELP;
 }
 
 enum relay_next {
@@ -595,17 +444,19 @@ enum relay_next {
 };
 
 /*
- * One turn of fanout_relay() with what wait_for_news() gave.  A push
- * never waits; before anything that may wait on the client, the
- * snapshot's chunks are let go (flight_read_done()).
+ * One turn of fanout_relay() with what wait_for_news() gave: 'helping'
+ * (and no snapshot), or 's'.  A push never waits; before anything that
+ * may wait on the client, the snapshot's chunks are let go
+ * (flight_read_done()).
  */
 static enum relay_next
 relay_step(struct flight *f, struct fanout_reader *r,
-           const struct fanout_opts *o, const struct flight_snap *s)
+           const struct fanout_opts *o, int helping,
+           const struct flight_snap *s)
 {
     struct reply *rp = r->reply;
 
-    if (r->helper) {
+    if (helping) {
         help(f, r);
         return RELAY_MORE;      /* 's' is not set: a new wait */
     }
@@ -640,10 +491,7 @@ relay_step(struct flight *f, struct fanout_reader *r,
         return RELAY_END;
     }
     if (s->state == FLIGHT_FAILED) {
-        struct reply_failure fail = { s->err_rc, s->err_reason,
-                                      s->err_status, s->err_retry_after_s };
-
-        reply_failure(rp, &fail);
+        reply_failure(rp, &s->outcome);
         return RELAY_END;
     }
     return RELAY_MORE;
@@ -656,6 +504,7 @@ fanout_relay(struct flight *f, struct fanout_reader *r,
     struct reply *rp = r->reply;
     struct flight_snap s;
     enum relay_next next;
+    int helping;
 
     r->deadline = gw_now_ms() + r->timeout_ms;
     do {
@@ -669,11 +518,11 @@ fanout_relay(struct flight *f, struct fanout_reader *r,
              * whose flight is complete but not yet all sent: it could
              * not be sent now without waiting on this client.
              */
-            reply_upstream_error(rp, GW_ESTOPPING, NULL);
+            reply_shutting_down(rp);
             return;
         }
-        wait_for_news(f, r, o, &s);
-        next = relay_step(f, r, o, &s);
+        helping = wait_for_news(f, r, o, &s);
+        next = relay_step(f, r, o, helping, &s);
         flight_read_done(&r->fr);
     } while (next == RELAY_MORE);
 }

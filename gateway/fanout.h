@@ -1,52 +1,47 @@
 /*
- * fanout.h - how a flight's chunks reach its clients: the readers'
- * states, parking, the leader and its helpers writing for parked
- * readers, and the loop each client's own thread runs.
+ * fanout.h - how a flight's chunks reach its clients: the writer policy
+ * on top of the flight's readers, and the loop each client's own thread
+ * runs.
+ *
+ * The readers' states (RUNNING, PARKED, CLAIMED), the parked FIFO and
+ * its invariant, and every change of state belong to the flight: see the
+ * state diagram in flight.h.  This module decides who writes what, and
+ * when, using flight.h's calls (flight_wait, flight_take,
+ * flight_release, flight_call_helpers, flight_claim_parked,
+ * flight_wake_all); it touches no field of struct flight.
  *
  * Design.  A reader (one client of a flight, fanout_reader) that has
- * sent its client everything there is so far PARKS: its thread sleeps on
- * the reader's own condition variable, queued in the flight's parked
- * FIFO.  After each append the leader writes the new bytes to parked
- * readers' sockets itself, never blocking, a few at a time: it TAKES a
- * batch (they become CLAIMED), pushes to each with one non-blocking
- * writev, and RELEASES them: a reader that took everything is parked
- * again, still asleep; one whose socket was full (the rest kept in its
- * 'pending'), or whose client is gone, is handed back to its own thread,
- * which goes on at its client's pace.  With many parked readers, the
- * leader first hands a few back as HELPERS (one per PER_HELPER parked,
- * at most one per CPU at work on a flight at a time): each serves its
- * own client, then takes and writes alongside the leader, its own client
- * again between takes, until nobody is behind.  So the writes run on
- * every core, and a writer the scheduler holds back leaves its share to
- * the others.  Why: a thread wake-up costs two context switches and a
- * turn at the flight's lock; with 1,000 followers on two cores, waking
- * each to write for itself got the first chunk to the last follower
- * 26-29 ms after the leader, pushing gets it there in 7-9 ms for half
- * the CPU (docs/BENCHMARKS.md).  With [coalesce] leader_writes = off,
- * the leader wakes everyone after each append instead: the design card's
- * shape, where every follower writes its own bytes.
+ * sent its client everything there is so far PARKS: its thread sleeps in
+ * flight_wait().  Two policies, chosen once from [coalesce]
+ * leader_writes (fanout_policy_of()), say what happens after each
+ * append:
  *
- * The reader's states, changed only under the flight's lock:
+ *   fanout_push_policy (on, the default): the leader writes the new
+ *   bytes to parked readers' sockets itself, never blocking, a few at a
+ *   time: it TAKES a batch (they become CLAIMED), pushes to each with one
+ *   non-blocking writev, and RELEASES them: a reader that took
+ *   everything is parked again, still asleep; one whose socket was full
+ *   (the rest kept in its 'pending'), or whose client is gone, is handed
+ *   back to its own thread, which goes on at its client's pace.  With
+ *   many parked readers, the leader first hands a few back as HELPERS
+ *   (one per PER_HELPER parked, at most one per CPU at work on a flight
+ *   at a time): each serves its own client, then takes and writes
+ *   alongside the leader, its own client again between takes, until
+ *   nobody is behind.  So the writes run on every core, and a writer the
+ *   scheduler holds back leaves its share to the others.  Why: a thread
+ *   wake-up costs two context switches and a turn at the flight's lock;
+ *   with 1,000 followers on two cores, waking each to write for itself
+ *   got the first chunk to the last follower 26-29 ms after the leader,
+ *   pushing gets it there in 7-9 ms for half the CPU
+ *   (docs/BENCHMARKS.md).
  *
- *              park: nothing new             take, or sweep
- *     RUNNING --------------------> PARKED -----------------> CLAIMED
- *        ^  ^                        |   ^                       |  |
- *        |  |  hand back: the flight |   |  release: caught up   |  |
- *        |  |  ended, helper, stop,  |   +-----------------------+  |
- *        |  |  leader_writes = off   |                              |
- *        |  +------------------------+                              |
- *        +----------------------------------------------------------+
- *             release: socket full or gone, behind, timed out, cut
+ *   fanout_wake_policy (off): the leader wakes everyone after each
+ *   append instead: the design card's shape, where every follower
+ *   writes its own bytes.
  *
- * Who may use a reader's position, reply and 'pending': when RUNNING,
- * its own thread; when PARKED, nobody; when CLAIMED, the thread that
- * took it, until it releases it.  The lock orders the hand-overs.
- *
- * The FIFO invariant: a reader enters the FIFO (parking, or released
- * caught up) only when its position equals the flight's chunk count at
- * that moment, and the count only grows.  So readers queued earlier are
- * never ahead of readers queued later: the ones behind are always the
- * front of the FIFO, and a take is O(batch) however many are parked.
+ * Who may use a reader's reply and 'pending': whoever holds the reader
+ * (flight.h: its own thread when RUNNING, nobody when PARKED, the thread
+ * that took it when CLAIMED).
  *
  * Nobody waits on a client while reading the flight's chunks: a holder
  * writes them without waiting, and what the socket does not take is
@@ -66,12 +61,12 @@
  * sink's on_tick, which the transfer loop calls at least that often):
  * one poll() of all their sockets finds clients that hung up, and a
  * reader past its deadline (follower_timeout without progress) is handed
- * back to answer 504.  A stop wakes everyone (fanout_wake_all()).
+ * back to answer 504.  A stop wakes everyone (flight_wake_all(), through
+ * coalescer_wake_all()).
  */
 #ifndef INFERGW_GATEWAY_FANOUT_H
 #define INFERGW_GATEWAY_FANOUT_H
 
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
@@ -80,23 +75,10 @@
 
 struct reply;
 
-enum fanout_where {
-    FANOUT_RUNNING = 0,
-    FANOUT_PARKED,
-    FANOUT_CLAIMED,
-};
-
 struct fanout_reader {
-    struct flight_reader fr;        /* fr.pos: the next chunk to send */
-    struct fanout_reader *next;     /* (L) parked FIFO, or a taken batch */
-    struct fanout_reader *prev;     /* (L) parked FIFO */
-    pthread_cond_t cv;              /* signalled when handed back */
-    enum fanout_where where;        /* (L) */
-    int helper;                     /* set under (L) as it is handed back
-                                       to help write; then its thread's */
+    struct flight_reader fr;        /* its state and position (flight.h) */
     int expired;                    /* set by the sweep that holds it:
                                        no progress for follower_timeout */
-    int parkable;                   /* the claimer's verdict: caught up */
     int64_t deadline;               /* progress by then, or 504 */
     int64_t timeout_ms;             /* follower_timeout */
     struct reply *reply;            /* the client; borrowed */
@@ -106,9 +88,27 @@ struct fanout_reader {
                                        take when someone pushed for it */
 };
 
+struct fanout_opts;
+
+/*
+ * Who writes a flight's new chunks to its parked readers (see Design):
+ * the leader calls 'after_append' right after each append.  Chosen once
+ * per request from the configuration; immutable, shared by every thread.
+ */
+struct fanout_policy {
+    const char *name;               /* for log lines and tests */
+    void (*after_append)(struct flight *f, const struct fanout_opts *o);
+};
+
+extern const struct fanout_policy fanout_push_policy;  /* leader writes */
+extern const struct fanout_policy fanout_wake_policy;  /* each its own */
+
+/* The policy for [coalesce] leader_writes = on (1) or off (0). */
+const struct fanout_policy *fanout_policy_of(int leader_writes);
+
 /* How the leader fans out, from [coalesce] and the machine. */
 struct fanout_opts {
-    int leader_writes;              /* off: wake everyone instead */
+    const struct fanout_policy *policy;
     unsigned ncpu;                  /* helpers at most, per flight */
     const _Atomic int *stopping;    /* set: every wait ends */
 };
@@ -157,11 +157,7 @@ int fanout_flush(struct fanout_reader *r);
 void fanout_cut_begin(struct flight *f, struct fanout_reader *r);
 void fanout_cut_end(struct fanout_reader *r);
 
-/*
- * Leader, right after each append: push the new chunks to the parked
- * readers (calling helpers when many are parked), or with leader_writes
- * off hand them all back.
- */
+/* Leader, right after each append: o->policy's after_append. */
 void fanout_after_append(struct flight *f, const struct fanout_opts *o);
 
 /*
@@ -170,9 +166,6 @@ void fanout_after_append(struct flight *f, const struct fanout_opts *o);
  * threads; the others sleep on.  One poll() for all of them.
  */
 void fanout_sweep(struct flight *f, int64_t now);
-
-/* Hand every parked reader back to its thread (the flight ended, stop). */
-void fanout_wake_all(struct flight *f);
 
 /*
  * A client's own thread (a follower's, or the leader's once its transfer

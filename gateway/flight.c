@@ -17,6 +17,11 @@
  * max_flight_bytes later: that is the bound (flight.h).  A cut reader
  * that is being read holds its chunks a moment longer (a non-blocking
  * write); then the walk is due again at the next append.
+ *
+ * Parking.  The parked FIFO is a doubly linked list through the readers'
+ * qprev/qnext, so a reader leaves it from anywhere in O(1) (a stop, a
+ * helper); a claimed batch reuses qnext.  Each reader sleeps on its own
+ * condition variable, so a hand-back wakes exactly the thread it means.
  */
 #include "flight.h"
 
@@ -84,6 +89,9 @@ flight_attach(struct flight *f, struct flight_reader *r)
         atomic_store_explicit(&r->reading, 0, memory_order_relaxed);
         r->cut = 0;
         r->cut_lag = 0;
+        r->state = FLIGHT_READER_RUNNING;
+        r->helper = 0;
+        r->qprev = r->qnext = NULL;
         r->prev = NULL;
         r->next = f->readers;
         if (f->readers != NULL)
@@ -112,6 +120,12 @@ flight_detach(struct flight *f, struct flight_reader *r)
     left = atomic_fetch_sub(&f->nreaders, 1) - 1;
     gw_mutex_unlock(&f->lock);
     return left;
+}
+
+const char *
+flight_id(const struct flight *f)
+{
+    return f->id;
 }
 
 unsigned
@@ -252,24 +266,13 @@ flight_append(struct flight *f, const char *p, size_t n, size_t max_bytes,
 }
 
 void
-flight_finish(struct flight *f, int rc, const char *reason)
+flight_finish(struct flight *f, const struct call_outcome *o)
 {
     gw_mutex_lock(&f->lock);
     assert(f->state == FLIGHT_RUNNING);
-    f->state = rc == 0 ? FLIGHT_DONE : FLIGHT_FAILED;
-    f->err_rc = rc;
-    snprintf(f->err_reason, sizeof(f->err_reason), "%s",
-             reason != NULL ? reason : "");
+    f->state = o->kind == CALL_OK ? FLIGHT_DONE : FLIGHT_FAILED;
+    f->outcome = *o;
     f->joinable = 0;
-    gw_mutex_unlock(&f->lock);
-}
-
-void
-flight_set_failure(struct flight *f, int status, int retry_after_s)
-{
-    gw_mutex_lock(&f->lock);
-    f->err_status = status;
-    f->err_retry_after_s = retry_after_s;
     gw_mutex_unlock(&f->lock);
 }
 
@@ -298,18 +301,15 @@ flight_usage(struct flight *f, int64_t *prompt, int64_t *completion)
     return ok;
 }
 
-void
-flight_snap_locked(struct flight *f, size_t lo, struct flight_snap *s)
+static void
+snap_locked(struct flight *f, size_t lo, struct flight_snap *s)
 {
     assert(gw_mutex_held(&f->lock));
     assert(lo >= f->first || lo >= f->nchunks);
     s->cut = 0;
     s->head = f->head_set ? &f->head : NULL;
     s->state = f->state;
-    s->err_rc = f->err_rc;
-    s->err_reason = f->err_reason;
-    s->err_status = f->err_status;
-    s->err_retry_after_s = f->err_retry_after_s;
+    s->outcome = f->outcome;
     s->nchunks = f->nchunks;
     s->lo = lo;
     s->n = 0;
@@ -323,13 +323,13 @@ void
 flight_snap(struct flight *f, size_t lo, struct flight_snap *s)
 {
     gw_mutex_lock(&f->lock);
-    flight_snap_locked(f, lo, s);
+    snap_locked(f, lo, s);
     gw_mutex_unlock(&f->lock);
 }
 
-void
-flight_snap_reader_locked(struct flight *f, struct flight_reader *r,
-                          struct flight_snap *s)
+static void
+snap_reader_locked(struct flight *f, struct flight_reader *r,
+                   struct flight_snap *s)
 {
     assert(gw_mutex_held(&f->lock));
     if (r->cut) {
@@ -340,8 +340,7 @@ flight_snap_reader_locked(struct flight *f, struct flight_reader *r,
     }
     /* Relaxed: the trimmer reads it under the lock we hold. */
     atomic_store_explicit(&r->reading, 1, memory_order_relaxed);
-    flight_snap_locked(f, atomic_load_explicit(&r->pos, memory_order_relaxed),
-                       s);
+    snap_locked(f, atomic_load_explicit(&r->pos, memory_order_relaxed), s);
 }
 
 void
@@ -349,16 +348,8 @@ flight_snap_reader(struct flight *f, struct flight_reader *r,
                    struct flight_snap *s)
 {
     gw_mutex_lock(&f->lock);
-    flight_snap_reader_locked(f, r, s);
+    snap_reader_locked(f, r, s);
     gw_mutex_unlock(&f->lock);
-}
-
-void
-flight_reading_locked(struct flight *f, struct flight_reader *r)
-{
-    assert(gw_mutex_held(&f->lock));
-    assert(!r->cut);
-    atomic_store_explicit(&r->reading, 1, memory_order_relaxed);
 }
 
 void
@@ -375,6 +366,260 @@ flight_kept_bytes(struct flight *f)
 
     gw_mutex_lock(&f->lock);
     n = f->kept;
+    gw_mutex_unlock(&f->lock);
+    return n;
+}
+
+/* ---- the reader's state ---- */
+
+void
+flight_reader_init(struct flight_reader *r)
+{
+    memset(r, 0, sizeof(*r));
+    atomic_init(&r->pos, 0);
+    atomic_init(&r->reading, 0);
+    r->state = FLIGHT_READER_RUNNING;
+    gw_cond_init(&r->cv);
+}
+
+void
+flight_reader_release(struct flight_reader *r)
+{
+    assert(r->state == FLIGHT_READER_RUNNING && !r->helper);
+    pthread_cond_destroy(&r->cv);
+}
+
+size_t
+flight_reader_pos(const struct flight_reader *r)
+{
+    /* Relaxed: only its holder moves it. */
+    return atomic_load_explicit(&r->pos, memory_order_relaxed);
+}
+
+void
+flight_reader_advance(struct flight_reader *r, size_t pos)
+{
+    assert(pos >= flight_reader_pos(r));
+    /* Release: the chunks before 'pos' are no longer read (flight.h). */
+    atomic_store_explicit(&r->pos, pos, memory_order_release);
+}
+
+size_t
+flight_reader_cut_lag(const struct flight_reader *r)
+{
+    return r->cut_lag;          /* immutable once a snapshot said 'cut' */
+}
+
+void
+flight_reader_set_parkable(struct flight_reader *r, int parkable)
+{
+    r->parkable = parkable;
+}
+
+struct flight_reader *
+flight_batch_next(const struct flight_reader *r)
+{
+    return r->qnext;
+}
+
+/* Queue 'r' at the tail: it has everything (the FIFO invariant). */
+static void
+park_locked(struct flight *f, struct flight_reader *r)
+{
+    assert(gw_mutex_held(&f->lock));
+    assert(flight_reader_pos(r) == f->nchunks && !r->cut);
+    r->state = FLIGHT_READER_PARKED;
+    r->qnext = NULL;
+    r->qprev = f->parked_tail;
+    if (f->parked_tail != NULL)
+        f->parked_tail->qnext = r;
+    else
+        f->parked = r;
+    f->parked_tail = r;
+    f->nparked++;
+}
+
+/* Take 'r' out of the FIFO; it keeps its state. */
+static void
+unlink_locked(struct flight *f, struct flight_reader *r)
+{
+    assert(gw_mutex_held(&f->lock));
+    assert(r->state == FLIGHT_READER_PARKED);
+    if (r->qprev != NULL)
+        r->qprev->qnext = r->qnext;
+    else
+        f->parked = r->qnext;
+    if (r->qnext != NULL)
+        r->qnext->qprev = r->qprev;
+    else
+        f->parked_tail = r->qprev;
+    r->qnext = r->qprev = NULL;
+    f->nparked--;
+}
+
+/* Hand a parked (unlinked) or claimed reader back to its thread. */
+static void
+hand_back_locked(struct flight *f, struct flight_reader *r)
+{
+    assert(gw_mutex_held(&f->lock));
+    assert(r->state != FLIGHT_READER_RUNNING);
+    r->state = FLIGHT_READER_RUNNING;
+    r->qnext = r->qprev = NULL;
+    pthread_cond_signal(&r->cv);
+}
+
+/* Is 'r' (may be NULL) behind the newest chunk? */
+static int
+behind_locked(struct flight *f, const struct flight_reader *r)
+{
+    assert(gw_mutex_held(&f->lock));
+    return r != NULL && flight_reader_pos(r) < f->nchunks;
+}
+
+static int
+is_stopping(const _Atomic int *stopping)
+{
+    return atomic_load_explicit(stopping, memory_order_relaxed);
+}
+
+enum flight_wait
+flight_wait(struct flight *f, struct flight_reader *r,
+            const _Atomic int *stopping, struct flight_snap *s)
+{
+    int help;
+
+    gw_mutex_lock(&f->lock);
+    assert(r->state == FLIGHT_READER_RUNNING && !r->helper);
+    if (f->state == FLIGHT_RUNNING && f->nchunks <= flight_reader_pos(r)
+        && !r->cut && !is_stopping(stopping)) {
+        park_locked(f, r);
+        while (r->state != FLIGHT_READER_RUNNING) {
+            /* Claimed, it is its holder's until released: wait for that. */
+            if (r->state == FLIGHT_READER_PARKED && is_stopping(stopping)) {
+                unlink_locked(f, r);
+                r->state = FLIGHT_READER_RUNNING;
+                break;
+            }
+            gw_cond_wait(&r->cv, &f->lock);
+        }
+    }
+    help = r->helper;
+    r->helper = 0;
+    if (!help)
+        snap_reader_locked(f, r, s);
+    gw_mutex_unlock(&f->lock);
+    return help ? FLIGHT_WAIT_HELP : FLIGHT_WAIT_NEWS;
+}
+
+struct flight_reader *
+flight_take(struct flight *f, size_t max, struct flight_snap *s, int helper)
+{
+    struct flight_reader *batch = NULL, **tail = &batch, *r;
+
+    gw_mutex_lock(&f->lock);
+    for (size_t n = 0; n < max && behind_locked(f, f->parked); n++) {
+        r = f->parked;
+        unlink_locked(f, r);
+        r->state = FLIGHT_READER_CLAIMED;
+        assert(!r->cut);        /* a parked reader is never behind */
+        /* Relaxed: the trimmer reads it under the lock we hold. */
+        atomic_store_explicit(&r->reading, 1, memory_order_relaxed);
+        *tail = r;
+        tail = &r->qnext;
+    }
+    if (batch != NULL) {
+        snap_locked(f, flight_reader_pos(batch), s);
+    } else if (helper) {
+        assert(f->helping > 0);
+        f->helping--;
+    }
+    gw_mutex_unlock(&f->lock);
+    return batch;
+}
+
+struct flight_reader *
+flight_claim_parked(struct flight *f)
+{
+    struct flight_reader *batch;
+
+    gw_mutex_lock(&f->lock);
+    batch = f->parked;
+    for (struct flight_reader *r = batch; r != NULL; r = r->qnext)
+        r->state = FLIGHT_READER_CLAIMED;
+    f->parked = f->parked_tail = NULL;
+    f->nparked = 0;
+    gw_mutex_unlock(&f->lock);
+    return batch;
+}
+
+void
+flight_release(struct flight *f, struct flight_reader *batch)
+{
+    struct flight_reader *r, *next;
+
+    if (batch == NULL)
+        return;
+    gw_mutex_lock(&f->lock);
+    for (r = batch; r != NULL; r = next) {
+        next = r->qnext;
+        assert(r->state == FLIGHT_READER_CLAIMED);
+        if (r->parkable && f->state == FLIGHT_RUNNING
+            && flight_reader_pos(r) == f->nchunks && !r->cut)
+            park_locked(f, r);
+        else
+            hand_back_locked(f, r);
+    }
+    gw_mutex_unlock(&f->lock);
+}
+
+size_t
+flight_call_helpers(struct flight *f, size_t max, size_t per)
+{
+    struct flight_reader *r;
+    size_t n, room;
+
+    gw_mutex_lock(&f->lock);
+    n = f->nparked / per;
+    room = max > f->helping ? max - f->helping : 0;
+    if (n > room)
+        n = room;
+    for (size_t i = 0; i < n; i++) {
+        r = f->parked;
+        if (!behind_locked(f, r)) {
+            n = i;
+            break;
+        }
+        unlink_locked(f, r);
+        r->helper = 1;
+        hand_back_locked(f, r);
+    }
+    f->helping += (unsigned)n;
+    gw_mutex_unlock(&f->lock);
+    return n;
+}
+
+void
+flight_wake_all(struct flight *f)
+{
+    struct flight_reader *r, *next;
+
+    gw_mutex_lock(&f->lock);
+    for (r = f->parked; r != NULL; r = next) {
+        next = r->qnext;
+        hand_back_locked(f, r);
+    }
+    f->parked = f->parked_tail = NULL;
+    f->nparked = 0;
+    gw_mutex_unlock(&f->lock);
+}
+
+size_t
+flight_parked(struct flight *f)
+{
+    size_t n;
+
+    gw_mutex_lock(&f->lock);
+    n = f->nparked;
     gw_mutex_unlock(&f->lock);
     return n;
 }

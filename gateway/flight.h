@@ -34,23 +34,62 @@
  *    as being read, and until its holder is done (flight_read_done()) the
  *    cut reader's position still holds its chunks.  No holder waits on a
  *    client while it reads chunks (fanout.c), so that is brief.
- *  - The parked readers (fanout.h) are queued here too, under the same
- *    lock: parking ("nothing new for me") and appending must exclude
- *    each other, or a wake-up could be lost.  Only fanout.c touches them.
+ *  - The flight also keeps every reader's state (below): parking ("nothing
+ *    new for me") and appending must exclude each other, or a wake-up
+ *    could be lost, so the parked FIFO lives under the same lock, and
+ *    only this module's functions change it.  Who writes to a parked
+ *    reader's client is fanout.h's policy on top of them.
  *  - The struct lives until the last reference is dropped (an atomic
  *    count): the coalescer's map holds one, the leader one, and every
  *    attached reader one.
  *
+ * The reader's states, changed only under the flight's lock:
+ *
+ *              park: nothing new             take, or sweep
+ *     RUNNING --------------------> PARKED -----------------> CLAIMED
+ *        ^  ^                        |   ^                       |  |
+ *        |  |  hand back: the flight |   |  release: caught up   |  |
+ *        |  |  ended, helper, stop,  |   +-----------------------+  |
+ *        |  |  wake all              |                              |
+ *        |  +------------------------+                              |
+ *        +----------------------------------------------------------+
+ *             release: socket full or gone, behind, timed out, cut
+ *
+ *   RUNNING  its own thread holds it (flight_wait() parks it).
+ *   PARKED   its thread sleeps on the reader's condition variable, in the
+ *            flight's parked FIFO; nobody holds it.
+ *   CLAIMED  the thread that took it (flight_take(), flight_claim_parked())
+ *            holds it, its thread still asleep, until flight_release().
+ *
+ * Who may use a reader's position and what its holder keeps with it
+ * (fanout.h: its reply and pending bytes): its holder alone.  The lock
+ * orders the hand-overs.
+ *
+ * The FIFO invariant: a reader enters the FIFO (parking, or released
+ * caught up) only when its position equals the flight's chunk count at
+ * that moment, and the count only grows.  So readers queued earlier are
+ * never ahead of readers queued later: the ones behind are always the
+ * front of the FIFO, and a take is O(batch) however many are parked.
+ *
+ * Helpers: a parked reader handed back to help (flight_call_helpers())
+ * counts in the flight's helpers until its thread's take finds nobody
+ * behind (flight_take() with 'helper' set); so at most 'max' work on one
+ * flight at a time.
+ *
  * Locking: 'lock' guards every field marked (L).  It may be taken while
- * the coalescer's map lock is held, never the other way round.
+ * the coalescer's map lock is held, never the other way round.  Every
+ * function here takes it itself, except those named _locked, which
+ * assert that the caller holds it.
  */
 #ifndef INFERGW_GATEWAY_FLIGHT_H
 #define INFERGW_GATEWAY_FLIGHT_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "outcome.h"
 #include "util.h"
 
 #define FLIGHT_KEY_LEN 32           /* SHA-256 (coalesce.h) */
@@ -61,7 +100,7 @@
 enum flight_state {
     FLIGHT_RUNNING = 0,
     FLIGHT_DONE,                    /* upstream body complete */
-    FLIGHT_FAILED,                  /* upstream failed; see err_rc */
+    FLIGHT_FAILED,                  /* upstream failed; see outcome */
 };
 
 struct flight_chunk {
@@ -83,14 +122,30 @@ struct flight_head {
     int retry_after_s;              /* the upstream's, on a 429/503; 0 */
 };
 
+enum flight_reader_state {
+    FLIGHT_READER_RUNNING = 0,
+    FLIGHT_READER_PARKED,
+    FLIGHT_READER_CLAIMED,
+};
+
 /*
- * One attached client, as the flight sees it: a position.  Embedded in
- * the client's struct fanout_reader.  'pos' only grows; it is moved by
- * whoever holds the reader (fanout.h), with memory_order_release once
- * the chunks before it are no longer read, and read by the trimmer.
+ * One attached client, as the flight sees it: a position and a state.
+ * Embedded in the client's struct fanout_reader.  'pos' only grows; it is
+ * moved by the reader's holder (flight_reader_advance()), with
+ * memory_order_release once the chunks before it are no longer read, and
+ * read by the trimmer.  Use the functions below, not the fields.
  */
 struct flight_reader {
     struct flight_reader *prev, *next;  /* (L) the flight's readers */
+    struct flight_reader *qprev, *qnext;    /* (L) the parked FIFO; qnext
+                                       also links a claimed batch */
+    enum flight_reader_state state; /* (L) */
+    int helper;                     /* set under (L) as it is handed back
+                                       to help; flight_wait() clears it */
+    int parkable;                   /* CLAIMED: the holder's verdict for
+                                       flight_release() */
+    pthread_cond_t cv;              /* signalled under (L) when handed
+                                       back */
     _Atomic size_t pos;             /* next chunk to send; the chunks
                                        before it are the flight's to free */
     _Atomic int reading;            /* set under (L) with a snapshot its
@@ -111,25 +166,20 @@ struct flight_reader {
  * reader's position is past it (a cut reader's only while it is being
  * read), so the holder of a reader may read the snapshot's chunks from
  * that reader's own position on, as long as it has not moved the
- * position past them and the reader is marked as being read (fanout.c's
- * batches rely on this for each reader they hold, whatever the others'
- * positions).
+ * position past them and the reader is marked as being read (a batch
+ * from flight_take() relies on this for each reader in it, whatever the
+ * others' positions).
  */
 struct flight_snap {
     int cut;                        /* flight_snap_reader(): the reader
                                        was cut; nothing else is set */
     const struct flight_head *head;
     enum flight_state state;
-    int err_rc;                     /* FAILED: GW_ETIMEDOUT, ... */
-    const char *err_reason;         /* FAILED: static-like text, or "" */
-    int err_status;                 /* FAILED: flight_set_failure() */
-    int err_retry_after_s;
+    struct call_outcome outcome;    /* DONE, FAILED: the call's */
     size_t nchunks;                 /* chunks appended so far */
     size_t lo, n;                   /* chunk[i] is chunk lo + i */
     struct flight_chunk *chunk[FLIGHT_SNAP_MAX];
 };
-
-struct fanout_reader;               /* fanout.h */
 
 struct flight {
     char id[FLIGHT_ID_LEN + 1];     /* immutable: the upstream call's
@@ -151,19 +201,15 @@ struct flight {
     int joinable;                   /* (L) takes new readers */
 
     enum flight_state state;        /* (L) */
-    int err_rc;                     /* (L) */
-    char err_reason[64];            /* (L) */
-    int err_status;                 /* (L) */
-    int err_retry_after_s;          /* (L) */
+    struct call_outcome outcome;    /* (L) set with the final state */
     int has_usage;                  /* (L) usage.h: what the call cost */
     int64_t usage_prompt, usage_completion;     /* (L) */
 
     struct flight_reader *readers;  /* (L) every attached reader */
     _Atomic unsigned nreaders;      /* (L) to write; anyone may read */
 
-    /* fanout.c's, under 'lock' (see the design note above). */
-    struct fanout_reader *parked;   /* (L) FIFO, oldest first */
-    struct fanout_reader *parked_tail;  /* (L) */
+    struct flight_reader *parked;   /* (L) FIFO, oldest first */
+    struct flight_reader *parked_tail;  /* (L) */
     size_t nparked;                 /* (L) */
     unsigned helping;               /* (L) helpers at work on it */
 
@@ -190,6 +236,9 @@ int flight_attach(struct flight *f, struct flight_reader *r);
  */
 unsigned flight_detach(struct flight *f, struct flight_reader *r);
 
+/* The flight's id (immutable, any thread). */
+const char *flight_id(const struct flight *f);
+
 /* Readers attached now (any thread; may be stale by the time it is used). */
 unsigned flight_readers(struct flight *f);
 
@@ -212,19 +261,12 @@ int flight_append(struct flight *f, const char *p, size_t n,
                   size_t max_bytes, size_t max_lag);
 
 /*
- * Set the final state: DONE (rc 0), or FAILED with the upstream's rc and
- * 'reason' (copied).  Once.  Parked readers are not woken here: the
- * caller hands them back (fanout_wake_all()).
+ * Set the final state from the call's outcome 'o' (copied): DONE when it
+ * is CALL_OK, else FAILED, and every client is told 'o' (reply.h's
+ * reply_failure()).  Once.  Parked readers are not woken here: the
+ * caller hands them back (flight_wake_all()).
  */
-void flight_finish(struct flight *f, int rc, const char *reason);
-
-/*
- * Before a failing flight_finish(): the upstream status its last attempt
- * stopped at unheard (429/502/503/504, else 0) and the Retry-After
- * seconds for the clients' answer (0: none), as reply_failure() takes
- * them.  The driver only.
- */
-void flight_set_failure(struct flight *f, int status, int retry_after_s);
+void flight_finish(struct flight *f, const struct call_outcome *o);
 
 /* Before a successful flight_finish(): the call's token usage.  The
  * driver only. */
@@ -236,12 +278,9 @@ int flight_usage(struct flight *f, int64_t *prompt, int64_t *completion);
 /*
  * OUT *s: what a reader at position 'lo' may send (see struct
  * flight_snap).  'lo' must be at or after the oldest kept chunk, which
- * the position of an attached reader that is not cut always is.  The
- * _locked form is for fanout.c, which holds the lock already; it marks
- * the readers it sends a snapshot for with flight_reading_locked().
+ * the position of an attached reader that is not cut always is.
  */
 void flight_snap(struct flight *f, size_t lo, struct flight_snap *s);
-void flight_snap_locked(struct flight *f, size_t lo, struct flight_snap *s);
 
 /*
  * The holder of 'r', about to send from its position: OUT *s is
@@ -253,17 +292,85 @@ void flight_snap_locked(struct flight *f, size_t lo, struct flight_snap *s);
  */
 void flight_snap_reader(struct flight *f, struct flight_reader *r,
                         struct flight_snap *s);
-void flight_snap_reader_locked(struct flight *f, struct flight_reader *r,
-                               struct flight_snap *s);
-
-/* Mark 'r' (not cut) as being read, for a snapshot taken for several
- * readers (fanout.c's batches). */
-void flight_reading_locked(struct flight *f, struct flight_reader *r);
 
 /* Its holder reads no more chunks for 'r' (any thread, no lock). */
 void flight_read_done(struct flight_reader *r);
 
 /* Bytes in memory now, overhead included (tests, benchmarks). */
 size_t flight_kept_bytes(struct flight *f);
+
+/* ---- the reader's state (see the diagram above) ---- */
+
+/* A RUNNING reader, not attached yet.  Release it once it is detached. */
+void flight_reader_init(struct flight_reader *r);
+void flight_reader_release(struct flight_reader *r);
+
+/*
+ * Its holder's view, no lock: the position (the next chunk to send);
+ * moving it on to 'pos' (not back), which lets the chunks before 'pos'
+ * be freed; the lag it was cut at (once a snapshot said so); and the
+ * verdict on a CLAIMED reader for flight_release(): 1 caught up (park
+ * it again), 0 its own thread goes on.
+ */
+size_t flight_reader_pos(const struct flight_reader *r);
+void flight_reader_advance(struct flight_reader *r, size_t pos);
+size_t flight_reader_cut_lag(const struct flight_reader *r);
+void flight_reader_set_parkable(struct flight_reader *r, int parkable);
+
+/* The next reader of a claimed batch, or NULL (its holder only). */
+struct flight_reader *flight_batch_next(const struct flight_reader *r);
+
+enum flight_wait {
+    FLIGHT_WAIT_NEWS,           /* OUT *s is set */
+    FLIGHT_WAIT_HELP,           /* handed back to help: s is not set */
+};
+
+/*
+ * The reader's own thread, RUNNING, with nothing of its own left to
+ * write: when the flight runs, has no chunk past r's position, r is not
+ * cut and *stopping is not set, park r and sleep until it is handed back
+ * (or, still parked, until *stopping is set and the sleep is woken).
+ * Then OUT *s: flight_snap_reader() from r's position, unless r was
+ * handed back to help.  Meanwhile its holders may move its position.
+ */
+enum flight_wait flight_wait(struct flight *f, struct flight_reader *r,
+                             const _Atomic int *stopping,
+                             struct flight_snap *s);
+
+/*
+ * Take up to 'max' parked readers that are behind, oldest first (the
+ * front of the FIFO, by its invariant): they become CLAIMED, a batch
+ * linked for flight_batch_next(), each marked as being read.  OUT *s:
+ * the snapshot from the first one's position, the lowest.  Returns the
+ * batch, or NULL when nobody is behind; with 'helper' set (the caller is
+ * a helper) that NULL also ends the caller's help.
+ */
+struct flight_reader *flight_take(struct flight *f, size_t max,
+                                  struct flight_snap *s, int helper);
+
+/* Claim every parked reader, oldest first, as a batch (the sweep). */
+struct flight_reader *flight_claim_parked(struct flight *f);
+
+/*
+ * Give a claimed batch back: a reader whose holder found it caught up
+ * (flight_reader_set_parkable()) that has every chunk, while the flight
+ * runs and it is not cut, is parked again, still asleep; the others go
+ * back to their threads.  The batch must not be touched afterwards.
+ * NULL-safe.
+ */
+void flight_release(struct flight *f, struct flight_reader *batch);
+
+/*
+ * Right after an append, when every parked reader is behind: hand back
+ * one oldest parked reader per 'per' parked, as helpers, so that at most
+ * 'max' help on the flight at a time.  Returns how many.
+ */
+size_t flight_call_helpers(struct flight *f, size_t max, size_t per);
+
+/* Hand every parked reader back to its thread (the flight ended, stop). */
+void flight_wake_all(struct flight *f);
+
+/* Readers parked now (tests). */
+size_t flight_parked(struct flight *f);
 
 #endif

@@ -9,8 +9,8 @@
  *
  *   server -> conn -> route -> proxy -> {coalesce, flight, fanout,
  *                                        dispatch, reply, tenant, usage}
- *   dispatch -> {pool, upstream};  {server, conn} -> live -> {health, tls,
- *   pool, upstream}
+ *   dispatch -> {pool, upstream};  {server, conn} -> generation ->
+ *   {health, tls, pool, upstream}
  */
 #ifndef INFERGW_GATEWAY_HANDLER_H
 #define INFERGW_GATEWAY_HANDLER_H
@@ -30,7 +30,7 @@ struct coalescer;
 struct reply;
 struct tenants;
 struct tenant_entry;
-struct live;
+struct generations;
 
 /*
  * The server's is immutable once it starts, and shared by every thread;
@@ -38,15 +38,15 @@ struct live;
  * each, and the descriptors become readable at the same moments.
  *
  * The first three come from the configuration generation a request runs
- * on (live.h): the server's has them NULL, and conn.c gives each request
- * a copy with its generation's.
+ * on (generation.h): the server's has them NULL, and conn.c gives each
+ * request a copy with its generation's.
  */
 struct handler_ctx {
     const struct gw_config *cfg;
     struct upstream *up;            /* the transfers */
     struct pool *pool;              /* which upstream, and its health */
     uint64_t generation;            /* the configuration's (coalesce.h) */
-    struct live *live;              /* conn.c's: where generations come
+    struct generations *gens;       /* conn.c's: where generations come
                                        from */
     struct coalescer *co;
     struct tenants *tenants;        /* limits and bills (tenant.h) */

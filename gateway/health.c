@@ -1,8 +1,9 @@
 /*
  * health.c - the health beat (health.h).
  *
- * Locking: 'lock' guards 'stop'; the thread waits on 'cv' between beats.
- * Everything else belongs to the thread.
+ * Locking: none of its own.  struct health is immutable once started;
+ * each upstream's beat runs on its own thread (beat.h) with its own
+ * probe, and hands what it learns to the pool, which locks itself.
  */
 #include "health.h"
 
@@ -13,12 +14,13 @@
 #include <jansson.h>
 
 #include "alloc.h"
+#include "beat.h"
 #include "buf.h"
 #include "config.h"
-#include "dispatch.h"
 #include "jsonx.h"
 #include "log.h"
 #include "pool.h"
+#include "probe.h"
 #include "upstream.h"
 #include "util.h"
 
@@ -26,73 +28,26 @@ struct health {
     const struct gw_config *cfg;
     struct pool *pool;
     struct upstream *up;
-    pthread_t thread;
-    struct gw_mutex lock;
-    pthread_cond_t cv;
-    int stop;                   /* guarded by lock */
-    _Atomic int stopping;       /* the same, for the probes' tick */
+    int probe_health;           /* health_interval > 0 */
+    struct beat *beat;          /* a thread per upstream */
 };
-
-/* A probe's sink: the status, and the body up to a bound. */
-struct probe {
-    struct health *h;
-    int status;
-    struct buf body;
-};
-
-static int
-probe_head(void *arg, const struct upstream_head *h)
-{
-    struct probe *pr = arg;
-
-    pr->status = h->status;
-    return 0;
-}
-
-static int
-probe_data(void *arg, const char *p, size_t n)
-{
-    struct probe *pr = arg;
-    int rc = buf_append(&pr->body, p, n);
-
-    return rc == 0 ? 0 : rc == GW_ENOMEM ? GW_ENOMEM : GW_ETOOBIG;
-}
-
-static int
-probe_tick(void *arg)
-{
-    struct probe *pr = arg;
-
-    return atomic_load(&pr->h->stopping) ? GW_ESTOPPING : 0;
-}
 
 /* GET 'path' on upstream 'idx' into 'pr'.  Returns the outcome. */
 static enum pool_outcome
 probe(struct health *h, size_t idx, const char *path, struct probe *pr)
 {
-    struct upstream_request req = { "GET", path, NULL, 0, NULL, NULL };
-    struct upstream_sink sink = { pr, probe_head, probe_data, probe_tick,
-                                  NULL };
-    struct upstream_opts opts = {
-        .total_timeout_ms = HEALTH_PROBE_MAX_MS,
-        .watch_fd = -1,
-        .stop_fd = -1,
-    };
-    struct upstream_result res;
+    struct call_outcome o = probe_get(h->up, idx, path, HEALTH_PROBE_MAX_MS,
+                                      pr);
 
-    pr->h = h;
-    pr->status = 0;
-    buf_reset(&pr->body);
-    upstream_perform(h->up, idx, &req, &opts, &sink, &res);
     /* A server without the endpoint says nothing about its health. */
-    if (res.rc == 0 && (res.status == 404 || res.status == 405
-                        || res.status == 501))
+    if (o.kind == CALL_OK
+        && (o.status == 404 || o.status == 405 || o.status == 501))
         return POOL_NEUTRAL;
-    if (res.rc == 0 && (res.status < 200 || res.status > 299))
-        return res.status == 429 ? POOL_FAIL_THROTTLED : POOL_FAIL_STATUS;
-    if (res.rc == GW_ETOOBIG)
+    if (o.kind == CALL_OK && (o.status < 200 || o.status > 299))
+        return o.status == 429 ? POOL_FAIL_THROTTLED : POOL_FAIL_STATUS;
+    if (o.kind == CALL_TOO_BIG)
         return POOL_FAIL_BROKEN;        /* an answer past our bound */
-    return dispatch_judge(&res);
+    return pool_outcome_of(&o);
 }
 
 /* Free the first n entries of the two arrays and the arrays. */
@@ -169,54 +124,30 @@ out:
     json_decref(root);
 }
 
+/* One upstream's beat (beat.h): /health, then /v1/models. */
 static void
-beat(struct health *h, int probe_health)
-{
-    struct probe pr;
-    enum pool_outcome o;
-    size_t i;
-    uint64_t trial;
-
-    buf_init(&pr.body, HEALTH_MODELS_MAX_BYTES);
-    for (i = 0; i < pool_size(h->pool) && !atomic_load(&h->stopping); i++) {
-        if (probe_health && pool_probe_begin(h->pool, i, &trial)) {
-            o = probe(h, i, "/health", &pr);
-            pool_probe_end(h->pool, i, trial, o);
-            if (o != POOL_OK && o != POOL_NEUTRAL) {
-                log_msg(GW_LOG_WARN, "health: upstream %s failed GET "
-                        "/health kind=%s status=%d",
-                        h->cfg->upstreams[i].name, pool_outcome_name(o),
-                        pr.status);
-                continue;       /* no models from a failing upstream */
-            }
-        }
-        if (probe(h, i, "/v1/models", &pr) == POOL_OK)
-            take_models(h, i, &pr.body);
-    }
-    buf_release(&pr.body);
-}
-
-static void *
-run(void *arg)
+beat(void *arg, size_t i, const _Atomic int *stopping)
 {
     struct health *h = arg;
-    int64_t every = h->cfg->health_interval_ms;
-    int probe_health = every > 0;
-    int64_t next;
+    struct probe pr;
+    enum pool_outcome o;
+    uint64_t trial;
 
-    if (!probe_health)
-        every = HEALTH_MODELS_ONLY_MS;
-    gw_mutex_lock(&h->lock);
-    while (!h->stop) {
-        next = gw_now_ms() + every;
-        gw_mutex_unlock(&h->lock);
-        beat(h, probe_health);
-        gw_mutex_lock(&h->lock);
-        while (!h->stop && gw_cond_timedwait(&h->cv, &h->lock, next) == 0)
-            ;
+    probe_init(&pr, stopping, HEALTH_MODELS_MAX_BYTES);
+    if (h->probe_health && pool_probe_begin(h->pool, i, &trial)) {
+        o = probe(h, i, "/health", &pr);
+        pool_probe_end(h->pool, i, trial, o);
+        if (o != POOL_OK && o != POOL_NEUTRAL) {
+            log_msg(GW_LOG_WARN, "health: upstream %s failed GET /health "
+                    "kind=%s status=%d", h->cfg->upstreams[i].name,
+                    pool_outcome_name(o), pr.status);
+            probe_release(&pr);
+            return;             /* no models from a failing upstream */
+        }
     }
-    gw_mutex_unlock(&h->lock);
-    return NULL;
+    if (!atomic_load(stopping) && probe(h, i, "/v1/models", &pr) == POOL_OK)
+        take_models(h, i, &pr.body);
+    probe_release(&pr);
 }
 
 struct health *
@@ -224,7 +155,7 @@ health_start(const struct gw_config *cfg, struct pool *pool,
              struct upstream *up)
 {
     struct health *h;
-    int err;
+    int64_t every = cfg->health_interval_ms;
 
     h = gw_calloc(1, sizeof(*h));
     if (h == NULL)
@@ -232,13 +163,11 @@ health_start(const struct gw_config *cfg, struct pool *pool,
     h->cfg = cfg;
     h->pool = pool;
     h->up = up;
-    gw_mutex_init(&h->lock);
-    gw_cond_init(&h->cv);
-    err = pthread_create(&h->thread, NULL, run, h);
-    if (err != 0) {
-        log_errno(GW_LOG_ERROR, err, "health: pthread_create");
-        pthread_cond_destroy(&h->cv);
-        gw_mutex_destroy(&h->lock);
+    h->probe_health = every > 0;
+    if (!h->probe_health)
+        every = HEALTH_MODELS_ONLY_MS;
+    h->beat = beat_start("health", pool_size(pool), every, beat, h);
+    if (h->beat == NULL) {
         gw_free(h);
         return NULL;
     }
@@ -250,13 +179,6 @@ health_stop(struct health *h)
 {
     if (h == NULL)
         return;
-    atomic_store(&h->stopping, 1);
-    gw_mutex_lock(&h->lock);
-    h->stop = 1;
-    pthread_cond_signal(&h->cv);
-    gw_mutex_unlock(&h->lock);
-    pthread_join(h->thread, NULL);
-    pthread_cond_destroy(&h->cv);
-    gw_mutex_destroy(&h->lock);
+    beat_stop(h->beat);
     gw_free(h);
 }

@@ -1,7 +1,7 @@
 /*
- * health.h - the active side of upstream health: one thread that, every
- * health_interval, asks each upstream GET /health (vLLM's) and, on the
- * same beat, GET /v1/models.
+ * health.h - the active side of upstream health: a thread per upstream
+ * (beat.h) that, every health_interval, asks it GET /health (vLLM's) and,
+ * on the same beat, GET /v1/models.
  *
  * A probe is judged like a call (pool.h): a failing one counts as a
  * failure, a passing one closes a half-open upstream (in HALF_OPEN a
@@ -10,9 +10,8 @@
  * union.  With health_interval = 0 there are no /health probes; the
  * models are still asked every HEALTH_MODELS_ONLY_MS.
  *
- * Probes go one upstream after another, each bounded by
- * HEALTH_PROBE_MAX_MS, so a beat over many dead upstreams can run longer
- * than health_interval; the next beat then starts at once.
+ * Each probe is bounded by HEALTH_PROBE_MAX_MS; a hung upstream delays
+ * only its own beat (the next then starts at once), never another's.
  */
 #ifndef INFERGW_GATEWAY_HEALTH_H
 #define INFERGW_GATEWAY_HEALTH_H
@@ -29,13 +28,13 @@ struct health;
 #define HEALTH_MODEL_MAX_BYTES 4096     /* one entry's JSON, else dropped */
 
 /*
- * Start the thread; the first beat runs at once.  Borrows everything
+ * Start the threads; the first beat runs at once.  Borrows everything
  * (it must outlive health_stop()).  NULL on failure (logged).
  */
 struct health *health_start(const struct gw_config *cfg, struct pool *pool,
                             struct upstream *up);
 
-/* Stop the thread (a probe under way is cut) and free.  NULL-safe. */
+/* Stop the threads (a probe under way is cut) and free.  NULL-safe. */
 void health_stop(struct health *h);
 
 #endif

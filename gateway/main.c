@@ -12,15 +12,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
 
 #include "coalesce.h"
 #include "config.h"
-#include "live.h"
+#include "generation.h"
 #include "log.h"
-#include "net.h"
 #include "server.h"
 #include "tenant.h"
 
@@ -50,20 +48,6 @@ usage(FILE *out)
             INFERGW_DEFAULT_CONF);
 }
 
-/* Descriptors that may carry TLS (net.h streams): every one it may open. */
-static int
-init_tls_slots(void)
-{
-    struct rlimit rl;
-    size_t n = 65536;
-
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
-        n = (size_t)rl.rlim_cur;
-    if (n > ((size_t)1 << 20))
-        n = (size_t)1 << 20;
-    return net_streams_init(n);
-}
-
 static int
 block_signals(int *sig_fd)
 {
@@ -85,7 +69,7 @@ main(int argc, char **argv)
 {
     const char *path = INFERGW_DEFAULT_CONF;
     struct gw_config cfg;
-    struct live *live = NULL;
+    struct generations *gens = NULL;
     struct coalescer *co = NULL;
     struct tenants *tenants = NULL;
     struct server srv;
@@ -105,7 +89,7 @@ main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    if (config_load(path, &cfg, err, sizeof(err)) != 0) {
+    if (generation_load_config(path, &cfg, err, sizeof(err)) != 0) {
         fprintf(stderr, "infergw: %s\n", err);
         return 2;
     }
@@ -128,21 +112,20 @@ main(int argc, char **argv)
 
     co = coalescer_new(&cfg);
     tenants = tenants_new();
-    if (co == NULL || tenants == NULL
-        || (cfg.tls_listen[0] != '\0' && init_tls_slots() != 0)) {
+    if (co == NULL || tenants == NULL) {
         log_msg(GW_LOG_ERROR, "main: out of memory at startup");
         return 1;
     }
-    live = live_new(&cfg);          /* takes cfg; starts the health beat */
-    if (live == NULL)
+    gens = generations_new(&cfg);   /* takes cfg; starts the health beat */
+    if (gens == NULL)
         return 1;
-    if (server_init(&srv, live, co, tenants) != 0
+    if (server_init(&srv, gens, co, tenants) != 0
         || server_listen(&srv) != 0)
         return 1;
     log_msg(GW_LOG_INFO, "main: infergw %s started config=%s upstreams=%zu "
             "balance=%s", INFERGW_VERSION, path,
-            live_current(live)->cfg.num_upstreams,
-            config_balance_name(live_current(live)->cfg.balance));
+            generation_current(gens)->cfg.num_upstreams,
+            config_balance_name(generation_current(gens)->cfg.balance));
     if (server_run(&srv, sig_fd) != 0)
         return 1;
     rc = server_drain(&srv, sig_fd);
@@ -168,7 +151,7 @@ main(int argc, char **argv)
         }
     }
     server_release(&srv);
-    live_free(live);
+    generations_free(gens);
     coalescer_free(co);
     tenants_free(tenants);
     curl_global_cleanup();

@@ -4,9 +4,10 @@
 #include "metrics.h"
 
 #include <stdatomic.h>
+#include <stdio.h>
 
 #include "config.h"
-#include "tls.h"
+#include "prom.h"
 
 #define STATUS_MIN 100
 #define STATUS_MAX 599
@@ -25,9 +26,10 @@ struct histogram {
 };
 
 static struct {
-    _Atomic uint64_t requests[ROUTE_COUNT][STATUS_MAX - STATUS_MIN + 1];
-    struct histogram duration[ROUTE_COUNT];
-    struct histogram ttfb[ROUTE_COUNT];
+    _Atomic uint64_t requests[METRICS_ROUTE_COUNT]
+                             [STATUS_MAX - STATUS_MIN + 1];
+    struct histogram duration[METRICS_ROUTE_COUNT];
+    struct histogram ttfb[METRICS_ROUTE_COUNT];
     _Atomic uint64_t upstream_calls;
     _Atomic int64_t connections;
     _Atomic uint64_t connections_total;
@@ -35,7 +37,7 @@ static struct {
     _Atomic uint64_t leaders;
     _Atomic uint64_t followers;
     _Atomic uint64_t followers_by_tenant[CONFIG_MAX_TENANTS + 1];
-    _Atomic uint64_t bypass[BYPASS_COUNT];
+    _Atomic uint64_t bypass[METRICS_BYPASS_COUNT];
     _Atomic uint64_t cut_lag;
     _Atomic int64_t flights;
     _Atomic int64_t parked;
@@ -53,7 +55,7 @@ metrics_tls_stats(void)
     return &tls_counts;
 }
 
-static const char *const route_names[ROUTE_COUNT] = {
+static const char *const route_names[METRICS_ROUTE_COUNT] = {
     "chat_completions", "completions", "embeddings", "models",
     "healthz", "readyz", "metrics", "other",
 };
@@ -62,21 +64,15 @@ static const char *const keepalive_close_names[METRICS_KEEPALIVE_COUNT] = {
     "stale", "timeout", "full",
 };
 
-static const char *const bypass_names[BYPASS_COUNT] = {
+static const char *const bypass_names[METRICS_BYPASS_COUNT] = {
     "disabled", "tenant", "opt_out", "sampling", "max_followers",
     "max_flight_bytes", "max_flights", "nomem",
 };
 
 const char *
-metrics_route_name(enum metrics_route r)
-{
-    return r < ROUTE_COUNT ? route_names[r] : "other";
-}
-
-const char *
 metrics_bypass_name(enum metrics_bypass b)
 {
-    return b < BYPASS_COUNT ? bypass_names[b] : "unknown";
+    return b < METRICS_BYPASS_COUNT ? bypass_names[b] : "unknown";
 }
 
 #define INC(x) atomic_fetch_add_explicit(&(x), 1, memory_order_relaxed)
@@ -101,8 +97,8 @@ void
 metrics_request(enum metrics_route r, int status, int64_t duration_us,
                 int64_t ttfb_us)
 {
-    if (r >= ROUTE_COUNT)
-        r = ROUTE_OTHER;
+    if (r >= METRICS_ROUTE_COUNT)
+        r = METRICS_ROUTE_OTHER;
     if (status >= STATUS_MIN && status <= STATUS_MAX)
         INC(m.requests[r][status - STATUS_MIN]);
     observe(&m.duration[r], duration_us);
@@ -147,7 +143,7 @@ metrics_coalesce_follower(size_t tenant)
 void
 metrics_coalesce_bypass(enum metrics_bypass b)
 {
-    if (b < BYPASS_COUNT)
+    if (b < METRICS_BYPASS_COUNT)
         INC(m.bypass[b]);
 }
 
@@ -195,184 +191,170 @@ metrics_keepalive_closed(enum metrics_keepalive_close why)
         INC(m.keepalive_closed[why]);
 }
 
-int64_t
-metrics_connections_active(void)
-{
-    return atomic_load(&m.connections);
-}
-
-int64_t
-metrics_flights_active(void)
-{
-    return atomic_load(&m.flights);
-}
-
 #define LOAD(x) atomic_load_explicit(&(x), memory_order_relaxed)
 
-static int
-render_histogram(struct buf *out, const char *name, const char *help,
+/* One histogram per route that has seen a request, in seconds. */
+static void
+render_histogram(struct prom *w, const char *name, const char *help,
                  struct histogram *h)
 {
-    int rc = buf_printf(out, "# HELP %s %s\n# TYPE %s histogram\n",
-                        name, help, name);
+    double le[NUM_BUCKETS];
+    uint64_t counts[NUM_BUCKETS];
+    struct prom_histogram ph = { .le = le, .counts = counts,
+                                 .n = NUM_BUCKETS };
 
-    for (size_t r = 0; r < ROUTE_COUNT && rc == 0; r++) {
-        uint64_t cum = 0, count = LOAD(h[r].count);
+    for (size_t i = 0; i < NUM_BUCKETS; i++)
+        le[i] = (double)bucket_us[i] / 1e6;
+    prom_family(w, name, PROM_HISTOGRAM, help);
+    for (size_t r = 0; r < METRICS_ROUTE_COUNT; r++) {
+        const struct prom_label route = { "route", route_names[r] };
 
-        if (count == 0)
-            continue;
-        for (size_t i = 0; i < NUM_BUCKETS && rc == 0; i++) {
-            cum += LOAD(h[r].bucket[i]);
-            rc = buf_printf(out, "%s_bucket{route=\"%s\",le=\"%g\"} %llu\n",
-                            name, route_names[r],
-                            (double)bucket_us[i] / 1e6,
-                            (unsigned long long)cum);
+        uint64_t in_buckets = 0;
+
+        /* Observations land while this reads: a count read before one's
+         * bucket would be below the buckets, which Prometheus refuses as
+         * a histogram (+Inf under a bucket).  So at least their sum. */
+        for (size_t i = 0; i < NUM_BUCKETS; i++) {
+            counts[i] = LOAD(h[r].bucket[i]);
+            in_buckets += counts[i];
         }
-        if (rc == 0)
-            rc = buf_printf(out,
-                            "%s_bucket{route=\"%s\",le=\"+Inf\"} %llu\n"
-                            "%s_sum{route=\"%s\"} %.6f\n"
-                            "%s_count{route=\"%s\"} %llu\n",
-                            name, route_names[r], (unsigned long long)count,
-                            name, route_names[r],
-                            (double)LOAD(h[r].sum_us) / 1e6,
-                            name, route_names[r], (unsigned long long)count);
+        ph.count = LOAD(h[r].count);
+        if (ph.count < in_buckets)
+            ph.count = in_buckets;
+        if (ph.count == 0)
+            continue;
+        ph.sum = (double)LOAD(h[r].sum_us) / 1e6;
+        prom_histogram(w, &route, 1, &ph);
     }
-    return rc;
 }
+
+/* A sample per name of 'names' (n of them), as label 'label': v[i]. */
+static void
+by_name(struct prom *w, const char *label, const char *const *names,
+        const _Atomic uint64_t *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const struct prom_label l = { label, names[i] };
+
+        prom_uint(w, &l, 1, LOAD(v[i]));
+    }
+}
+
+/* Families of one sample without labels: a counter or a gauge. */
+struct scalar {
+    const char *name;
+    const char *help;
+    const _Atomic uint64_t *counter;    /* one of the two */
+    const _Atomic int64_t *gauge;
+};
+
+static const struct scalar scalars[] = {
+    { "infergw_upstream_requests_total", "Calls made upstream.",
+      &m.upstream_calls, NULL },
+    { "infergw_connections_active", "Client connections open.",
+      NULL, &m.connections },
+    { "infergw_connections_total", "Client connections accepted.",
+      &m.connections_total, NULL },
+    { "infergw_connections_rejected_total",
+      "Refused with 503 at max_connections.", &m.rejected, NULL },
+    { "infergw_coalesce_leaders_total",
+      "Requests that led a flight (made the upstream call).",
+      &m.leaders, NULL },
+    { "infergw_coalesce_followers_total",
+      "Requests served by another request's upstream call.",
+      &m.followers, NULL },
+    { "infergw_flights_active", "Coalescing flights in flight.",
+      NULL, &m.flights },
+    { "infergw_coalesce_parked", "Clients that have been sent everything "
+      "so far and wait for the next chunk.", NULL, &m.parked },
+    { "infergw_coalesce_pushed_chunks_total", "Chunks the upstream thread "
+      "(or a helper) wrote for parked clients.", &m.pushed, NULL },
+    { "infergw_coalesce_helpers_total", "Follower threads woken to help "
+      "the upstream thread write a chunk to parked clients.",
+      &m.helpers, NULL },
+};
 
 int
 metrics_render(struct buf *out, const struct gw_config *cfg)
 {
-    int rc;
+    static const char *const tls_results[] = {
+        "ok", "timeout", "protocol", "other",
+    };
+    const _Atomic uint64_t *const tls[] = {
+        &tls_counts.handshakes, &tls_counts.failed_timeout,
+        &tls_counts.failed_protocol, &tls_counts.failed_other,
+    };
+    const struct prom_label lag = { "reason", "lag" };
+    struct prom w;
 
-    rc = buf_append_str(out,
-        "# HELP infergw_requests_total Client requests by route and status.\n"
-        "# TYPE infergw_requests_total counter\n");
-    for (size_t r = 0; r < ROUTE_COUNT && rc == 0; r++)
-        for (int s = STATUS_MIN; s <= STATUS_MAX && rc == 0; s++) {
+    prom_init(&w, out);
+    prom_family(&w, "infergw_requests_total", PROM_COUNTER,
+                "Client requests by route and status.");
+    for (size_t r = 0; r < METRICS_ROUTE_COUNT; r++)
+        for (int s = STATUS_MIN; s <= STATUS_MAX; s++) {
             uint64_t v = LOAD(m.requests[r][s - STATUS_MIN]);
+            char status[16];
+            const struct prom_label l[] = { { "route", route_names[r] },
+                                            { "status", status } };
 
-            if (v != 0)
-                rc = buf_printf(out, "infergw_requests_total{route=\"%s\","
-                                "status=\"%d\"} %llu\n", route_names[r], s,
-                                (unsigned long long)v);
+            if (v == 0)
+                continue;
+            snprintf(status, sizeof(status), "%d", s);
+            prom_uint(&w, l, GW_ARRAY_LEN(l), v);
         }
-    if (rc == 0)
-        rc = buf_printf(out,
-            "# HELP infergw_upstream_requests_total Calls made upstream.\n"
-            "# TYPE infergw_upstream_requests_total counter\n"
-            "infergw_upstream_requests_total %llu\n"
-            "# HELP infergw_connections_active Client connections open.\n"
-            "# TYPE infergw_connections_active gauge\n"
-            "infergw_connections_active %lld\n"
-            "# HELP infergw_connections_total Client connections accepted.\n"
-            "# TYPE infergw_connections_total counter\n"
-            "infergw_connections_total %llu\n"
-            "# HELP infergw_connections_rejected_total Refused with 503 at "
-            "max_connections.\n"
-            "# TYPE infergw_connections_rejected_total counter\n"
-            "infergw_connections_rejected_total %llu\n"
-            "# HELP infergw_coalesce_leaders_total Requests that led a "
-            "flight (made the upstream call).\n"
-            "# TYPE infergw_coalesce_leaders_total counter\n"
-            "infergw_coalesce_leaders_total %llu\n"
-            "# HELP infergw_coalesce_followers_total Requests served by "
-            "another request's upstream call.\n"
-            "# TYPE infergw_coalesce_followers_total counter\n"
-            "infergw_coalesce_followers_total %llu\n"
-            "# HELP infergw_flights_active Coalescing flights in flight.\n"
-            "# TYPE infergw_flights_active gauge\n"
-            "infergw_flights_active %lld\n"
-            "# HELP infergw_coalesce_parked Clients that have been sent "
-            "everything so far and wait for the next chunk.\n"
-            "# TYPE infergw_coalesce_parked gauge\n"
-            "infergw_coalesce_parked %lld\n"
-            "# HELP infergw_coalesce_pushed_chunks_total Chunks the upstream "
-            "thread (or a helper) wrote for parked clients.\n"
-            "# TYPE infergw_coalesce_pushed_chunks_total counter\n"
-            "infergw_coalesce_pushed_chunks_total %llu\n"
-            "# HELP infergw_coalesce_helpers_total Follower threads woken "
-            "to help the upstream thread write a chunk to parked clients.\n"
-            "# TYPE infergw_coalesce_helpers_total counter\n"
-            "infergw_coalesce_helpers_total %llu\n"
-            "# HELP infergw_coalesce_readers_cut_total Clients of a flight "
-            "cut off with an error, by reason (lag: further behind than "
-            "max_reader_lag).\n"
-            "# TYPE infergw_coalesce_readers_cut_total counter\n"
-            "infergw_coalesce_readers_cut_total{reason=\"lag\"} %llu\n",
-            (unsigned long long)LOAD(m.upstream_calls),
-            (long long)LOAD(m.connections),
-            (unsigned long long)LOAD(m.connections_total),
-            (unsigned long long)LOAD(m.rejected),
-            (unsigned long long)LOAD(m.leaders),
-            (unsigned long long)LOAD(m.followers),
-            (long long)LOAD(m.flights),
-            (long long)LOAD(m.parked),
-            (unsigned long long)LOAD(m.pushed),
-            (unsigned long long)LOAD(m.helpers),
-            (unsigned long long)LOAD(m.cut_lag));
-    if (rc == 0)
-        rc = buf_append_str(out,
-            "# HELP infergw_coalesce_followers_by_tenant_total Followers by "
-            "tenant, for billing.\n"
-            "# TYPE infergw_coalesce_followers_by_tenant_total counter\n");
-    for (size_t t = 0; t <= cfg->num_tenants && rc == 0; t++)
-        rc = buf_printf(out, "infergw_coalesce_followers_by_tenant_total"
-                        "{tenant=\"%s\"} %llu\n",
-                        t < cfg->num_tenants ? cfg->tenants[t].name
-                                             : "default",
-                        (unsigned long long)LOAD(m.followers_by_tenant[
-                            t < cfg->num_tenants ? t : CONFIG_MAX_TENANTS]));
-    if (rc == 0)
-        rc = buf_append_str(out,
-            "# HELP infergw_coalesce_bypass_total Eligible-route requests "
-            "sent upstream alone, by reason.\n"
-            "# TYPE infergw_coalesce_bypass_total counter\n");
-    for (size_t b = 0; b < BYPASS_COUNT && rc == 0; b++)
-        rc = buf_printf(out, "infergw_coalesce_bypass_total{reason=\"%s\"} "
-                        "%llu\n", bypass_names[b],
-                        (unsigned long long)LOAD(m.bypass[b]));
-    if (rc == 0)
-        rc = buf_printf(out,
-            "# HELP infergw_upstream_keepalive_idle Idle upstream "
-            "connections kept alive now.\n"
-            "# TYPE infergw_upstream_keepalive_idle gauge\n"
-            "infergw_upstream_keepalive_idle %lld\n"
-            "# HELP infergw_upstream_keepalive_closed_total Idle upstream "
-            "connections closed, by reason: readable while idle (stale), "
-            "idle past keepalive_timeout, or past keepalive (full).\n"
-            "# TYPE infergw_upstream_keepalive_closed_total counter\n",
-            (long long)LOAD(m.keepalive_idle));
-    for (size_t k = 0; k < METRICS_KEEPALIVE_COUNT && rc == 0; k++)
-        rc = buf_printf(out, "infergw_upstream_keepalive_closed_total"
-                        "{reason=\"%s\"} %llu\n", keepalive_close_names[k],
-                        (unsigned long long)LOAD(m.keepalive_closed[k]));
-    if (rc == 0)
-        rc = buf_printf(out,
-            "# HELP infergw_tls_handshakes_total TLS handshakes with "
-            "clients, by result.\n"
-            "# TYPE infergw_tls_handshakes_total counter\n"
-            "infergw_tls_handshakes_total{result=\"ok\"} %llu\n"
-            "infergw_tls_handshakes_total{result=\"timeout\"} %llu\n"
-            "infergw_tls_handshakes_total{result=\"protocol\"} %llu\n"
-            "infergw_tls_handshakes_total{result=\"other\"} %llu\n"
-            "# HELP infergw_tls_resumed_total Of the TLS handshakes with "
-            "result ok, those that resumed a session from a ticket.\n"
-            "# TYPE infergw_tls_resumed_total counter\n"
-            "infergw_tls_resumed_total %llu\n",
-            (unsigned long long)LOAD(tls_counts.handshakes),
-            (unsigned long long)LOAD(tls_counts.failed_timeout),
-            (unsigned long long)LOAD(tls_counts.failed_protocol),
-            (unsigned long long)LOAD(tls_counts.failed_other),
-            (unsigned long long)LOAD(tls_counts.resumed));
-    if (rc == 0)
-        rc = render_histogram(out, "infergw_request_duration_seconds",
-                              "Client request latency, head in to last "
-                              "byte out.", m.duration);
-    if (rc == 0)
-        rc = render_histogram(out, "infergw_time_to_first_byte_seconds",
-                              "Client request head in to first response "
-                              "body byte out (TTFT for streams).", m.ttfb);
-    return rc;
+    for (size_t i = 0; i < GW_ARRAY_LEN(scalars); i++) {
+        const struct scalar *c = &scalars[i];
+
+        prom_family(&w, c->name, c->gauge != NULL ? PROM_GAUGE : PROM_COUNTER,
+                    c->help);
+        if (c->gauge != NULL)
+            prom_int(&w, NULL, 0, LOAD(*c->gauge));
+        else
+            prom_uint(&w, NULL, 0, LOAD(*c->counter));
+    }
+    prom_family(&w, "infergw_coalesce_readers_cut_total", PROM_COUNTER,
+                "Clients of a flight cut off with an error, by reason "
+                "(lag: further behind than max_reader_lag).");
+    prom_uint(&w, &lag, 1, LOAD(m.cut_lag));
+    prom_family(&w, "infergw_coalesce_followers_by_tenant_total",
+                PROM_COUNTER, "Followers by tenant, for billing.");
+    for (size_t t = 0; t <= cfg->num_tenants; t++) {
+        int named = t < cfg->num_tenants;
+        const struct prom_label l = {
+            "tenant", named ? cfg->tenants[t].name : "default",
+        };
+
+        prom_uint(&w, &l, 1, LOAD(m.followers_by_tenant[
+                      named ? t : CONFIG_MAX_TENANTS]));
+    }
+    prom_family(&w, "infergw_coalesce_bypass_total", PROM_COUNTER,
+                "Eligible-route requests sent upstream alone, by reason.");
+    by_name(&w, "reason", bypass_names, m.bypass, METRICS_BYPASS_COUNT);
+    prom_family(&w, "infergw_upstream_keepalive_idle", PROM_GAUGE,
+                "Idle upstream connections kept alive now.");
+    prom_int(&w, NULL, 0, LOAD(m.keepalive_idle));
+    prom_family(&w, "infergw_upstream_keepalive_closed_total", PROM_COUNTER,
+                "Idle upstream connections closed, by reason: readable "
+                "while idle (stale), idle past keepalive_timeout, or past "
+                "keepalive (full).");
+    by_name(&w, "reason", keepalive_close_names, m.keepalive_closed,
+            METRICS_KEEPALIVE_COUNT);
+    prom_family(&w, "infergw_tls_handshakes_total", PROM_COUNTER,
+                "TLS handshakes with clients, by result.");
+    for (size_t i = 0; i < GW_ARRAY_LEN(tls); i++) {
+        const struct prom_label l = { "result", tls_results[i] };
+
+        prom_uint(&w, &l, 1, LOAD(*tls[i]));
+    }
+    prom_family(&w, "infergw_tls_resumed_total", PROM_COUNTER,
+                "Of the TLS handshakes with result ok, those that resumed "
+                "a session from a ticket.");
+    prom_uint(&w, NULL, 0, LOAD(tls_counts.resumed));
+    render_histogram(&w, "infergw_request_duration_seconds",
+                     "Client request latency, head in to last byte out.",
+                     m.duration);
+    render_histogram(&w, "infergw_time_to_first_byte_seconds",
+                     "Client request head in to first response body byte "
+                     "out (TTFT for streams).", m.ttfb);
+    return w.rc;
 }

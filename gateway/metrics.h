@@ -9,36 +9,66 @@
 #ifndef INFERGW_GATEWAY_METRICS_H
 #define INFERGW_GATEWAY_METRICS_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "buf.h"
 
 struct gw_config;
-struct tls_stats;
 
-enum metrics_route {
-    ROUTE_CHAT = 0,
-    ROUTE_COMPLETIONS,
-    ROUTE_EMBEDDINGS,
-    ROUTE_MODELS,
-    ROUTE_HEALTHZ,
-    ROUTE_READYZ,
-    ROUTE_METRICS,
-    ROUTE_OTHER,
-    ROUTE_COUNT
+/*
+ * TLS handshake counters for /metrics (tls.h counts into them).  The
+ * caller owns the struct (metrics_tls_stats()) and passes it in
+ * tls_server_opts, so the counts go on
+ * across a certificate reload, which makes a new tls_server; several
+ * servers may share one.  The fields are atomics: read them with
+ * atomic_load() from any thread.
+ */
+struct tls_stats {
+    _Atomic uint64_t handshakes;        /* completed */
+    _Atomic uint64_t failed_timeout;    /* not done by the deadline */
+    _Atomic uint64_t failed_protocol;   /* garbage, plain HTTP, no common
+                                           version / cipher / ALPN, or the
+                                           client sent a fatal alert */
+    _Atomic uint64_t failed_other;      /* peer closed, drain, I/O, memory */
+    _Atomic uint64_t resumed;           /* of 'handshakes': resumed from a
+                                           session ticket */
 };
 
+/*
+ * The label sets of the families below are metrics' own: each value is
+ * one label value ("chat", "sampling", ...; metrics.c names them), and
+ * the modules that know the cause tag with it (route.c's table, conn.c
+ * for requests no route took, coalesce.c's eligibility).  A new route or
+ * bypass reason is a new value here and a name in metrics.c.
+ */
+
+/* infergw_requests_total{route}, and the latency histograms. */
+enum metrics_route {
+    METRICS_ROUTE_CHAT = 0,
+    METRICS_ROUTE_COMPLETIONS,
+    METRICS_ROUTE_EMBEDDINGS,
+    METRICS_ROUTE_MODELS,
+    METRICS_ROUTE_HEALTHZ,
+    METRICS_ROUTE_READYZ,
+    METRICS_ROUTE_METRICS,
+    METRICS_ROUTE_OTHER,
+    METRICS_ROUTE_COUNT
+};
+
+/* infergw_coalesce_bypass_total{reason}: why a request went alone. */
 enum metrics_bypass {
-    BYPASS_DISABLED = 0,    /* coalescing off globally */
-    BYPASS_TENANT,          /* off for this tenant */
-    BYPASS_OPT_OUT,         /* X-Infergw-Coalesce: off / Cache-Control */
-    BYPASS_SAMPLING,        /* temperature > 0 without seed */
-    BYPASS_MAX_FOLLOWERS,
-    BYPASS_MAX_FLIGHT_BYTES,
-    BYPASS_MAX_FLIGHTS,
-    BYPASS_NOMEM,
-    BYPASS_COUNT
+    METRICS_BYPASS_DISABLED = 0,    /* coalescing off globally */
+    METRICS_BYPASS_TENANT,          /* off for this tenant */
+    METRICS_BYPASS_OPT_OUT,         /* X-Infergw-Coalesce: off or
+                                       Cache-Control */
+    METRICS_BYPASS_SAMPLING,        /* temperature > 0 without seed */
+    METRICS_BYPASS_MAX_FOLLOWERS,
+    METRICS_BYPASS_MAX_FLIGHT_BYTES,
+    METRICS_BYPASS_MAX_FLIGHTS,
+    METRICS_BYPASS_NOMEM,
+    METRICS_BYPASS_COUNT
 };
 
 /* Why an idle upstream connection was closed (keepalive.h). */
@@ -49,9 +79,6 @@ enum metrics_keepalive_close {
     METRICS_KEEPALIVE_FULL,         /* more than keepalive were idle */
     METRICS_KEEPALIVE_COUNT
 };
-
-/* Label value for a route ("chat_completions", ...). */
-const char *metrics_route_name(enum metrics_route r);
 
 /* Label value for a bypass reason ("sampling", ...). */
 const char *metrics_bypass_name(enum metrics_bypass b);
@@ -77,10 +104,6 @@ void metrics_keepalive_closed(enum metrics_keepalive_close why);
 
 /* The TLS handshake counters (tls.h), for every tls_server to share. */
 struct tls_stats *metrics_tls_stats(void);
-
-/* Current values, for tests and the drain log. */
-int64_t metrics_connections_active(void);
-int64_t metrics_flights_active(void);
 
 /*
  * Append the Prometheus text exposition (format 0.0.4) to 'out'.

@@ -25,7 +25,10 @@
 
 #include "alloc.h"
 #include "config.h"
+#include "engine.h"
+#include "http.h"
 #include "log.h"
+#include "prom.h"
 #include "util.h"
 
 /* Ring points per unit of weight, and at most per upstream (prefix). */
@@ -52,6 +55,9 @@ struct member {
                                    (the cap may let it go then) */
 
     uint64_t inflight;          /* calls holding a slot */
+    struct engine_load load;    /* its engine's own (engine.h) */
+    int saturated;              /* as last logged */
+    int no_engine_logged;       /* "no engine metrics" said once */
     int64_t swrr;               /* smooth weighted round robin's current */
 
     /* From GET /v1/models; routing uses 'ids' only without cfg models. */
@@ -72,12 +78,13 @@ struct ring_point {
     size_t idx;
 };
 
-/* A call waiting for a max_inflight slot; lives on its thread's stack. */
+/* A call waiting for a slot; lives on its thread's stack. */
 struct waiter {
     struct waiter *next;
     pthread_cond_t cv;
     uint64_t mask;              /* upstreams it can use */
     uint64_t serve;             /* its model's set, for panic */
+    size_t tenant;              /* its tenant (pool_want.tenant) */
     int granted;                /* the upstream whose slot it was given;
                                    -1 none yet, -2 none can come, -3 its
                                    caller is gone */
@@ -93,8 +100,18 @@ struct pool {
 
     struct gw_mutex lock;
     uint64_t rng;                       /* xorshift64 state */
-    struct waiter *q_head, *q_tail;     /* FIFO */
+    struct waiter *q_head, *q_tail;     /* in arrival order */
     uint64_t q_len;
+
+    /* Per tenant (CONFIG_MAX_TENANTS: the default one). */
+    uint64_t t_open[CONFIG_MAX_TENANTS + 1];    /* slots held */
+    uint64_t t_queued[CONFIG_MAX_TENANTS + 1];  /* waiting now */
+    uint64_t t_waits[CONFIG_MAX_TENANTS + 1];   /* waited, ever */
+    uint64_t t_wait_ms[CONFIG_MAX_TENANTS + 1]; /* their waits' sum */
+    uint64_t t_shed[CONFIG_MAX_TENANTS + 1];    /* 429 at saturation */
+    uint64_t t_timeouts[CONFIG_MAX_TENANTS + 1];
+    int64_t t_seen_ms[CONFIG_MAX_TENANTS + 1];  /* its last call's start
+                                                   or end; 0 none yet */
     int stopping;
 
     /* The budget window: per-second buckets. */
@@ -114,6 +131,7 @@ struct pool {
 /* What to log once the lock is dropped. */
 struct event {
     const char *what;           /* NULL: nothing */
+    char detail[96];            /* "": none; else logged after */
     const char *name;           /* the upstream */
     int64_t ms;                 /* "ejected": for how long */
     const char *why;
@@ -121,7 +139,7 @@ struct event {
     size_t usable;              /* ... and how many of it are usable */
 };
 
-#define NO_EVENT { NULL, NULL, 0, NULL, 0, 0 }
+#define NO_EVENT { .what = NULL }
 
 static const char *const outcome_names[POOL_OUTCOME_COUNT] = {
     [POOL_OK] = "ok",
@@ -139,25 +157,32 @@ pool_outcome_name(enum pool_outcome o)
     return (unsigned)o < POOL_OUTCOME_COUNT ? outcome_names[o] : "?";
 }
 
-/* FNV-1a, then splitmix64's finaliser so that near keys spread. */
-static uint64_t
-mix64(uint64_t z)
+enum pool_outcome
+pool_outcome_of(const struct call_outcome *o)
 {
-    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-    return z ^ (z >> 31);
+    if (o->kind == CALL_CONNECT || o->kind == CALL_TLS)
+        return POOL_FAIL_CONNECT;
+    if (call_kind_is_timeout(o->kind))
+        return POOL_FAIL_TIMEOUT;
+    /* Its answer was lost or refused.  (CALL_STATUS is an answer.) */
+    if (o->kind != CALL_STATUS && o->fault == CALL_FAULT_UPSTREAM)
+        return POOL_FAIL_BROKEN;
+    /* An answer, or a stop of the client's or ours: by the status. */
+    if (o->status == 429)
+        return POOL_FAIL_THROTTLED;
+    if (o->status >= 500)
+        return POOL_FAIL_STATUS;
+    /* Stopped before any head: no word on the upstream. */
+    if (o->kind != CALL_OK && o->status == 0)
+        return POOL_NEUTRAL;
+    return POOL_OK;
 }
 
+/* FNV-1a, then splitmix64's finaliser so that near keys spread. */
 static uint64_t
 hash_str(const char *s, uint64_t salt)
 {
-    uint64_t h = UINT64_C(0xcbf29ce484222325) ^ salt;
-
-    for (; *s != '\0'; s++) {
-        h ^= (unsigned char)*s;
-        h *= UINT64_C(0x100000001b3);
-    }
-    return mix64(h);
+    return gw_mix64(gw_fnv1a64(GW_FNV1A64_OFFSET ^ salt, s, strlen(s)));
 }
 
 static uint64_t
@@ -303,6 +328,145 @@ static int
 has_room(const struct member *m)
 {
     return m->cfg->max_inflight == 0 || m->inflight < m->cfg->max_inflight;
+}
+
+/* Does the balancer read the engines' load (least_load, prefix)? */
+static int
+engine_aware(const struct pool *p)
+{
+    return p->cfg->balance == BALANCE_LEAST_LOAD
+           || p->cfg->balance == BALANCE_PREFIX;
+}
+
+/* Is its engine saturated, for a balancer that reads engines? */
+static int
+engine_full(const struct pool *p, const struct member *m, int64_t now)
+{
+    return engine_aware(p) && engine_saturated(&m->load, p->cfg, now);
+}
+
+/*
+ * May it take no call now: at max_inflight, or its engine saturated
+ * (engine.h)?  Such a call waits in the gateway's queue instead.
+ */
+static int
+full(const struct pool *p, const struct member *m, int64_t now)
+{
+    return !has_room(m) || engine_full(p, m, now);
+}
+
+/* A tenant's standing among the active ones (share_locked, pool.h). */
+enum share {
+    SHARE_ALONE,                /* no other tenant is active */
+    SHARE_FAIR,                 /* others are, none before it */
+    SHARE_AHEAD,                /* one is before it */
+};
+
+/*
+ * The same for a call of a tenant standing 'sh': while tenants compete,
+ * no call goes into an engine's queue, only to a place its batch has
+ * now (engine.h); one ahead of its share learns an engine's room only
+ * one place at a time.
+ */
+static int
+full_for(const struct pool *p, const struct member *m, int64_t now,
+         enum share sh)
+{
+    if (sh == SHARE_ALONE || !engine_aware(p))
+        return full(p, m, now);
+    if (!has_room(m))
+        return 1;
+    return sh == SHARE_AHEAD
+           ? !engine_has_place_slowly(&m->load, p->cfg, now)
+           : !engine_has_place(&m->load, p->cfg, now);
+}
+
+/* Its load as the balancer scores it (engine.h), to compare per weight. */
+static double
+score(const struct pool *p, const struct member *m, int64_t now)
+{
+    if (!engine_aware(p))
+        return (double)m->inflight;
+    return engine_score(&m->load, p->cfg, now, m->inflight);
+}
+
+/* A tenant's priority and weight (CONFIG_MAX_TENANTS: the default's). */
+static int64_t
+tenant_priority(const struct pool *p, size_t t)
+{
+    return t < p->cfg->num_tenants ? p->cfg->tenants[t].priority : 0;
+}
+
+static uint64_t
+tenant_weight(const struct pool *p, size_t t)
+{
+    return t < p->cfg->num_tenants ? p->cfg->tenants[t].weight : 1;
+}
+
+/* Does tenant 't' count for the shares now (pool.h)? */
+static int
+tenant_active(const struct pool *p, size_t t, int64_t now)
+{
+    return p->t_open[t] > 0 || p->t_queued[t] > 0
+           || (p->t_seen_ms[t] != 0
+               && now - p->t_seen_ms[t] <= POOL_TENANT_ACTIVE_MS);
+}
+
+/*
+ * Tenant 't''s standing (pool.h): alone, or among other active tenants,
+ * and then ahead of its share if one of them has a higher priority, or
+ * its own and fewer slots held per unit of weight.
+ */
+static enum share
+share_locked(const struct pool *p, size_t t, int64_t now)
+{
+    int64_t pt = tenant_priority(p, t), pu;
+    enum share sh = SHARE_ALONE;
+    size_t u;
+
+    if (!engine_aware(p))
+        return SHARE_ALONE;
+    for (u = 0; u <= CONFIG_MAX_TENANTS; u++) {
+        if (u == t || (u >= p->cfg->num_tenants && u != CONFIG_MAX_TENANTS)
+            || !tenant_active(p, u, now))
+            continue;
+        sh = SHARE_FAIR;
+        pu = tenant_priority(p, u);
+        if (pu > pt || (pu == pt && p->t_open[u] * tenant_weight(p, t)
+                                    < p->t_open[t] * tenant_weight(p, u)))
+            return SHARE_AHEAD;
+    }
+    return sh;
+}
+
+static const char *
+tenant_label(const struct pool *p, size_t t)
+{
+    return t < p->cfg->num_tenants ? p->cfg->tenants[t].name : "default";
+}
+
+/*
+ * Note a change of m's engine saturation in 'ev' (one log line per
+ * operation; the gauge has every upstream's).
+ */
+static void
+saturation_note_locked(struct pool *p, struct member *m, int64_t now,
+                       struct event *ev)
+{
+    int s = engine_full(p, m, now);
+
+    if (s == m->saturated)
+        return;
+    m->saturated = s;
+    if (ev->what != NULL)
+        return;
+    ev->what = s ? "saturated" : "no longer saturated";
+    ev->name = m->cfg->name;
+    snprintf(ev->detail, sizeof(ev->detail), "waiting=%g running=%g "
+             "kv_usage=%.2f started=%" PRIu64 " ended=%" PRIu64,
+             m->load.last.waiting, m->load.last.running,
+             m->load.last.kv_usage, m->load.started - m->load.started_then,
+             m->load.ended - m->load.ended_then);
 }
 
 /* Milliseconds until an unusable upstream may be usable again. */
@@ -540,17 +704,22 @@ pool_has_other(struct pool *p, const struct pool_want *want, size_t idx)
     use = usable_mask_locked(p, serve, serve & ~want->exclude
                       & ~(UINT64_C(1) << idx), now, NULL);
     for (i = 0; i < p->n && !ok; i++)
-        ok = (use & (UINT64_C(1) << i)) && has_room(&p->m[i]);
+        ok = (use & (UINT64_C(1) << i)) && !full(p, &p->m[i], now);
     gw_mutex_unlock(&p->lock);
     return ok;
 }
 
 static void
-take_slot(struct member *m, struct pool_slot *slot, size_t idx)
+take_slot(struct pool *p, struct member *m, struct pool_slot *slot,
+          size_t idx, size_t tenant, int64_t now)
 {
     m->inflight++;
+    m->load.started++;
     m->calls++;
+    p->t_open[tenant]++;
+    p->t_seen_ms[tenant] = now;
     slot->idx = (int)idx;
+    slot->tenant = tenant;
     slot->trial = 0;
     /* In panic a call may come while the trial is out: it is none. */
     if (m->state == POOL_HALF_OPEN && !m->trial_out) {
@@ -596,9 +765,13 @@ weighted_random(struct pool *p, uint64_t mask)
     return lowest_bit(mask);
 }
 
-/* Power of two choices: two weighted picks, the lighter one by weight. */
+/*
+ * Power of two choices: two weighted picks, the lighter one by score()
+ * per weight (open calls for least_inflight, the engine's load for
+ * least_load).
+ */
 static size_t
-pick_least_inflight(struct pool *p, uint64_t room)
+pick_two(struct pool *p, uint64_t room, int64_t now)
 {
     size_t a, b;
     const struct member *ma, *mb;
@@ -609,9 +782,9 @@ pick_least_inflight(struct pool *p, uint64_t room)
     b = weighted_random(p, room & ~(UINT64_C(1) << a));
     ma = &p->m[a];
     mb = &p->m[b];
-    /* inflight / weight, compared without dividing */
-    return mb->inflight * ma->cfg->weight < ma->inflight * mb->cfg->weight
-           ? b : a;
+    /* score / weight, compared without dividing */
+    return score(p, mb, now) * (double)ma->cfg->weight
+           < score(p, ma, now) * (double)mb->cfg->weight ? b : a;
 }
 
 /* nginx's smooth weighted round robin over 'room'. */
@@ -636,22 +809,23 @@ pick_round_robin(struct pool *p, uint64_t room)
 /*
  * Consistent hashing with bounded loads (Mirrokni, Thorup, Zadimoghaddam
  * 2016): walk the ring from the key's point and take the first upstream
- * with room whose open calls, with this one, stay within (1 + epsilon)
- * times its weighted share of all the calls on 'usable' upstreams.  The
- * same prefix keeps landing on the same upstream until that one is
- * loaded past the bound; then it spills to the next on the ring.
+ * with room whose load (score(): the engine's, or its open calls), with
+ * this call, stays within (1 + epsilon) times its weighted share of the
+ * load on 'usable' upstreams.  The same prefix keeps landing on the same
+ * upstream until that one is loaded past the bound; then it spills to
+ * the next on the ring.
  */
 static size_t
 pick_prefix(struct pool *p, uint64_t room, uint64_t usable_mask,
-            uint64_t key)
+            uint64_t key, int64_t now)
 {
-    uint64_t total = 1, wsum = 0, seen = 0, bit;
+    uint64_t wsum = 0, seen = 0, bit;
     size_t lo = 0, hi = p->ring_len, mid, k, i;
-    double bound;
+    double total = 1, bound;
 
     for (i = 0; i < p->n; i++) {
         if (usable_mask & (UINT64_C(1) << i)) {
-            total += p->m[i].inflight;
+            total += score(p, &p->m[i], now);
             wsum += p->m[i].cfg->weight;
         }
     }
@@ -668,26 +842,27 @@ pick_prefix(struct pool *p, uint64_t room, uint64_t usable_mask,
         if (!(room & bit) || (seen & bit))
             continue;
         seen |= bit;
-        bound = (1.0 + p->cfg->prefix_epsilon) * (double)total
+        bound = (1.0 + p->cfg->prefix_epsilon) * total
                 * (double)p->m[i].cfg->weight / (double)wsum;
-        if ((double)(p->m[i].inflight + 1) <= bound + 0.999999)
+        if (score(p, &p->m[i], now) + 1 <= bound + 0.999999)
             return i;           /* within ceil(bound) */
         if (seen == room)
             break;
     }
-    return pick_least_inflight(p, room);
+    return pick_two(p, room, now);
 }
 
 static size_t
-pick(struct pool *p, uint64_t room, uint64_t usable_mask, uint64_t key)
+pick(struct pool *p, uint64_t room, uint64_t usable_mask, uint64_t key,
+     int64_t now)
 {
     switch (p->cfg->balance) {
     case BALANCE_ROUND_ROBIN:
         return pick_round_robin(p, room);
     case BALANCE_PREFIX:
-        return pick_prefix(p, room, usable_mask, key);
-    default:
-        return pick_least_inflight(p, room);
+        return pick_prefix(p, room, usable_mask, key, now);
+    default:                    /* least_load, least_inflight: score() */
+        return pick_two(p, room, now);
     }
 }
 
@@ -730,6 +905,9 @@ log_event(const struct pool *p, const struct event *ev)
     } else if (ev->ms > 0) {
         log_msg(GW_LOG_WARN, "pool: upstream %s %s for %" PRId64 "ms "
                 "last_failure=%s", ev->name, ev->what, ev->ms, ev->why);
+    } else if (ev->detail[0] != '\0') {
+        log_msg(GW_LOG_INFO, "pool: upstream %s %s %s", ev->name, ev->what,
+                ev->detail);
     } else if (ev->why != NULL) {
         log_msg(GW_LOG_WARN, "pool: upstream %s %s last_failure=%s",
                 ev->name, ev->what, ev->why);
@@ -778,29 +956,63 @@ queue_remove(struct pool *p, struct waiter *w)
 }
 
 /*
- * Upstream 'idx' may have a free slot: hand it to the first waiter that
- * may use it (while it is not usable, only one whose set is in panic).
+ * Does waiter 'a' go before 'b' (DESIGN.md "Fleet-aware scheduling")?
+ * The higher priority first; within a band, the tenant with fewer slots
+ * held per unit of weight.  Equals: neither, so the older (the queue is
+ * in arrival order) goes first, and a tenant's own calls stay in order.
+ */
+static int
+goes_before(const struct pool *p, const struct waiter *a,
+            const struct waiter *b)
+{
+    int64_t pa = tenant_priority(p, a->tenant);
+    int64_t pb = tenant_priority(p, b->tenant);
+
+    if (pa != pb)
+        return pa > pb;
+    return p->t_open[a->tenant] * tenant_weight(p, b->tenant)
+           < p->t_open[b->tenant] * tenant_weight(p, a->tenant);
+}
+
+/*
+ * Of the waiters that may use upstream 'idx' now (while it is not
+ * usable, only one whose set is in panic), the one whose turn it is.
+ */
+static struct waiter *
+next_waiter_locked(struct pool *p, size_t idx, int64_t now)
+{
+    uint64_t bit = UINT64_C(1) << idx;
+    struct waiter *w, *best = NULL;
+
+    for (w = p->q_head; w != NULL; w = w->next) {
+        if (!(w->mask & bit)
+            || usable_mask_locked(p, w->serve, bit, now, NULL) == 0)
+            continue;
+        if (best == NULL || goes_before(p, w, best))
+            best = w;
+    }
+    return best;
+}
+
+/*
+ * Upstream 'idx' may take calls again (a slot came free, its engine's
+ * queue shrank): hand them to the waiters whose turn it is, as long as
+ * it is not full.
  */
 static void
 grant(struct pool *p, size_t idx, int64_t now)
 {
     struct member *m = &p->m[idx];
-    uint64_t bit = UINT64_C(1) << idx;
     struct waiter *w;
     struct pool_slot s;
 
-    if (!has_room(m))
-        return;
-    for (w = p->q_head; w != NULL; w = w->next) {
-        if (!(w->mask & bit)
-            || usable_mask_locked(p, w->serve, bit, now, NULL) == 0)
-            continue;
-        take_slot(m, &s, idx);
+    while ((w = next_waiter_locked(p, idx, now)) != NULL
+           && !full_for(p, m, now, share_locked(p, w->tenant, now))) {
+        take_slot(p, m, &s, idx, w->tenant, now);
         w->granted = (int)idx;
         w->trial = s.trial;
         queue_remove(p, w);
         pthread_cond_signal(&w->cv);
-        return;
     }
 }
 
@@ -808,14 +1020,18 @@ int
 pool_acquire(struct pool *p, const struct pool_want *want,
              struct pool_slot *slot, int *retry_after_s)
 {
-    struct event ev = NO_EVENT;
-    uint64_t serve, cand, use, room = 0, bit;
+    struct event ev = NO_EVENT, sev = NO_EVENT;
+    size_t t = want->tenant <= CONFIG_MAX_TENANTS ? want->tenant
+                                                   : CONFIG_MAX_TENANTS;
+    uint64_t serve, cand, use, room = 0, open = 0, bit;
     int64_t now = gw_now_ms(), soonest = INT64_MAX, deadline;
     struct waiter w;
     size_t i;
     int rc, gone, panic;
+    enum share sh;
 
     slot->idx = -1;
+    slot->tenant = t;
     slot->trial = 0;
     slot->queued = 0;
     *retry_after_s = 1;
@@ -825,10 +1041,14 @@ pool_acquire(struct pool *p, const struct pool_want *want,
     use = usable_mask_locked(p, serve, cand, now, &panic);
     if (panic && cand != 0)
         panic_note_locked(p, serve, now, &ev);
+    /* A retry or hedge goes on with a request already admitted. */
+    sh = want->no_wait ? SHARE_ALONE : share_locked(p, t, now);
     for (i = 0; i < p->n; i++) {
         bit = UINT64_C(1) << i;
         if (use & bit) {
-            if (has_room(&p->m[i]))
+            if (!full(p, &p->m[i], now))
+                open |= bit;
+            if (!full_for(p, &p->m[i], now, sh))
                 room |= bit;
         } else if ((cand & bit) && wait_of(&p->m[i], now) < soonest) {
             soonest = wait_of(&p->m[i], now);
@@ -844,26 +1064,34 @@ pool_acquire(struct pool *p, const struct pool_want *want,
         if (!want->no_wait)
             p->unavailable++;
         if (soonest != INT64_MAX)
-            *retry_after_s = (int)((soonest + 999) / 1000);
+            *retry_after_s = (int)gw_ms_to_s_ceil((uint64_t)soonest);
         if (*retry_after_s < 1)
             *retry_after_s = 1;
         rc = GW_EUNAVAIL;
         goto out;
     }
     if (room != 0) {
-        i = pick(p, room, use, want->prefix_hash);
-        take_slot(&p->m[i], slot, i);
+        i = pick(p, room, use, want->prefix_hash, now);
+        take_slot(p, &p->m[i], slot, i, t, now);
+        saturation_note_locked(p, &p->m[i], now, &sev);
         rc = 0;
         goto out;
     }
 
-    /* Every usable candidate is full: wait in line. */
+    /* Every usable candidate is full or saturated: wait in line. */
     rc = GW_EUNAVAIL;
     if (want->no_wait)
         goto out;
+    if (tenant_priority(p, t) < 0 && open == 0) {
+        /* Sheddable: the fleet is saturated, so not now (429). */
+        p->t_shed[t]++;
+        rc = GW_ESHED;
+        goto out;
+    }
     rc = GW_ETIMEDOUT;
     if (p->cfg->queue_timeout_ms == 0 || p->stopping) {
         p->queue_timeouts++;
+        p->t_timeouts[t]++;
         rc = p->stopping ? GW_ESTOPPING : GW_ETIMEDOUT;
         goto out;
     }
@@ -871,6 +1099,7 @@ pool_acquire(struct pool *p, const struct pool_want *want,
     gw_cond_init(&w.cv);
     w.mask = use;
     w.serve = serve;
+    w.tenant = t;
     w.granted = -1;
     if (p->q_tail != NULL)
         p->q_tail->next = &w;
@@ -879,6 +1108,7 @@ pool_acquire(struct pool *p, const struct pool_want *want,
     p->q_tail = &w;
     p->q_len++;
     p->queue_waits++;
+    p->t_queued[t]++;
     deadline = now + p->cfg->queue_timeout_ms;
     while (w.granted == -1 && !p->stopping) {
         int64_t until = gw_now_ms() + POOL_QUEUE_CHECK_MS;
@@ -899,8 +1129,12 @@ pool_acquire(struct pool *p, const struct pool_want *want,
             break;
         }
     }
+    p->t_queued[t]--;
+    p->t_waits[t]++;
+    p->t_wait_ms[t] += (uint64_t)(gw_now_ms() - now);
     if (w.granted >= 0) {
         slot->idx = w.granted;
+        slot->tenant = t;
         slot->trial = w.trial;
         slot->queued = 1;
         rc = 0;
@@ -913,6 +1147,7 @@ pool_acquire(struct pool *p, const struct pool_want *want,
     } else {
         queue_remove(p, &w);
         p->queue_timeouts++;
+        p->t_timeouts[t]++;
         rc = p->stopping ? GW_ESTOPPING : GW_ETIMEDOUT;
     }
     pthread_cond_destroy(&w.cv);
@@ -920,6 +1155,7 @@ pool_acquire(struct pool *p, const struct pool_want *want,
 out:
     gw_mutex_unlock(&p->lock);
     log_event(p, &ev);
+    log_event(p, &sev);
     return rc;
 }
 
@@ -997,8 +1233,8 @@ judge(struct pool *p, struct member *m, enum pool_outcome o,
         /* One Retry-After counts once, however many calls bring it. */
         if (now < m->hold_until_ms)
             return;
-        if (retry_after_ms > POOL_RETRY_AFTER_MAX_MS)
-            retry_after_ms = POOL_RETRY_AFTER_MAX_MS;
+        if (retry_after_ms > HTTP_RETRY_AFTER_MAX_MS)
+            retry_after_ms = HTTP_RETRY_AFTER_MAX_MS;
         m->hold_until_ms = now + retry_after_ms;
     }
     if (s == POOL_HALF_OPEN) {
@@ -1012,27 +1248,33 @@ judge(struct pool *p, struct member *m, enum pool_outcome o,
 
 /*
  * Judge outcome 'o' for upstream 'idx' (and the end of trial 'trial'),
- * then hand a slot that may have come free to a waiter.  'gone': a slot
- * is given back.
+ * then hand a slot that may have come free to a waiter.  'gone': the
+ * tenant of a slot given back; NULL none is.
  */
 static void
-settle(struct pool *p, size_t idx, uint64_t trial, int gone,
+settle(struct pool *p, size_t idx, uint64_t trial, const size_t *gone,
        enum pool_outcome o, int64_t retry_after_ms)
 {
-    struct event ev = NO_EVENT, pev = NO_EVENT;
+    struct event ev = NO_EVENT, pev = NO_EVENT, sev = NO_EVENT;
     struct member *m = &p->m[idx];
     int64_t now = gw_now_ms();
 
     gw_mutex_lock(&p->lock);
-    if (gone)
+    if (gone != NULL) {
         m->inflight--;
+        m->load.ended++;
+        p->t_open[*gone]--;
+        p->t_seen_ms[*gone] = now;
+    }
     end_trial(m, trial);
     judge(p, m, o, retry_after_ms, now, &ev);
+    saturation_note_locked(p, m, now, &sev);
     grant(p, idx, now);
     panic_sweep_locked(p, now, &pev);
     gw_mutex_unlock(&p->lock);
     log_event(p, &ev);
     log_event(p, &pev);
+    log_event(p, &sev);
 }
 
 void
@@ -1041,7 +1283,8 @@ pool_release(struct pool *p, struct pool_slot *slot, enum pool_outcome o,
 {
     if (slot->idx < 0)
         return;
-    settle(p, (size_t)slot->idx, slot->trial, 1, o, retry_after_ms);
+    settle(p, (size_t)slot->idx, slot->trial, &slot->tenant, o,
+           retry_after_ms);
     slot->idx = -1;
     slot->trial = 0;
 }
@@ -1051,7 +1294,7 @@ pool_note_answer(struct pool *p, struct pool_slot *slot)
 {
     if (slot->idx < 0)
         return;
-    settle(p, (size_t)slot->idx, slot->trial, 0, POOL_OK, 0);
+    settle(p, (size_t)slot->idx, slot->trial, NULL, POOL_OK, 0);
     slot->trial = 0;
 }
 
@@ -1059,7 +1302,7 @@ void
 pool_judge(struct pool *p, size_t idx, enum pool_outcome o, int poison)
 {
     if (!poison) {
-        settle(p, idx, 0, 0, o, 0);
+        settle(p, idx, 0, NULL, o, 0);
         return;
     }
     if (o == POOL_OK || o == POOL_NEUTRAL)
@@ -1201,6 +1444,38 @@ pool_stop(struct pool *p)
     gw_mutex_unlock(&p->lock);
 }
 
+/* ---- the engines' load (scrape.c) ---- */
+
+struct engine_mark
+pool_load_mark(struct pool *p, size_t idx)
+{
+    struct engine_mark mk;
+
+    gw_mutex_lock(&p->lock);
+    mk = engine_mark(&p->m[idx].load);
+    gw_mutex_unlock(&p->lock);
+    return mk;
+}
+
+void
+pool_set_load(struct pool *p, size_t idx, const struct engine_report *r,
+              const struct engine_mark *sent)
+{
+    struct event ev = NO_EVENT;
+    struct member *m = &p->m[idx];
+    int64_t now = gw_now_ms();
+
+    gw_mutex_lock(&p->lock);
+    if (r != NULL)
+        engine_report(&m->load, r, sent, now);
+    else
+        engine_unknown(&m->load);
+    saturation_note_locked(p, m, now, &ev);
+    grant(p, idx, now);
+    gw_mutex_unlock(&p->lock);
+    log_event(p, &ev);
+}
+
 /* ---- health probes and models ---- */
 
 int
@@ -1226,7 +1501,7 @@ void
 pool_probe_end(struct pool *p, size_t idx, uint64_t trial,
                enum pool_outcome o)
 {
-    settle(p, idx, trial, 0, o, 0);
+    settle(p, idx, trial, NULL, o, 0);
 }
 
 void
@@ -1365,25 +1640,208 @@ pool_state_of(struct pool *p, size_t idx)
     return s;
 }
 
-/* One "# HELP"/"# TYPE" pair and a per-upstream value of each member. */
-static int
-render_series(struct pool *p, struct buf *out, const char *name,
-              const char *type, const char *help, size_t field)
+/* A family with a sample per upstream: the uint64_t at 'field'.  Locked. */
+static void
+per_upstream(struct pool *p, struct prom *w, const char *name,
+             enum prom_type type, const char *help, size_t field)
 {
-    size_t i;
-    int rc;
-
-    rc = buf_printf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name,
-                    type);
-    for (i = 0; i < p->n && rc == 0; i++) {
+    prom_family(w, name, type, help);
+    for (size_t i = 0; i < p->n; i++) {
         const struct member *m = &p->m[i];
-        uint64_t v = *(const uint64_t *)(const void *)
-                     ((const char *)m + field);
+        const struct prom_label l = { "upstream", m->cfg->name };
 
-        rc = buf_printf(out, "%s{upstream=\"%s\"} %" PRIu64 "\n", name,
-                        m->cfg->name, v);
+        prom_uint(w, &l, 1, *(const uint64_t *)(const void *)
+                            ((const char *)m + field));
     }
-    return rc;
+}
+
+/*
+ * What each upstream's engine last reported (upstreams never scraped
+ * well have no sample), and whether it is full now.  Locked.
+ */
+static void
+render_engines_locked(struct pool *p, struct prom *w, int64_t now)
+{
+    static const struct {
+        const char *name;
+        const char *help;
+        size_t field;           /* a double in struct engine_report */
+    } reported[] = {
+        { "infergw_upstream_engine_waiting", "Requests waiting in the "
+          "engine's own queue at the last scrape (vllm:num_requests_"
+          "waiting).", offsetof(struct engine_report, waiting) },
+        { "infergw_upstream_engine_running", "Requests the engine ran at "
+          "the last scrape (vllm:num_requests_running).",
+          offsetof(struct engine_report, running) },
+        { "infergw_upstream_engine_kv_cache_usage", "The engine's KV cache "
+          "usage at the last scrape, 0..1 (vllm:kv_cache_usage_perc).",
+          offsetof(struct engine_report, kv_usage) },
+    };
+
+    assert(gw_mutex_held(&p->lock));
+    for (size_t k = 0; k < GW_ARRAY_LEN(reported); k++) {
+        prom_family(w, reported[k].name, PROM_GAUGE, reported[k].help);
+        for (size_t i = 0; i < p->n; i++) {
+            const struct member *m = &p->m[i];
+            const struct prom_label l = { "upstream", m->cfg->name };
+
+            if (m->load.at_ms > 0)
+                prom_double(w, &l, 1, *(const double *)(const void *)
+                            ((const char *)&m->load.last
+                             + reported[k].field));
+        }
+    }
+    prom_family(w, "infergw_upstream_engine_load_age_seconds", PROM_GAUGE,
+                "Age of the last good scrape of the engine's GET /metrics; "
+                "past load_stale it is not used.");
+    for (size_t i = 0; i < p->n; i++) {
+        const struct prom_label l = { "upstream", p->m[i].cfg->name };
+
+        if (p->m[i].load.at_ms > 0)
+            prom_double(w, &l, 1, (double)(now - p->m[i].load.at_ms) / 1e3);
+    }
+    prom_family(w, "infergw_upstream_saturated", PROM_GAUGE, "1 while the "
+                "upstream takes no new call: at max_inflight, or its engine "
+                "saturated (queue at max_waiting, KV cache above kv_high).");
+    for (size_t i = 0; i < p->n; i++) {
+        const struct prom_label l = { "upstream", p->m[i].cfg->name };
+
+        prom_uint(w, &l, 1, (uint64_t)full(p, &p->m[i], now));
+    }
+}
+
+/*
+ * Per model (the configured ones, then those upstreams listed, at most
+ * POOL_MODELS_METRIC_MAX): 1 while every upstream that serves it and is
+ * usable is full, so its new calls wait in the gateway.  Locked.
+ */
+static void
+render_models_locked(struct pool *p, struct prom *w, int64_t now)
+{
+    const char *names[POOL_MODELS_METRIC_MAX];
+    size_t n = 0;
+
+    for (size_t i = 0; i < p->n; i++) {
+        const struct member *m = &p->m[i];
+        size_t k, count = m->cfg->num_models > 0 ? m->cfg->num_models
+                                                 : m->num_models;
+
+        for (k = 0; k < count && n < POOL_MODELS_METRIC_MAX; k++) {
+            const char *id = m->cfg->num_models > 0 ? m->cfg->models[k]
+                                                    : m->ids[k];
+            size_t j;
+
+            for (j = 0; j < n && strcmp(names[j], id) != 0; j++)
+                ;
+            if (j == n)
+                names[n++] = id;
+        }
+    }
+    prom_family(w, "infergw_model_saturated", PROM_GAUGE, "1 while every "
+                "usable upstream serving the model is full or saturated: "
+                "its new calls wait in the gateway.");
+    for (size_t j = 0; j < n; j++) {
+        const struct prom_label l = { "model", names[j] };
+        uint64_t use = usable_mask_locked(p, serving_mask(p, names[j]),
+                                          serving_mask(p, names[j]), now,
+                                          NULL);
+        int all = use != 0;
+
+        for (size_t i = 0; i < p->n && all; i++)
+            if (use & (UINT64_C(1) << i))
+                all = full(p, &p->m[i], now);
+        prom_uint(w, &l, 1, (uint64_t)all);
+    }
+}
+
+/* A family with a sample per tenant (and its priority): v[t].  Locked. */
+static void
+per_tenant(struct pool *p, struct prom *w, const char *name,
+           enum prom_type type, const char *help, const uint64_t *v,
+           double scale)
+{
+    prom_family(w, name, type, help);
+    for (size_t t = 0; t <= p->cfg->num_tenants; t++) {
+        size_t i = t < p->cfg->num_tenants ? t : CONFIG_MAX_TENANTS;
+        char prio[24];
+        const struct prom_label l[] = { { "tenant", tenant_label(p, i) },
+                                        { "priority", prio } };
+
+        snprintf(prio, sizeof(prio), "%" PRId64, tenant_priority(p, i));
+        if (scale == 1)
+            prom_uint(w, l, GW_ARRAY_LEN(l), v[i]);
+        else
+            prom_double(w, l, GW_ARRAY_LEN(l), (double)v[i] * scale);
+    }
+}
+
+/* The gateway's queue, per tenant.  Locked. */
+static void
+render_tenants_locked(struct pool *p, struct prom *w)
+{
+    assert(gw_mutex_held(&p->lock));
+    per_tenant(p, w, "infergw_tenant_queued", PROM_GAUGE, "Calls of the "
+               "tenant waiting in the gateway's queue now.", p->t_queued, 1);
+    per_tenant(p, w, "infergw_tenant_queue_waits_total", PROM_COUNTER,
+               "Calls of the tenant that waited in the queue.", p->t_waits,
+               1);
+    per_tenant(p, w, "infergw_tenant_queue_wait_seconds_total",
+               PROM_COUNTER, "Time the tenant's calls spent in the queue.",
+               p->t_wait_ms, 1e-3);
+    per_tenant(p, w, "infergw_tenant_queue_timeouts_total", PROM_COUNTER,
+               "Calls of the tenant that got no slot within queue_timeout "
+               "(503).", p->t_timeouts, 1);
+    per_tenant(p, w, "infergw_tenant_shed_total", PROM_COUNTER, "Requests "
+               "of a sheddable tenant (priority < 0) answered 429 at once: "
+               "every upstream for them was full.", p->t_shed, 1);
+}
+
+/* The pool's own counters and gauges, a family of one sample each. */
+static void
+render_totals_locked(struct pool *p, struct prom *w, size_t panics)
+{
+    const struct {
+        const char *name;
+        enum prom_type type;
+        const char *help;
+        uint64_t value;
+    } totals[] = {
+        { "infergw_upstream_retries_total", PROM_COUNTER,
+          "Attempts made again on another upstream before any byte "
+          "reached a client.", p->retries },
+        { "infergw_upstream_hedges_total", PROM_COUNTER,
+          "Second attempts started after hedge_after without a first body "
+          "byte.", p->hedges },
+        { "infergw_upstream_retry_budget_exhausted_total", PROM_COUNTER,
+          "Retries and hedges refused by the retry budget.",
+          p->budget_refused },
+        { "infergw_upstream_resends_total", PROM_COUNTER,
+          "Calls sent once more on a fresh connection: the reused one was "
+          "closed before any answer (counted in "
+          "infergw_upstream_calls_total too).", p->resends },
+        { "infergw_upstream_unavailable_total", PROM_COUNTER,
+          "Requests answered 503 at once: every upstream for them ejected "
+          "or held back.", p->unavailable },
+        { "infergw_upstream_queue_waits_total", PROM_COUNTER,
+          "Calls that waited for a max_inflight slot.", p->queue_waits },
+        { "infergw_upstream_queue_timeouts_total", PROM_COUNTER,
+          "Calls that got no slot within queue_timeout (503).",
+          p->queue_timeouts },
+        { "infergw_upstream_queued", PROM_GAUGE,
+          "Calls waiting for a slot now.", p->q_len },
+        { "infergw_upstream_poison_requests_total", PROM_COUNTER,
+          "Requests that failed the same way on two upstreams: not "
+          "counted toward ejection.", p->poison },
+        { "infergw_upstream_panic", PROM_GAUGE,
+          "Sets of upstreams (a model's) in panic now: fewer than "
+          "panic_below usable, so calls go to all of them.", panics },
+    };
+
+    assert(gw_mutex_held(&p->lock));
+    for (size_t i = 0; i < GW_ARRAY_LEN(totals); i++) {
+        prom_family(w, totals[i].name, totals[i].type, totals[i].help);
+        prom_uint(w, NULL, 0, totals[i].value);
+    }
 }
 
 int
@@ -1391,91 +1849,48 @@ pool_render_metrics(struct pool *p, struct buf *out)
 {
     struct event pev = NO_EVENT;
     int64_t now = gw_now_ms();
+    struct prom w;
     size_t i, k, panics;
-    int rc;
 
+    prom_init(&w, out);
     gw_mutex_lock(&p->lock);
     panics = panic_sweep_locked(p, now, &pev);
-    rc = buf_printf(out, "# HELP infergw_upstream_state Circuit breaker: "
-                    "0 closed, 1 half-open, 2 open (ejected).\n"
-                    "# TYPE infergw_upstream_state gauge\n");
-    for (i = 0; i < p->n && rc == 0; i++)
-        rc = buf_printf(out, "infergw_upstream_state{upstream=\"%s\"} %d\n",
-                        p->m[i].cfg->name, (int)state_now(&p->m[i], now));
-    if (rc == 0)
-        rc = render_series(p, out, "infergw_upstream_open_calls", "gauge",
-                           "Calls open on the upstream now.",
-                           offsetof(struct member, inflight));
-    if (rc == 0)
-        rc = render_series(p, out, "infergw_upstream_calls_total",
-                           "counter", "Calls (attempts) sent to the upstream.",
-                           offsetof(struct member, calls));
-    if (rc == 0)
-        rc = render_series(p, out, "infergw_upstream_ejections_total",
-                           "counter", "Times the upstream was ejected.",
-                           offsetof(struct member, ejections));
-    if (rc == 0)
-        rc = render_series(p, out, "infergw_upstream_ejections_capped_total",
-                           "counter", "Ejections max_ejected refused: the "
-                           "upstream stayed in.",
-                           offsetof(struct member, capped_total));
-    if (rc == 0)
-        rc = buf_printf(out, "# HELP infergw_upstream_failures_total "
-                        "Failed calls and probes, by kind.\n"
-                        "# TYPE infergw_upstream_failures_total counter\n");
-    for (i = 0; i < p->n && rc == 0; i++)
-        for (k = POOL_FAIL_CONNECT; k < POOL_OUTCOME_COUNT && rc == 0; k++)
-            rc = buf_printf(out, "infergw_upstream_failures_total{upstream="
-                            "\"%s\",kind=\"%s\"} %" PRIu64 "\n",
-                            p->m[i].cfg->name, outcome_names[k],
-                            p->m[i].failures[k]);
-    if (rc == 0)
-        rc = buf_printf(out,
-            "# HELP infergw_upstream_retries_total Attempts made again on "
-            "another upstream before any byte reached a client.\n"
-            "# TYPE infergw_upstream_retries_total counter\n"
-            "infergw_upstream_retries_total %" PRIu64 "\n"
-            "# HELP infergw_upstream_hedges_total Second attempts started "
-            "after hedge_after without a first body byte.\n"
-            "# TYPE infergw_upstream_hedges_total counter\n"
-            "infergw_upstream_hedges_total %" PRIu64 "\n"
-            "# HELP infergw_upstream_retry_budget_exhausted_total Retries "
-            "and hedges refused by the retry budget.\n"
-            "# TYPE infergw_upstream_retry_budget_exhausted_total counter\n"
-            "infergw_upstream_retry_budget_exhausted_total %" PRIu64 "\n"
-            "# HELP infergw_upstream_resends_total Calls sent once more "
-            "on a fresh connection: the reused one was closed before any "
-            "answer (counted in infergw_upstream_calls_total too).\n"
-            "# TYPE infergw_upstream_resends_total counter\n"
-            "infergw_upstream_resends_total %" PRIu64 "\n"
-            "# HELP infergw_upstream_unavailable_total Requests answered "
-            "503 at once: every upstream for them ejected or held back.\n"
-            "# TYPE infergw_upstream_unavailable_total counter\n"
-            "infergw_upstream_unavailable_total %" PRIu64 "\n"
-            "# HELP infergw_upstream_queue_waits_total Calls that waited "
-            "for a max_inflight slot.\n"
-            "# TYPE infergw_upstream_queue_waits_total counter\n"
-            "infergw_upstream_queue_waits_total %" PRIu64 "\n"
-            "# HELP infergw_upstream_queue_timeouts_total Calls that got "
-            "no slot within queue_timeout (503).\n"
-            "# TYPE infergw_upstream_queue_timeouts_total counter\n"
-            "infergw_upstream_queue_timeouts_total %" PRIu64 "\n"
-            "# HELP infergw_upstream_queued Calls waiting for a slot now.\n"
-            "# TYPE infergw_upstream_queued gauge\n"
-            "infergw_upstream_queued %" PRIu64 "\n"
-            "# HELP infergw_upstream_poison_requests_total Requests that "
-            "failed the same way on two upstreams: not counted toward "
-            "ejection.\n"
-            "# TYPE infergw_upstream_poison_requests_total counter\n"
-            "infergw_upstream_poison_requests_total %" PRIu64 "\n"
-            "# HELP infergw_upstream_panic Sets of upstreams (a model's) "
-            "in panic now: fewer than panic_below usable, so calls go to "
-            "all of them.\n"
-            "# TYPE infergw_upstream_panic gauge\n"
-            "infergw_upstream_panic %zu\n",
-            p->retries, p->hedges, p->budget_refused, p->resends,
-            p->unavailable, p->queue_waits, p->queue_timeouts, p->q_len, p->poison, panics);
+    prom_family(&w, "infergw_upstream_state", PROM_GAUGE, "Circuit breaker: "
+                "0 closed, 1 half-open, 2 open (ejected).");
+    for (i = 0; i < p->n; i++) {
+        const struct prom_label l = { "upstream", p->m[i].cfg->name };
+
+        prom_int(&w, &l, 1, (int64_t)state_now(&p->m[i], now));
+    }
+    per_upstream(p, &w, "infergw_upstream_open_calls", PROM_GAUGE,
+                 "Calls open on the upstream now.",
+                 offsetof(struct member, inflight));
+    per_upstream(p, &w, "infergw_upstream_calls_total", PROM_COUNTER,
+                 "Calls (attempts) sent to the upstream.",
+                 offsetof(struct member, calls));
+    per_upstream(p, &w, "infergw_upstream_ejections_total", PROM_COUNTER,
+                 "Times the upstream was ejected.",
+                 offsetof(struct member, ejections));
+    per_upstream(p, &w, "infergw_upstream_ejections_capped_total",
+                 PROM_COUNTER, "Ejections max_ejected refused: the "
+                 "upstream stayed in.",
+                 offsetof(struct member, capped_total));
+    prom_family(&w, "infergw_upstream_failures_total", PROM_COUNTER,
+                "Failed calls and probes, by kind.");
+    for (i = 0; i < p->n; i++)
+        for (k = POOL_FAIL_CONNECT; k < POOL_OUTCOME_COUNT; k++) {
+            const struct prom_label l[] = {
+                { "upstream", p->m[i].cfg->name },
+                { "kind", outcome_names[k] },
+            };
+
+            prom_uint(&w, l, GW_ARRAY_LEN(l), p->m[i].failures[k]);
+        }
+    render_engines_locked(p, &w, now);
+    render_models_locked(p, &w, now);
+    render_tenants_locked(p, &w);
+    render_totals_locked(p, &w, panics);
     gw_mutex_unlock(&p->lock);
     log_event(p, &pev);
-    return rc;
+    return w.rc;
 }

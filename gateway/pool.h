@@ -17,7 +17,7 @@
  *
  * In HALF_OPEN one call (the trial) or a health probe is let through.  A
  * 429 or 503 with Retry-After also holds an upstream back for that long
- * (at most POOL_RETRY_AFTER_MAX_MS), counting as one failure however many
+ * (at most HTTP_RETRY_AFTER_MAX_MS), counting as one failure however many
  * calls bring it back meanwhile.
  *
  * A model's upstreams (those that serve it) are a set, and two settings
@@ -41,11 +41,32 @@
  * without a verdict (POOL_NEUTRAL) and judge it later (pool_judge), once
  * it knows whether the request failed the same way on another upstream.
  *
- * Admission: an upstream with max_inflight takes at most that many calls
- * at once.  A call that finds every usable candidate full waits in a FIFO
- * for up to queue_timeout; a freed slot is handed to the first waiter that
- * can use it.  A call that finds no usable candidate at all (every one
- * ejected or held back) fails at once: it never waits for a timeout.
+ * Balancing (balance): least_load (the default) and prefix score an
+ * upstream by its engine's own load (engine.h: vLLM's queue and batch
+ * from GET /metrics, plus the calls started since), falling back to its
+ * open calls when that is not known; least_inflight scores open calls
+ * only, round_robin nothing.
+ *
+ * Admission: an upstream is full at max_inflight, and (least_load,
+ * prefix) while its engine is saturated (engine.h).  A call that finds
+ * every usable candidate full waits in the gateway's queue for up to
+ * queue_timeout, so vLLM's own FIFO stays short and the order of work is
+ * decided here, fairly: when an upstream may take a call again, it goes
+ * to the waiter of the highest [tenant] priority; within a priority, of
+ * the tenant with the fewest slots held per unit of its weight; the
+ * oldest of equals.  vLLM's queue knows no tenants: a call in it goes
+ * before every later one, whoever sends that.  So while tenants compete
+ * (more than one is active: calls open or waiting, or one started or
+ * ended in the last POOL_TENANT_ACTIVE_MS), no call goes into an
+ * engine's queue, only to a place its batch has now (engine.h), and
+ * the calls that find none wait here, where the order above applies (a
+ * tenant ahead of its share, one that another active one goes before,
+ * learns an engine's room one place at a time).  A lone tenant may fill
+ * the engines' queues up to max_waiting.  A tenant
+ * with a negative priority is sheddable: when every usable candidate is
+ * full or saturated it gets GW_ESHED (429) at once instead of waiting.  A call that finds no
+ * usable candidate at all (every one ejected or held back) fails at
+ * once: it never waits for a timeout.
  *
  * The retry budget: retries and hedges together, over the last
  * POOL_BUDGET_WINDOW_S seconds, may be at most retry_budget times the
@@ -57,8 +78,10 @@
  * has answered, any model.  /v1/models is the union over upstreams that
  * are not ejected, kept from those answers.
  *
- * Threads: every function is thread-safe.  The struct pool outlives every
- * caller (main.c frees it last).
+ * Threads: every function is thread-safe.  Each configuration generation
+ * has its own struct pool (generation.c makes it with the generation and
+ * frees it when the generation's last holder lets go), so it outlives
+ * every call made on it.
  */
 #ifndef INFERGW_GATEWAY_POOL_H
 #define INFERGW_GATEWAY_POOL_H
@@ -67,15 +90,20 @@
 #include <stdint.h>
 
 #include "buf.h"
+#include "engine.h"
+#include "outcome.h"
 
 struct gw_config;
 struct pool;
 
 #define POOL_BUDGET_WINDOW_S 10
-#define POOL_RETRY_AFTER_MAX_MS (60 * 1000)
 #define POOL_EJECT_MAX_MS (5 * 60 * 1000)
 #define POOL_QUEUE_CHECK_MS 100
+
+/* A tenant counts for the shares this long after its last call. */
+#define POOL_TENANT_ACTIVE_MS 1000
 #define POOL_PANIC_MAX 64       /* sets of upstreams in panic, tracked */
+#define POOL_MODELS_METRIC_MAX 64   /* models in infergw_model_saturated */
 
 enum pool_state {
     POOL_CLOSED = 0,
@@ -99,6 +127,10 @@ enum pool_outcome {
 /* Label value of a failure kind ("connect", ...). */
 const char *pool_outcome_name(enum pool_outcome o);
 
+/* How a call's outcome (outcome.h; borrowed) bears on its upstream's
+ * health: for calls (dispatch.c) and probes (health.c) alike. */
+enum pool_outcome pool_outcome_of(const struct call_outcome *o);
+
 /* What a call asks for. */
 struct pool_want {
     const char *model;      /* the body's "model"; NULL: any upstream */
@@ -109,6 +141,8 @@ struct pool_want {
      * nonzero means nobody wants the call any more.  May be NULL. */
     int (*gone)(void *arg);
     void *gone_arg;
+    size_t tenant;          /* index into cfg->tenants, or
+                               CONFIG_MAX_TENANTS: the default tenant */
 };
 
 /* A call's hold on an upstream: from pool_acquire to pool_release. */
@@ -116,7 +150,8 @@ struct pool_slot {
     int idx;                /* into cfg->upstreams; -1 none */
     uint64_t trial;         /* the half-open trial call: its generation
                                (a stale one clears nothing); 0 not one */
-    int queued;             /* it waited for a max_inflight slot */
+    int queued;             /* it waited in the queue */
+    size_t tenant;          /* whose (pool_want.tenant) */
 };
 
 /* Build the pool for cfg (borrowed; outlives the pool).  NULL: no memory. */
@@ -132,11 +167,13 @@ int pool_serves(struct pool *p, const char *model);
 
 /*
  * Take a slot on the upstream the balancer picks among those that serve
- * want->model, are usable and not excluded; wait for one in the FIFO up
- * to queue_timeout while every such upstream is at its max_inflight.
- * OUT *slot; OUT *retry_after_s: for the 503 on GW_EUNAVAIL/GW_ETIMEDOUT.
+ * want->model, are usable, not excluded and not full; wait for one in
+ * the queue up to queue_timeout while every such upstream is full.
+ * OUT *slot; OUT *retry_after_s: for the 503 on GW_EUNAVAIL/GW_ETIMEDOUT
+ * and the 429 on GW_ESHED.
  * Returns 0, GW_ENOTFOUND (no upstream serves the model, or every one
- * that does is excluded), GW_EUNAVAIL (none usable), GW_ETIMEDOUT
+ * that does is excluded), GW_EUNAVAIL (none usable; or, with no_wait,
+ * all full), GW_ESHED (all full, and the tenant is sheddable), GW_ETIMEDOUT
  * (queue_timeout passed), GW_EABORTED (want->gone said so while queued:
  * a client that left never takes a slot) or GW_ESTOPPING (pool_stop).
  */
@@ -237,6 +274,20 @@ void pool_probe_end(struct pool *p, size_t idx, uint64_t trial,
  */
 void pool_set_models(struct pool *p, size_t idx, char **ids, char **texts,
                      size_t n);
+
+/* ---- for scrape.c ---- */
+
+/* Upstream 'idx''s own counts as a scrape goes out to it (engine.h). */
+struct engine_mark pool_load_mark(struct pool *p, size_t idx);
+
+/*
+ * Upstream 'idx''s engine reported 'r' (borrowed) to the scrape sent at
+ * 'sent', or (r NULL) its scrape failed or lacked the series: balancing
+ * on its open calls until the next good one.  Waiters it can now take
+ * get their slots.
+ */
+void pool_set_load(struct pool *p, size_t idx, const struct engine_report *r,
+                   const struct engine_mark *sent);
 
 /* ---- for route.c ---- */
 

@@ -15,8 +15,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include <mbedtls/platform_util.h>
-
 #include "alloc.h"
 #include "coalesce.h"
 #include "config.h"
@@ -100,23 +98,11 @@ dispatch_of(const struct handler_ctx *ctx)
     return dc;
 }
 
-/* What the clients of a failed call are told (reply.h). */
-static struct reply_failure
-failure_of(const struct dispatch_result *out)
-{
-    struct reply_failure f = { out->res.rc, out->res.reason, out->status,
-                               out->retry_after_s };
-
-    return f;
-}
-
 static void
 fwd_release(struct fwd *f)
 {
     gw_free(f->path);
-    if (f->auth != NULL)
-        mbedtls_platform_zeroize(f->auth, strlen(f->auth));
-    gw_free(f->auth);
+    gw_wipe_free_str(f->auth);
 }
 
 /* Is it time to look for a client that hung up?  '*last' is per relay. */
@@ -165,7 +151,7 @@ direct_head(void *arg, const struct upstream_head *h)
 {
     struct direct *d = arg;
     struct reply *r = d->hr->reply;
-    char extra[40];
+    char extra[REPLY_EXTRA_MAX];
 
     usage_scan_head(&d->usage, h->status, h->content_type);
     r->upstream_status = h->status;
@@ -196,7 +182,7 @@ direct_tick(void *arg)
     if (handler_stopping(d->hr->ctx))
         return GW_ESTOPPING;
     if (!reply_body_complete(r) && peer_check_due(&d->peer_check_ms)
-        && net_peer_gone(r->fd))
+        && net_peer_gone(net_stream_fd(r->stream)))
         return GW_EABORTED;
     return 0;
 }
@@ -210,7 +196,7 @@ direct_peer(void *arg)
 
     if (reply_body_complete(r))
         return 1;
-    return net_peer_gone(r->fd) ? GW_EABORTED : 0;
+    return net_peer_gone(net_stream_fd(r->stream)) ? GW_EABORTED : 0;
 }
 
 /* This client alone, with its own request id. */
@@ -222,25 +208,24 @@ forward_direct(struct handler_req *hr, const struct fwd *fw)
                                   direct_tick, direct_peer };
     struct dispatch_ctx dc = dispatch_of(hr->ctx);
     struct dispatch_result out;
-    struct reply_failure fail;
+    const struct call_outcome *o = &out.res.outcome;
     struct reply *r = hr->reply;
     int64_t prompt, completion;
 
     usage_scan_init(&d.usage);
-    dispatch_run(&dc, &fw->ur, fw->model, fw->prefix_hash, &sink, r->fd,
-                 &out);
-    fail = failure_of(&out);
+    dispatch_run(&dc, &fw->ur, fw->model, fw->prefix_hash, hr->tenant,
+                 &sink, net_stream_fd(r->stream), &out);
     hr->upstream = out.upstream;
     hr->attempts = out.attempts;
-    r->upstream_status = out.res.status;
-    if (out.res.rc == 0) {
+    r->upstream_status = o->status;
+    if (o->kind == CALL_OK) {
         reply_end(r);
         if (usage_scan_end(&d.usage, &prompt, &completion))
             bill(hr, prompt, completion, 0);
-    } else if (out.res.rc == GW_EABORTED || r->broken)
+    } else if (call_kind_rc(o->kind) == GW_EABORTED || r->broken)
         reply_gone(r);          /* the client went away: nothing to say */
     else
-        reply_failure(r, &fail);
+        reply_failure(r, o);
     usage_scan_release(&d.usage);
 }
 
@@ -275,8 +260,8 @@ struct leader {
 static struct fanout_opts
 opts_of(const struct handler_ctx *ctx)
 {
-    struct fanout_opts o = { ctx->cfg->leader_writes, ctx->ncpu,
-                             ctx->stopping };
+    struct fanout_opts o = { fanout_policy_of(ctx->cfg->leader_writes),
+                             ctx->ncpu, ctx->stopping };
 
     return o;
 }
@@ -408,7 +393,7 @@ lead_tick(void *arg)
     if (handler_stopping(l->hr->ctx))
         return GW_ESTOPPING;
     if (l->attached && !done && peer_check_due(&l->peer_check_ms)
-        && net_peer_gone(r->fd))
+        && net_peer_gone(net_stream_fd(r->stream)))
         leader_detach_client(l, "gone");
     now = gw_now_ms();
     if (now - l->sweep_ms >= SWEEP_MS) {
@@ -429,7 +414,7 @@ lead_peer(void *arg)
 
     if (!l->attached)
         return 1;
-    if (!net_peer_gone(l->hr->reply->fd))
+    if (!net_peer_gone(net_stream_fd(l->hr->reply->stream)))
         return 0;
     leader_detach_client(l, "gone");
     rc = lead_nobody(l);
@@ -452,7 +437,7 @@ lead(struct handler_req *hr, struct flight *f, struct fanout_reader *self,
     struct upstream_request ur = fw->ur;
     struct dispatch_ctx dc = dispatch_of(ctx);
     struct dispatch_result out;
-    const struct upstream_result *res = &out.res;
+    const struct call_outcome *o = &out.res.outcome;
     int64_t prompt, completion;
 
     memset(&l, 0, sizeof(l));
@@ -472,21 +457,19 @@ lead(struct handler_req *hr, struct flight *f, struct fanout_reader *self,
     log_msg(GW_LOG_INFO, "coalesce: leader key=%s flight=%s", keyhex, f->id);
 
     ur.request_id = f->id;
-    dispatch_run(&dc, &ur, fw->model, fw->prefix_hash, &sink,
-                 hr->reply->fd, &out);
+    /* A flight is one tenant's (its key says whose): the leader's. */
+    dispatch_run(&dc, &ur, fw->model, fw->prefix_hash, hr->tenant, &sink,
+                 net_stream_fd(hr->reply->stream), &out);
     hr->upstream = out.upstream;
     hr->attempts = out.attempts;
-    if (res->rc != 0)
-        flight_set_failure(f, out.status, out.retry_after_s);
-    else if (usage_scan_end(&l.usage, &prompt, &completion))
+    if (o->kind == CALL_OK && usage_scan_end(&l.usage, &prompt, &completion))
         flight_set_usage(f, prompt, completion);
     usage_scan_release(&l.usage);
-    coalescer_finish(ctx->co, key, f, res->rc, res->reason);
-    fanout_wake_all(f);
-    if (res->rc != 0 && res->rc != GW_EABORTED)
+    coalescer_finish(ctx->co, key, f, o);
+    flight_wake_all(f);
+    if (o->kind != CALL_OK && call_kind_rc(o->kind) != GW_EABORTED)
         log_msg(GW_LOG_INFO, "coalesce: flight failed key=%s flight=%s "
-                "reason=\"%s\"", keyhex, f->id,
-                res->reason != NULL ? res->reason : "-");
+                "reason=\"%s\"", keyhex, f->id, call_kind_text(o->kind));
 
     if (l.attached) {
         /* The transfer is over: now the client may take its time. */

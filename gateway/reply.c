@@ -23,11 +23,11 @@
 #include "util.h"
 
 void
-reply_init(struct reply *r, int fd, size_t head_limit,
+reply_init(struct reply *r, struct net_stream *s, size_t head_limit,
            int64_t send_timeout_ms, int stop_fd, const _Atomic int *draining)
 {
     memset(r, 0, sizeof(*r));
-    r->fd = fd;
+    r->stream = s;
     r->stop_fd = stop_fd;
     r->draining = draining;
     r->send_timeout_ms = send_timeout_ms;
@@ -59,6 +59,8 @@ reply_start(struct reply *r, const char *request_id, int minor,
     r->broken = 0;
     r->linger = 0;
     r->role = NULL;
+    r->head_only = 0;
+    r->tenant_head[0] = '\0';
     buf_reset(&r->head);
 }
 
@@ -117,6 +119,8 @@ reply_begin(struct reply *r, int status, const char *content_type,
         rc = buf_printf(h, "X-Infergw-Coalesce: %s\r\n", r->role);
     if (rc == 0 && extra != NULL)
         rc = buf_append_str(h, extra);
+    if (rc == 0 && r->tenant_head[0] != '\0')
+        rc = buf_append_str(h, r->tenant_head);
     if (rc == 0) {
         if (!r->keep_alive)
             rc = buf_append_str(h, "Connection: close\r\n\r\n");
@@ -132,7 +136,7 @@ int
 reply_body_complete(const struct reply *r)
 {
     return r->head_sent && r->framing == REPLY_LENGTH
-           && (int64_t)r->bytes_out >= r->content_length;
+           && ((int64_t)r->bytes_out >= r->content_length || r->head_only);
 }
 
 int
@@ -191,6 +195,8 @@ reply_body(struct reply *r, const char *p, size_t n)
 
     if (r->broken)
         return GW_ECLOSED;
+    if (r->head_only)
+        n = 0;                  /* HEAD: what GET would say, no body */
     if (n == 0 && r->head_sent)
         return 0;
     if (!r->head_sent) {
@@ -198,7 +204,8 @@ reply_body(struct reply *r, const char *p, size_t n)
         iov[cnt++].iov_len = buf_len(&r->head);
     }
     cnt += reply_frame_iov(r, p, n, &iov[cnt], size_line);
-    rc = net_writev_all(r->fd, iov, cnt, reply_deadline(r), r->stop_fd);
+    rc = net_stream_writev_all(r->stream, iov, cnt, reply_deadline(r),
+                               r->stop_fd);
     if (rc != 0) {
         reply_gone(r);
         return rc;
@@ -219,9 +226,9 @@ reply_end(struct reply *r)
         if (rc != 0)
             return rc;
     }
-    if (r->framing == REPLY_CHUNKED) {
-        rc = net_write_all(r->fd, "0\r\n\r\n", 5, reply_deadline(r),
-                           r->stop_fd);
+    if (r->framing == REPLY_CHUNKED && !r->head_only) {
+        rc = net_stream_write_all(r->stream, "0\r\n\r\n", 5,
+                                  reply_deadline(r), r->stop_fd);
         if (rc != 0) {
             reply_gone(r);
             return rc;
@@ -297,7 +304,8 @@ reply_fail_end(struct reply *r)
      * (an event stream has said so in its last event already).
      */
     if (r->framing == REPLY_CLOSE && !r->event_stream)
-        setsockopt(r->fd, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
+        setsockopt(net_stream_fd(r->stream), SOL_SOCKET, SO_LINGER, &reset,
+                   sizeof(reset));
     reply_gone(r);
 }
 
@@ -318,6 +326,8 @@ reply_send(struct reply *r, int status, const char *content_type,
 void
 reply_retry_after_line(char *out, size_t n, int seconds)
 {
+    if (seconds > HTTP_RETRY_AFTER_MAX_MS / 1000)
+        seconds = HTTP_RETRY_AFTER_MAX_MS / 1000;   /* as relayed ones */
     if (seconds > 0)
         snprintf(out, n, "Retry-After: %d\r\n", seconds);
     else if (n > 0)
@@ -330,7 +340,7 @@ reply_error_full(struct reply *r, int status, const char *type,
                  int retry_after_s)
 {
     struct buf b;
-    char extra[40];
+    char extra[REPLY_EXTRA_MAX];
     int rc;
 
     if (r->head_sent) {
@@ -379,15 +389,13 @@ reply_request_error(struct reply *r, int status, const char *msg)
 
 /* One mapping from a failed call to its answer (reply.h). */
 void
-reply_failure(struct reply *r, const struct reply_failure *f)
+reply_failure(struct reply *r, const struct call_outcome *o)
 {
-    const char *reason = f->reason;
+    const char *reason = call_kind_text(o->kind);
     char msg[128];
-    int s = f->status, ra = f->retry_after_s > 0 ? f->retry_after_s : 1;
+    int s = o->status, ra = o->retry_after_s > 0 ? o->retry_after_s : 1;
 
-    if (reason == NULL || reason[0] == '\0')
-        reason = "failed";
-    if (s == 429 || s == 502 || s == 503 || s == 504) {
+    if (o->kind == CALL_STATUS) {
         /* The upstream's own verdict, which no retry could change. */
         snprintf(msg, sizeof(msg), "upstream answered %d", s);
         reply_error_full(r, s, s == 429 ? "rate_limit_error"
@@ -398,7 +406,7 @@ reply_failure(struct reply *r, const struct reply_failure *f)
                          s == 429 || s == 503 ? ra : 0);
         return;
     }
-    switch (f->rc) {
+    switch (call_kind_rc(o->kind)) {
     case GW_ETIMEDOUT:
         snprintf(msg, sizeof(msg), "upstream %s", reason);
         reply_error(r, 504, "upstream_error", "upstream_timeout", msg);
@@ -415,6 +423,12 @@ reply_failure(struct reply *r, const struct reply_failure *f)
         reply_error_full(r, 503, "server_error", NULL,
                          "upstream_unavailable", reason, ra);
         return;
+    case GW_ESHED:
+        reply_error_full(r, 429, "rate_limit_error", NULL,
+                         "upstreams_saturated", "every upstream is "
+                         "saturated; this tenant's requests are shed, not "
+                         "queued", ra);
+        return;
     case GW_ENOTFOUND:
         reply_error_full(r, 404, "invalid_request_error", "model",
                          "model_not_found", "the model is not served by "
@@ -423,18 +437,18 @@ reply_failure(struct reply *r, const struct reply_failure *f)
     default:
         snprintf(msg, sizeof(msg), "upstream %s", reason);
         reply_error(r, 502, "upstream_error",
-                    strcmp(reason, "connect failed") == 0
-                    ? "upstream_unreachable" : "upstream_error", msg);
+                    o->kind == CALL_CONNECT ? "upstream_unreachable"
+                                            : "upstream_error", msg);
         return;
     }
 }
 
 void
-reply_upstream_error(struct reply *r, int rc, const char *reason)
+reply_shutting_down(struct reply *r)
 {
-    struct reply_failure f = { rc, reason, 0, 0 };
+    struct call_outcome o = call_outcome_make(CALL_STOPPING);
 
-    reply_failure(r, &f);
+    reply_failure(r, &o);
 }
 
 int
@@ -442,8 +456,8 @@ reply_continue(struct reply *r)
 {
     static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
 
-    return net_write_all(r->fd, cont, sizeof(cont) - 1, reply_deadline(r),
-                         r->stop_fd);
+    return net_stream_write_all(r->stream, cont, sizeof(cont) - 1,
+                                reply_deadline(r), r->stop_fd);
 }
 
 size_t

@@ -27,6 +27,9 @@
 #include <sys/uio.h>
 
 #include "buf.h"
+#include "outcome.h"
+
+struct net_stream;              /* net.h */
 
 enum reply_framing {
     REPLY_LENGTH = 0,           /* Content-Length */
@@ -34,9 +37,11 @@ enum reply_framing {
     REPLY_CLOSE,                /* HTTP/1.0: the body ends when we close */
 };
 
+#define REPLY_TENANT_HEAD 192
+
 struct reply {
     /* For the connection's life (reply_init). */
-    int fd;                     /* borrowed: the client socket */
+    struct net_stream *stream;  /* borrowed: the client's (net.h) */
     int stop_fd;                /* readable once the process stops */
     const _Atomic int *draining;    /* set: no keep-alive */
     int64_t send_timeout_ms;
@@ -59,10 +64,16 @@ struct reply {
     int linger;                 /* close with request bytes unread:
                                    drain them first (conn.c) */
     const char *role;           /* X-Infergw-Coalesce value, or NULL */
+    int head_only;              /* HEAD: the head GET would have, and no
+                                   body (RFC 9110 9.3.2); set by route.c */
+    char tenant_head[REPLY_TENANT_HEAD];    /* header lines (CRLF each)
+                                   every head of this answer carries:
+                                   route.c's x-ratelimit-* for a tenant
+                                   with requests_per_minute; "" none */
 };
 
-/* Prepare 'r' for the client on 'fd' (borrowed, like 'draining'). */
-void reply_init(struct reply *r, int fd, size_t head_limit,
+/* Prepare 'r' for the client on 's' (borrowed, like 'draining'). */
+void reply_init(struct reply *r, struct net_stream *s, size_t head_limit,
                 int64_t send_timeout_ms, int stop_fd,
                 const _Atomic int *draining);
 void reply_release(struct reply *r);
@@ -87,7 +98,7 @@ int reply_begin(struct reply *r, int status, const char *content_type,
 /*
  * Send body bytes (the held-back head first, and chunk framing), waiting
  * for the client.  Returns 0 or a net error; after an error the reply is
- * broken.
+ * broken.  With head_only, the head alone: the bytes are not sent.
  */
 int reply_body(struct reply *r, const char *p, size_t n);
 
@@ -147,8 +158,18 @@ void reply_close_unread(struct reply *r);
 int reply_body_complete(const struct reply *r);
 
 /*
- * "Retry-After: N\r\n" into out (n >= 32), for reply_begin()'s 'extra';
- * "" when seconds <= 0.  A relayed 429 or 503 keeps the upstream's.
+ * Room for the one 'extra' header line of reply_begin() that a response
+ * made or relayed here carries, with its NUL: "Retry-After: N\r\n"
+ * (reply_retry_after_line(): 26 bytes at most, N being an int) or
+ * "WWW-Authenticate: Bearer\r\n" (27).
+ */
+#define REPLY_EXTRA_MAX 40
+
+/*
+ * "Retry-After: N\r\n" into out (n >= 32, as a REPLY_EXTRA_MAX buffer
+ * is), for reply_begin()'s 'extra'; "" when seconds <= 0.  N is at most
+ * HTTP_RETRY_AFTER_MAX_MS (60 s), the gateway's own as a relayed 429's or
+ * 503's (which keeps the upstream's up to that).
  */
 void reply_retry_after_line(char *out, size_t n, int seconds);
 
@@ -178,28 +199,21 @@ int reply_error_full(struct reply *r, int status, const char *type,
 int reply_request_error(struct reply *r, int status, const char *msg);
 
 /*
- * The error for an upstream call (or a flight) that ended with 'rc' and
- * 'reason' (upstream.h, dispatch.h): 504 for a timeout, 503 when the
- * gateway ran out of memory or is stopping or no upstream is available,
- * 404 for a model no upstream serves, else 502; or, once the head is
- * sent, the same as an SSE error event and an unclean end.
+ * What a failed upstream call (or a flight) tells its clients, from its
+ * outcome 'o' (outcome.h; borrowed), the one place a failure becomes an
+ * answer: the upstream's own 429/502/503/504 when the call stopped at
+ * one unheard (CALL_STATUS: no retry could follow), with its Retry-After
+ * (at least 1 s) on a 429 or 503; 504 for a timeout; 503 when the
+ * gateway ran out of memory or is stopping or no upstream is available
+ * (Retry-After: the pool's); 404 for a model no upstream serves; else
+ * 502 ("upstream_unreachable" for a refused connect).  The message is
+ * "upstream " and call_kind_text().  Once the head is sent, the same as
+ * an SSE error event and an unclean end.
  */
-void reply_upstream_error(struct reply *r, int rc, const char *reason);
+void reply_failure(struct reply *r, const struct call_outcome *o);
 
-/*
- * What a failed upstream call tells its clients: reply_upstream_error()'s
- * rc and reason, and the upstream's status when the call stopped at one
- * unheard (a 429/502/503/504 no retry could follow: answered with that
- * status), and Retry-After seconds (> 0) for a 429 or 503.
- */
-struct reply_failure {
-    int rc;
-    const char *reason;
-    int status;
-    int retry_after_s;
-};
-
-void reply_failure(struct reply *r, const struct reply_failure *f);
+/* reply_failure() of CALL_STOPPING: 503 "gateway shutting down". */
+void reply_shutting_down(struct reply *r);
 
 /* Send "HTTP/1.1 100 Continue" (RFC 9110 10.1.1).  0 or a net error. */
 int reply_continue(struct reply *r);

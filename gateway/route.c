@@ -5,12 +5,12 @@
  */
 #include "route.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
 #include <jansson.h>
 
-#include "coalesce.h"
 #include "config.h"
 #include "handler.h"
 #include "jsonx.h"
@@ -32,20 +32,22 @@ enum route_kind {
 
 struct route_def {
     const char *path;
-    const char *method;     /* also the Allow header */
+    const char *method;     /* GET routes take HEAD too (RFC 9110 9.3.2) */
     enum metrics_route id;
     enum route_kind kind;
     int admin;              /* also served on [admin] listen */
 };
 
 static const struct route_def routes[] = {
-    { "/v1/chat/completions", "POST", ROUTE_CHAT, KIND_COMPLETION, 0 },
-    { "/v1/completions", "POST", ROUTE_COMPLETIONS, KIND_COMPLETION, 0 },
-    { "/v1/embeddings", "POST", ROUTE_EMBEDDINGS, KIND_JSON, 0 },
-    { "/v1/models", "GET", ROUTE_MODELS, KIND_MODELS, 0 },
-    { "/healthz", "GET", ROUTE_HEALTHZ, KIND_HEALTHZ, 1 },
-    { "/readyz", "GET", ROUTE_READYZ, KIND_READYZ, 1 },
-    { "/metrics", "GET", ROUTE_METRICS, KIND_METRICS, 1 },
+    { "/v1/chat/completions", "POST", METRICS_ROUTE_CHAT, KIND_COMPLETION,
+      0 },
+    { "/v1/completions", "POST", METRICS_ROUTE_COMPLETIONS, KIND_COMPLETION,
+      0 },
+    { "/v1/embeddings", "POST", METRICS_ROUTE_EMBEDDINGS, KIND_JSON, 0 },
+    { "/v1/models", "GET", METRICS_ROUTE_MODELS, KIND_MODELS, 0 },
+    { "/healthz", "GET", METRICS_ROUTE_HEALTHZ, KIND_HEALTHZ, 1 },
+    { "/readyz", "GET", METRICS_ROUTE_READYZ, KIND_READYZ, 1 },
+    { "/metrics", "GET", METRICS_ROUTE_METRICS, KIND_METRICS, 1 },
 };
 
 static const struct route_def *
@@ -136,6 +138,14 @@ note_model(struct handler_req *hr, const json_t *body)
     hr->model[i] = '\0';
 }
 
+/* Is the request's method 'm'? */
+static int
+method_is(const struct http_request *req, const char *m)
+{
+    return strlen(m) == req->method_len
+           && memcmp(m, req->method, req->method_len) == 0;
+}
+
 /* 405 with the Allow field RFC 9110 section 15.5.6 requires. */
 static void
 send_405(struct reply *r, const char *allowed)
@@ -143,7 +153,8 @@ send_405(struct reply *r, const char *allowed)
     char allow[64];
     struct buf b;
 
-    snprintf(allow, sizeof(allow), "Allow: %s\r\n", allowed);
+    snprintf(allow, sizeof(allow), "Allow: %s%s\r\n", allowed,
+             strcmp(allowed, "GET") == 0 ? ", HEAD" : "");
     buf_init(&b, 1024);
     if (jsonx_error_body(&b, "method not allowed on this route",
                          "invalid_request_error", NULL,
@@ -151,6 +162,40 @@ send_405(struct reply *r, const char *allowed)
         reply_send(r, 405, "application/json", buf_ptr(&b), buf_len(&b),
                    allow);
     buf_release(&b);
+}
+
+/* A duration as OpenAI's x-ratelimit-reset-* write it: 250ms, 8.5s, 1m0s. */
+static void
+format_reset(char *out, size_t n, int64_t us)
+{
+    int64_t ms = (us + 999) / 1000;
+
+    if (ms < 1000)
+        snprintf(out, n, "%" PRId64 "ms", ms);
+    else if (ms < 60000)
+        snprintf(out, n, "%" PRId64 ".%03" PRId64 "s", ms / 1000, ms % 1000);
+    else                        /* whole seconds, rounded up */
+        snprintf(out, n, "%" PRId64 "m%" PRId64 "s", (ms + 999) / 1000 / 60,
+                 (ms + 999) / 1000 % 60);
+}
+
+/*
+ * OpenAI's rate-limit header lines, on every answer to a tenant with
+ * requests_per_minute (the openai SDKs read them), into the reply.
+ */
+static void
+note_rate(struct reply *r, const struct tenant_rate *rate)
+{
+    char reset[32];
+
+    if (rate->limit == 0)
+        return;
+    format_reset(reset, sizeof(reset), rate->reset_us);
+    snprintf(r->tenant_head, sizeof(r->tenant_head),
+             "x-ratelimit-limit-requests: %" PRIu64 "\r\n"
+             "x-ratelimit-remaining-requests: %" PRIu64 "\r\n"
+             "x-ratelimit-reset-requests: %s\r\n",
+             rate->limit, rate->remaining, reset);
 }
 
 /*
@@ -161,10 +206,14 @@ static int
 admit(struct handler_req *hr)
 {
     char msg[160];
+    struct tenant_rate rate;
     int wait;
+    enum tenant_limit verdict;
 
-    switch (tenants_enter(hr->ctx->tenants, hr->ctx->cfg, hr->tenant,
-                          gw_now_us(), &hr->pass, &wait)) {
+    verdict = tenants_enter(hr->ctx->tenants, hr->ctx->cfg, hr->tenant,
+                            gw_now_us(), &hr->pass, &wait, &rate);
+    note_rate(hr->reply, &rate);
+    switch (verdict) {
     case TENANT_ADMITTED:
         return 0;
     case TENANT_MAX_INFLIGHT:
@@ -218,13 +267,13 @@ read_body(struct handler_req *hr)
             return rc;
         }
     }
-    rc = http_read_body(r->fd, hr->in, req, hr->body,
+    rc = http_read_body(r->stream, hr->in, req, hr->body,
                         gw_now_ms() + cfg->body_timeout_ms,
                         hr->ctx->stop_fd);
     if (rc == GW_EABORTED) {
         /* The stop came while the body was arriving. */
         r->keep_alive = 0;
-        reply_upstream_error(r, GW_ESTOPPING, NULL);
+        reply_shutting_down(r);
         return rc;
     }
     if (rc == GW_ECLOSED || rc == GW_EIO) {
@@ -254,6 +303,9 @@ route_request(struct handler_req *hr)
     json_t *body = NULL;
     char err[160];
 
+    /* HEAD: every answer, errors too, without its body (RFC 9110 9.3.2:
+     * a client reads none, so one sent would pass for the next answer). */
+    r->head_only = method_is(req, "HEAD");
     rt = find_route(req->path, req->path_len);
     if (rt == NULL || (hr->admin && !rt->admin)) {
         /* An unread body would be taken for the next request: close. */
@@ -265,8 +317,8 @@ route_request(struct handler_req *hr)
         return;
     }
     hr->route = rt->id;
-    if (strlen(rt->method) != req->method_len
-        || memcmp(rt->method, req->method, req->method_len) != 0) {
+    if (!method_is(req, rt->method)
+        && !(r->head_only && strcmp(rt->method, "GET") == 0)) {
         if (req->body_kind != HTTP_BODY_NONE)
             reply_close_unread(r);
         send_405(r, rt->method);

@@ -20,13 +20,30 @@
 #include "coalesce.h"
 #include "config.h"
 #include "conn.h"
-#include "fanout.h"
-#include "live.h"
+#include "generation.h"
 #include "log.h"
 #include "metrics.h"
 #include "net.h"
-#include "pool.h"
 #include "reply.h"
+
+/*
+ * Listen backlogs: connections the kernel completes while the acceptor
+ * is busy spawning threads.  The API ports take bursts (a fan-out's
+ * clients all connect at once; past the backlog a client's final ACK is
+ * dropped and it waits a second to resend, docs/BENCHMARKS.md); the
+ * kernel caps this at net.core.somaxconn.  The admin port serves a few
+ * scrapers and probes.
+ */
+#define SERVER_LISTEN_BACKLOG 1024
+#define SERVER_ADMIN_BACKLOG 64
+
+/*
+ * Out of descriptors (or memory), accept() fails at once for as long as
+ * the pending connection waits, so the acceptor sleeps this long before
+ * the next try instead of spinning; short, because connections close all
+ * the time and the backlog holds the rest meanwhile.
+ */
+#define SERVER_ACCEPT_BACKOFF_MS 50
 
 struct thread_arg {
     struct server *srv;
@@ -38,12 +55,12 @@ struct thread_arg {
 /*
  * The configuration in force.  Only the thread that reloads it (the one
  * running server_run and then server_drain) may look without holding a
- * reference (live.h), and only these functions do.
+ * reference (generation.h), and only these functions do.
  */
 static const struct gw_config *
 cfg_of(const struct server *s)
 {
-    return &live_current(s->live)->cfg;
+    return &generation_current(s->gens)->cfg;
 }
 
 static void
@@ -55,17 +72,17 @@ close_pair(int p[2])
 }
 
 int
-server_init(struct server *s, struct live *live, struct coalescer *co,
-            struct tenants *tenants)
+server_init(struct server *s, struct generations *gens,
+            struct coalescer *co, struct tenants *tenants)
 {
     int wake[2] = { -1, -1 }, stop[2] = { -1, -1 }, done[2] = { -1, -1 };
     int attr = 0, rc = GW_EIO, err;
     long ncpu;
 
-    const struct gw_config *cfg = &live_current(live)->cfg;
+    const struct gw_config *cfg = &generation_current(gens)->cfg;
 
     memset(s, 0, sizeof(*s));
-    s->live = live;
+    s->gens = gens;
     s->listen_fd = s->tls_fd = s->admin_fd = -1;
     if (pipe2(wake, O_CLOEXEC) == -1 || pipe2(stop, O_CLOEXEC) == -1
         || pipe2(done, O_CLOEXEC | O_NONBLOCK) == -1) {
@@ -94,7 +111,7 @@ server_init(struct server *s, struct live *live, struct coalescer *co,
     s->done_wr = done[1];
     wake[0] = wake[1] = stop[0] = stop[1] = done[0] = done[1] = -1;
     ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    s->ctx.live = live;
+    s->ctx.gens = gens;
     s->ctx.co = co;
     s->ctx.tenants = tenants;
     s->ctx.draining = &s->draining;
@@ -120,20 +137,22 @@ server_listen(struct server *s)
     int rc = 0;
 
     if (cfg->listen[0] != '\0') {
-        rc = net_listen(cfg->listen, 1024, &s->listen_fd, &s->port);
+        rc = net_listen(cfg->listen, SERVER_LISTEN_BACKLOG, &s->listen_fd,
+                        &s->port);
         if (rc == 0)
             log_msg(GW_LOG_INFO, "server: listening addr=%s port=%u",
                     cfg->listen, (unsigned)s->port);
     }
     if (rc == 0 && cfg->tls_listen[0] != '\0') {
-        rc = net_listen(cfg->tls_listen, 1024, &s->tls_fd, &s->tls_port);
+        rc = net_listen(cfg->tls_listen, SERVER_LISTEN_BACKLOG, &s->tls_fd,
+                        &s->tls_port);
         if (rc == 0)
             log_msg(GW_LOG_INFO, "server: listening for TLS tls_addr=%s "
                     "tls_port=%u", cfg->tls_listen, (unsigned)s->tls_port);
     }
     if (rc == 0 && cfg->admin_listen[0] != '\0') {
-        rc = net_listen(cfg->admin_listen, 64, &s->admin_fd,
-                        &s->admin_port);
+        rc = net_listen(cfg->admin_listen, SERVER_ADMIN_BACKLOG,
+                        &s->admin_fd, &s->admin_port);
         if (rc == 0)
             log_msg(GW_LOG_INFO, "server: listening for admin "
                     "admin_addr=%s admin_port=%u", cfg->admin_listen,
@@ -176,10 +195,10 @@ static void
 reject(struct server *s, int fd, int tls, const char *why,
        const char *message)
 {
-    char id[17];
+    char id[CONN_REQUEST_ID_LEN + 1];
 
     metrics_connection_rejected();
-    gw_random_hex(id, 16);
+    gw_random_hex(id, CONN_REQUEST_ID_LEN);
     if (tls)
         close(fd);
     else
@@ -238,7 +257,7 @@ static void
 reload(struct server *s)
 {
     log_msg(GW_LOG_INFO, "server: SIGHUP, reloading %s", cfg_of(s)->path);
-    if (live_reload(s->live) == 0)
+    if (generations_reload(s->gens) == 0)
         coalescer_set_limits(s->ctx.co, cfg_of(s));
 }
 
@@ -257,7 +276,7 @@ accept_all(struct server *s, int lfd, int tls, int admin)
         if (err == EMFILE || err == ENFILE || err == ENOBUFS
             || err == ENOMEM) {
             /* Out of descriptors: back off instead of spinning. */
-            poll(NULL, 0, 50);
+            poll(NULL, 0, SERVER_ACCEPT_BACKOFF_MS);
         }
     }
 }
@@ -382,8 +401,8 @@ server_stop(struct server *s)
             "open are cut", atomic_load(&s->active));
     /* Parked followers sleep without a timer: wake them to see it; and
      * the calls queued for a max_inflight slot. */
-    coalescer_each(s->ctx.co, fanout_wake_all);
-    live_stop(s->live);
+    coalescer_wake_all(s->ctx.co);
+    generations_stop(s->gens);
 }
 
 int

@@ -40,14 +40,14 @@
 
 #include "handler.h"
 
-struct live;
+struct generations;
 struct coalescer;
 struct tenants;
 
 struct server {
     struct handler_ctx ctx;         /* immutable once server_init() is
                                        done; given to every connection */
-    struct live *live;              /* borrowed: the configuration */
+    struct generations *gens;       /* borrowed: the configuration */
     int listen_fd;                  /* plain HTTP; -1 if none */
     uint16_t port;                  /* the port actually bound */
     int tls_fd;                     /* tls_listen; -1 if none */
@@ -68,8 +68,8 @@ struct server {
  * Prepare 's'; borrows everything.  Returns 0, or GW_EIO or GW_EINVAL
  * (logged) with nothing left open.
  */
-int server_init(struct server *s, struct live *live, struct coalescer *co,
-                struct tenants *tenants);
+int server_init(struct server *s, struct generations *gens,
+                struct coalescer *co, struct tenants *tenants);
 
 /*
  * Bind and listen on listen, tls_listen and [admin] listen (those set);
@@ -82,7 +82,7 @@ int server_listen(struct server *s);
 
 /*
  * Accept connections until SIGINT/SIGTERM arrives on 'sig_fd' (a
- * SIGHUP reloads the configuration, live.h, and accepting goes on) (a
+ * SIGHUP reloads the configuration, generation.h, and accepting goes on) (a
  * signalfd).  Then starts the drain (readyz 503, wake pipe, listener
  * closed) and returns 0.  GW_EIO on a fatal accept error.
  */

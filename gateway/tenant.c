@@ -12,6 +12,7 @@
 
 #include "alloc.h"
 #include "config.h"
+#include "prom.h"
 #include "util.h"
 
 /*
@@ -186,15 +187,11 @@ entry_of(struct tenants *ts, const char *name)
  */
 #define TOKEN_CREDIT UINT64_C(60000000)
 
-/*
- * Refill the bucket of 'e' for a limit of 'rpm' at 'now_us' and take a
- * token if a whole one is there.  Returns 0 when one was taken, else the
- * whole seconds, rounded up and at least 1, until one is due.  Locked.
- */
-static int
-take_token(struct tenant_entry *e, uint64_t rpm, int64_t now_us)
+/* Refill the bucket of 'e' for a limit of 'rpm' up to 'now_us'.  Locked. */
+static void
+refill(struct tenant_entry *e, uint64_t rpm, int64_t now_us)
 {
-    uint64_t cap = rpm * TOKEN_CREDIT, wait_us;
+    uint64_t cap = rpm * TOKEN_CREDIT;
 
     if (!e->filled) {
         e->filled = 1;
@@ -209,27 +206,44 @@ take_token(struct tenant_entry *e, uint64_t rpm, int64_t now_us)
         e->refilled_us = now_us;
     if (e->credit > cap)
         e->credit = cap;        /* also when a reload lowered the limit */
+}
+
+/*
+ * Refill the bucket of 'e' for a limit of 'rpm' at 'now_us' and take a
+ * token if a whole one is there.  Returns 0 when one was taken, else the
+ * whole seconds, rounded up and at least 1, until one is due.  Locked.
+ */
+static int
+take_token(struct tenant_entry *e, uint64_t rpm, int64_t now_us)
+{
+    uint64_t wait_us;
+
+    refill(e, rpm, now_us);
     /* The verdict comes from the count alone, never from the wait. */
     if (e->credit >= TOKEN_CREDIT) {
         e->credit -= TOKEN_CREDIT;
         return 0;
     }
     wait_us = (TOKEN_CREDIT - e->credit + rpm - 1) / rpm;
-    return (int)((wait_us + 999999) / 1000000);
+    return (int)gw_us_to_s_ceil(wait_us);
 }
 
 enum tenant_limit
 tenants_enter(struct tenants *ts, const struct gw_config *cfg, size_t tenant,
-              int64_t now_us, struct tenant_entry **out, int *retry_after_s)
+              int64_t now_us, struct tenant_entry **out, int *retry_after_s,
+              struct tenant_rate *rate)
 {
     const struct config_tenant *ct = tenant < cfg->num_tenants
                                      ? &cfg->tenants[tenant] : NULL;
+    uint64_t rpm = ct != NULL ? ct->requests_per_minute : 0;
     enum tenant_limit verdict = TENANT_ADMITTED;
     struct tenant_entry *e;
     int wait = 0;
 
     *out = NULL;
     *retry_after_s = 0;
+    if (rate != NULL)
+        rate->limit = 0;
     gw_mutex_lock(&ts->lock);
     e = entry_of(ts, tenant_name(cfg, tenant));
     if (e == NULL) {
@@ -239,9 +253,7 @@ tenants_enter(struct tenants *ts, const struct gw_config *cfg, size_t tenant,
         /* No clock says when one ends: a second is a polite guess. */
         verdict = TENANT_MAX_INFLIGHT;
         wait = 1;
-    } else if (ct != NULL && ct->requests_per_minute > 0
-               && (wait = take_token(e, ct->requests_per_minute,
-                                     now_us)) != 0) {
+    } else if (rpm > 0 && (wait = take_token(e, rpm, now_us)) != 0) {
         verdict = TENANT_RATE;
     }
     if (verdict == TENANT_ADMITTED) {
@@ -249,6 +261,13 @@ tenants_enter(struct tenants *ts, const struct gw_config *cfg, size_t tenant,
         *out = e;
     } else if (verdict != TENANT_NOMEM) {
         e->rejected[verdict == TENANT_RATE]++;
+    }
+    if (rate != NULL && e != NULL && rpm > 0) {
+        refill(e, rpm, now_us);         /* a no-op after take_token() */
+        rate->limit = rpm;
+        rate->remaining = e->credit / TOKEN_CREDIT;
+        rate->reset_us = (int64_t)((rpm * TOKEN_CREDIT - e->credit + rpm - 1)
+                                   / rpm);
     }
     gw_mutex_unlock(&ts->lock);
     *retry_after_s = wait < 1 && verdict != TENANT_ADMITTED ? 1 : wait;
@@ -308,31 +327,18 @@ tenants_bill(struct tenants *ts, struct tenant_entry *e, const char *model,
     gw_mutex_unlock(&ts->lock);
 }
 
-/* 'model' as a label value: \ and " escaped (the caller bans the rest). */
-static int
-put_label(struct buf *out, const char *s)
-{
-    int rc = 0;
-
-    for (; *s != '\0' && rc == 0; s++)
-        rc = (*s == '\\' || *s == '"') ? buf_printf(out, "\\%c", *s)
-                                       : buf_append(out, s, 1);
-    return rc;
-}
-
 /* One family with a sample per tenant: the uint64_t at 'offset'.  Locked. */
-static int
-per_tenant(const struct tenants *ts, struct buf *out, const char *name,
-           const char *type, const char *help, size_t offset)
+static void
+per_tenant(const struct tenants *ts, struct prom *w, const char *name,
+           enum prom_type type, const char *help, size_t offset)
 {
-    int rc = buf_printf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help,
-                        name, type);
+    prom_family(w, name, type, help);
+    for (size_t i = 0; i < ts->n; i++) {
+        const struct prom_label l = { "tenant", ts->v[i]->name };
 
-    for (size_t i = 0; i < ts->n && rc == 0; i++)
-        rc = buf_printf(out, "%s{tenant=\"%s\"} %llu\n", name,
-                        ts->v[i]->name, (unsigned long long)
-                        *(const uint64_t *)((const char *)ts->v[i] + offset));
-    return rc;
+        prom_uint(w, &l, 1,
+                  *(const uint64_t *)((const char *)ts->v[i] + offset));
+    }
 }
 
 int
@@ -341,48 +347,45 @@ tenants_render_metrics(struct tenants *ts, struct buf *out)
     static const char *const kinds[2] = { "prompt", "completion" };
     static const char *const limits[2] = { "max_inflight",
                                            "requests_per_minute" };
-    int rc;
+    struct prom w;
 
+    prom_init(&w, out);
     gw_mutex_lock(&ts->lock);
-    rc = per_tenant(ts, out, "infergw_tenant_requests_inflight", "gauge",
-                    "Requests under way, by tenant.",
-                    offsetof(struct tenant_entry, inflight));
-    if (rc == 0)
-        rc = buf_append_str(out,
-            "# HELP infergw_tenant_rejected_total Requests refused with 429 "
-            "by a tenant limit.\n"
-            "# TYPE infergw_tenant_rejected_total counter\n");
-    for (size_t i = 0; i < ts->n && rc == 0; i++)
-        for (size_t l = 0; l < 2 && rc == 0; l++)
-            rc = buf_printf(out, "infergw_tenant_rejected_total{tenant=\"%s\","
-                            "limit=\"%s\"} %llu\n", ts->v[i]->name, limits[l],
-                            (unsigned long long)ts->v[i]->rejected[l]);
-    if (rc == 0)
-        rc = buf_append_str(out,
-            "# HELP infergw_tokens_total Tokens in the usage each client "
-            "received, by tenant, model and kind.\n"
-            "# TYPE infergw_tokens_total counter\n");
-    for (size_t i = 0; i < ts->n && rc == 0; i++) {
+    per_tenant(ts, &w, "infergw_tenant_requests_inflight", PROM_GAUGE,
+               "Requests under way, by tenant.",
+               offsetof(struct tenant_entry, inflight));
+    prom_family(&w, "infergw_tenant_rejected_total", PROM_COUNTER,
+                "Requests refused with 429 by a tenant limit.");
+    for (size_t i = 0; i < ts->n; i++)
+        for (size_t l = 0; l < 2; l++) {
+            const struct prom_label lv[] = { { "tenant", ts->v[i]->name },
+                                             { "limit", limits[l] } };
+
+            prom_uint(&w, lv, GW_ARRAY_LEN(lv), ts->v[i]->rejected[l]);
+        }
+    prom_family(&w, "infergw_tokens_total", PROM_COUNTER,
+                "Tokens in the usage each client received, by tenant, "
+                "model and kind.");
+    for (size_t i = 0; i < ts->n; i++) {
         const struct tenant_entry *e = ts->v[i];
 
-        for (size_t b = 0; b < e->nbills && rc == 0; b++)
-            for (size_t k = 0; k < 2 && rc == 0; k++) {
-                rc = buf_printf(out, "infergw_tokens_total{tenant=\"%s\","
-                                "model=\"", e->name);
-                if (rc == 0)
-                    rc = put_label(out, e->bills[b].model);
-                if (rc == 0)
-                    rc = buf_printf(out, "\",kind=\"%s\"} %llu\n", kinds[k],
-                                    (unsigned long long)(k == 0
-                                        ? e->bills[b].prompt
-                                        : e->bills[b].completion));
+        for (size_t b = 0; b < e->nbills; b++)
+            for (size_t k = 0; k < 2; k++) {
+                const struct prom_label lv[] = {
+                    { "tenant", e->name },
+                    { "model", e->bills[b].model },
+                    { "kind", kinds[k] },
+                };
+
+                prom_uint(&w, lv, GW_ARRAY_LEN(lv),
+                          k == 0 ? e->bills[b].prompt
+                                 : e->bills[b].completion);
             }
     }
-    if (rc == 0)
-        rc = per_tenant(ts, out, "infergw_coalesce_tokens_saved_total",
-                        "counter", "Tokens that coalesced followers received "
-                        "without an upstream call.",
-                        offsetof(struct tenant_entry, saved));
+    per_tenant(ts, &w, "infergw_coalesce_tokens_saved_total", PROM_COUNTER,
+               "Tokens that coalesced followers received without an "
+               "upstream call.",
+               offsetof(struct tenant_entry, saved));
     gw_mutex_unlock(&ts->lock);
-    return rc;
+    return w.rc;
 }

@@ -75,18 +75,27 @@ enum tenant_limit {
     TENANT_NOMEM,
 };
 
+/* A tenant's requests_per_minute bucket as OpenAI's headers tell it. */
+struct tenant_rate {
+    uint64_t limit;             /* requests_per_minute; 0: none */
+    uint64_t remaining;         /* whole requests it would admit now */
+    int64_t reset_us;           /* until the bucket is full again */
+};
+
 /*
  * Admit one request of tenant 'tenant' of 'cfg' at 'now_us' (gw_now_us(),
  * microseconds: a bucket must see time finer than the requests that
  * arrive within one millisecond).  TENANT_ADMITTED: '*out' is its pass
  * (give it back with tenants_leave).  Otherwise *retry_after_s says when
  * to try again, in whole seconds rounded up (>= 1), and nothing was
- * taken.  TENANT_NOMEM: the caller answers 503.
+ * taken.  TENANT_NOMEM: the caller answers 503.  'rate' (NULL: not
+ * wanted) gets the bucket as it is after the verdict, limit 0 for a
+ * tenant without requests_per_minute.
  */
 enum tenant_limit tenants_enter(struct tenants *ts,
                                 const struct gw_config *cfg, size_t tenant,
                                 int64_t now_us, struct tenant_entry **out,
-                                int *retry_after_s);
+                                int *retry_after_s, struct tenant_rate *rate);
 
 /* The request is over.  NULL-safe. */
 void tenants_leave(struct tenants *ts, struct tenant_entry *e);

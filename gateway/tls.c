@@ -64,7 +64,6 @@
 #include <mbedtls/error.h>
 #include <mbedtls/net_sockets.h>
 #include <mbedtls/pk.h>
-#include <mbedtls/platform_util.h>
 #include <mbedtls/ssl.h>
 #include <mbedtls/ssl_ciphersuites.h>
 #include <mbedtls/ssl_ticket.h>
@@ -126,8 +125,6 @@ struct tls_conn {
     int sys_err;                /* errno of the last failed recv/send */
     unsigned char first[8];     /* the first bytes received, for a hint */
     size_t nfirst;
-    int has_peek;               /* tls_peer_gone() read 'peek' */
-    unsigned char peek;
     size_t wlen;                /* bytes in wbuf whose record is pending */
     unsigned char wbuf[TLS_RECORD_MAX]; /* gathers iovecs; copy of the
                                            pending record's plaintext */
@@ -182,19 +179,10 @@ mbed_text(int ret, char *buf, size_t len)
 
 /* ---- loading the chain and the key ------------------------------------ */
 
-/* Wipe and free a buffer that may hold key material.  NULL-safe. */
-static void
-wipe_free(unsigned char *p, size_t n)
-{
-    if (p != NULL)
-        mbedtls_platform_zeroize(p, n);
-    gw_free(p);
-}
-
 /*
  * Read the file at 'path' (named 'what' in messages) into a new buffer
  * with a NUL after the bytes, as mbedTLS's PEM parser wants: OUT *len
- * counts the NUL.  OUT *data is owned by the caller (wipe_free(), *len).
+ * counts the NUL.  OUT *data is owned by the caller (gw_wipe_free(), *len).
  * Returns 0, GW_EIO (cannot open or read), GW_EINVAL (not a regular file,
  * or too large) or GW_ENOMEM.
  */
@@ -253,7 +241,7 @@ read_pem(const char *what, const char *path, unsigned char **data,
     rc = 0;
 
 out:
-    wipe_free(p, size);
+    gw_wipe_free(p, size);
     if (fd != -1)
         close(fd);
     return rc;
@@ -354,7 +342,7 @@ load_key(struct tls_server *s, const char *path, const char *cert_path,
     rc = 0;
 
 out:
-    wipe_free(pem, len);
+    gw_wipe_free(pem, len);
     return rc;
 }
 
@@ -947,7 +935,7 @@ out:
 size_t
 tls_pending(const struct tls_conn *c)
 {
-    return (size_t)c->has_peek + mbedtls_ssl_get_bytes_avail(&c->ssl);
+    return mbedtls_ssl_get_bytes_avail(&c->ssl);
 }
 
 short
@@ -959,28 +947,19 @@ tls_want(const struct tls_conn *c)
 int
 tls_read(struct tls_conn *c, void *p, size_t len, size_t *got)
 {
-    unsigned char *dst = p;
-    size_t n = 0;
     int ret;
 
     assert(len > 0);
     assert(c->wlen == 0);       /* tls.h: finish the write first */
     *got = 0;
-    if (c->has_peek) {
-        /* Bytes tls_peer_gone() took: they come before anything else. */
-        dst[n++] = c->peek;
-        c->has_peek = 0;
-        if (len == 1 || mbedtls_ssl_get_bytes_avail(&c->ssl) == 0) {
-            *got = n;
-            return 0;
-        }
-    }
     if (c->dead != 0)
         return c->dead;
-    ret = mbedtls_ssl_read(&c->ssl, dst + n, len - n);
-    if (ret > 0)
-        n += (size_t)ret;
-    else if (ret == MBEDTLS_ERR_SSL_WANT_READ)
+    ret = mbedtls_ssl_read(&c->ssl, p, len);
+    if (ret > 0) {
+        *got = (size_t)ret;
+        return 0;
+    }
+    if (ret == MBEDTLS_ERR_SSL_WANT_READ)
         c->want = POLLIN;
     else
         /*
@@ -991,9 +970,6 @@ tls_read(struct tls_conn *c, void *p, size_t len, size_t *got)
          */
         conn_failed(c, ret == MBEDTLS_ERR_SSL_WANT_WRITE
                        ? MBEDTLS_ERR_SSL_INTERNAL_ERROR : ret);
-    *got = n;
-    if (n > 0)
-        return 0;               /* an error comes with the next call */
     return c->dead != 0 ? c->dead : GW_EAGAIN;
 }
 
@@ -1167,37 +1143,6 @@ tls_write_all(struct tls_conn *c, const void *p, size_t len,
     return tls_writev_all(c, &iov, 1, deadline, wake_fd);
 }
 
-int
-tls_peer_gone(struct tls_conn *c)
-{
-    struct pollfd pfd;
-    int ret, k;
-
-    if (c->dead != 0)
-        return 1;
-    if (c->wlen > 0 || tls_pending(c) > 0)
-        return net_peer_gone(c->fd);
-    pfd.fd = c->fd;
-    pfd.events = POLLIN;
-    pfd.revents = 0;
-    do
-        k = poll(&pfd, 1, 0);
-    while (k == -1 && errno == EINTR);
-    if (k <= 0)
-        return 0;
-    /* One byte: the rest of its record stays in mbedTLS's buffer. */
-    ret = mbedtls_ssl_read(&c->ssl, &c->peek, 1);
-    if (ret == 1) {
-        c->has_peek = 1;
-        return net_peer_gone(c->fd);
-    }
-    if (ret == MBEDTLS_ERR_SSL_WANT_READ)
-        return 0;               /* half a record, or not application data */
-    conn_failed(c, ret == MBEDTLS_ERR_SSL_WANT_WRITE
-                   ? MBEDTLS_ERR_SSL_INTERNAL_ERROR : ret);
-    return 1;
-}
-
 void
 tls_close(struct tls_conn *c)
 {
@@ -1216,32 +1161,38 @@ tls_close(struct tls_conn *c)
 /* ---- as a net.h stream ---- */
 
 static int
-stream_read(void *impl, void *p, size_t len, int64_t deadline, int wake_fd,
-            size_t *n)
+stream_read(struct net_stream *s, void *p, size_t len, int64_t deadline,
+            int wake_fd, size_t *n)
 {
-    return tls_read_deadline(impl, p, len, deadline, wake_fd, n);
+    return tls_read_deadline(s->impl, p, len, deadline, wake_fd, n);
 }
 
 static int
-stream_writev_some(void *impl, const struct iovec *iov, int iovcnt,
+stream_writev_some(struct net_stream *s, const struct iovec *iov, int iovcnt,
                    size_t *n)
 {
-    return tls_writev_some(impl, iov, iovcnt, n);
+    return tls_writev_some(s->impl, iov, iovcnt, n);
 }
 
 static int
-stream_writev_all(void *impl, struct iovec *iov, int iovcnt,
+stream_writev_all(struct net_stream *s, struct iovec *iov, int iovcnt,
                   int64_t deadline, int wake_fd)
 {
-    return tls_writev_all(impl, iov, iovcnt, deadline, wake_fd);
+    return tls_writev_all(s->impl, iov, iovcnt, deadline, wake_fd);
 }
 
 static size_t
-stream_pending(const void *impl)
+stream_pending(const struct net_stream *s)
 {
-    return tls_pending(impl);
+    return tls_pending(s->impl);
 }
 
-const struct net_stream_ops tls_stream_ops = {
+static const struct net_stream_ops stream_ops = {
     stream_read, stream_writev_some, stream_writev_all, stream_pending,
 };
+
+void
+tls_stream_init(struct net_stream *s, struct tls_conn *c)
+{
+    net_stream_init_ops(s, c->fd, &stream_ops, c);
+}

@@ -74,29 +74,14 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
+#include "metrics.h"
 #include "net.h"
 #include "util.h"
 
 /* The largest plaintext record (MBEDTLS_SSL_OUT_CONTENT_LEN). */
 #define TLS_RECORD_MAX 16384
 
-/*
- * Handshake counters for /metrics.  The caller owns the struct (in its
- * metrics, say) and passes it in tls_server_opts, so the counts go on
- * across a certificate reload, which makes a new tls_server; several
- * servers may share one.  The fields are atomics: read them with
- * atomic_load() from any thread.
- */
-struct tls_stats {
-    _Atomic uint64_t handshakes;        /* completed */
-    _Atomic uint64_t failed_timeout;    /* not done by the deadline */
-    _Atomic uint64_t failed_protocol;   /* garbage, plain HTTP, no common
-                                           version / cipher / ALPN, or the
-                                           client sent a fatal alert */
-    _Atomic uint64_t failed_other;      /* peer closed, drain, I/O, memory */
-    _Atomic uint64_t resumed;           /* of 'handshakes': resumed from a
-                                           session ticket */
-};
+/* Handshake counters: struct tls_stats, metrics.h (metrics owns them). */
 
 struct tls_server_opts {
     const char *cert_file;      /* PEM: the leaf first, then intermediates */
@@ -231,26 +216,16 @@ int tls_writev_all(struct tls_conn *c, struct iovec *iov, int iovcnt,
                    int64_t deadline, int wake_fd);
 
 /*
- * Has the client hung up?  A non-blocking check for a connection we are
- * not reading from: 1 after close_notify, EOF, a reset or a broken
- * record, else 0.  Application data that arrives meanwhile (a pipelined
- * request) is kept for the next tls_read(), and while such data is
- * buffered, or a write is unfinished, only the socket is looked at
- * (FIN or reset, as net_peer_gone()).
- */
-int tls_peer_gone(struct tls_conn *c);
-
-/*
  * Send close_notify if the socket takes it now (never waits), then free
  * 'c'.  The socket stays open: the caller closes it.  NULL-safe.
  */
 void tls_close(struct tls_conn *c);
 
 /*
- * The functions above as a net.h stream (impl: the struct tls_conn), so
- * that once it is attached to the socket every net_read and net_write on
- * it goes through TLS.
+ * 's' becomes the stream of c's socket through TLS (net.h): every
+ * net_stream_* call on it goes through the functions above.  's' borrows
+ * 'c' (and its socket): tls_close() comes after the last use of 's'.
  */
-extern const struct net_stream_ops tls_stream_ops;
+void tls_stream_init(struct net_stream *s, struct tls_conn *c);
 
 #endif

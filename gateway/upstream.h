@@ -5,11 +5,11 @@
  * it arrives.
  *
  * Design: sessions (a libcurl multi handle with its easy handles and at
- * most one warm connection) kept per upstream in the keep-alive cache
- * (keepalive.h), which never hands out a connection with anything to
- * read; sessions move between threads, so connections are reused across
- * requests and threads.  A session belongs to one thread between
- * upstream_perform()'s take and put.  Every request the upstream
+ * most one warm connection, upstream_session.h) kept per upstream in the
+ * keep-alive cache (keepalive.h), which never hands out a connection with
+ * anything to read; sessions move between threads, so connections are
+ * reused across requests and threads.  A session belongs to one thread
+ * between upstream_perform()'s take and put.  Every request the upstream
  * receives is reported: libcurl's own resend on a fresh connection, too
  * (upstream_opts.on_resend).
  *
@@ -30,31 +30,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "outcome.h"
+#include "upstream_request.h"
+
 struct gw_config;
 struct upstream;
-
-/*
- * Everything of a client's request that reaches the upstream.  The rest
- * of the upstream request is constant (upstream.c): the URL's origin,
- * "Content-Type: application/json" on a POST (route.c has checked that
- * the body is a JSON object), a fixed Accept, "Accept-Encoding:
- * identity", no Expect, and the configured api_key when no client
- * credential is forwarded.
- *
- * The coalescing contract (coalesce.h) rests on this struct: a coalesced
- * call's fields are either hashed into its key (coalesce_key() hashes
- * method, path, body and client_auth) or the flight's own (request_id).
- * A field added here must be added to one of the two.
- */
-struct upstream_request {
-    const char *method;         /* "GET" or "POST" */
-    const char *path;           /* NUL-terminated origin-form target */
-    const char *body;           /* POST body, sent byte-exact */
-    size_t body_len;
-    const char *request_id;     /* sent as X-Request-Id */
-    const char *client_auth;    /* the client's Authorization value, sent
-                                   as is; NULL sends the configured key */
-};
 
 struct upstream_result;
 
@@ -98,29 +78,14 @@ struct upstream_opts {
     void *arg;
 };
 
-/* Why a transfer failed, for the upstream's health (pool.h). */
-enum upstream_failure {
-    UPF_NONE = 0,           /* complete, or stopped by the sink */
-    UPF_CONNECT,            /* never connected (refused, DNS, TLS) */
-    UPF_TIMEOUT,            /* connect, first byte, idle or total */
-    UPF_STATUS,             /* stopped at a retryable status */
-    UPF_BROKEN,             /* lost or bad response */
-    UPF_LOCAL,              /* ours: out of memory, bad request */
-};
-
-/*
- * An upstream's Retry-After is capped at this: a server asking for days
- * is not told to the clients, and is not believed by the pool (pool.h).
- */
-#define UPSTREAM_RETRY_AFTER_MAX_MS (60 * 1000)
-
 /* What the sink is told of the upstream's response head. */
 struct upstream_head {
     int status;
     const char *content_type;   /* NULL when absent */
     int64_t content_length;     /* -1 when unknown */
     int retry_after_s;          /* Retry-After of a 429 or 503, capped at
-                                   UPSTREAM_RETRY_AFTER_MAX_MS; 0 none */
+                                   HTTP_RETRY_AFTER_MAX_MS (http.h); 0
+                                   none */
 };
 
 /*
@@ -151,18 +116,15 @@ struct upstream_sink {
     int (*on_peer)(void *arg);
 };
 
+/* One attempt's result. */
 struct upstream_result {
-    int rc;                 /* 0 complete; GW_EUPSTREAM, GW_ETIMEDOUT,
-                               GW_ENOMEM, or a sink callback's code */
-    int status;             /* upstream HTTP status; 0 if none came */
+    struct call_outcome outcome;    /* outcome.h: the kind (CALL_OK:
+                                       complete; a sink's stop is
+                                       call_kind_of_stop() of its code),
+                                       the upstream's status (0 if none
+                                       came) and Retry-After */
     int head_seen;          /* on_head was called: bytes may have
                                reached a client */
-    enum upstream_failure failure;
-    int64_t retry_after_ms; /* the response's Retry-After; 0 none */
-    const char *reason;     /* static text for logs and error bodies:
-                               "connect failed", "first byte timeout",
-                               "idle timeout", "total timeout",
-                               "connection broken", ... */
     uint64_t bytes;         /* body bytes received */
     int64_t ttfb_us;        /* request start to first body byte; -1 none */
     size_t upstream;        /* which upstream this attempt went to */
@@ -204,51 +166,5 @@ int upstream_perform(struct upstream *u, size_t idx,
  * RFC 9110 15.6.3-15.6.5).
  */
 int upstream_retryable_status(int status);
-
-/* Handles created so far (for /metrics and tests). */
-uint64_t upstream_handles_created(struct upstream *u);
-
-#ifdef INFERGW_UNIT_TEST
-/*
- * Test-only: a call whose attempts have no libcurl transfer, so that a
- * test (test/fuzz/fuzz_upstream.c) can feed the response callbacks by
- * hand, exactly as libcurl does: header lines one per call with their
- * line end, then body pieces.  The sink and opts are borrowed (opts NULL:
- * defaults); nothing is sent anywhere.
- */
-struct upstream_testcall;
-
-struct upstream_testcall *upstream_testcall_new(
-    const struct upstream_opts *opts, const struct upstream_sink *sink);
-void upstream_testcall_free(struct upstream_testcall *t);   /* NULL-safe */
-
-/*
- * Start the next attempt, as upstream_perform() does: the first, or a
- * hedge while the first still runs and nothing has won.  Returns its
- * index (0 or 1), or -1 when no attempt may start.
- */
-int upstream_testcall_start(struct upstream_testcall *t);
-
-/* libcurl's CURLOPT_HEADERFUNCTION and CURLOPT_WRITEFUNCTION for
- * attempt 'i': 'n' to go on, anything else stops its transfer. */
-size_t upstream_testcall_header(struct upstream_testcall *t, int i, char *p,
-                                size_t n);
-size_t upstream_testcall_body(struct upstream_testcall *t, int i, char *p,
-                              size_t n);
-
-/* Attempt 'i' was started and has not ended. */
-int upstream_testcall_running(const struct upstream_testcall *t, int i);
-
-/*
- * libcurl is done with attempt 'i' (a CURLcode: CURLE_WRITE_ERROR after
- * a callback stopped it): settle it as the transfer loop does.  Returns
- * its result (borrowed; also for an attempt that had already ended).
- */
-const struct upstream_result *upstream_testcall_finish(
-    struct upstream_testcall *t, int i, int curl_code);
-
-/* What the loop does after every wake-up: end an attempt that lost. */
-void upstream_testcall_reap(struct upstream_testcall *t);
-#endif
 
 #endif

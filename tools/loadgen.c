@@ -90,8 +90,6 @@
 #define LG_BODY_LIMIT (64 * 1024 * 1024)    /* request body from -d @FILE */
 #define LG_EVENTS 1024
 #define LG_SPARE_FDS 32             /* stdio, epoll, the --ready probe */
-#define LG_FNV_OFFSET 0xcbf29ce484222325ULL
-#define LG_FNV_PRIME 0x100000001b3ULL
 
 enum client_state {
     CS_NEW = 0,                 /* no socket yet */
@@ -267,24 +265,21 @@ static int
 resolve_addr(const char *hostport)
 {
     struct addrinfo hints, *res = NULL;
-    char host[256];
-    const char *colon = strrchr(hostport, ':');
+    char host[256], port[8];
+    const char *h;
     size_t hl;
-    int rc;
+    int p, rc;
 
-    hl = (size_t)(colon - hostport);
-    if (hostport[0] == '[' && hl >= 2 && hostport[hl - 1] == ']') {
-        memcpy(host, hostport + 1, hl - 2);
-        host[hl - 2] = '\0';
-    } else if (hl < sizeof(host)) {
-        memcpy(host, hostport, hl);
-        host[hl] = '\0';
-    } else {
+    if (net_parse_hostport(hostport, &h, &hl, &p) != 0
+        || hl >= sizeof(host)) {
+        fprintf(stderr, "loadgen: %s: not HOST:PORT\n", hostport);
         return GW_EINVAL;
     }
+    snprintf(host, sizeof(host), "%.*s", (int)hl, h);
+    snprintf(port, sizeof(port), "%d", p);
     memset(&hints, 0, sizeof(hints));
     hints.ai_socktype = SOCK_STREAM;
-    rc = getaddrinfo(host, colon + 1, &hints, &res);
+    rc = getaddrinfo(host, port, &hints, &res);
     if (rc != 0) {
         fprintf(stderr, "loadgen: %s: %s\n", hostport, gai_strerror(rc));
         return GW_EINVAL;
@@ -377,16 +372,6 @@ raise_nofile(size_t need)
     return 0;
 }
 
-static uint64_t
-fnv1a(uint64_t h, const char *p, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        h ^= (unsigned char)p[i];
-        h *= LG_FNV_PRIME;
-    }
-    return h;
-}
-
 static void
 client_reset_response(struct client *c)
 {
@@ -401,7 +386,7 @@ client_reset_response(struct client *c)
     c->keep_alive = 1;
     c->t_first = -1;
     c->t_arrival = -1;
-    c->hash = LG_FNV_OFFSET;
+    c->hash = GW_FNV1A64_OFFSET;
     c->bytes = 0;
     http_chunked_init(&c->dec);
 }
@@ -610,12 +595,13 @@ static int
 parse_head(struct client *c, size_t head_len)
 {
     const char *p = buf_ptr(&c->head), *end = p + head_len, *line, *eol;
+    uint64_t status;
 
+    /* "HTTP/1.x NNN", NNN three digits from 100 */
     if (head_len < 12 || memcmp(p, "HTTP/1.", 7) != 0 || p[8] != ' '
-        || p[9] < '1' || p[9] > '9' || p[10] < '0' || p[10] > '9'
-        || p[11] < '0' || p[11] > '9')
+        || p[9] == '0' || gw_parse_uint(p + 9, 3, 999, &status) != 0)
         return GW_EPARSE;
-    c->status = (p[9] - '0') * 100 + (p[10] - '0') * 10 + (p[11] - '0');
+    c->status = (int)status;
     c->keep_alive = p[7] == '1';
     eol = memchr(p, '\n', head_len);
     for (line = eol + 1; line < end; line = eol + 1) {
@@ -638,16 +624,12 @@ parse_head(struct client *c, size_t head_len)
         while (vlen > 0 && (v[vlen - 1] == ' ' || v[vlen - 1] == '\t'))
             vlen--;
         if (gw_strieq(line, nlen, "content-length")) {
-            int64_t n = 0;
+            uint64_t n;
 
-            if (vlen == 0 || vlen > 18)
+            /* 18 digits at most: any fits c->left's int64_t. */
+            if (vlen > 18 || gw_parse_uint(v, vlen, UINT64_MAX, &n) != 0)
                 return GW_EPARSE;
-            for (size_t i = 0; i < vlen; i++) {
-                if (v[i] < '0' || v[i] > '9')
-                    return GW_EPARSE;
-                n = n * 10 + (v[i] - '0');
-            }
-            c->left = n;
+            c->left = (int64_t)n;
         } else if (gw_strieq(line, nlen, "transfer-encoding")) {
             c->chunked = http_has_token(v, vlen, "chunked");
         } else if (gw_strieq(line, nlen, "connection")) {
@@ -690,7 +672,7 @@ body_bytes(struct client *c, const char *p, size_t n, int64_t now,
         c->t_first = now;
         c->t_arrival = arrival;
     }
-    c->hash = fnv1a(c->hash, p, n);
+    c->hash = gw_fnv1a64(c->hash, p, n);
     c->bytes += n;
 }
 
@@ -884,7 +866,7 @@ event_loop(int (*until)(void), int64_t deadline, char *rbuf)
         now = gw_now_us();
         if (now >= deadline)
             return;
-        ms = (int)((deadline - now + 999) / 1000);
+        ms = (int)gw_us_to_ms_ceil((uint64_t)(deadline - now));
         n = epoll_wait(run.ep, evs, LG_EVENTS, ms);
         if (n == -1) {
             if (errno == EINTR)

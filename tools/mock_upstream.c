@@ -22,6 +22,15 @@
  * condition variable in short slices and checks the socket between them:
  * the cost is up to MOCK_HOLD_SLICE_MS of delay in noticing a hang-up.
  *
+ * Engine mode (-e, -E): completions are not paced by -d but by a vLLM-like
+ * engine (mock/engine.h): a scheduler thread runs a continuous batch over
+ * a FIFO, and each content chunk waits for its token.  The connection
+ * thread submits its request after the hold, the first-byte delay and
+ * the faults that answer at once, then polls the client socket and its
+ * sequence's eventfd together, so a hang-up takes the sequence out of
+ * the engine at once.  GET /metrics shows vLLM's series, the engine's or,
+ * without it, the completions in progress.
+ *
  * The request record behind GET /recorded keeps each /v1 request head as
  * JSON text rendered once, outside the lock, when the head arrives; the
  * answer is then a concatenation.  It is a ring that drops its oldest
@@ -30,9 +39,11 @@
  *
  * Locking: one mutex, st.mu, guards every counter, the list of held
  * requests, the released tags, last_headers and the request record.  It
- * is never held across socket I/O and there is no other lock, so there is
- * no lock order.  The options are set in main() before the first thread
- * starts and never change afterwards.
+ * is never held across socket I/O.  The engine has its own lock, inside
+ * engine.c; st.mu is never held while calling the engine, so the two are
+ * never nested and there is no lock order.  The options and the 'engine'
+ * pointer are set in main() before the first thread starts and never
+ * change afterwards.
  *
  * Signals: SIGTERM and SIGINT are blocked in every thread; the accept loop
  * waits in ppoll() with them unblocked, so the main thread alone takes
@@ -59,6 +70,7 @@
 #include "http.h"
 #include "jsonx.h"
 #include "log.h"
+#include "mock/engine.h"
 #include "net.h"
 #include "util.h"
 
@@ -92,6 +104,7 @@
 #define MOCK_MAX_MODELS 16                  /* -m names */
 #define MOCK_PREFIX_SLOTS 65536             /* prefixes remembered */
 #define MOCK_MAX_PREFIX (64 * 1024)         /* -p bytes */
+#define MOCK_METRICS_TYPE "text/plain; version=0.0.4; charset=utf-8"
 
 /* A padded content chunk's SSE event must fit in the output buffer. */
 _Static_assert(MOCK_MAX_PAD + 64 * 1024 <= MOCK_OUT_LIMIT,
@@ -112,8 +125,25 @@ static struct options {
     long slow_every;            /* -s N:MS: every Nth completion ... */
     long slow_ms;               /* ... waits this much more */
     long prefix_bytes;          /* -p: prompt bytes a prefix is */
+    int engine;                 /* -e (or -E): engine mode */
+    struct engine_params engine_params;     /* -E, over the defaults */
 } opt = { "127.0.0.1:8000", 8, 0, 0, 0, { MOCK_MODEL, MOCK_DEMO_MODEL }, 2,
-          0, 0, 256 };
+          0, 0, 256, 0, { 0 } };
+
+/* The engine in engine mode, else NULL; set in main() before any thread. */
+static struct engine *engine;
+
+/* Unix time at start: the _created series of /metrics without the engine. */
+static double start_time;
+
+/* What GET /metrics answers (POST /control?metrics=...). */
+enum metrics_mode {
+    METRICS_ON = 0,             /* vLLM's current names */
+    METRICS_OLD,                /* older vLLM's gpu_* names */
+    METRICS_OFF,                /* 404: a server without the series */
+};
+
+static const char *const metrics_modes[] = { "on", "old", "off" };
 
 /*
  * A request waiting on a mock_hold.  It lives on the waiting thread's stack
@@ -142,6 +172,7 @@ static struct mock_state {
     uint64_t aborted;
     uint64_t connections_open;  /* gauges: not zeroed by /stats/reset */
     uint64_t in_progress;
+    uint64_t completing;        /* completions in in_progress: /metrics */
     uint64_t held;
     struct holder *holders;
     json_t *released;           /* object used as a set of released tags */
@@ -162,6 +193,8 @@ static struct mock_state {
                                        answers poison_status; "" off */
     long poison_status;
     long slow_every, slow_ms;   /* from -s, changeable */
+    int metrics_mode;           /* enum metrics_mode */
+    long metrics_delay_ms;      /* GET /metrics waits this long first */
     uint64_t completion_seq;    /* completions so far, for slow_every */
     uint64_t probes;            /* GET /health and GET /v1/models */
     uint64_t *prefixes;         /* open-addressed set of prefix hashes */
@@ -173,6 +206,7 @@ static volatile sig_atomic_t stop_signal;
 
 struct conn {
     int fd;
+    struct net_stream stream;   /* 'fd', plain: what the readers take */
     int counted;                /* in connections_open/_total (below) */
     int linger;                 /* input may be unread: linger_close() */
     struct buf in;              /* bytes read ahead of the parser */
@@ -195,6 +229,7 @@ enum route {
     R_RESET,
     R_RELEASE,
     R_CONTROL,
+    R_METRICS,
 };
 
 static const struct route_def {
@@ -211,6 +246,7 @@ static const struct route_def {
     { "GET", "/health", R_HEALTH, 2 },
     { "GET", "/stats", R_STATS, 1 },
     { "POST", "/control", R_CONTROL, 1 },
+    { "GET", "/metrics", R_METRICS, 1 },
     { "GET", "/recorded", R_RECORDED, 1 },
     { "POST", "/stats/reset", R_RESET, 1 },
     { "POST", "/release", R_RELEASE, 1 },
@@ -270,6 +306,7 @@ struct req {
     const char *finish;         /* "stop", or "length" when max_tokens cut */
     long prompt_tokens;
     uint64_t hash;              /* of the whole body: picks the words */
+    struct engine_seq *seq;     /* engine mode: owned, engine_seq_free() */
     char id[96];
     json_int_t created;
 };
@@ -293,9 +330,13 @@ static const char *const words[] = {
 static void
 usage(FILE *f)
 {
+    struct engine_params d;
+
+    engine_params_init(&d);
     fprintf(f,
             "usage: mock_upstream [-l ADDR] [-n CHUNKS] [-f FIRST_MS] "
-            "[-d DELAY_MS] [-m MODELS] [-s N:MS] [-p BYTES] [-q] [-h]\n"
+            "[-d DELAY_MS] [-m MODELS] [-s N:MS] [-p BYTES] [-e]\n"
+            "                     [-E KEY=VALUE[,KEY=VALUE...]] [-q] [-h]\n"
             "A mock vLLM OpenAI-compatible server for tests, demos and "
             "benchmarks.\n"
             "  -l ADDR  listen on HOST:PORT, port 0 picks one "
@@ -310,11 +351,25 @@ usage(FILE *f)
             "byte\n"
             "  -p N     prompt bytes that make a prefix, for prefix_hits "
             "(default 256)\n"
+            "  -e       engine mode: a vLLM-like continuous batch paces "
+            "completions\n"
+            "           (-n and -d then do not apply)\n"
+            "  -E LIST  engine parameters, KEY=VALUE,... (implies -e); "
+            "defaults:\n"
+            "           max_running=%ld step_ms=%g step_per_seq_ms=%g "
+            "prefill_us_per_token=%g\n"
+            "           kv_blocks=%ld block_tokens=%ld "
+            "default_max_tokens=%ld\n"
             "  -q       quiet: no log line per request\n"
             "  -h       this help\n"
             "Prints \"mock_upstream listening port=N\" when ready.  "
-            "Endpoints and the\nrequest-body knobs (mock_chunks, mock_hold, "
-            "mock_fault, ...) are in\ndocs/MOCK_UPSTREAM.md.\n");
+            "Endpoints, the engine and the\nrequest-body knobs "
+            "(mock_chunks, mock_hold, mock_fault, ...) are in\n"
+            "docs/MOCK_UPSTREAM.md.\n",
+            d.max_running, (double)d.step_ns / 1e6,
+            (double)d.step_per_seq_ns / 1e6,
+            (double)d.prefill_ns_per_token / 1e3, d.kv_blocks,
+            d.block_tokens, d.default_max_tokens);
 }
 
 static void
@@ -382,30 +437,11 @@ view_eq(const char *p, size_t n, const char *s)
     return strlen(s) == n && memcmp(p, s, n) == 0;
 }
 
-/* FNV-1a, 64 bit: a fast, stable hash; nothing here needs more. */
-static uint64_t
-fnv1a(uint64_t h, const void *p, size_t n)
-{
-    const unsigned char *s = p;
-    size_t i;
-
-    for (i = 0; i < n; i++) {
-        h ^= s[i];
-        h *= 0x100000001b3ULL;
-    }
-    return h;
-}
-
-#define FNV_OFFSET 0xcbf29ce484222325ULL
-
-/* splitmix64's finalizer: spreads a hash over all 64 bits. */
+/* One splitmix64 step (its increment, then its finaliser). */
 static uint64_t
 mix64(uint64_t x)
 {
-    x += 0x9e3779b97f4a7c15ULL;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
+    return gw_mix64(x + UINT64_C(0x9e3779b97f4a7c15));
 }
 
 /* Word 'i' of the completion for body hash 'h'. */
@@ -428,7 +464,7 @@ dump_to_hash(const char *p, size_t n, void *arg)
 {
     uint64_t *h = arg;
 
-    *h = fnv1a(*h, p, n);
+    *h = gw_fnv1a64(*h, p, n);
     return 0;
 }
 
@@ -449,25 +485,29 @@ log_safe(char *out, size_t size, const char *s, size_t n)
 }
 
 /*
- * Sleep 'ms' milliseconds while watching the client.  Returns 0 when the
- * time is up, or GW_ECLOSED as soon as the client hangs up or resets (and
- * marks the request gone).  Only POLLRDHUP is asked for, so bytes the
- * client sends meanwhile (a pipelined request) do not end the wait;
- * POLLHUP and POLLERR are always reported.  A client that half-closes
- * after its request counts as gone: libcurl never does that.
+ * Sleep 'ms' milliseconds (-1: no limit) while watching the client, and
+ * 'wake_fd' for POLLIN unless it is -1.  Returns 0 when the time is up,
+ * 1 when wake_fd is readable, or GW_ECLOSED as soon as the client hangs
+ * up or resets (and marks the request gone).  Only POLLRDHUP is asked
+ * for, so bytes the client sends meanwhile (a pipelined request) do not
+ * end the wait; POLLHUP and POLLERR are always reported.  A client that
+ * half-closes after its request counts as gone: libcurl never does that.
  */
 static int
-wait_client(struct req *q, int64_t ms)
+wait_client_or(struct req *q, int64_t ms, int wake_fd)
 {
-    int64_t deadline = gw_now_ms() + ms;
-    struct pollfd pfd;
+    int64_t deadline = ms < 0 ? -1 : gw_now_ms() + ms;
+    struct pollfd pfd[2];
     int n, err;
 
     for (;;) {
-        pfd.fd = q->c->fd;
-        pfd.events = POLLRDHUP;
-        pfd.revents = 0;
-        n = poll(&pfd, 1, gw_ms_left(deadline));
+        pfd[0].fd = q->c->fd;
+        pfd[0].events = POLLRDHUP;
+        pfd[0].revents = 0;
+        pfd[1].fd = wake_fd;    /* poll() skips a negative one */
+        pfd[1].events = POLLIN;
+        pfd[1].revents = 0;
+        n = poll(pfd, 2, gw_ms_left(deadline));
         if (n == 0)
             return 0;
         if (n == -1) {
@@ -478,10 +518,52 @@ wait_client(struct req *q, int64_t ms)
             q->close = 1;
             return GW_EIO;
         }
+        if (pfd[0].revents == 0)
+            return 1;
         q->gone = 1;
         q->close = 1;
         return GW_ECLOSED;
     }
+}
+
+/* wait_client_or() with nothing else to watch: 0 or an error. */
+static int
+wait_client(struct req *q, int64_t ms)
+{
+    return wait_client_or(q, ms, -1);
+}
+
+/*
+ * Engine mode: wait until the request's sequence has 'n' tokens (at most
+ * all of them, q->chunks), watching the client meanwhile.  Returns 0, or
+ * wait_client()'s error; the sequence is then taken out of the engine
+ * when handle_v1_post() frees it.
+ */
+static int
+wait_tokens(struct req *q, long n)
+{
+    int rc;
+
+    if (n > q->chunks)
+        n = q->chunks;
+    while (engine_seq_tokens(engine, q->seq) < n) {
+        rc = wait_client_or(q, -1, engine_seq_fd(q->seq));
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+/*
+ * Wait until content chunk 'i' may be sent: the -d or mock_delay_ms
+ * delay, or in engine mode until its token has been generated.
+ */
+static int
+wait_chunk(struct req *q, long i)
+{
+    if (q->seq != NULL)
+        return wait_tokens(q, i + 1);
+    return q->delay_ms > 0 ? wait_client(q, q->delay_ms) : 0;
 }
 
 /* A server that hangs: no answer until the client leaves (or
@@ -712,27 +794,49 @@ count_words(const char *s)
 }
 
 /*
- * Words of prompt text in 'v': a string, an array of them, chat messages
- * ({"content": ...}) or content parts ({"text": ...}).  Recursion is
- * bounded by the JSONX_MAX_DEPTH the body was parsed with.
+ * Call fn(text, length, arg) for each piece of prompt text in 'v', in
+ * order: a string, an array of them, chat messages ({"content": ...}) or
+ * content parts ({"text": ...}).  Stops at the first non-zero return of
+ * 'fn' and returns it, else 0.  Recursion is bounded by the
+ * JSONX_MAX_DEPTH the body was parsed with.
  */
+static int
+each_text(const json_t *v, int (*fn)(const char *, size_t, void *),
+          void *arg)
+{
+    size_t i;
+    int rc = 0;
+
+    if (json_is_string(v))
+        return fn(json_string_value(v), json_string_length(v), arg);
+    if (json_is_array(v)) {
+        for (i = 0; rc == 0 && i < json_array_size(v); i++)
+            rc = each_text(json_array_get(v, i), fn, arg);
+    } else if (json_is_object(v)) {
+        rc = each_text(json_object_get(v, "content"), fn, arg);
+        if (rc == 0)
+            rc = each_text(json_object_get(v, "text"), fn, arg);
+    }
+    return rc;
+}
+
+/* each_text() callback adding the words of 'p' to *(long *)arg. */
+static int
+add_words(const char *p, size_t n, void *arg)
+{
+    (void)n;                    /* words end at a NUL, as they always did */
+    *(long *)arg += count_words(p);
+    return 0;
+}
+
+/* Words of prompt text in 'v' (each_text()). */
 static long
 count_text(const json_t *v)
 {
-    size_t i;
     long n = 0;
 
-    if (json_is_string(v))
-        return count_words(json_string_value(v));
-    if (json_is_array(v)) {
-        for (i = 0; i < json_array_size(v); i++)
-            n += count_text(json_array_get(v, i));
-        return n;
-    }
-    if (json_is_object(v))
-        return count_text(json_object_get(v, "content"))
-               + count_text(json_object_get(v, "text"));
-    return 0;
+    each_text(v, add_words, &n);
+    return n;
 }
 
 /*
@@ -866,7 +970,7 @@ read_params(struct req *q)
     if (q->prompt_tokens < 1)
         q->prompt_tokens = 1;   /* vLLM always counts at least BOS */
 
-    q->hash = fnv1a(FNV_OFFSET, buf_ptr(&q->c->body), buf_len(&q->c->body));
+    q->hash = gw_fnv1a64(GW_FNV1A64_OFFSET, buf_ptr(&q->c->body), buf_len(&q->c->body));
     /*
      * vLLM's ids: a prefix and the request's X-Request-Id when it has one
      * (OpenAIServing._base_request_id), else a random UUID's 32 hex
@@ -1003,12 +1107,16 @@ stream_completion(struct req *q)
         stall(q);
         goto out;
     }
+    /* The engine's first token: the queue, the prefill and one step.
+     * vLLM sends the role chunk with it, not before. */
+    if (q->seq != NULL && wait_tokens(q, 1) != 0)
+        goto out;
     if (q->route == R_CHAT
         && send_event(q, chunk_new(q, choices_new(q, "assistant", NULL,
                                                   NULL), NULL)) != 0)
         goto out;
     for (i = 0; i < n; i++) {
-        if (q->delay_ms > 0 && wait_client(q, q->delay_ms) != 0)
+        if (wait_chunk(q, i) != 0)
             goto out;
         buf_reset(&text);
         if (append_chunk_text(q, i, &text) != 0) {
@@ -1088,10 +1196,11 @@ send_json_body(struct req *q, const char *p, size_t n)
 
 /*
  * A non-streamed completion.  It waits as long as the stream would have
- * taken (chunks x delay) before answering, as vLLM does when it generates
- * the whole answer first.  Its text is the stream's content chunks joined,
- * padding included; a body that would pass MOCK_OUT_LIMIT (many chunks
- * with a big mock_pad) is answered with a 500 "response_too_big".
+ * taken (chunks x delay, or in engine mode until the last token) before
+ * answering, as vLLM does when it generates the whole answer first.  Its
+ * text is the stream's content chunks joined, padding included; a body
+ * that would pass MOCK_OUT_LIMIT (many chunks with a big mock_pad) is
+ * answered with a 500 "response_too_big".
  */
 static void
 answer_completion(struct req *q)
@@ -1104,7 +1213,9 @@ answer_completion(struct req *q)
     int rc = 0;
 
     buf_init(&text, MOCK_OUT_LIMIT);
-    if (wait_client(q, (int64_t)q->chunks * q->delay_ms) != 0)
+    if ((q->seq != NULL ? wait_tokens(q, q->chunks)
+                        : wait_client(q, (int64_t)q->chunks * q->delay_ms))
+        != 0)
         goto out;
     for (i = 0; i < q->chunks && rc == 0; i++)
         rc = append_chunk_text(q, i, &text);
@@ -1199,11 +1310,11 @@ answer_embeddings(struct req *q)
     for (i = 0; strings && rc == 0 && i < json_array_size(in); i++) {
         const json_t *s = json_array_get(in, i);
 
-        rc = append_embedding(data, fnv1a(FNV_OFFSET, json_string_value(s),
+        rc = append_embedding(data, gw_fnv1a64(GW_FNV1A64_OFFSET, json_string_value(s),
                                           json_string_length(s)));
     }
     if (!strings && rc == 0) {
-        h = FNV_OFFSET;
+        h = GW_FNV1A64_OFFSET;
         if (in != NULL)
             json_dump_callback(in, dump_to_hash, &h,
                                JSON_COMPACT | JSON_ENCODE_ANY);
@@ -1301,6 +1412,59 @@ hold_wait(struct req *q)
 }
 
 /*
+ * Engine mode: the completion's length and finish_reason, then its
+ * sequence in the engine (q->seq).  The length is max_tokens (for chat
+ * also max_completion_tokens), at most ENGINE_MAX_TOKENS, and the finish
+ * "length"; without one, default_max_tokens and "stop", as if the model
+ * had ended there.  A max_tokens below 1 is refused as vLLM refuses it;
+ * a prompt and output that could never fit the KV cache as a context
+ * too long.  usage.prompt_tokens becomes the engine's count.  Returns 0,
+ * or an error already answered.
+ */
+static int
+enter_engine(struct req *q)
+{
+    const json_t *v = json_object_get(q->json, "max_tokens");
+    struct buf prompt;
+    json_int_t n;
+    int rc;
+
+    if (!json_is_integer(v) && q->route == R_CHAT)
+        v = json_object_get(q->json, "max_completion_tokens");
+    q->chunks = opt.engine_params.default_max_tokens;
+    q->finish = "stop";
+    if (json_is_integer(v)) {
+        n = json_integer_value(v);
+        if (n < 1) {
+            send_error(q, 400, "max_tokens must be at least 1",
+                       "max_tokens", "invalid_value");
+            return GW_EINVAL;
+        }
+        q->chunks = n < ENGINE_MAX_TOKENS ? (long)n : ENGINE_MAX_TOKENS;
+        q->finish = "length";
+    }
+    /* Unescaped text is never longer than the JSON that held it. */
+    buf_init(&prompt, MOCK_MAX_BODY);
+    rc = each_text(json_object_get(q->json, q->route == R_CHAT ? "messages"
+                                                               : "prompt"),
+                   dump_to_buf, &prompt) == 0 ? 0 : GW_ENOMEM;
+    if (rc == 0)
+        rc = engine_submit(engine, buf_ptr(&prompt), buf_len(&prompt),
+                           q->chunks, q->stream, &q->seq);
+    buf_release(&prompt);
+    if (rc == 0)
+        q->prompt_tokens = engine_seq_prompt_tokens(q->seq);
+    else if (rc == GW_ETOOBIG)
+        send_error(q, 400, "mock engine: the prompt and max_tokens need more "
+                   "KV blocks than the cache holds (-E kv_blocks)", NULL,
+                   "context_length_exceeded");
+    else
+        send_error(q, 500, "mock engine: cannot queue the request", NULL,
+                   "internal_error");
+    return rc;
+}
+
+/*
  * POST /v1/chat/completions, /v1/completions, /v1/embeddings: parse the
  * body, then hold, delay, fail or answer as the knobs say.
  */
@@ -1311,7 +1475,11 @@ handle_v1_post(struct req *q)
     const char *param = NULL;
     int rc;
 
-    count(&st.in_progress, 1);
+    lock();
+    st.in_progress++;
+    if (q->route != R_EMBED)
+        st.completing++;
+    unlock();
     rc = jsonx_parse_object(buf_ptr(&q->c->body), buf_len(&q->c->body),
                             JSONX_MAX_DEPTH, &q->json, err, sizeof(err));
     if (rc != 0) {
@@ -1386,6 +1554,8 @@ handle_v1_post(struct req *q)
         send_error(q, (int)q->mock_status, msg, NULL, "mock_status");
         goto out;
     }
+    if (q->route != R_EMBED && engine != NULL && enter_engine(q) != 0)
+        goto out;
     if (q->route == R_EMBED)
         answer_embeddings(q);
     else if (q->stream)
@@ -1394,8 +1564,12 @@ handle_v1_post(struct req *q)
         answer_completion(q);
 
 out:
+    engine_seq_free(engine, q->seq);    /* out of the engine, wherever */
+    q->seq = NULL;
     lock();
     st.in_progress--;
+    if (q->route != R_EMBED)
+        st.completing--;
     if (q->gone)
         st.aborted++;
     unlock();
@@ -1451,17 +1625,19 @@ control_param(struct req *q, const char *name, long lo, long hi, long *out)
 
 /*
  * POST /control?status=S&retry_after=N&health=S&slow_every=N&slow_ms=MS
- * &fault=F&poison=MARKER&poison_status=S: change how this instance
- * answers from now on (docs/MOCK_UPSTREAM.md).
+ * &fault=F&poison=MARKER&poison_status=S&metrics=on|old|off
+ * &metrics_delay_ms=MS: change how this instance answers from now on
+ * (docs/MOCK_UPSTREAM.md).
  */
 static void
 handle_control(struct req *q)
 {
     long status, retry_after, health, every, ms, poison_status;
-    char name[32], poison[MOCK_MAX_TAG + 1];
+    long metrics_delay;
+    char name[32], poison[MOCK_MAX_TAG + 1], mode_name[8];
     enum fault fault;
     size_t i;
-    int bad = 0, rc;
+    int bad = 0, rc, mode;
 
     lock();
     status = st.force_status;
@@ -1472,7 +1648,18 @@ handle_control(struct req *q)
     fault = (enum fault)st.force_fault;
     memcpy(poison, st.poison, sizeof(poison));
     poison_status = st.poison_status;
+    mode = st.metrics_mode;
+    metrics_delay = st.metrics_delay_ms;
     unlock();
+    rc = query_param(q->r, "metrics", mode_name, sizeof(mode_name));
+    bad |= rc != 0 && rc != GW_EINVAL;
+    if (rc == 0) {
+        for (i = 0; i < GW_ARRAY_LEN(metrics_modes)
+                    && strcmp(mode_name, metrics_modes[i]) != 0; i++)
+            ;
+        bad |= i == GW_ARRAY_LEN(metrics_modes);
+        mode = (int)i;
+    }
     if (query_param(q->r, "fault", name, sizeof(name)) == 0) {
         fault = FAULT_NONE;
         for (i = 1; i < GW_ARRAY_LEN(fault_names); i++)
@@ -1492,13 +1679,16 @@ handle_control(struct req *q)
     bad |= control_param(q, "slow_every", 0, 1000000, &every);
     bad |= control_param(q, "slow_ms", 0, MOCK_MAX_MS, &ms);
     bad |= control_param(q, "poison_status", 400, 599, &poison_status);
+    bad |= control_param(q, "metrics_delay_ms", 0, MOCK_MAX_MS,
+                         &metrics_delay);
     if (bad || (status != 0 && status < 200)
         || (health != 0 && health < 200)) {
         send_error(q, 400, "use POST /control?status=S&retry_after=N&"
                    "health=S&slow_every=N&slow_ms=MS&fault=F&poison=M&"
-                   "poison_status=P (S 0 or 200..599, F a mock_fault or "
-                   "none, M at most 256 printable ASCII bytes, P "
-                   "400..599)", NULL, "invalid_control");
+                   "poison_status=P&metrics=on|old|off&metrics_delay_ms=MS "
+                   "(S 0 or 200..599, F a mock_fault or none, M at most 256 "
+                   "printable ASCII bytes, P 400..599)", NULL,
+                   "invalid_control");
         return;
     }
     lock();
@@ -1510,13 +1700,69 @@ handle_control(struct req *q)
     st.force_fault = (int)fault;
     memcpy(st.poison, poison, sizeof(poison));
     st.poison_status = poison_status;
+    st.metrics_mode = mode;
+    st.metrics_delay_ms = metrics_delay;
     unlock();
-    send_json(q, 200, json_pack("{s:i, s:i, s:i, s:i, s:i, s:s, s:i}",
+    send_json(q, 200, json_pack("{s:i, s:i, s:i, s:i, s:i, s:s, s:i, s:s, "
+                                "s:i}",
                                 "status", (int)status, "retry_after",
                                 (int)retry_after, "health", (int)health,
                                 "slow_every", (int)every, "slow_ms", (int)ms,
                                 "poison", poison, "poison_status",
-                                (int)poison_status), 0);
+                                (int)poison_status, "metrics",
+                                metrics_modes[mode], "metrics_delay_ms",
+                                (int)metrics_delay), 0);
+}
+
+/* The 404 of a path the mock does not serve. */
+static void
+send_not_found(struct req *q)
+{
+    send_error(q, 404, "no such route on the mock upstream", NULL,
+               "not_found");
+}
+
+/*
+ * GET /metrics: vLLM's series (engine_metrics()), with the engine's
+ * numbers or, without the engine, the completions being answered as
+ * running and zeros for the rest.  /control's metrics= picks the current
+ * names, older vLLM's or a 404; its metrics_delay_ms= makes every answer
+ * (the 404 too) wait that long first, watching the client.
+ */
+static void
+handle_metrics(struct req *q)
+{
+    struct buf *b = &q->c->out;
+    struct engine_stats s;
+    long delay;
+    int mode;
+
+    memset(&s, 0, sizeof(s));
+    lock();
+    mode = st.metrics_mode;
+    delay = st.metrics_delay_ms;
+    s.running = st.completing;
+    unlock();
+    if (delay > 0 && wait_client(q, delay) != 0)
+        return;
+    if (mode == METRICS_OFF) {
+        send_not_found(q);
+        return;
+    }
+    if (engine != NULL)
+        engine_snapshot(engine, &s);
+    else
+        s.created = start_time;
+    buf_reset(b);
+    if (engine_metrics(b, &s, opt.num_models > 0 ? opt.models[0]
+                                                 : MOCK_MODEL,
+                       mode == METRICS_OLD ? ENGINE_NAMES_OLD
+                                           : ENGINE_NAMES_CURRENT) != 0) {
+        send_error(q, 500, "mock: cannot build the response", NULL,
+                   "internal_error");
+        return;
+    }
+    send_simple(q, 200, MOCK_METRICS_TYPE, buf_ptr(b), buf_len(b));
 }
 
 /* FNV-1a over the prompt's text, as a prefix of opt.prefix_bytes. */
@@ -1528,12 +1774,10 @@ struct prefix_hash {
 static void
 prefix_feed(struct prefix_hash *px, const char *p, size_t n)
 {
-    size_t i;
-
-    for (i = 0; i < n && px->left > 0; i++, px->left--) {
-        px->h ^= (unsigned char)p[i];
-        px->h *= UINT64_C(0x100000001b3);
-    }
+    if ((size_t)px->left < n)
+        n = (size_t)px->left;
+    px->h = gw_fnv1a64(px->h, p, n);
+    px->left -= (long)n;
 }
 
 /*
@@ -1547,8 +1791,7 @@ note_prefix(const struct req *q)
 {
     const json_t *msgs = json_object_get(q->json, "messages");
     const json_t *prompt = json_object_get(q->json, "prompt");
-    struct prefix_hash px = { UINT64_C(0xcbf29ce484222325),
-                              opt.prefix_bytes };
+    struct prefix_hash px = { GW_FNV1A64_OFFSET, opt.prefix_bytes };
     const json_t *m;
     size_t i, slot;
     int hit = 0;
@@ -1684,9 +1927,10 @@ rec_free(struct rec_entry *ring, size_t head, size_t count)
 
 /*
  * POST /stats/reset: zero the counters, forget released tags,
- * last_headers and the request record.  The gauges (connections_open,
- * in_progress, held) describe the present and stay.  The old record is
- * swapped out under the lock and freed after it.
+ * last_headers and the request record, and empty the engine's prefix
+ * cache and zero its counters.  The gauges (connections_open,
+ * in_progress, held, the engine's) describe the present and stay.  The
+ * old record is swapped out under the lock and freed after it.
  */
 static void
 handle_reset(struct req *q)
@@ -1725,6 +1969,8 @@ handle_reset(struct req *q)
     st.rec_bytes = 0;
     st.rec_dropped = 0;
     unlock();
+    if (engine != NULL)
+        engine_reset(engine);   /* its own lock, never under st.mu */
     json_decref(old);
     rec_free(old_ring, old_head, old_count);
     send_json(q, 200, json_pack("{s:b}", "reset", 1), 0);
@@ -2078,7 +2324,7 @@ handle_request(struct conn *c, struct http_request *r)
             q.close = 1;
             goto out;
         }
-        rc = http_read_body(c->fd, &c->in, r, &c->body,
+        rc = http_read_body(&c->stream, &c->in, r, &c->body,
                             gw_now_ms() + MOCK_BODY_MS, -1);
         if (rc != 0) {
             q.close = 1;        /* the framing is lost */
@@ -2123,9 +2369,11 @@ handle_request(struct conn *c, struct http_request *r)
         send_error(&q, 405, "method not allowed on this route", NULL,
                    "method_not_allowed");
         break;
+    case R_METRICS:
+        handle_metrics(&q);
+        break;
     case R_NOT_FOUND:
-        send_error(&q, 404, "no such route on the mock upstream", NULL,
-                   "not_found");
+        send_not_found(&q);
         break;
     }
 
@@ -2182,7 +2430,7 @@ conn_main(void *arg)
     for (;;) {
         memset(&r, 0, sizeof(r));
         buf_compact(&c->in);
-        rc = http_read_head(c->fd, &c->in, &c->head, MOCK_MAX_HEAD,
+        rc = http_read_head(&c->stream, &c->in, &c->head, MOCK_MAX_HEAD,
                             gw_now_ms() + MOCK_IDLE_MS, MOCK_HEADER_MS, -1,
                             -1, &r);
         if (rc != 0) {
@@ -2219,6 +2467,7 @@ spawn(int fd, const pthread_attr_t *attr)
         return;
     }
     c->fd = fd;
+    net_stream_init(&c->stream, fd);
     buf_init(&c->in, MOCK_IN_LIMIT);
     buf_init(&c->head, MOCK_MAX_HEAD);
     buf_init(&c->body, MOCK_MAX_BODY);
@@ -2303,10 +2552,22 @@ parse_args(int argc, char **argv)
 {
     int ch;
 
-    char *colon, *tok, *save = NULL;
+    char *colon, *tok, *save = NULL, err[256];
 
-    while ((ch = getopt(argc, argv, "l:n:f:d:m:s:p:qh")) != -1) {
+    engine_params_init(&opt.engine_params);
+    while ((ch = getopt(argc, argv, "l:n:f:d:m:s:p:eE:qh")) != -1) {
         switch (ch) {
+        case 'e':
+            opt.engine = 1;
+            break;
+        case 'E':
+            opt.engine = 1;
+            if (engine_params_parse(&opt.engine_params, optarg, err,
+                                    sizeof(err)) != 0) {
+                fprintf(stderr, "mock_upstream: %s\n", err);
+                return 2;
+            }
+            break;
         case 'l':
             opt.listen = optarg;
             break;
@@ -2390,10 +2651,19 @@ main(int argc, char **argv)
     if (rc >= 0)
         return rc;
     rc = 1;
+    start_time = (double)time(NULL);
     json_object_seed(0);        /* before any thread uses jansson */
     if (state_init() != 0 || signals_init(&waitmask) != 0) {
         fprintf(stderr, "mock_upstream: cannot initialise\n");
         return 1;
+    }
+    /* After signals_init(): the scheduler inherits the blocked signals. */
+    if (opt.engine) {
+        engine = engine_new(&opt.engine_params);
+        if (engine == NULL || engine_start(engine) != 0) {
+            fprintf(stderr, "mock_upstream: cannot start the engine\n");
+            return 1;
+        }
     }
     if (pthread_attr_init(&attr) != 0)
         return 1;
@@ -2442,6 +2712,7 @@ main(int argc, char **argv)
     rc = 0;
 
 out:
+    engine_stop(engine);
     if (lfd != -1)
         close(lfd);
     pthread_attr_destroy(&attr);

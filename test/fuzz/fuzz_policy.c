@@ -10,7 +10,7 @@
  * OPTIONS is one byte: bit 0 sets [routing] forward_client_auth, bit 1
  * [coalesce] omitted_temperature = 1 (else 0), bit 2 [coalesce] enabled
  * = off, bit 3 puts the second request under the next configuration
- * generation (a SIGHUP reload: live.h), the first being generation 1.
+ * generation (a SIGHUP reload: generation.h), the first being generation 1.
  * The tenants are "acme" (key sk-acme-0123456789) and "quiet" (key
  * sk-quiet-0123456789, coalesce = off).  Without a second request, the
  * first is compared with itself.  A REQUEST that starts with '/' has a
@@ -323,13 +323,13 @@ ref_eligible(const struct gw_config *cfg, const struct req *q,
              enum metrics_bypass *why)
 {
     if (!cfg->coalesce)
-        *why = BYPASS_DISABLED;
+        *why = METRICS_BYPASS_DISABLED;
     else if (q->tenant < cfg->num_tenants && !cfg->tenants[q->tenant].coalesce)
-        *why = BYPASS_TENANT;
+        *why = METRICS_BYPASS_TENANT;
     else if (ref_opted_out(&q->r))
-        *why = BYPASS_OPT_OUT;
+        *why = METRICS_BYPASS_OPT_OUT;
     else if (!ref_reproducible(cfg, q->json))
-        *why = BYPASS_SAMPLING;
+        *why = METRICS_BYPASS_SAMPLING;
     else
         return 1;
     return 0;
@@ -488,11 +488,11 @@ static void
 judge(struct req *q, const struct gw_config *cfg)
 {
     unsigned char again[FLIGHT_KEY_LEN];
-    enum metrics_bypass why2 = BYPASS_COUNT, ref_why = BYPASS_COUNT;
+    enum metrics_bypass why2 = METRICS_BYPASS_COUNT, ref_why = METRICS_BYPASS_COUNT;
     struct fields f;
     char *copy;
 
-    q->why = BYPASS_COUNT;
+    q->why = METRICS_BYPASS_COUNT;
     q->eligible = coalesce_eligible(cfg, q->tenant, &q->r, q->json, &q->why);
     REQUIRE(q->eligible == 0 || q->eligible == 1);
     REQUIRE(q->eligible == coalesce_eligible(cfg, q->tenant, &q->r, q->json,

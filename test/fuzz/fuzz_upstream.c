@@ -63,6 +63,7 @@
 #include "buf.h"
 #include "log.h"
 #include "upstream.h"
+#include "upstream_testcall.h"
 #include "util.h"
 
 #define FUZZ_ATTEMPTS 2
@@ -309,11 +310,11 @@ static void
 check_result(const struct upstream_result *res, int i, int stopped,
              int lost)
 {
-    REQUIRE(!stopped || res->rc != 0);
-    REQUIRE(!lost || res->rc == GW_EABORTED);
-    if (res->rc == 0) {
+    REQUIRE(!stopped || res->outcome.kind != CALL_OK);
+    REQUIRE(!lost || call_kind_rc(res->outcome.kind) == GW_EABORTED);
+    if (res->outcome.kind == CALL_OK) {
         REQUIRE(st.head_from == i && res->head_seen);
-        REQUIRE(res->status == st.m[i].status);
+        REQUIRE(res->outcome.status == st.m[i].status);
     }
     REQUIRE(res->bytes == st.m[i].offered);
 }

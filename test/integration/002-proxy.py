@@ -4,8 +4,8 @@ sides."""
 
 import json
 
-from gwtest import (JSON_HEADERS, assert_error, chat_body, completion_body,
-                    normalise, wait_for)
+from gwtest import (JSON_HEADERS, Connection, assert_error, chat_body,
+                    completion_body, normalise, wait_for)
 
 
 def relay_matches(g, m, method, path, body=b"", headers=None):
@@ -119,7 +119,40 @@ def test_wrong_method_is_405_with_allow(t):
         assert r.headers.has_token("Allow", allow), \
             "%s %s: Allow %r, want %s" % (method, path,
                                           r.headers.get("Allow"), allow)
+        if allow == "GET":
+            assert r.headers.has_token("Allow", "HEAD"), r.headers
     assert m.stats()["requests"] == 0, "a 405 went upstream"
+
+
+def test_head_on_every_get_route(t):
+    # RFC 9110 9.3.2: HEAD answers as GET would, without the body.  On
+    # one keep-alive connection: a body sent anyway would be read as the
+    # next answer's head.
+    m = t.mock()
+    g = t.gateway(m)
+    # /v1/models changes once the health beat has the mock's models.
+    wait_for(lambda: g.get("/v1/models").json()["data"] != [])
+    c = Connection(g.port)
+    for path in ("/v1/models", "/healthz", "/readyz", "/metrics"):
+        get = g.request("GET", path)
+        r = c.request("HEAD", path)
+        assert r.status == get.status == 200, (path, r, get)
+        assert r.body == b"", (path, r.body[:100])
+        assert r.headers.get("Content-Type") == \
+            get.headers.get("Content-Type"), (path, r.headers)
+        assert int(r.headers.get("Content-Length", -1)) > 0, r.headers
+        if path in ("/healthz", "/readyz", "/v1/models"):
+            assert int(r.headers.get("Content-Length")) == len(get.body), \
+                (path, r.headers, get.body)
+    # Errors too come without their bodies.
+    r = c.request("HEAD", "/v1/chat/completions")
+    assert r.status == 405 and r.body == b"", r
+    assert r.headers.has_token("Allow", "POST"), r.headers
+    r = c.request("HEAD", "/no/such/route")
+    assert r.status == 404 and r.body == b"", r
+    r = c.request("GET", "/healthz")
+    assert r.status == 200 and r.json() == {"status": "ok"}, r
+    assert m.stats()["requests"] == 0, "a HEAD went upstream"
 
 
 def test_query_string_ignored_for_routing(t):

@@ -87,6 +87,12 @@ def test_all_clients_disconnect_aborts_upstream(t):
     # flight is gone.
     wait_state(g, m, aborted=1, in_progress=0, flights=0)
     expect_state(g, m, completions=1, upstream=1)
+    # Logged as what it is (the README's demo, '| head -c 200'): the
+    # clients hung up, at info; no upstream failed.
+    g.wait_log(r"level=info .*upstream: call stopped, its clients hung up "
+               r"upstream=default")
+    assert not [l for l in g.log_lines() if "upstream: failed" in l
+                or "level=warn" in l], g.log_tail()
     # An identical request afterwards is a new leader with a new call.
     fresh = finish(send(g, body), timeout=15)
     assert role(fresh) == "leader", role(fresh)

@@ -4,34 +4,10 @@ traffic that fills every kind of series: per route, per tenant, per
 upstream and per failure kind, coalesced and not, errors, histograms.
 """
 
-import os
-import subprocess
-
 from gwtest import chat_body, request, wait_for
 
 from coalesce_util import finish_all, new_tag, send
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def validate(text):
-    """metrics_check.check() here, or with the system python: Debian's
-    python3-prometheus-client is where `make check` installs it, and the
-    python running the tests may be another one."""
-    try:
-        import prometheus_client  # noqa: F401
-    except ImportError:
-        py = "/usr/bin/python3"
-        assert os.access(py, os.X_OK), \
-            "no prometheus_client: apt-get install python3-prometheus-client"
-        p = subprocess.run([py, os.path.join(HERE, "metrics_check.py")],
-                           input=text.encode(), stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, timeout=60)
-        out = p.stdout.decode("utf-8", "replace")
-        assert p.returncode == 0, out
-        return out
-    import metrics_check
-    return "ok: %d families, %d samples" % metrics_check.check(text)
+from metrics_check import validate
 
 
 def test_metrics_parse_with_a_real_parser(t):

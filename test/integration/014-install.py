@@ -6,8 +6,9 @@ code (every option, endpoint and setting documented).
 
 Each test installs into its own temp dir (DESTDIR) with the binary of
 --bin; make is told not to rebuild it (-o), so a sanitizer build is never
-recompiled without its flags.  A missing man or systemd-analyze skips
-that check with a message; mandoc is installed by 'make deps'.
+recompiled without its flags.  A missing groff, man or systemd-analyze
+skips its test; mandoc is installed by 'make deps' (and its absence fails
+make check, run.py's skip rule).
 """
 
 import os
@@ -15,7 +16,7 @@ import re
 import shutil
 import subprocess
 
-from gwtest import REPO_ROOT, run_infergw
+from gwtest import REPO_ROOT, run_infergw, tool
 
 MAN8 = os.path.join(REPO_ROOT, "man", "infergw.8")
 MAN5 = os.path.join(REPO_ROOT, "man", "gateway.conf.5")
@@ -208,8 +209,7 @@ MACHINE_RX = re.compile(r"referenced manual not found|outdated mandoc\.db")
 
 
 def test_man_pages_lint_clean(t):
-    assert shutil.which("mandoc"), \
-        "no mandoc: apt-get install mandoc (make deps does)"
+    tool("mandoc")
     dest = os.path.join(t.tmp, "dest")
     make(t, "install", dest, **DEBIAN)
     pages = [MAN8, MAN5, os.path.join(dest, "usr/share/man/man8/infergw.8"),
@@ -226,28 +226,31 @@ def test_man_pages_lint_clean(t):
                                                          out + err)
 
 
-def test_man_pages_render(t):
+def installed_pages(t):
+    """Install into t.tmp; each installed page and words it must show."""
     dest = os.path.join(t.tmp, "dest")
     make(t, "install", dest, **DEBIAN)
-    pages = {os.path.join(dest, "usr/share/man/man8/infergw.8"):
-             ["INFERGW(8)", "SYNOPSIS", "SIGHUP", "/readyz",
-              "EXIT STATUS", "/etc/infergw/gateway.conf"],
-             os.path.join(dest, "usr/share/man/man5/gateway.conf.5"):
-             ["GATEWAY.CONF(5)", "ROUTING SECTION", "drain_timeout",
-              "api_key_sha256"]}
-    if shutil.which("groff"):
-        for page in pages:
-            rc, out, err = run(["groff", "-ww", "-z", "-mandoc", page])
-            assert rc == 0 and out + err == "", \
-                "groff -ww %s: exit %d\n%s" % (page, rc, out + err)
-    else:
-        print("skip: no groff here, groff -ww not run")
-    if not shutil.which("man"):
-        print("skip: no man here (man-db), man -l not run")
-        return
+    return {os.path.join(dest, "usr/share/man/man8/infergw.8"):
+            ["INFERGW(8)", "SYNOPSIS", "SIGHUP", "/readyz",
+             "EXIT STATUS", "/etc/infergw/gateway.conf"],
+            os.path.join(dest, "usr/share/man/man5/gateway.conf.5"):
+            ["GATEWAY.CONF(5)", "ROUTING SECTION", "drain_timeout",
+             "api_key_sha256"]}
+
+
+def test_man_pages_pass_groff_ww(t):
+    groff = tool("groff")
+    for page in installed_pages(t):
+        rc, out, err = run([groff, "-ww", "-z", "-mandoc", page])
+        assert rc == 0 and out + err == "", \
+            "groff -ww %s: exit %d\n%s" % (page, rc, out + err)
+
+
+def test_man_pages_render(t):
+    man = tool("man", "man-db")
     env = dict(os.environ, MANWIDTH="80", MANPAGER="cat", PAGER="cat")
-    for page, words in pages.items():
-        rc, out, err = run(["man", "-l", page], env=env)
+    for page, words in installed_pages(t).items():
+        rc, out, err = run([man, "-l", page], env=env)
         assert rc == 0 and err == "", "man -l %s: exit %d %r" % (page, rc,
                                                                  err)
         text = re.sub(r".\x08", "", out)        # no overstrike in a pipe
@@ -256,10 +259,7 @@ def test_man_pages_render(t):
 
 
 def test_systemd_unit_verifies(t):
-    if not shutil.which("systemd-analyze"):
-        print("skip: no systemd-analyze here (systemd not installed), "
-              "the unit was not verified")
-        return
+    analyze = tool("systemd-analyze", "systemd")
     dest = os.path.join(t.tmp, "dest")
     make(t, "install", dest, **DEBIAN)
     # verify wants ExecStart's binary to exist: point it at the DESTDIR
@@ -276,9 +276,9 @@ def test_systemd_unit_verifies(t):
     env = dict(os.environ, MANPATH=os.path.join(dest, "usr/share/man"))
     if not shutil.which("man"):
         env = None
-        cmd = ["systemd-analyze", "verify", "--man=no", path]
+        cmd = [analyze, "verify", "--man=no", path]
     else:
-        cmd = ["systemd-analyze", "verify", path]
+        cmd = [analyze, "verify", path]
     rc, out, err = run(cmd, env=env)
     assert rc == 0 and "infergw" not in out + err, \
         "%s: exit %d\n%s" % (" ".join(cmd), rc, out + err)

@@ -28,6 +28,10 @@ def auth(key):
     return {"Authorization": "Bearer %s" % key}
 
 
+def body_tag(body):
+    return re.search(rb'"mock_hold":"([^"]+)"', body).group(1).decode()
+
+
 # Tenant keys are at least 16 characters (config.c): shorter is weak.
 KEY_A = "sk-a-0123456789abc"
 KEY_B = "sk-b-0123456789abc"
@@ -80,6 +84,61 @@ def test_max_inflight_counts_followers_not_calls(t):
     # The 429 kept the connection: the body was read, like any answer's.
     r = conn.request("POST", CHAT, JSON_A, chat_body("same connection"))
     assert r.status == 200, r
+
+
+def test_openai_rate_limit_headers(t):
+    # OpenAI's x-ratelimit-*-requests on every answer to a tenant with
+    # requests_per_minute, the 429 included; none for one without.
+    m = t.mock()
+    g = t.gateway(m, extra=TENANT_A + "requests_per_minute = 2\n"
+                  + TENANT_B)
+    h = dict(auth(KEY_A), **{"Content-Type": "application/json"})
+    seen = []
+    for i in range(3):
+        r = g.post(CHAT, chat_body("rl %d" % i, stream=(i == 1)), h)
+        seen.append(r)
+        assert r.headers.get("x-ratelimit-limit-requests") == "2", r.headers
+    assert [r.status for r in seen] == [200, 200, 429], seen
+    assert [r.headers.get("x-ratelimit-remaining-requests")
+            for r in seen] == ["1", "0", "0"], [r.headers for r in seen]
+    # Refilled at 2 a minute: full again 30 s after one was taken, and
+    # never later than a minute.
+    resets = []
+    for r in seen:
+        v = r.headers.get("x-ratelimit-reset-requests")
+        f = re.fullmatch(r"(\d+)ms|(\d+\.\d{3})s|(\d)m(\d+)s", v)
+        assert f, v
+        resets.append(int(f.group(1)) / 1000 if f.group(1) else
+                      float(f.group(2)) if f.group(2) else
+                      60 * int(f.group(3)) + int(f.group(4)))
+    assert 25 <= resets[0] <= 30 and 50 <= resets[2] <= 60, resets
+    r = g.post(CHAT, chat_body("b"), dict(auth(KEY_B),
+               **{"Content-Type": "application/json"}))
+    assert r.status == 200 and r.headers.get(
+        "x-ratelimit-limit-requests") is None, r.headers
+
+
+def test_rate_limit_headers_are_each_requests_own_in_a_flight(t):
+    # A leader and its follower (one tenant's: tenants never share a
+    # flight): each answer's x-ratelimit-* are its own request's, not a
+    # copy of the leader's head.
+    m = t.mock()
+    g = t.gateway(m, extra=TENANT_A + "requests_per_minute = 5\n"
+                  + TENANT_B)
+    body = chat_body("shared", stream=True, mock_hold=new_tag())
+    c1 = send(g, body, headers=auth(KEY_A))
+    wait_state(g, m, held=1, leaders=1)
+    c2 = send(g, body, headers=auth(KEY_A))
+    wait_state(g, m, held=1, followers=1)
+    m.release(body_tag(body))
+    lead, follow = finish_all([c1, c2])
+    assert (role(lead), role(follow)) == ("leader", "follower")
+    wait_state(g, m, completions=1)
+    for s, left in ((lead, "4"), (follow, "3")):
+        assert_complete_stream(s)
+        assert s.resp.headers.get("x-ratelimit-limit-requests") == "5"
+        assert s.resp.headers.get("x-ratelimit-remaining-requests") == \
+            left, (role(s), s.resp.headers)
 
 
 def test_requests_per_minute(t):

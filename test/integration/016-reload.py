@@ -47,7 +47,7 @@ def test_new_requests_new_settings_open_streams_old(t):
     # The stream that started on generation 1 ends on it, whole.
     m.release(tag)
     assert_complete_stream(finish(held))
-    g.wait_log(r"live: configuration generation=1 freed")
+    g.wait_log(r"generation: configuration generation=1 freed")
 
 
 def test_invalid_file_keeps_the_old_configuration(t):
@@ -157,7 +157,7 @@ def test_reload_under_load_loses_nothing(t):
     for s in finish_all(conns):
         assert_complete_stream(s)
     # Every old generation is freed once its request is over.
-    wait_for(lambda: sum("live: configuration generation=" in l
+    wait_for(lambda: sum("generation: configuration generation=" in l
                          and "freed" in l for l in g.log_lines()) == 10,
              msg="10 generations freed")
     r = request(g.port, "GET", "/readyz")

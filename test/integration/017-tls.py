@@ -8,7 +8,6 @@ and key; SIGHUP swaps the certificate; the drain works the same.
 """
 
 import os
-import shutil
 import signal
 import socket
 import ssl
@@ -35,8 +34,7 @@ def send_tls(g, ctx, body, path=CHAT, headers=None, timeout=15.0):
 
 
 def curl(*args):
-    exe = shutil.which("curl")
-    assert exe, "no curl: apt-get install curl (make check installs it)"
+    exe = gwtest.tool("curl")
     return subprocess.run([exe, "-sS", "--max-time", "20"] + list(args),
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           timeout=60)
@@ -381,5 +379,5 @@ def test_a_tls_connection_does_not_pin_its_configuration(t):
         g.send_signal(signal.SIGHUP)
         g.wait_log(r"reload: configuration generation=%d in force" % gen)
         assert c.request("GET", "/healthz").status == 200
-    g.wait_log(r"live: configuration generation=1 freed")
-    g.wait_log(r"live: configuration generation=2 freed")
+    g.wait_log(r"generation: configuration generation=1 freed")
+    g.wait_log(r"generation: configuration generation=2 freed")

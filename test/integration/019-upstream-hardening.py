@@ -180,8 +180,10 @@ class Scripted:
 
 def gateway_over(t, ports, routing=None, names=None):
     """A gateway over upstreams at 'ports' ([upstream uN]), health beat
-    off (the models are still asked once at start)."""
-    conf = {"routing": {"health_interval": "0"}}
+    off (the models are still asked once at start) and no load beat: a
+    scripted upstream answers what its script says, so only the calls
+    under test may reach it."""
+    conf = {"routing": {"health_interval": "0", "load_interval": "0"}}
     conf["routing"].update(routing or {})
     for i, port in enumerate(ports):
         conf["upstream %s" % (names[i] if names else "u%d" % i)] = {
@@ -305,7 +307,10 @@ def test_a_clean_https_connection_is_kept(t):
         prompt = "kept %d" % i
         assert content_of(g.post("/v1/chat/completions",
                                  chat_body(prompt))) == "answer to " + prompt
-    assert up.connections <= 2, up.connections
+    # The start's probe has its own connection.  A client can have its
+    # answer a moment before the call's session is back in the cache, so
+    # the next request may open a second one; without reuse there are 7.
+    assert up.connections <= 3, up.connections
 
 
 def test_a_408_crossing_a_request_does_not_shift_the_answers(t):
@@ -583,10 +588,12 @@ def close_wait(pid, port=None):
 
 
 def test_idle_connections_shrink_after_a_burst(t):
-    # No health beat: its next call would drop the expired ones too, and
-    # this is about the reaper, which must do it with no traffic at all.
+    # No health or load beat: their next call would drop the expired ones
+    # too, and this is about the reaper, which must do it with no traffic
+    # at all.
     m = t.mock()
-    g = t.gateway(m, {"routing": {"health_interval": "0"}})
+    g = t.gateway(m, {"routing": {"health_interval": "0",
+                                  "load_interval": "0"}})
     wait_for(lambda: m.stats()["probes"] >= 1, msg="the start's models "
                                                    "probe")
     assert g.post("/v1/chat/completions", chat_body("warm")).status == 200

@@ -204,7 +204,7 @@ def test_a_reload_keeps_the_ticket_keys(t):
     assert not reused
     assert resumes(g, ctx, rsa_session)[0]
     reload_to(g, 4, "tls_session_timeout = 1h", "tls_session_timeout = 30m")
-    g.wait_log(r"live: tls_session_timeout=1800s: new session ticket keys")
+    g.wait_log(r"generation: tls_session_timeout=1800s: new session ticket keys")
     assert not resumes(g, ctx, rsa_session)[0]
 
 

@@ -6,6 +6,7 @@ test can send hostile bytes exactly and see exactly what came back.
 What is here:
   SLOW, budget()        time budgets scaled by INFERGW_TEST_SLOW_FACTOR
   wait_for()            poll a predicate until a deadline (no blind sleeps)
+  Skip, skip(), tool()  skip a test that cannot run here (run.py's rule)
   Mock                  tools/mock_upstream on 127.0.0.1, port 0
   Gateway               infergw with a generated config file, port 0
   Connection            one client socket; several requests (keep-alive)
@@ -26,6 +27,7 @@ import json
 import os
 import re
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -41,6 +43,44 @@ SLOW = float(os.environ.get("INFERGW_TEST_SLOW_FACTOR", "1") or "1")
 def budget(seconds):
     """A time budget scaled for slow (sanitizer) builds."""
     return seconds * SLOW
+
+
+# --------------------------------------------------------------------------
+# Skips.  A test that cannot run here raises Skip, and run.py reports it as
+# "skip" with the reason.  A skip for want of a program names the program
+# and its Debian package (tool()), so that run.py can tell whether the
+# install step (tools/install-deps.sh) should have provided it: under
+# INFERGW_TEST_NO_SKIP=1 (make check) such a skip is a failure.
+
+class Skip(Exception):
+    """This test cannot run here.  'package' is the Debian package that
+    would let it run, or None when it is not a missing program."""
+
+    def __init__(self, reason, package=None):
+        super().__init__(reason)
+        self.reason = reason
+        self.package = package
+
+
+def skip(reason):
+    """Skip the running test, saying why."""
+    raise Skip(reason)
+
+
+# Debian puts daemons (haproxy) in sbin, which a user's PATH often lacks.
+_SBIN = "/usr/local/sbin:/usr/sbin:/sbin"
+
+
+def tool(name, package=None):
+    """The path of program 'name' (PATH, then the sbin directories), or
+    skip the test, naming the Debian package ('package', default 'name')
+    that provides it."""
+    path = shutil.which(name) or shutil.which(name, path=_SBIN)
+    if path is None:
+        package = package or name
+        raise Skip("no %s here (apt-get install %s)" % (name, package),
+                   package)
+    return path
 
 
 def wait_for(pred, timeout=5.0, interval=0.02, msg=None):
@@ -893,6 +933,21 @@ def metric(metrics, name, **labels):
 def has_metric(metrics, name, **labels):
     want = set(labels.items())
     return any(n == name and want <= set(ls) for (n, ls) in metrics)
+
+
+def metric_value(g, name, **labels):
+    """The gateway g's metric, which must exist (checked first), summed
+    over the samples with these labels."""
+    ms = g.metrics()
+    assert has_metric(ms, name, **labels), "no %s %r" % (name, labels)
+    return metric(ms, name, **labels)
+
+
+def metric_at_least(g, name, floor, **labels):
+    """Does g's metric exist, with at least 'floor'?  (For wait_for.)"""
+    ms = g.metrics()
+    return has_metric(ms, name, **labels) and \
+        metric(ms, name, **labels) >= floor
 
 
 # --------------------------------------------------------------------------

@@ -11,11 +11,16 @@ _total (and _created) samples that are not negative, and every
 histogram's buckets are cumulative, end in le="+Inf", and that bucket
 equals _count.  Prints "ok: F families, S samples" and exits 0, or prints
 the first problem and exits 1.  Run as a script (with the system python
-when the test's own has no prometheus_client), or import check().
+when the test's own has no prometheus_client), or import check(), or
+validate(), which picks the python itself.
 """
 
 import math
+import os
+import subprocess
 import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def check(text):
@@ -65,6 +70,26 @@ def check(text):
                     fam.name, rest, vals[-1], counts.get(rest))
     assert families > 0, "no metric families"
     return families, samples
+
+
+def validate(text):
+    """check() here, or with the system python: Debian's
+    python3-prometheus-client is where `make check` installs it, and the
+    python running the tests may be another one.  Returns "ok: F
+    families, S samples"; raises AssertionError naming the problem."""
+    try:
+        import prometheus_client  # noqa: F401
+    except ImportError:
+        py = "/usr/bin/python3"
+        assert os.access(py, os.X_OK), \
+            "no prometheus_client: apt-get install python3-prometheus-client"
+        p = subprocess.run([py, os.path.join(HERE, "metrics_check.py")],
+                           input=text.encode(), stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, timeout=60)
+        out = p.stdout.decode("utf-8", "replace")
+        assert p.returncode == 0, out
+        return out
+    return "ok: %d families, %d samples" % check(text)
 
 
 if __name__ == "__main__":

@@ -5,8 +5,15 @@
 
 Discovers test/integration/NNN-topic.py, runs every test_* function of each
 file in file order, each with a fresh temp dir and a hard timeout, and
-prints one line per test and a final "N passed, N failed".  Every process
-a test started is killed afterwards, pass, fail or timeout.
+prints one line per test ("ok", "FAIL" or "skip" with its reason) and a
+final "N passed, N failed, N skipped".  Every process a test started is
+killed afterwards, pass, fail, skip or timeout.
+
+A test that cannot run here raises gwtest.Skip: gwtest.skip(reason), or
+gwtest.tool(name) when a program is missing.  With INFERGW_TEST_NO_SKIP=1
+(make check sets it, after its install step) a skip for a program whose
+Debian package tools/install-deps.sh installs is a failure, so that CI
+cannot pass without having run the test; other skips stay skips.
 
 INFERGW_TEST_SLOW_FACTOR (default 1) scales every time budget, including
 the per-test timeout (sanitizer builds set 3).
@@ -30,6 +37,7 @@ sys.path.insert(0, HERE)
 import gwtest  # noqa: E402
 
 TEST_TIMEOUT = 60.0
+INSTALL_DEPS = os.path.join(gwtest.REPO_ROOT, "tools", "install-deps.sh")
 
 
 def discover():
@@ -89,36 +97,44 @@ def run_one(fn, ctx, timeout):
     return result.get("exc", (None, None))
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--bin", required=True,
-                    help="directory holding infergw and mock_upstream")
-    ap.add_argument("-k", dest="substr", default=None,
-                    help="run only tests whose FILE::NAME contains this")
-    ap.add_argument("-v", action="store_true", help="verbose failures")
-    ap.add_argument("--keep", action="store_true",
-                    help="keep every test's temp dir")
-    args = ap.parse_args()
-    bin_dir = os.path.abspath(args.bin)
+def provided_packages(script=INSTALL_DEPS):
+    """The Debian packages the install step installs: the words of
+    tools/install-deps.sh's pkgs="..." line (up to its "$*")."""
+    with open(script) as f:
+        m = re.search(r'^pkgs="([^"$]*)', f.read(), re.M)
+    assert m and m.group(1).split(), \
+        "%s: no pkgs=\"...\" line, so no strict skip rule" % script
+    return set(m.group(1).split())
 
-    def on_signal(signum, frame):
-        gwtest.Ctx.cleanup()
-        sys.stdout.write("interrupted\n")
-        sys.stdout.flush()
-        os._exit(1)
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
 
-    tests = discover()
-    if args.substr:
-        tests = [t for t in tests if args.substr in "%s::%s" % (t[0], t[1])]
-    timeout = gwtest.budget(TEST_TIMEOUT)
-    passed = failed = 0
+def strict_from_env():
+    return os.environ.get("INFERGW_TEST_NO_SKIP", "") not in ("", "0")
+
+
+class Results:
+    def __init__(self):
+        self.passed = self.failed = self.skipped = 0
+
+    def summary(self):
+        return "%d passed, %d failed, %d skipped" % (
+            self.passed, self.failed, self.skipped)
+
+
+def run_tests(tests, bin_dir, timeout, strict=False, provided=(),
+              verbose=False, keep=False, out=sys.stdout):
+    """Run (file, name, fn) tests in order, print a line for each, and
+    return their Results.  'strict': a skip for a package in 'provided'
+    fails."""
+    res = Results()
+
+    def say(line):
+        out.write(line + "\n")
+        out.flush()
+
     for fname, name, fn in tests:
         label = "%s::%s" % (fname, name)
-        if args.v:
-            sys.stdout.write("...  %s\n" % label)
-            sys.stdout.flush()
+        if verbose:
+            say("...  %s" % label)
         tmp = tempfile.mkdtemp(prefix="infergw-it-")
         ctx = gwtest.Ctx(bin_dir, tmp)
         t0 = time.monotonic()
@@ -132,30 +148,70 @@ def main():
         finally:
             diag = ctx.diagnostics()
             gwtest.Ctx.cleanup()
-        if exc is None and reports:
+        if reports and (exc is None or isinstance(exc, gwtest.Skip)):
             exc = AssertionError("sanitizer report(s):\n" +
                                  "\n".join(reports[:20]))
             tb = None
+        if isinstance(exc, gwtest.Skip) and strict \
+                and exc.package in provided:
+            exc = AssertionError(
+                "skipped: %s; but tools/install-deps.sh installs %s, and "
+                "INFERGW_TEST_NO_SKIP=1 makes that skip a failure"
+                % (exc.reason, exc.package))
+            tb = None
         ms = (time.monotonic() - t0) * 1000
-        if exc is None:
-            passed += 1
-            print("ok   %s (%d ms)" % (label, ms))
-            if not args.keep:
+        if exc is None or isinstance(exc, gwtest.Skip):
+            if exc is None:
+                res.passed += 1
+                say("ok   %s (%d ms)" % (label, ms))
+            else:
+                res.skipped += 1
+                say("skip %s (%d ms): %s" % (label, ms, exc.reason))
+            if not keep:
                 shutil.rmtree(tmp, ignore_errors=True)
         else:
-            failed += 1
-            print("FAIL %s (%d ms)" % (label, ms))
-            for line in failure_text(exc, tb, args.v):
-                print("     " + line)
+            res.failed += 1
+            say("FAIL %s (%d ms)" % (label, ms))
+            for line in failure_text(exc, tb, verbose):
+                say("     " + line)
             for line in diag:
-                print("     " + line)
-            print("     (files kept in %s)" % tmp)
+                say("     " + line)
+            say("     (files kept in %s)" % tmp)
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--bin", required=True,
+                    help="directory holding infergw and mock_upstream")
+    ap.add_argument("-k", dest="substr", default=None,
+                    help="run only tests whose FILE::NAME contains this")
+    ap.add_argument("-v", action="store_true", help="verbose failures")
+    ap.add_argument("--keep", action="store_true",
+                    help="keep every test's temp dir")
+    args = ap.parse_args()
+    bin_dir = os.path.abspath(args.bin)
+    strict = strict_from_env()
+    provided = provided_packages() if strict else set()
+
+    def on_signal(signum, frame):
+        gwtest.Ctx.cleanup()
+        sys.stdout.write("interrupted\n")
         sys.stdout.flush()
-    print("%d passed, %d failed" % (passed, failed))
+        os._exit(1)
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+
+    tests = discover()
+    if args.substr:
+        tests = [t for t in tests if args.substr in "%s::%s" % (t[0], t[1])]
+    res = run_tests(tests, bin_dir, gwtest.budget(TEST_TIMEOUT), strict,
+                    provided, args.v, args.keep)
+    print(res.summary())
     sys.stdout.flush()
     gwtest.Ctx.cleanup()
     # Threads of timed-out tests may still be blocked: do not wait.
-    os._exit(1 if failed else 0)
+    os._exit(1 if res.failed else 0)
 
 
 if __name__ == "__main__":

@@ -546,6 +546,101 @@ START_TEST(test_parse_long)
 }
 END_TEST
 
+/* gw_parse_uint(): 1*DIGIT up to 'max', the first bad byte deciding. */
+static const struct {
+    const char *s;
+    uint64_t max;
+    int rc;
+    uint64_t v;
+    const char *note;
+} uint_cases[] = {
+    { "0", 10, 0, 0, "zero" },
+    { "7", 10, 0, 7, "one digit" },
+    { "007", 10, 0, 7, "leading zeros are digits" },
+    { "65535", 65535, 0, 65535, "max itself" },
+    { "65536", 65535, GW_ETOOBIG, 0, "max + 1" },
+    { "655350", 65535, GW_ETOOBIG, 0, "a digit past max" },
+    { "18446744073709551615", UINT64_MAX, 0, UINT64_MAX, "UINT64_MAX" },
+    { "18446744073709551616", UINT64_MAX, GW_ETOOBIG, 0, "UINT64_MAX + 1" },
+    { "99999999999999999999999", UINT64_MAX, GW_ETOOBIG, 0, "far over" },
+    { "0", 0, 0, 0, "max 0: zero" },
+    { "1", 0, GW_ETOOBIG, 0, "max 0: one" },
+    { "9", 5, GW_ETOOBIG, 0, "a digit above a one-digit max" },
+    { "", 10, GW_EPARSE, 0, "empty" },
+    { "+1", 10, GW_EPARSE, 0, "plus sign" },
+    { "-1", 10, GW_EPARSE, 0, "minus sign" },
+    { " 1", 10, GW_EPARSE, 0, "leading blank" },
+    { "1 ", 10, GW_EPARSE, 0, "trailing blank" },
+    { "1x", 10, GW_EPARSE, 0, "trailing byte" },
+    { "x", 10, GW_EPARSE, 0, "no digit" },
+    { "1/", 10, GW_EPARSE, 0, "the byte below '0'" },
+    { "1:", 10, GW_EPARSE, 0, "the byte above '9'" },
+    { "0x1f", UINT64_MAX, GW_EPARSE, 0, "no hex" },
+    { "99999999999999999999x", UINT64_MAX, GW_ETOOBIG, 0,
+      "too big before the bad byte: too big" },
+    { "1x99999999999999999999", UINT64_MAX, GW_EPARSE, 0,
+      "a bad byte before too big: malformed" },
+};
+
+START_TEST(test_parse_uint)
+{
+    size_t n = strlen(uint_cases[_i].s);
+    char *p = guarded_copy(uint_cases[_i].s, n);    /* no NUL after it */
+    uint64_t v = 12345;
+
+    ck_assert_msg(gw_parse_uint(p, n, uint_cases[_i].max, &v)
+                  == uint_cases[_i].rc, "%s", uint_cases[_i].note);
+    if (uint_cases[_i].rc == 0)
+        ck_assert_msg(v == uint_cases[_i].v, "%s", uint_cases[_i].note);
+    else
+        ck_assert_msg(v == 12345, "%s: untouched", uint_cases[_i].note);
+    guarded_free(p, n);
+}
+END_TEST
+
+/* Only the 'n' bytes given are read: a view into a longer text. */
+START_TEST(test_parse_uint_view)
+{
+    uint64_t v = 0;
+
+    ck_assert_int_eq(gw_parse_uint("8080/x", 4, 65535, &v), 0);
+    ck_assert(v == 8080);
+    ck_assert_int_eq(gw_parse_uint("200 OK", 3, 999, &v), 0);
+    ck_assert(v == 200);
+}
+END_TEST
+
+/*
+ * gw_ms_to_s_ceil() and friends, each at the edges of its unit: rounded
+ * up, 0 stays 0, and exact up to UINT64_MAX (where "n + 999" would wrap).
+ */
+static const struct {
+    uint64_t (*f)(uint64_t);
+    uint64_t unit;
+    const char *name;
+} ceil_fns[] = {
+    { gw_ms_to_s_ceil, 1000, "ms to s" },
+    { gw_us_to_s_ceil, 1000000, "us to s" },
+    { gw_us_to_ms_ceil, 1000, "us to ms" },
+};
+
+START_TEST(test_ceil)
+{
+    uint64_t (*f)(uint64_t) = ceil_fns[_i].f, u = ceil_fns[_i].unit;
+    const char *name = ceil_fns[_i].name;
+
+    ck_assert_msg(f(0) == 0, "%s: nothing is no wait", name);
+    ck_assert_msg(f(1) == 1, "%s: the least is a whole unit", name);
+    ck_assert_msg(f(u - 1) == 1, "%s: just under one", name);
+    ck_assert_msg(f(u) == 1, "%s: exactly one", name);
+    ck_assert_msg(f(u + 1) == 2, "%s: just over one", name);
+    ck_assert_msg(f(UINT64_MAX / u * u) == UINT64_MAX / u,
+                  "%s: the largest whole multiple", name);
+    ck_assert_msg(f(UINT64_MAX) == UINT64_MAX / u + 1,
+                  "%s: no wrap at the top", name);
+}
+END_TEST
+
 START_TEST(test_ms_left)
 {
     int64_t now = gw_now_ms();
@@ -628,6 +723,35 @@ START_TEST(test_random_hex)
     ck_assert_str_ne(a, b);
     gw_random_hex(a, 0);
     ck_assert_str_eq(a, "");
+}
+END_TEST
+
+/* Published FNV-1a 64 vectors, and a key hashed in pieces is the same. */
+START_TEST(test_fnv1a64)
+{
+    uint64_t h = GW_FNV1A64_OFFSET;
+
+    ck_assert_uint_eq(gw_fnv1a64(GW_FNV1A64_OFFSET, "", 0),
+                      UINT64_C(0xcbf29ce484222325));
+    ck_assert_uint_eq(gw_fnv1a64(GW_FNV1A64_OFFSET, "a", 1),
+                      UINT64_C(0xaf63dc4c8601ec8c));
+    ck_assert_uint_eq(gw_fnv1a64(GW_FNV1A64_OFFSET, "foobar", 6),
+                      UINT64_C(0x85944171f73967e8));
+    h = gw_fnv1a64(h, "foo", 3);
+    ck_assert_uint_eq(gw_fnv1a64(h, "bar", 3), UINT64_C(0x85944171f73967e8));
+    /* Bytes are unsigned: 0xff is not folded in as -1. */
+    ck_assert_uint_eq(gw_fnv1a64(0, "\xff", 1),
+                      UINT64_C(0xff) * UINT64_C(0x100000001b3));
+}
+END_TEST
+
+/* splitmix64's finaliser; and the pool's ring points keep their places. */
+START_TEST(test_mix64)
+{
+    ck_assert_uint_eq(gw_mix64(0), 0);
+    ck_assert_uint_eq(gw_mix64(1), UINT64_C(0x5692161d100b05e5));
+    ck_assert_uint_eq(gw_mix64(gw_fnv1a64(GW_FNV1A64_OFFSET ^ 1, "u0", 2)),
+                      UINT64_C(0x30ff23dce78cf08c));
 }
 END_TEST
 
@@ -743,6 +867,30 @@ START_TEST(test_strndup_stops_at_nul)
 }
 END_TEST
 
+/*
+ * gw_wipe_free() and gw_wipe_free_str() free what they are given (a
+ * sanitizer build sees a leak or a bad free) and take NULL.  That the
+ * bytes were zeroed cannot be seen after the free without reading freed
+ * memory; explicit_bzero() is trusted for that.
+ */
+START_TEST(test_wipe_free)
+{
+    char *key = gw_strdup("sk-secret");
+    unsigned char *pem = gw_malloc(64);
+
+    ck_assert_ptr_nonnull(key);
+    ck_assert_ptr_nonnull(pem);
+    memset(pem, 'k', 64);
+    gw_wipe_free_str(key);
+    gw_wipe_free(pem, 64);
+    gw_wipe_free_str(gw_strdup(""));
+    gw_wipe_free(gw_malloc(1), 0);
+    gw_wipe_free_str(NULL);
+    gw_wipe_free(NULL, 0);
+    gw_wipe_free(NULL, 64);
+}
+END_TEST
+
 /* ---- runner ----------------------------------------------------------- */
 
 static Suite *
@@ -806,6 +954,16 @@ util_suite(void)
                         (int)GW_ARRAY_LEN(long_cases));
     suite_add_tcase(s, tc);
 
+    tc = tcase("parse_uint");
+    tcase_add_loop_test(tc, test_parse_uint, 0,
+                        (int)GW_ARRAY_LEN(uint_cases));
+    tcase_add_test(tc, test_parse_uint_view);
+    suite_add_tcase(s, tc);
+
+    tc = tcase("ceil");
+    tcase_add_loop_test(tc, test_ceil, 0, (int)GW_ARRAY_LEN(ceil_fns));
+    suite_add_tcase(s, tc);
+
     tc = tcase("clocks");
     tcase_add_test(tc, test_ms_left);
     tcase_add_test(tc, test_clocks);
@@ -814,6 +972,11 @@ util_suite(void)
     tc = tcase("add_overflows");
     tcase_add_loop_test(tc, test_add_overflows, 0,
                         (int)GW_ARRAY_LEN(add_cases));
+    suite_add_tcase(s, tc);
+
+    tc = tcase("hash");
+    tcase_add_test(tc, test_fnv1a64);
+    tcase_add_test(tc, test_mix64);
     suite_add_tcase(s, tc);
 
     tc = tcase("misc");
@@ -838,6 +1001,7 @@ alloc_suite(void)
     tc = tcase("functions");
     tcase_add_test(tc, test_alloc_funcs);
     tcase_add_test(tc, test_strndup_stops_at_nul);
+    tcase_add_test(tc, test_wipe_free);
     suite_add_tcase(s, tc);
     return s;
 }

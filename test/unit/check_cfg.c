@@ -526,6 +526,114 @@ START_TEST(test_parse_uint)
 }
 END_TEST
 
+static const struct {
+    const char *s;
+    double lo, hi;
+    int rc;
+    double v;
+} decimal_cases[] = {
+    { "0", 0, 2, 0, 0 },
+    { "0.7", 0, 2, 0, 0.7 },
+    { "2.0", 0, 2, 0, 2 },
+    { ".5", 0, 2, 0, 0.5 },
+    { "5.", 0, 10, 0, 5 },
+    { "2.01", 0, 2, GW_EINVAL, 0 },
+    { "", 0, 2, GW_EINVAL, 0 },
+    { ".", 0, 2, GW_EINVAL, 0 },
+    { "1.2.3", 0, 9, GW_EINVAL, 0 },
+    { "-1", -5, 5, GW_EINVAL, 0 },
+    { "+1", 0, 5, GW_EINVAL, 0 },
+    { "1e1", 0, 100, GW_EINVAL, 0 },
+    { " 1", 0, 5, GW_EINVAL, 0 },
+    { "nan", 0, 5, GW_EINVAL, 0 },
+};
+
+START_TEST(test_parse_decimal)
+{
+    double v = -7;
+    int rc = cfg_parse_decimal(decimal_cases[_i].s, decimal_cases[_i].lo,
+                               decimal_cases[_i].hi, &v);
+
+    ck_assert_msg(rc == decimal_cases[_i].rc, "'%s': rc %d",
+                  decimal_cases[_i].s, rc);
+    if (rc == 0)
+        ck_assert_double_eq_tol(v, decimal_cases[_i].v, 1e-12);
+    else
+        ck_assert_double_eq(v, -7);
+}
+END_TEST
+
+static const struct {
+    const char *s;
+    int rc;
+    double v;
+} percent_cases[] = {
+    { "20%", 0, 0.2 },
+    { "12.5%", 0, 0.125 },
+    { "0%", 0, 0 },
+    { "100%", 0, 1 },
+    { "101%", GW_EINVAL, 0 },
+    { "%", GW_EINVAL, 0 },
+    { "20", GW_EINVAL, 0 },
+    { "20 %", GW_EINVAL, 0 },
+    { "0.2", GW_EINVAL, 0 },
+    { "1234567890123456789012345678901%", GW_EINVAL, 0 },
+};
+
+START_TEST(test_parse_percent)
+{
+    double v = -7;
+    int rc = cfg_parse_percent(percent_cases[_i].s, 0, 100, &v);
+
+    ck_assert_msg(rc == percent_cases[_i].rc, "'%s': rc %d",
+                  percent_cases[_i].s, rc);
+    if (rc == 0)
+        ck_assert_double_eq_tol(v, percent_cases[_i].v, 1e-12);
+    else
+        ck_assert_double_eq(v, -7);
+}
+END_TEST
+
+/* The formatters write what the parsers read back, shortest first. */
+START_TEST(test_format)
+{
+    static const struct {
+        uint64_t v;
+        const char *size, *ms;
+    } cases[] = {
+        { 0, "0", "0ms" },
+        { 1, "1", "1ms" },
+        { 1000, "1000", "1s" },
+        { 1024, "1k", "1024ms" },
+        { 60000, "60000", "1m" },
+        { 1536, "1536", "1536ms" },
+        { UINT64_C(1) << 20, "1m", "1048576ms" },
+        { UINT64_C(3) << 30, "3g", "3221225472ms" },
+        { 3600000, "3600000", "1h" },
+        { UINT64_C(24) * 3600000, "84375k", "24h" },
+        { 90000, "90000", "90s" },          /* not a whole minute */
+        { 5400000, "5400000", "90m" },      /* not a whole hour */
+        { 1001, "1001", "1001ms" },
+    };
+    char out[32];
+    uint64_t u;
+    int64_t ms;
+
+    for (size_t i = 0; i < GW_ARRAY_LEN(cases); i++) {
+        cfg_format_size(cases[i].v, out, sizeof(out));
+        ck_assert_str_eq(out, cases[i].size);
+        ck_assert_int_eq(cfg_parse_size(out, &u), 0);
+        ck_assert_uint_eq(u, cases[i].v);
+        cfg_format_duration_ms(cases[i].v, out, sizeof(out));
+        ck_assert_str_eq(out, cases[i].ms);
+        ck_assert_int_eq(cfg_parse_duration_ms(out, &ms), 0);
+        ck_assert_int_eq(ms, (int64_t)cases[i].v);
+    }
+    cfg_format_size(123456, out, 4);
+    ck_assert_str_eq(out, "123");
+}
+END_TEST
+
 /* ---- cfg: allocation failures ----------------------------------------- */
 
 START_TEST(test_cfg_alloc_fail_text)
@@ -622,7 +730,7 @@ START_TEST(test_defaults)
     ck_assert_int_eq(c.upstreams[0].idle_timeout_ms, 30000);
     ck_assert_int_eq(c.upstreams[0].total_timeout_ms, 600000);
     ck_assert_int_eq(c.forward_client_auth, 0);
-    ck_assert_int_eq(c.balance, BALANCE_LEAST_INFLIGHT);
+    ck_assert_int_eq(c.balance, BALANCE_LEAST_LOAD);
     ck_assert_int_eq(c.health_interval_ms, 5000);
     ck_assert_uint_eq(c.eject_after, 3);
     ck_assert_int_eq(c.eject_time_ms, 10000);
@@ -633,7 +741,7 @@ START_TEST(test_defaults)
     ck_assert_uint_eq(c.retry_budget_min, 3);
     ck_assert_int_eq(c.hedge_after_ms, 0);
     ck_assert_int_eq(c.queue_timeout_ms, 2000);
-    ck_assert(c.prefix_epsilon == 0.25);
+    ck_assert(c.prefix_epsilon == 0.1);
     ck_assert_uint_eq(c.prefix_bytes, 1024);
     ck_assert_int_eq(c.connect_timeout_ms, 5000);
     ck_assert_int_eq(c.first_byte_timeout_ms, 60000);
@@ -1249,8 +1357,19 @@ static const struct {
     { "[upstream a]\nurl = http://h\nweight = 0\n", GW_EINVAL,
       "gateway.conf:3: weight: expected an integer 1..1000, got '0'" },
     { "[routing]\nbalance = random\n", GW_EINVAL,
-      "gateway.conf:2: balance: expected least_inflight, round_robin or "
-      "prefix, got 'random'" },
+      "gateway.conf:2: balance: expected least_load, least_inflight, "
+      "round_robin or prefix, got 'random'" },
+    { "[tenant a]\napi_key = 0123456789abcdef\npriority = 1001\n", GW_EINVAL,
+      "gateway.conf:3: priority: expected an integer -1000..1000, got "
+      "'1001'" },
+    { "[tenant a]\napi_key = 0123456789abcdef\npriority = --1\n", GW_EINVAL,
+      "gateway.conf:3: priority: expected an integer -1000..1000, got "
+      "'--1'" },
+    { "[routing]\nkv_high = 1.5\n", GW_EINVAL,
+      "gateway.conf:2: kv_high: expected a number 0..1, got '1.5'" },
+    { "[routing]\nmax_waiting = 0\n", GW_EINVAL,
+      "gateway.conf:2: max_waiting: expected an integer 1..1000000, got "
+      "'0'" },
     { "[routing]\nretry_budget = 20\n", GW_EINVAL,
       "gateway.conf:2: retry_budget: expected a share 0%..100%, as in 20%, "
       "got '20'" },
@@ -1716,6 +1835,11 @@ cfg_suite(void)
                         (int)GW_ARRAY_LEN(bool_cases));
     tcase_add_loop_test(tc, test_parse_uint, 0,
                         (int)GW_ARRAY_LEN(uint_cases));
+    tcase_add_loop_test(tc, test_parse_decimal, 0,
+                        (int)GW_ARRAY_LEN(decimal_cases));
+    tcase_add_loop_test(tc, test_parse_percent, 0,
+                        (int)GW_ARRAY_LEN(percent_cases));
+    tcase_add_test(tc, test_format);
     suite_add_tcase(s, tc);
 
     tc = tcase("alloc_failure");

@@ -17,6 +17,12 @@
 #include "testutil.h"
 #include "util.h"
 
+/* How the calls behind the flights here end (outcome.h). */
+static const struct call_outcome complete = { CALL_OK, 200, 0,
+                                              CALL_FAULT_NONE };
+static const struct call_outcome nobody = { CALL_CLIENT_GONE, 0, 0,
+                                            CALL_FAULT_CLIENT };
+
 static struct gw_config cfg;
 
 static void
@@ -75,7 +81,7 @@ START_TEST(test_leader_then_follower)
     ck_assert_uint_eq(flight_readers(a), 2);
     ck_assert_uint_eq(coalescer_count(co), 1);
 
-    coalescer_finish(co, k, a, 0, NULL);
+    coalescer_finish(co, k, a, &complete);
     ck_assert_uint_eq(coalescer_count(co), 0);      /* checkpoint 4 */
     coalescer_detach(co, k, b, &rb);                /* follower */
     coalescer_detach(co, k, a, &ra);                /* leader's client */
@@ -94,12 +100,12 @@ START_TEST(test_after_finish_is_fresh_call)
 
     key_of("{\"x\":1}", k);
     ck_assert_int_eq(coalescer_join(co, k, &ra, &a, &why), COALESCE_LEADER);
-    coalescer_finish(co, k, a, 0, NULL);
+    coalescer_finish(co, k, a, &complete);
     /* Not a cache: the same key now leads a new flight. */
     ck_assert_int_eq(coalescer_join(co, k, &rb, &b, &why), COALESCE_LEADER);
     ck_assert_ptr_ne(a, b);
     ck_assert_str_ne(a->id, b->id);
-    coalescer_finish(co, k, b, 0, NULL);
+    coalescer_finish(co, k, b, &complete);
     coalescer_detach(co, k, a, &ra);
     flight_unref(a);
     coalescer_detach(co, k, b, &rb);
@@ -124,13 +130,13 @@ START_TEST(test_stale_flight_keeps_successor)
     ck_assert_int_eq(coalescer_join(co, k, &rb, &b, &why), COALESCE_LEADER);
     ck_assert_ptr_ne(a, b);
     /* A's leader finishes late: B must stay in the map. */
-    coalescer_finish(co, k, a, GW_EABORTED, "no readers");
+    coalescer_finish(co, k, a, &nobody);
     flight_unref(a);
     ck_assert_uint_eq(coalescer_count(co), 1);
     ck_assert_int_eq(coalescer_join(co, k, &rc, &c, &why),
                      COALESCE_FOLLOWER);
     ck_assert_ptr_eq(c, b);
-    coalescer_finish(co, k, b, 0, NULL);
+    coalescer_finish(co, k, b, &complete);
     coalescer_detach(co, k, c, &rc);
     coalescer_detach(co, k, b, &rb);
     flight_unref(b);
@@ -154,24 +160,24 @@ START_TEST(test_bounds_bypass)
     key_of("{\"x\":2}", k2);
     ck_assert_int_eq(coalescer_join(co, k1, &ra, &a, &why), COALESCE_LEADER);
     ck_assert_int_eq(coalescer_join(co, k2, &rx, &x, &why), COALESCE_BYPASS);
-    ck_assert_int_eq(why, BYPASS_MAX_FLIGHTS);
+    ck_assert_int_eq(why, METRICS_BYPASS_MAX_FLIGHTS);
     ck_assert_ptr_null(x);
     ck_assert_int_eq(coalescer_join(co, k1, &rb, &b, &why),
                      COALESCE_FOLLOWER);
     ck_assert_int_eq(coalescer_join(co, k1, &rx, &x, &why), COALESCE_BYPASS);
-    ck_assert_int_eq(why, BYPASS_MAX_FOLLOWERS);
+    ck_assert_int_eq(why, METRICS_BYPASS_MAX_FOLLOWERS);
     /* max_followers counts the followers attached now: one leaves, the
      * next one joins. */
     coalescer_detach(co, k1, b, &rb);
     ck_assert_int_eq(coalescer_join(co, k1, &rb, &b, &why),
                      COALESCE_FOLLOWER);
     ck_assert_int_eq(coalescer_join(co, k1, &rx, &x, &why), COALESCE_BYPASS);
-    ck_assert_int_eq(why, BYPASS_MAX_FOLLOWERS);
+    ck_assert_int_eq(why, METRICS_BYPASS_MAX_FOLLOWERS);
     /* The leader's client leaving frees no follower slot. */
     coalescer_detach(co, k1, a, &ra);
     ck_assert_int_eq(coalescer_join(co, k1, &rx, &x, &why), COALESCE_BYPASS);
-    ck_assert_int_eq(why, BYPASS_MAX_FOLLOWERS);
-    coalescer_finish(co, k1, a, 0, NULL);
+    ck_assert_int_eq(why, METRICS_BYPASS_MAX_FOLLOWERS);
+    coalescer_finish(co, k1, a, &complete);
     coalescer_detach(co, k1, b, &rb);
     flight_unref(a);
 
@@ -180,8 +186,8 @@ START_TEST(test_bounds_bypass)
     flight_set_head(a, 200, "text/event-stream", -1, 0);
     ck_assert_int_eq(flight_append(a, "0123456789ab", 12, 10, 1 << 30), 0);
     ck_assert_int_eq(coalescer_join(co, k1, &rx, &x, &why), COALESCE_BYPASS);
-    ck_assert_int_eq(why, BYPASS_MAX_FLIGHT_BYTES);
-    coalescer_finish(co, k1, a, 0, NULL);
+    ck_assert_int_eq(why, METRICS_BYPASS_MAX_FLIGHT_BYTES);
+    coalescer_finish(co, k1, a, &complete);
     coalescer_detach(co, k1, a, &ra);
     flight_unref(a);
     coalescer_free(co);
@@ -206,7 +212,7 @@ START_TEST(test_join_enomem_bypasses)
         alloc_fail_after(n, 0);
         ck_assert_int_eq(coalescer_join(co, k, &ra, &a, &why),
                          COALESCE_BYPASS);
-        ck_assert_int_eq(why, BYPASS_NOMEM);
+        ck_assert_int_eq(why, METRICS_BYPASS_NOMEM);
         ck_assert_ptr_null(a);
         ck_assert_int_eq(alloc_failures(), 1);
         alloc_fail_after(0, 0);
@@ -215,7 +221,7 @@ START_TEST(test_join_enomem_bypasses)
     ck_assert_int_eq(coalescer_join(co, k, &ra, &a, &why), COALESCE_LEADER);
     ck_assert_int_eq(coalescer_join(co, k, &rb, &b, &why),
                      COALESCE_FOLLOWER);
-    coalescer_finish(co, k, a, 0, NULL);
+    coalescer_finish(co, k, a, &complete);
     coalescer_detach(co, k, b, &rb);
     coalescer_detach(co, k, a, &ra);
     flight_unref(a);
@@ -273,7 +279,7 @@ START_TEST(test_key_separates_fields)
     ur.request_id = "another-client";
     coalesce_key("t1", 1, &ur, b);
     ck_assert_int_eq(memcmp(a, b, FLIGHT_KEY_LEN), 0);
-    /* A reloaded configuration starts its own flights (live.h). */
+    /* A reloaded configuration starts its own flights (generation.h). */
     coalesce_key("t1", 2, &ur, b);
     ck_assert_int_ne(memcmp(a, b, FLIGHT_KEY_LEN), 0);
 }
@@ -337,7 +343,7 @@ static const struct {
 START_TEST(test_sampling_rule)
 {
     struct http_request r;
-    enum metrics_bypass why = BYPASS_COUNT;
+    enum metrics_bypass why = METRICS_BYPASS_COUNT;
     json_t *j;
 
     memset(&r, 0, sizeof(r));
@@ -348,7 +354,7 @@ START_TEST(test_sampling_rule)
                   == sampling[_i].eligible, "%s: %s", sampling[_i].body,
                   sampling[_i].note);
     if (!sampling[_i].eligible)
-        ck_assert_int_eq(why, BYPASS_SAMPLING);
+        ck_assert_int_eq(why, METRICS_BYPASS_SAMPLING);
     json_decref(j);
 }
 END_TEST
@@ -384,7 +390,7 @@ static const struct {
 START_TEST(test_opt_out_headers)
 {
     struct http_request r;
-    enum metrics_bypass why = BYPASS_COUNT;
+    enum metrics_bypass why = METRICS_BYPASS_COUNT;
     json_t *j = json_loads("{\"temperature\":0}", 0, NULL);
     char raw[512];
 
@@ -394,7 +400,7 @@ START_TEST(test_opt_out_headers)
     ck_assert_msg(coalesce_eligible(&cfg, CONFIG_MAX_TENANTS, &r, j, &why)
                   == !opt_outs[_i].opted_out, "%s", opt_outs[_i].note);
     if (opt_outs[_i].opted_out)
-        ck_assert_int_eq(why, BYPASS_OPT_OUT);
+        ck_assert_int_eq(why, METRICS_BYPASS_OPT_OUT);
     json_decref(j);
 }
 END_TEST
@@ -411,7 +417,7 @@ START_TEST(test_global_switch)
     cfg.coalesce = 0;
     ck_assert_int_eq(coalesce_eligible(&cfg, CONFIG_MAX_TENANTS, &r, j,
                                        &why), 0);
-    ck_assert_int_eq(why, BYPASS_DISABLED);
+    ck_assert_int_eq(why, METRICS_BYPASS_DISABLED);
     json_decref(j);
 }
 END_TEST
@@ -441,7 +447,7 @@ START_TEST(test_tenants)
                            "\r\n", &r), 0);
     ck_assert_uint_eq(tenant_identify(&c, &r), 1);
     ck_assert_int_eq(coalesce_eligible(&c, 1, &r, j, &why), 0);
-    ck_assert_int_eq(why, BYPASS_TENANT);
+    ck_assert_int_eq(why, METRICS_BYPASS_TENANT);
     ck_assert_int_gt(parse("POST / HTTP/1.1\r\nHost: x\r\n"
                            "Authorization: Bearer sk-acme-012345678\r\n"
                            "\r\n", &r), 0);

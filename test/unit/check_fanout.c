@@ -1,7 +1,7 @@
 /*
- * check_fanout.c - parked readers: the FIFO and its invariant, taking and
- * releasing, helpers, the sweep, and the relay loop, with socketpairs as
- * clients.
+ * check_fanout.c - the writer policies over parked readers: pushing,
+ * helpers, the sweep, and the relay loop, with socketpairs as clients.
+ * The parked FIFO itself (park, take, release, wake) is check_flight's.
  */
 #include <check.h>
 #include <errno.h>
@@ -19,16 +19,18 @@
 #include "buf.h"
 #include "fanout.h"
 #include "flight.h"
+#include "net.h"
 #include "reply.h"
 #include "testutil.h"
 #include "util.h"
 
+/* How the calls behind the flights here end (outcome.h). */
+static const struct call_outcome complete = { CALL_OK, 200, 0,
+                                              CALL_FAULT_NONE };
+static const struct call_outcome out_of_memory = { CALL_NOMEM, 0, 0,
+                                                   CALL_FAULT_GATEWAY };
+
 /* fanout.c's GW_TESTABLE functions. */
-struct fanout_reader *take(struct flight *f, size_t max,
-                           struct flight_snap *s, int helper);
-struct fanout_reader *claim_all(struct flight *f, size_t *count);
-void release(struct flight *f, struct fanout_reader *list);
-size_t call_helpers(struct flight *f, size_t max, size_t per);
 void help(struct flight *f, struct fanout_reader *r);
 
 #define BIG ((size_t)1 << 30)
@@ -38,6 +40,7 @@ static _Atomic int no;              /* never draining or stopping */
 /* A client: the gateway's end (fd, in the reply) and the peer's. */
 struct client {
     int fd, peer;
+    struct net_stream stream;       /* fd, plain */
     struct reply reply;
     struct fanout_reader r;
     pthread_t t;
@@ -56,7 +59,8 @@ client_open(struct client *c, struct flight *f, int64_t timeout_ms)
     c->fd = sv[0];
     c->peer = sv[1];
     c->f = f;
-    reply_init(&c->reply, c->fd, 4096, 5000, -1, &no);
+    net_stream_init(&c->stream, c->fd);
+    reply_init(&c->reply, &c->stream, 4096, 5000, -1, &no);
     reply_start(&c->reply, "test-id", 1, 1);
     fanout_reader_init(&c->r, &c->reply, timeout_ms, "testkey");
     ck_assert_int_eq(flight_attach(f, &c->r.fr), 0);
@@ -96,12 +100,7 @@ relay_main(void *p)
 static size_t
 nparked(struct flight *f)
 {
-    size_t n;
-
-    gw_mutex_lock(&f->lock);
-    n = f->nparked;
-    gw_mutex_unlock(&f->lock);
-    return n;
+    return flight_parked(f);
 }
 
 /* Poll (3 s at most) until 'n' readers of 'f' are parked. */
@@ -123,12 +122,12 @@ static void
 park_threadless(struct flight *f, struct client *c)
 {
     gw_mutex_lock(&f->lock);
-    c->r.where = FANOUT_CLAIMED;
-    c->r.next = NULL;
+    c->r.fr.state = FLIGHT_READER_CLAIMED;
+    c->r.fr.qnext = NULL;
     gw_mutex_unlock(&f->lock);
-    atomic_store(&c->r.fr.pos, f->nchunks);
-    c->r.parkable = 1;
-    release(f, &c->r);
+    flight_reader_advance(&c->r.fr, f->nchunks);
+    flight_reader_set_parkable(&c->r.fr, 1);
+    flight_release(f, &c->r.fr);
 }
 
 static void
@@ -145,7 +144,7 @@ append_str(struct flight *f, const char *s)
  */
 START_TEST(test_every_client_gets_every_byte)
 {
-    struct fanout_opts o = { 1, 2, &no };
+    struct fanout_opts o = { &fanout_push_policy, 2, &no };
     struct flight *f = flight_new();
     struct client c[8];
     struct buf got[8];
@@ -166,8 +165,8 @@ START_TEST(test_every_client_gets_every_byte)
     }
     /* Pushed, not woken: they are all parked again, caught up. */
     ck_assert_uint_eq(nparked(f), 8);
-    flight_finish(f, 0, NULL);
-    fanout_wake_all(f);
+    flight_finish(f, &complete);
+    flight_wake_all(f);
     for (int i = 0; i < 8; i++) {
         pthread_join(c[i].t, NULL);
         buf_init(&got[i], 1 << 20);
@@ -184,55 +183,6 @@ START_TEST(test_every_client_gets_every_byte)
     }
     for (int i = 0; i < 8; i++) {
         buf_release(&got[i]);
-        client_close(&c[i]);
-    }
-    flight_unref(f);
-}
-END_TEST
-
-/*
- * take() hands out only readers that are behind, oldest first, at most
- * 'max' at a time; one released caught up is parked again (at the tail)
- * and not taken again until the next append.
- */
-START_TEST(test_take_only_the_readers_behind)
-{
-    struct flight *f = flight_new();
-    struct client c[3];
-    struct fanout_reader *list, *third;
-    struct flight_snap s;
-
-    flight_set_head(f, 200, NULL, -1, 0);
-    for (int i = 0; i < 3; i++) {
-        client_open(&c[i], f, 60000);
-        park_threadless(f, &c[i]);
-    }
-    ck_assert_ptr_null(take(f, 8, &s, 0));      /* nobody is behind */
-    append_str(f, "x");
-    list = take(f, 2, &s, 0);
-    ck_assert_ptr_eq(list, &c[0].r);
-    ck_assert_ptr_eq(list->next, &c[1].r);
-    ck_assert_ptr_null(list->next->next);
-    ck_assert_int_eq(list->where, FANOUT_CLAIMED);
-    ck_assert_uint_eq(s.lo, 0);
-    ck_assert_uint_eq(s.n, 1);
-    for (struct fanout_reader *r = list; r != NULL; r = r->next) {
-        atomic_store(&r->fr.pos, 1);
-        r->parkable = 1;
-    }
-    release(f, list);                   /* parked behind the third */
-    ck_assert_uint_eq(nparked(f), 3);
-    third = take(f, 8, &s, 0);
-    ck_assert_ptr_eq(third, &c[2].r);
-    ck_assert_ptr_null(third->next);
-    atomic_store(&third->fr.pos, 1);
-    third->parkable = 1;
-    release(f, third);
-    ck_assert_ptr_null(take(f, 8, &s, 0));
-    ck_assert_uint_eq(nparked(f), 3);
-    fanout_wake_all(f);
-    for (int i = 0; i < 3; i++) {
-        ck_assert_int_eq(c[i].r.where, FANOUT_RUNNING);
         client_close(&c[i]);
     }
     flight_unref(f);
@@ -259,7 +209,7 @@ open_fast_and_slow(struct flight *f, struct client *fast,
  */
 START_TEST(test_full_socket_hands_back_with_pending)
 {
-    struct fanout_opts o = { 1, 2, &no };
+    struct fanout_opts o = { &fanout_push_policy, 2, &no };
     struct flight *f = flight_new();
     struct client fast, slow;
     static char big[1 << 20];
@@ -281,11 +231,11 @@ START_TEST(test_full_socket_hands_back_with_pending)
                    sizeof(big_buf));
     }
     fanout_after_append(f, &o);
-    ck_assert_int_eq(slow.r.where, FANOUT_RUNNING);     /* handed back */
+    ck_assert_int_eq(slow.r.fr.state, FLIGHT_READER_RUNNING);  /* back */
     ck_assert_uint_gt(buf_len(&slow.r.pending), 0);
     ck_assert_uint_eq(atomic_load(&slow.r.fr.pos), 2);  /* its bytes */
     ck_assert_int_eq(slow.reply.broken, 0);
-    fanout_wake_all(f);
+    flight_wake_all(f);
     client_close(&fast);
     client_close(&slow);
     flight_unref(f);
@@ -298,7 +248,7 @@ END_TEST
  */
 START_TEST(test_pending_enomem_drops_that_client)
 {
-    struct fanout_opts o = { 1, 2, &no };
+    struct fanout_opts o = { &fanout_push_policy, 2, &no };
     struct flight *f = flight_new();
     struct client ok, slow;
     static char big[1 << 20];
@@ -313,54 +263,12 @@ START_TEST(test_pending_enomem_drops_that_client)
     fanout_after_append(f, &o);
     ck_assert_int_eq(alloc_failures(), 1);
     alloc_fail_after(0, 0);
-    ck_assert_int_eq(slow.r.where, FANOUT_RUNNING);
+    ck_assert_int_eq(slow.r.fr.state, FLIGHT_READER_RUNNING);
     ck_assert_int_eq(slow.reply.broken, 1);
     ck_assert_int_eq(ok.reply.broken, 0);
-    fanout_wake_all(f);
+    flight_wake_all(f);
     client_close(&ok);
     client_close(&slow);
-    flight_unref(f);
-}
-END_TEST
-
-/* At most 'max' helpers work on a flight at a time, however many chunks
- * arrive; one that finishes makes room for another. */
-START_TEST(test_helpers_bounded_per_flight)
-{
-    struct flight *f = flight_new();
-    struct client c[10];
-    struct fanout_reader *list;
-    struct flight_snap s;
-
-    flight_set_head(f, 200, NULL, -1, 0);
-    for (int i = 0; i < 10; i++) {
-        client_open(&c[i], f, 60000);
-        park_threadless(f, &c[i]);
-    }
-    append_str(f, "one");
-    ck_assert_uint_eq(call_helpers(f, 2, 1), 2);
-    ck_assert_int_eq(c[0].r.helper, 1);
-    ck_assert_int_eq(c[1].r.helper, 1);
-    ck_assert_int_eq(c[0].r.where, FANOUT_RUNNING);
-    append_str(f, "two");
-    ck_assert_uint_eq(call_helpers(f, 2, 1), 0);        /* still 2 at work */
-    /* A helper finishes: it takes until nobody is behind. */
-    while ((list = take(f, 8, &s, 1)) != NULL) {
-        for (struct fanout_reader *r = list; r != NULL; r = r->next) {
-            atomic_store(&r->fr.pos, s.nchunks);
-            r->parkable = 1;
-        }
-        release(f, list);
-    }
-    c[0].r.helper = 0;
-    append_str(f, "three");
-    ck_assert_uint_eq(call_helpers(f, 2, 1), 1);        /* room for one */
-    ck_assert_uint_eq(call_helpers(f, 2, 1), 0);
-    fanout_wake_all(f);
-    for (int i = 0; i < 10; i++) {
-        c[i].r.helper = 0;
-        client_close(&c[i]);
-    }
     flight_unref(f);
 }
 END_TEST
@@ -387,7 +295,7 @@ tail_at(struct flight *f, size_t pos)
 
     gw_mutex_lock(&f->lock);
     yes = f->parked_tail != NULL
-          && atomic_load(&f->parked_tail->fr.pos) == pos;
+          && flight_reader_pos(f->parked_tail) == pos;
     gw_mutex_unlock(&f->lock);
     return yes;
 }
@@ -416,8 +324,8 @@ START_TEST(test_helper_serves_its_own_client_between_takes)
             park_threadless(f, &c[i]);      /* c[0] first: the helper */
         }
         append_str(f, "first");
-        ck_assert_uint_eq(call_helpers(f, 1, 1), 1);
-        ck_assert_int_eq(c[0].r.helper, 1);
+        ck_assert_uint_eq(flight_call_helpers(f, 1, 1), 1);
+        ck_assert_int_eq(c[0].r.fr.helper, 1);
         h.f = f;
         h.r = &c[0].r;
         ck_assert_int_eq(pthread_create(&t, NULL, help_main, &h), 0);
@@ -425,17 +333,18 @@ START_TEST(test_helper_serves_its_own_client_between_takes)
         while (!tail_at(f, 1))
             sched_yield();
         gw_mutex_lock(&f->lock);
-        busy = f->parked != NULL && atomic_load(&f->parked->fr.pos) == 0;
+        busy = f->parked != NULL && flight_reader_pos(f->parked) == 0;
         gw_mutex_unlock(&f->lock);
         append_str(f, "second");
         pthread_join(t, NULL);
+        c[0].r.fr.helper = 0;   /* flight_wait() clears it, as it returns */
         if (busy) {
             /* It had takes left after the append: its own client got the
              * second chunk before it stopped helping. */
             ck_assert_uint_eq(atomic_load(&c[0].r.fr.pos), 2);
             proved = 1;
         }
-        fanout_wake_all(f);
+        flight_wake_all(f);
         for (int i = 0; i <= N; i++)
             client_close(&c[i]);
         flight_unref(f);
@@ -467,14 +376,14 @@ START_TEST(test_sweep_finds_gone_and_late)
     close(gone.peer);
     gone.peer = -1;
     fanout_sweep(f, now);
-    ck_assert_int_eq(ok.r.where, FANOUT_PARKED);
-    ck_assert_int_eq(gone.r.where, FANOUT_RUNNING);
+    ck_assert_int_eq(ok.r.fr.state, FLIGHT_READER_PARKED);
+    ck_assert_int_eq(gone.r.fr.state, FLIGHT_READER_RUNNING);
     ck_assert_int_eq(gone.reply.broken, 1);
-    ck_assert_int_eq(late.r.where, FANOUT_RUNNING);
+    ck_assert_int_eq(late.r.fr.state, FLIGHT_READER_RUNNING);
     ck_assert_int_eq(late.r.expired, 1);
     ck_assert_int_eq(ok.r.expired, 0);
     ck_assert_uint_eq(nparked(f), 1);
-    fanout_wake_all(f);
+    flight_wake_all(f);
     client_close(&ok);
     client_close(&gone);
     client_close(&late);
@@ -503,7 +412,7 @@ peer_await(struct client *c, struct buf *got, const char *want)
 /* A parked follower's deadline is kept by the sweep: 504. */
 START_TEST(test_relay_follower_timeout)
 {
-    struct fanout_opts o = { 1, 2, &no };
+    struct fanout_opts o = { &fanout_push_policy, 2, &no };
     struct flight *f = flight_new();
     struct client c;
     struct buf got;
@@ -521,7 +430,7 @@ START_TEST(test_relay_follower_timeout)
     ck_assert(strncmp(buf_ptr(&got), "HTTP/1.1 504 ", 13) == 0);
     ck_assert(strstr(buf_ptr(&got), "\"code\":\"upstream_timeout\"") != NULL);
     buf_release(&got);
-    flight_finish(f, 0, NULL);
+    flight_finish(f, &complete);
     client_close(&c);
     flight_unref(f);
 }
@@ -534,7 +443,7 @@ END_TEST
 START_TEST(test_relay_stop_ends_stream_defined_way)
 {
     static _Atomic int stop;
-    struct fanout_opts o = { 1, 2, &stop };
+    struct fanout_opts o = { &fanout_push_policy, 2, &stop };
     struct flight *f = flight_new();
     struct client c;
     struct buf got;
@@ -546,7 +455,7 @@ START_TEST(test_relay_stop_ends_stream_defined_way)
     ck_assert_int_eq(pthread_create(&c.t, NULL, relay_main, &c), 0);
     ck_assert(await_parked(f, 1));
     atomic_store(&stop, 1);
-    fanout_wake_all(f);
+    flight_wake_all(f);
     pthread_join(c.t, NULL);
     buf_init(&got, 1 << 16);
     peer_read(&c, &got);
@@ -556,7 +465,7 @@ START_TEST(test_relay_stop_ends_stream_defined_way)
     ck_assert(memmem(buf_ptr(&got), buf_len(&got), "0\r\n\r\n", 5) == NULL);
     ck_assert_int_eq(c.reply.broken, 1);
     buf_release(&got);
-    flight_finish(f, 0, NULL);
+    flight_finish(f, &complete);
     client_close(&c);
     flight_unref(f);
 }
@@ -589,7 +498,7 @@ await_not_read(struct fanout_reader *r)
  */
 START_TEST(test_relay_cut_lets_go_while_its_client_blocks)
 {
-    struct fanout_opts o = { _i, 2, &no };      /* leader_writes */
+    struct fanout_opts o = { fanout_policy_of(_i), 2, &no };
     struct flight *f = flight_new();
     struct flight_reader fast;
     struct client slow;
@@ -626,8 +535,8 @@ START_TEST(test_relay_cut_lets_go_while_its_client_blocks)
         ck_assert_uint_le(flight_kept_bytes(f), max + lag + per);
     }
     ck_assert_uint_le(flight_kept_bytes(f), 2 * per);
-    flight_finish(f, 0, NULL);
-    fanout_wake_all(f);
+    flight_finish(f, &complete);
+    flight_wake_all(f);
     buf_init(&got, 16 << 20);
     ck_assert(peer_await(&slow, &got, "client_too_slow"));
     pthread_join(slow.t, NULL);
@@ -651,7 +560,7 @@ END_TEST
 /* A failed flight: every client gets the same error, no clean end. */
 START_TEST(test_relay_failure_same_for_all)
 {
-    struct fanout_opts o = { 0, 2, &no };       /* leader_writes off */
+    struct fanout_opts o = { &fanout_wake_policy, 2, &no };
     struct flight *f = flight_new();
     struct client c[3];
     struct buf got[3];
@@ -667,8 +576,8 @@ START_TEST(test_relay_failure_same_for_all)
     append_str(f, "data: 1\n\n");
     fanout_after_append(f, &o);         /* off: wakes everyone */
     ck_assert(await_parked(f, 3));
-    flight_finish(f, GW_ENOMEM, "out of memory");
-    fanout_wake_all(f);
+    flight_finish(f, &out_of_memory);
+    flight_wake_all(f);
     for (int i = 0; i < 3; i++) {
         pthread_join(c[i].t, NULL);
         buf_init(&got[i], 1 << 16);
@@ -697,10 +606,8 @@ fanout_suite(void)
 
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, test_every_client_gets_every_byte);
-    tcase_add_test(tc, test_take_only_the_readers_behind);
     tcase_add_test(tc, test_full_socket_hands_back_with_pending);
     tcase_add_test(tc, test_pending_enomem_drops_that_client);
-    tcase_add_test(tc, test_helpers_bounded_per_flight);
     tcase_add_test(tc, test_helper_serves_its_own_client_between_takes);
     tcase_add_test(tc, test_sweep_finds_gone_and_late);
     tcase_add_test(tc, test_relay_follower_timeout);

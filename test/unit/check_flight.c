@@ -1,16 +1,29 @@
 /*
  * check_flight.c - the flight: the shared chunk log, its readers, its
- * memory bound and its snapshots, without sockets or threads.
+ * memory bound and its snapshots, without sockets; and the readers'
+ * states (park, take, release, helpers, wake), with a thread where one
+ * must sleep.
  */
 #include <check.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "alloc.h"
 #include "flight.h"
 #include "testutil.h"
 #include "util.h"
+
+/* How the calls behind the flights here end (outcome.h). */
+static const struct call_outcome complete = { CALL_OK, 200, 0,
+                                              CALL_FAULT_NONE };
+static const struct call_outcome out_of_memory = { CALL_NOMEM, 0, 0,
+                                                   CALL_FAULT_GATEWAY };
+static const struct call_outcome overloaded = { CALL_STATUS, 503, 7,
+                                                CALL_FAULT_UPSTREAM };
 
 #define BIG ((size_t)1 << 30)       /* a bound that is never reached */
 
@@ -72,11 +85,14 @@ START_TEST(test_replay_from_zero)
     flight_snap(f, 16, &s);
     ck_assert_uint_eq(s.n, 4);
     ck_assert(chunk_is(s.chunk[3], 19));
-    flight_finish(f, GW_EUPSTREAM, "connection broken");
+    flight_finish(f, &overloaded);
     flight_snap(f, 20, &s);
     ck_assert_int_eq(s.state, FLIGHT_FAILED);
-    ck_assert_int_eq(s.err_rc, GW_EUPSTREAM);
-    ck_assert_str_eq(s.err_reason, "connection broken");
+    /* Every client is told the same, whole. */
+    ck_assert_int_eq(s.outcome.kind, CALL_STATUS);
+    ck_assert_int_eq(s.outcome.status, 503);
+    ck_assert_int_eq(s.outcome.retry_after_s, 7);
+    ck_assert_int_eq(s.outcome.fault, CALL_FAULT_UPSTREAM);
     ck_assert_uint_eq(s.n, 0);
     /* A finished flight takes no joiners. */
     ck_assert_int_eq(flight_attach(f, &b), GW_ETOOBIG);
@@ -107,7 +123,7 @@ START_TEST(test_bound_counts_chunk_overhead)
     /* 1-byte chunks: far fewer than 1024 of them closed it. */
     ck_assert_uint_lt(n, max / 8);
     ck_assert_int_eq(flight_attach(f, &b), GW_ETOOBIG);
-    flight_finish(f, 0, NULL);
+    flight_finish(f, &complete);
     flight_detach(f, &a);
     flight_unref(f);
 }
@@ -154,7 +170,7 @@ START_TEST(test_trim_follows_the_slowest_reader)
     flight_snap(f, 1100, &s);
     ck_assert_uint_eq(s.nchunks, 1100);
     ck_assert_uint_eq(s.n, 0);
-    flight_finish(f, 0, NULL);
+    flight_finish(f, &complete);
     flight_detach(f, &fast);
     flight_unref(f);
 }
@@ -211,7 +227,7 @@ static void
 flight_done_with_two(struct flight *f, struct flight_reader *a,
                      struct flight_reader *b)
 {
-    flight_finish(f, 0, NULL);
+    flight_finish(f, &complete);
     flight_detach(f, a);
     flight_detach(f, b);
     flight_unref(f);
@@ -312,7 +328,7 @@ START_TEST(test_caught_up_reader_never_cut)
     ck_assert_int_eq(flight_append(f, big, sizeof(big), max, lag), 0);
     ck_assert_int_eq(flight_append(f, big, sizeof(big), max, lag), 0);
     ck_assert(is_cut(f, &a));
-    flight_finish(f, 0, NULL);
+    flight_finish(f, &complete);
     flight_detach(f, &a);
     flight_unref(f);
 }
@@ -342,7 +358,7 @@ START_TEST(test_no_trim_while_joinable)
     ck_assert(!is_cut(f, &b));
     flight_snap(f, 0, &s);
     ck_assert(chunk_is(s.chunk[0], 0));
-    flight_finish(f, 0, NULL);
+    flight_finish(f, &complete);
     flight_detach(f, &a);
     flight_detach(f, &b);
     flight_unref(f);
@@ -370,13 +386,337 @@ START_TEST(test_append_enomem_leaves_flight_unchanged)
     flight_snap(f, 0, &s);
     ck_assert_uint_eq(s.nchunks, 1);
     ck_assert(chunk_is(s.chunk[0], 0));
-    flight_finish(f, GW_ENOMEM, "out of memory");
+    flight_finish(f, &out_of_memory);
     flight_detach(f, &a);
     flight_unref(f);
     /* Out of memory for the flight itself. */
     alloc_fail_after(1, 0);
     ck_assert_ptr_null(flight_new());
     alloc_fail_after(0, 0);
+}
+END_TEST
+
+/* ---- the readers' states ---- */
+
+static _Atomic int no_stop;
+
+/*
+ * Park 'r' without a thread: claimed, brought up to date, released
+ * caught up (what a holder does with a reader it pushed to).
+ */
+static void
+park_threadless(struct flight *f, struct flight_reader *r)
+{
+    gw_mutex_lock(&f->lock);
+    r->state = FLIGHT_READER_CLAIMED;
+    r->qnext = NULL;
+    gw_mutex_unlock(&f->lock);
+    flight_reader_advance(r, f->nchunks);
+    flight_reader_set_parkable(r, 1);
+    flight_release(f, r);
+}
+
+/* 'n' new readers of 'f', attached and parked in order. */
+static void
+park_n(struct flight *f, struct flight_reader *r, int n)
+{
+    for (int i = 0; i < n; i++) {
+        flight_reader_init(&r[i]);
+        ck_assert_int_eq(flight_attach(f, &r[i]), 0);
+        park_threadless(f, &r[i]);
+    }
+}
+
+static void
+drop_n(struct flight *f, struct flight_reader *r, int n)
+{
+    for (int i = 0; i < n; i++) {
+        r[i].helper = 0;        /* a threadless helper never waits */
+        flight_detach(f, &r[i]);
+        flight_reader_release(&r[i]);
+    }
+}
+
+/*
+ * flight_take() hands out only readers that are behind, oldest first, at
+ * most 'max' at a time, as a claimed batch with the snapshot from the
+ * first; one released caught up is parked again (at the tail) and not
+ * taken again until the next append.
+ */
+START_TEST(test_take_only_the_readers_behind)
+{
+    struct flight *f = flight_new();
+    struct flight_reader r[3], *batch, *fr;
+    struct flight_snap s;
+
+    flight_set_head(f, 200, NULL, -1, 0);
+    park_n(f, r, 3);
+    ck_assert_uint_eq(flight_parked(f), 3);
+    ck_assert_int_eq(r[0].state, FLIGHT_READER_PARKED);
+    ck_assert_ptr_null(flight_take(f, 8, &s, 0));   /* nobody is behind */
+    append_n(f, 0, 1, BIG);
+    batch = flight_take(f, 2, &s, 0);
+    ck_assert_ptr_eq(batch, &r[0]);
+    ck_assert_ptr_eq(flight_batch_next(batch), &r[1]);
+    ck_assert_ptr_null(flight_batch_next(&r[1]));
+    ck_assert_int_eq(r[0].state, FLIGHT_READER_CLAIMED);
+    ck_assert_int_eq(r[1].state, FLIGHT_READER_CLAIMED);
+    ck_assert_int_eq(atomic_load(&r[0].reading), 1);
+    ck_assert_uint_eq(flight_parked(f), 1);
+    ck_assert_uint_eq(s.lo, 0);
+    ck_assert_uint_eq(s.n, 1);
+    ck_assert(chunk_is(s.chunk[0], 0));
+    for (fr = batch; fr != NULL; fr = flight_batch_next(fr)) {
+        flight_reader_advance(fr, 1);
+        flight_reader_set_parkable(fr, 1);
+        flight_read_done(fr);
+    }
+    flight_release(f, batch);           /* parked behind the third */
+    ck_assert_uint_eq(flight_parked(f), 3);
+    ck_assert_int_eq(r[0].state, FLIGHT_READER_PARKED);
+    batch = flight_take(f, 8, &s, 0);
+    ck_assert_ptr_eq(batch, &r[2]);
+    ck_assert_ptr_null(flight_batch_next(batch));
+    flight_reader_advance(batch, 1);
+    flight_reader_set_parkable(batch, 1);
+    flight_read_done(batch);
+    flight_release(f, batch);
+    ck_assert_ptr_null(flight_take(f, 8, &s, 0));
+    ck_assert_uint_eq(flight_parked(f), 3);
+    flight_wake_all(f);
+    ck_assert_uint_eq(flight_parked(f), 0);
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(r[i].state, FLIGHT_READER_RUNNING);
+    drop_n(f, r, 3);
+    flight_unref(f);
+}
+END_TEST
+
+/*
+ * flight_release() parks again only a reader that its holder found
+ * caught up, that has every chunk, of a flight that still runs; every
+ * other goes back to its thread.
+ */
+START_TEST(test_release_parks_only_the_caught_up)
+{
+    struct flight *f = flight_new();
+    struct flight_reader r[4], *batch;
+
+    flight_set_head(f, 200, NULL, -1, 0);
+    park_n(f, r, 4);
+    batch = flight_claim_parked(f);
+    ck_assert_ptr_eq(batch, &r[0]);
+    ck_assert_uint_eq(flight_parked(f), 0);
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(r[i].state, FLIGHT_READER_CLAIMED);
+    flight_reader_set_parkable(&r[0], 1);       /* caught up: parks */
+    flight_reader_set_parkable(&r[1], 0);       /* its holder says no */
+    flight_reader_set_parkable(&r[2], 1);
+    flight_reader_set_parkable(&r[3], 1);
+    append_n(f, 0, 1, BIG);                     /* r[2], r[3] behind now */
+    flight_reader_advance(&r[0], 1);
+    flight_reader_advance(&r[3], 1);
+    flight_release(f, batch);
+    ck_assert_int_eq(r[0].state, FLIGHT_READER_PARKED);
+    ck_assert_int_eq(r[1].state, FLIGHT_READER_RUNNING);
+    ck_assert_int_eq(r[2].state, FLIGHT_READER_RUNNING);
+    ck_assert_int_eq(r[3].state, FLIGHT_READER_PARKED);
+    ck_assert_uint_eq(flight_parked(f), 2);
+
+    /* Once the flight is over, nobody parks again. */
+    batch = flight_claim_parked(f);
+    flight_finish(f, &complete);
+    flight_release(f, batch);
+    ck_assert_int_eq(r[0].state, FLIGHT_READER_RUNNING);
+    ck_assert_int_eq(r[3].state, FLIGHT_READER_RUNNING);
+    ck_assert_uint_eq(flight_parked(f), 0);
+    drop_n(f, r, 4);
+    flight_unref(f);
+}
+END_TEST
+
+/* At most 'max' helpers work on a flight at a time, however many chunks
+ * arrive; one whose take finds nobody behind makes room for another. */
+START_TEST(test_helpers_bounded_per_flight)
+{
+    struct flight *f = flight_new();
+    struct flight_reader r[10], *batch, *fr;
+    struct flight_snap s;
+
+    flight_set_head(f, 200, NULL, -1, 0);
+    park_n(f, r, 10);
+    ck_assert_uint_eq(flight_call_helpers(f, 2, 1), 0); /* none behind */
+    append_n(f, 0, 1, BIG);
+    ck_assert_uint_eq(flight_call_helpers(f, 10, 4), 2);    /* 10 / 4 */
+    ck_assert_int_eq(r[0].helper, 1);
+    ck_assert_int_eq(r[1].helper, 1);
+    ck_assert_int_eq(r[2].helper, 0);
+    ck_assert_int_eq(r[0].state, FLIGHT_READER_RUNNING);
+    ck_assert_uint_eq(flight_parked(f), 8);
+    append_n(f, 1, 1, BIG);
+    ck_assert_uint_eq(flight_call_helpers(f, 2, 1), 0); /* still 2 at work */
+    /* A helper finishes: it takes until nobody is behind. */
+    while ((batch = flight_take(f, 8, &s, 1)) != NULL) {
+        for (fr = batch; fr != NULL; fr = flight_batch_next(fr)) {
+            flight_reader_advance(fr, s.nchunks);
+            flight_reader_set_parkable(fr, 1);
+            flight_read_done(fr);
+        }
+        flight_release(f, batch);
+    }
+    append_n(f, 2, 1, BIG);
+    ck_assert_uint_eq(flight_call_helpers(f, 2, 1), 1); /* room for one */
+    ck_assert_uint_eq(flight_call_helpers(f, 2, 1), 0);
+    flight_wake_all(f);
+    drop_n(f, r, 10);
+    flight_unref(f);
+}
+END_TEST
+
+struct waiter {
+    struct flight *f;
+    struct flight_reader r;
+    const _Atomic int *stop;
+    struct flight_snap s;
+    enum flight_wait got;
+    _Atomic int done;
+    pthread_t t;
+};
+
+static void *
+wait_main(void *p)
+{
+    struct waiter *w = p;
+
+    w->got = flight_wait(w->f, &w->r, w->stop, &w->s);
+    if (w->got == FLIGHT_WAIT_NEWS)
+        flight_read_done(&w->r);
+    atomic_store(&w->done, 1);
+    return NULL;
+}
+
+/* A thread in flight_wait() for a new reader of 'f' at 'pos'. */
+static void
+waiter_start(struct waiter *w, struct flight *f, size_t pos,
+             const _Atomic int *stop)
+{
+    memset(w, 0, sizeof(*w));
+    w->f = f;
+    w->stop = stop;
+    flight_reader_init(&w->r);
+    ck_assert_int_eq(flight_attach(f, &w->r), 0);
+    flight_reader_advance(&w->r, pos);
+    ck_assert_int_eq(pthread_create(&w->t, NULL, wait_main, w), 0);
+}
+
+static void
+waiter_end(struct waiter *w)
+{
+    pthread_join(w->t, NULL);
+    flight_detach(w->f, &w->r);
+    flight_reader_release(&w->r);
+}
+
+/* Poll (3 s at most) until 'n' readers of 'f' are parked. */
+static int
+await_parked(struct flight *f, size_t n)
+{
+    int64_t end = gw_now_ms() + 3000;
+
+    while (flight_parked(f) != n) {
+        if (gw_now_ms() > end)
+            return 0;
+        sched_yield();
+    }
+    return 1;
+}
+
+/*
+ * flight_wait(): a reader with news does not park; one without sleeps
+ * until it is handed back, and an append alone does not wake it (the
+ * policy decides, fanout.h); handed back, it gets the snapshot from its
+ * position.
+ */
+START_TEST(test_wait_parks_until_handed_back)
+{
+    struct flight *f = flight_new();
+    struct waiter w;
+
+    flight_set_head(f, 200, NULL, -1, 0);
+    append_n(f, 0, 1, BIG);
+    waiter_start(&w, f, 0, &no_stop);   /* chunk 0 is news: no park */
+    waiter_end(&w);
+    ck_assert_int_eq(w.got, FLIGHT_WAIT_NEWS);
+    ck_assert_uint_eq(w.s.n, 1);
+    ck_assert_uint_eq(flight_parked(f), 0);
+
+    waiter_start(&w, f, 1, &no_stop);   /* has everything: parks */
+    ck_assert(await_parked(f, 1));
+    ck_assert_int_eq(w.r.state, FLIGHT_READER_PARKED);
+    append_n(f, 1, 1, BIG);
+    usleep(20000);
+    ck_assert_int_eq(atomic_load(&w.done), 0);      /* not woken */
+    flight_wake_all(f);
+    waiter_end(&w);
+    ck_assert_int_eq(w.got, FLIGHT_WAIT_NEWS);
+    ck_assert_uint_eq(w.s.lo, 1);
+    ck_assert_uint_eq(w.s.n, 1);
+    ck_assert(chunk_is(w.s.chunk[0], 1));
+    ck_assert_uint_eq(flight_parked(f), 0);
+    flight_unref(f);
+}
+END_TEST
+
+/* A thread whose reader is made a helper returns FLIGHT_WAIT_HELP, no
+ * snapshot, and its helper mark is cleared. */
+START_TEST(test_wait_returns_to_help)
+{
+    struct flight *f = flight_new();
+    struct waiter w;
+    struct flight_snap s;
+
+    flight_set_head(f, 200, NULL, -1, 0);
+    waiter_start(&w, f, 0, &no_stop);
+    ck_assert(await_parked(f, 1));
+    append_n(f, 0, 1, BIG);
+    ck_assert_uint_eq(flight_call_helpers(f, 1, 1), 1);
+    waiter_end(&w);
+    ck_assert_int_eq(w.got, FLIGHT_WAIT_HELP);
+    ck_assert_int_eq(w.r.helper, 0);
+    ck_assert_int_eq(w.r.state, FLIGHT_READER_RUNNING);
+    /* Its take finds nobody behind: its help ends, room for another. */
+    ck_assert_ptr_null(flight_take(f, 8, &s, 1));
+    ck_assert_uint_eq(f->helping, 0);
+    flight_unref(f);
+}
+END_TEST
+
+/* The stop: a parked reader leaves the FIFO by itself once woken, and a
+ * reader does not park at all while stopping. */
+START_TEST(test_wait_ends_at_the_stop)
+{
+    static _Atomic int stop;
+    struct flight *f = flight_new();
+    struct waiter w;
+
+    flight_set_head(f, 200, NULL, -1, 0);
+    atomic_store(&stop, 0);
+    waiter_start(&w, f, 0, &stop);
+    ck_assert(await_parked(f, 1));
+    atomic_store(&stop, 1);
+    gw_mutex_lock(&f->lock);            /* a wake-up, not a hand-back */
+    pthread_cond_signal(&w.r.cv);
+    gw_mutex_unlock(&f->lock);
+    waiter_end(&w);
+    ck_assert_int_eq(w.got, FLIGHT_WAIT_NEWS);
+    ck_assert_uint_eq(flight_parked(f), 0);
+    ck_assert_ptr_null(f->parked);
+
+    waiter_start(&w, f, 0, &stop);      /* stopping: returns at once */
+    waiter_end(&w);
+    ck_assert_int_eq(w.got, FLIGHT_WAIT_NEWS);
+    ck_assert_uint_eq(flight_parked(f), 0);
+    flight_unref(f);
 }
 END_TEST
 
@@ -394,6 +734,16 @@ flight_suite(void)
     tcase_add_test(tc, test_caught_up_reader_never_cut);
     tcase_add_test(tc, test_no_trim_while_joinable);
     tcase_add_test(tc, test_append_enomem_leaves_flight_unchanged);
+    suite_add_tcase(s, tc);
+
+    tc = tcase("readers");
+    tcase_set_timeout(tc, 30);
+    tcase_add_test(tc, test_take_only_the_readers_behind);
+    tcase_add_test(tc, test_release_parks_only_the_caught_up);
+    tcase_add_test(tc, test_helpers_bounded_per_flight);
+    tcase_add_test(tc, test_wait_parks_until_handed_back);
+    tcase_add_test(tc, test_wait_returns_to_help);
+    tcase_add_test(tc, test_wait_ends_at_the_stop);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -9,6 +9,7 @@
 #include <check.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,7 +61,7 @@ teardown(void)
 static int
 take(struct pool_slot *s)
 {
-    struct pool_want w = { NULL, 0, 0, 0, NULL, NULL };
+    struct pool_want w = { NULL, 0, 0, 0, NULL, NULL, CONFIG_MAX_TENANTS };
     int ra;
 
     return pool_acquire(pool, &w, s, &ra);
@@ -113,7 +114,7 @@ upstream_metric(const char *name, const char *up)
 static void
 fail_on(int idx, enum pool_outcome o)
 {
-    struct pool_want w = { NULL, 0, 0, 1, NULL, NULL };
+    struct pool_want w = { NULL, 0, 0, 1, NULL, NULL, CONFIG_MAX_TENANTS };
     struct pool_slot s;
     int ra;
 
@@ -129,7 +130,7 @@ START_TEST(test_eject_half_open_close)
 {
     struct pool_slot s, t;
     int ra;
-    struct pool_want w = { NULL, 0, 0, 0, NULL, NULL };
+    struct pool_want w = { NULL, 0, 0, 0, NULL, NULL, CONFIG_MAX_TENANTS };
 
     make_pool(1, "eject_after = 2\neject_time = 100ms\n" NO_PANIC, "");
     ck_assert_int_eq(take(&s), 0);
@@ -332,7 +333,7 @@ END_TEST
 
 START_TEST(test_panic_routes_across_all)
 {
-    struct pool_want w = { NULL, 0, 0, 0, NULL, NULL };
+    struct pool_want w = { NULL, 0, 0, 0, NULL, NULL, CONFIG_MAX_TENANTS };
     struct pool_slot s, t;
     int ra;
 
@@ -453,7 +454,7 @@ wait_queued(int n)
 
 START_TEST(test_queue_granted_in_order)
 {
-    struct waiter_arg a = { 1, { -1, 0, 0 } }, b = { 1, { -1, 0, 0 } };
+    struct waiter_arg a = { 1, { -1, 0, 0, 0 } }, b = { 1, { -1, 0, 0, 0 } };
     struct pool_slot s;
     pthread_t ta, tb;
 
@@ -477,7 +478,7 @@ END_TEST
 
 START_TEST(test_queue_timeout_and_no_wait)
 {
-    struct pool_want w = { NULL, 0, 0, 1, NULL, NULL };
+    struct pool_want w = { NULL, 0, 0, 1, NULL, NULL, CONFIG_MAX_TENANTS };
     struct pool_slot s, t;
     int64_t t0;
     int ra;
@@ -494,7 +495,7 @@ END_TEST
 
 START_TEST(test_queue_stop_and_hopeless)
 {
-    struct waiter_arg a = { 1, { -1, 0, 0 } };
+    struct waiter_arg a = { 1, { -1, 0, 0, 0 } };
     struct pool_slot s;
     pthread_t ta;
 
@@ -524,7 +525,7 @@ END_TEST
 
 START_TEST(test_panic_grants_a_waiter_an_ejected_slot)
 {
-    struct waiter_arg a = { 1, { -1, 0, 0 } };
+    struct waiter_arg a = { 1, { -1, 0, 0, 0 } };
     struct pool_slot s;
     pthread_t ta;
 
@@ -593,7 +594,7 @@ END_TEST
 START_TEST(test_prefix_sticks_and_bounds)
 {
     struct pool_want w = { NULL, UINT64_C(0x1234567890abcdef), 0, 0, NULL,
-                           NULL };
+                           NULL, CONFIG_MAX_TENANTS };
     struct pool_slot s[12];
     int count[3] = { 0, 0, 0 }, first, ra;
 
@@ -623,7 +624,7 @@ START_TEST(test_models_route)
     char err[256];
     char **ids = gw_calloc(1, sizeof(*ids));
     char **texts = gw_calloc(1, sizeof(*texts));
-    struct pool_want w = { "beta", 0, 0, 0, NULL, NULL };
+    struct pool_want w = { "beta", 0, 0, 0, NULL, NULL, CONFIG_MAX_TENANTS };
     struct pool_slot s;
     struct buf b;
     int ra;
@@ -653,6 +654,405 @@ START_TEST(test_models_route)
                      "\"owned_by\":\"a\"},"
                      "{\"id\":\"beta\",\"object\":\"model\"}]}");
     buf_release(&b);
+}
+END_TEST
+
+/* ---- the engines' load (engine.h) ---- */
+
+/* Upstream idx's engine reports 'waiting' queued and 'running'. */
+static void
+report(size_t idx, double waiting, double running, double kv)
+{
+    const struct engine_report r = { waiting, running, kv };
+    const struct engine_mark sent = pool_load_mark(pool, idx);
+
+    pool_set_load(pool, idx, &r, &sent);
+}
+
+/* Two reads in a row that show the batch full with a queue: the room
+ * is known from then on (engine.h). */
+static void
+report_full(size_t idx, double waiting, double running, double kv)
+{
+    report(idx, waiting, running, kv);
+    report(idx, waiting, running, kv);
+}
+
+/* Hold n calls (default tenant); count those that went to each of 2. */
+static void
+hold(struct pool_slot *s, int n, int got[2])
+{
+    got[0] = got[1] = 0;
+    for (int i = 0; i < n; i++) {
+        ck_assert_int_eq(take(&s[i]), 0);
+        got[s[i].idx]++;
+    }
+}
+
+static void
+release_all(struct pool_slot *s, int n)
+{
+    for (int i = 0; i < n; i++)
+        pool_release(pool, &s[i], POOL_OK, 0);
+}
+
+START_TEST(test_least_load_reads_the_engines)
+{
+    struct pool_slot s[16];
+    int got[2];
+
+    make_pool(2, "max_waiting = 1000\n", "");
+    /* u0's engine is loaded from elsewhere: 10 waiting, 8 running. */
+    report(0, 10, 8, 0.5);
+    report(1, 0, 2, 0.1);
+    hold(s, 16, got);
+    /* u1 scores 2 + started; u0 48: all 16 go to u1. */
+    ck_assert_int_eq(got[1], 16);
+    release_all(s, 16);
+    ck_assert_int_eq(upstream_metric("infergw_upstream_engine_running",
+                                     "u0"), 8);
+}
+END_TEST
+
+START_TEST(test_least_load_without_metrics_is_least_inflight)
+{
+    struct pool_slot s[8];
+    int got[2];
+
+    make_pool(2, "load_stale = 50ms\n", "");
+    hold(s, 8, got);
+    ck_assert_int_eq(got[0], 4);        /* never scraped: open calls */
+    ck_assert_int_eq(got[1], 4);
+    release_all(s, 8);
+    /* A report, then no other: once stale, open calls again. */
+    report(0, 0, 100, 0);
+    hold(s, 4, got);
+    ck_assert_int_eq(got[1], 4);
+    release_all(s, 4);
+    poll(NULL, 0, 80);                  /* past load_stale, on purpose */
+    hold(s, 8, got);
+    ck_assert_int_eq(got[0], 4);
+    release_all(s, 8);
+    /* A failed scrape forgets at once. */
+    report(0, 0, 100, 0);
+    pool_set_load(pool, 0, NULL, NULL);
+    hold(s, 8, got);
+    ck_assert_int_eq(got[0], 4);
+    release_all(s, 8);
+}
+END_TEST
+
+/*
+ * A scrape's answer tells the engine's state when the engine read it,
+ * after it was sent: a call that ended in between is not in it or is,
+ * and either way the answer must not bring it back to life.
+ */
+START_TEST(test_a_report_counts_from_when_it_was_sent)
+{
+    const struct engine_report r = { 0, 1, 0 };
+    struct engine_mark sent;
+    struct pool_slot busy, quick, s;
+    size_t idle;
+
+    make_pool(2, "", "");
+    report(0, 0, 0, 0);
+    report(1, 0, 0, 0);
+    ck_assert_int_eq(take(&busy), 0);   /* held on one of them */
+    report((size_t)busy.idx, 0, 1, 0);
+    /* A tie is broken at random: 20 rounds, or a mutant passes by luck. */
+    for (int i = 0; i < 20; i++) {
+        ck_assert_int_eq(take(&quick), 0);      /* to the idle one */
+        ck_assert_int_ne(quick.idx, busy.idx);
+        idle = (size_t)quick.idx;
+        /* Its scrape goes out while the quick call runs, and its engine
+           counts it; the call ends before the answer comes back. */
+        sent = pool_load_mark(pool, idle);
+        pool_release(pool, &quick, POOL_OK, 0);
+        pool_set_load(pool, idle, &r, &sent);
+        /* Idle again, not a tie with the busy one. */
+        ck_assert_int_eq(take(&s), 0);
+        ck_assert_int_ne(s.idx, busy.idx);
+        pool_release(pool, &s, POOL_OK, 0);
+    }
+    pool_release(pool, &busy, POOL_OK, 0);
+}
+END_TEST
+
+START_TEST(test_least_inflight_ignores_the_engines)
+{
+    struct pool_slot s[8];
+    int got[2];
+
+    make_pool(2, "balance = least_inflight\nmax_waiting = 1\n", "");
+    report(0, 50, 100, 0.99);           /* would be saturated */
+    hold(s, 8, got);
+    ck_assert_int_eq(got[0], 4);
+    release_all(s, 8);
+}
+END_TEST
+
+START_TEST(test_kv_high_saturates)
+{
+    struct pool_slot s[4];
+    int got[2];
+
+    make_pool(2, "kv_high = 0.8\nmax_waiting = 100\n", "");
+    report(0, 0, 1, 0.95);
+    report(1, 0, 1, 0.2);
+    hold(s, 4, got);
+    ck_assert_int_eq(got[1], 4);
+    ck_assert_int_eq(upstream_metric("infergw_upstream_saturated", "u0"), 1);
+    ck_assert_int_eq(upstream_metric("infergw_upstream_saturated", "u1"), 0);
+    release_all(s, 4);
+}
+END_TEST
+
+START_TEST(test_saturated_fleet_waits_until_a_scrape_frees_it)
+{
+    struct waiter_arg a = { 1, { -1, 0, 0, 0 } };
+    struct pool_slot s;
+    pthread_t ta;
+
+    make_pool(1, "max_waiting = 2\nqueue_timeout = 5s\n", "");
+    report_full(0, 2, 8, 0.5);          /* a queue of 2: saturated */
+    ck_assert_int_eq(pthread_create(&ta, NULL, waiter, &a), 0);
+    wait_queued(1);
+    report(0, 0, 8, 0.5);               /* the queue drained */
+    pthread_join(ta, NULL);
+    ck_assert_int_eq(a.rc, 0);
+    ck_assert(a.slot.queued);
+    pool_release(pool, &a.slot, POOL_OK, 0);
+    /* Capacity learned (8 ran while 2 waited): with 8 running, two more
+     * started calls make a queue of 2 again. */
+    ck_assert_int_eq(take(&s), 0);
+    ck_assert_int_eq(upstream_metric("infergw_upstream_saturated", "u0"), 0);
+    ck_assert_int_eq(take(&a.slot), 0);
+    ck_assert_int_eq(upstream_metric("infergw_upstream_saturated", "u0"), 1);
+    pool_release(pool, &s, POOL_OK, 0);
+    ck_assert_int_eq(upstream_metric("infergw_upstream_saturated", "u0"), 0);
+    pool_release(pool, &a.slot, POOL_OK, 0);
+}
+END_TEST
+
+START_TEST(test_a_burst_on_an_idle_engine_starts_slowly)
+{
+    struct pool_slot s[23], extra;
+
+    make_pool(1, "max_waiting = 4\nqueue_timeout = 0\n", "");
+    report(0, 0, 0, 0);                 /* idle, nothing known of it */
+    /* Room taken to be max_waiting (4); 4 more would be a queue of 4. */
+    for (int i = 0; i < 8; i++)
+        ck_assert_int_eq(take(&s[i]), 0);
+    ck_assert_int_eq(take(&extra), GW_ETIMEDOUT);
+    /* The next read shows those 8 running without a queue: room twice
+     * that, 16, and 4 past it: 12 more. */
+    report(0, 0, 8, 0);
+    for (int i = 8; i < 20; i++)
+        ck_assert_int_eq(take(&s[i]), 0);
+    ck_assert_int_eq(take(&extra), GW_ETIMEDOUT);
+    /* One read with a queue of 1 proves nothing (it may have come
+     * between two steps): still doubling, 40, and 24 more would fit. */
+    report(0, 1, 20, 0);
+    ck_assert_int_eq(take(&extra), 0);
+    pool_release(pool, &extra, POOL_OK, 0);
+    /* The second in a row: the room is known (20), no doubling; 3 more
+     * make the queue 4. */
+    report(0, 1, 20, 0);
+    for (int i = 20; i < 23; i++)
+        ck_assert_int_eq(take(&s[i]), 0);
+    ck_assert_int_eq(take(&extra), GW_ETIMEDOUT);
+    release_all(s, 23);
+}
+END_TEST
+
+/* ---- tenants in the queue ---- */
+
+#define TENANTS "max_waiting = 1\nqueue_timeout = 5s\n" TENANT_SECTIONS
+#define TENANT_SECTIONS \
+    "[tenant a]\napi_key = key-a-0123456789ab\n" \
+    "[tenant b]\napi_key = key-b-0123456789ab\n" \
+    "[tenant c]\napi_key = key-c-0123456789ab\npriority = 5\n" \
+    "[tenant d]\napi_key = key-d-0123456789ab\npriority = -1\n" \
+    "[tenant e]\napi_key = key-e-0123456789ab\nweight = 4\n"
+
+struct tenant_waiter {
+    size_t tenant;
+    int rc;
+    _Atomic int done;
+    struct pool_slot slot;
+};
+
+static void *
+tenant_waiter(void *arg)
+{
+    struct tenant_waiter *a = arg;
+    struct pool_want w = { NULL, 0, 0, 0, NULL, NULL, a->tenant };
+    int ra;
+
+    a->rc = pool_acquire(pool, &w, &a->slot, &ra);
+    atomic_store(&a->done, 1);
+    return NULL;
+}
+
+static int
+take_as(size_t tenant, struct pool_slot *s)
+{
+    struct pool_want w = { NULL, 0, 0, 0, NULL, NULL, tenant };
+    int ra;
+
+    return pool_acquire(pool, &w, s, &ra);
+}
+
+/* Let one call through; return which of w[0..n) got it. */
+static int
+admit_one(struct tenant_waiter *w, int n)
+{
+    int64_t end = gw_now_ms() + 5000;
+
+    /* Capacity 8 is known: 7 running leaves one place.  (Tenants
+       compete: none gets a place in the engine's queue, pool.h.) */
+    report(0, 0, 7, 0.1);
+    for (;;) {
+        int found = -1, count = 0;
+
+        for (int i = 0; i < n; i++)
+            if (atomic_load(&w[i].done) && w[i].slot.idx >= 0) {
+                found = i;
+                count++;
+            }
+        if (count == 1) {
+            ck_assert_int_eq(w[found].rc, 0);
+            /* Saturated again; its end lets one of the engine's two
+               waiting in, so one is still waiting. */
+            report(0, 2, 8, 0.1);
+            pool_release(pool, &w[found].slot, POOL_OK, 0);
+            w[found].slot.idx = -2;     /* counted */
+            return found;
+        }
+        ck_assert_msg(count == 0, "%d admitted at once", count);
+        ck_assert_msg(gw_now_ms() < end, "nobody admitted");
+        poll(NULL, 0, 2);
+    }
+}
+
+START_TEST(test_priority_then_fewest_open_per_weight_then_oldest)
+{
+    /* Arrival order: b, b, a, e, c. */
+    struct tenant_waiter w[5] = {
+        { 1, 1, 0, { -1, 0, 0, 0 } }, { 1, 1, 0, { -1, 0, 0, 0 } },
+        { 0, 1, 0, { -1, 0, 0, 0 } }, { 4, 1, 0, { -1, 0, 0, 0 } },
+        { 2, 1, 0, { -1, 0, 0, 0 } },
+    };
+    struct pool_slot held[3];
+    pthread_t t[5];
+    int order[5];
+
+    make_pool(1, TENANTS, "");
+    /* b and e hold 1 call each, a none; then the engine saturates. */
+    ck_assert_int_eq(take_as(1, &held[0]), 0);
+    ck_assert_int_eq(take_as(4, &held[1]), 0);
+    ck_assert_int_eq(take_as(4, &held[2]), 0);
+    report_full(0, 1, 8, 0.1);
+    for (int i = 0; i < 5; i++) {
+        ck_assert_int_eq(pthread_create(&t[i], NULL, tenant_waiter, &w[i]),
+                         0);
+        wait_queued(i + 1);
+    }
+    for (int i = 0; i < 5; i++)
+        order[i] = admit_one(w, 5);
+    /* c (priority 5); then per weight: a 0/1, e 2/4 = 0.5, b 1/1: a, e
+     * (now 3/4 < 1), then b's two in their order. */
+    ck_assert_int_eq(order[0], 4);
+    ck_assert_int_eq(order[1], 2);
+    ck_assert_int_eq(order[2], 3);
+    ck_assert_int_eq(order[3], 0);
+    ck_assert_int_eq(order[4], 1);
+    for (int i = 0; i < 5; i++)
+        pthread_join(t[i], NULL);
+    for (int i = 0; i < 3; i++)
+        pool_release(pool, &held[i], POOL_OK, 0);
+}
+END_TEST
+
+/* Wait (with a deadline) until waiter 'w' has its answer. */
+static void
+wait_done(struct tenant_waiter *w)
+{
+    int64_t end = gw_now_ms() + 5000;
+
+    while (!atomic_load(&w->done)) {
+        ck_assert_msg(gw_now_ms() < end, "the waiter never got an answer");
+        poll(NULL, 0, 2);
+    }
+}
+
+/*
+ * vLLM's queue is first come, first served: while tenants compete, no
+ * call goes into an engine's queue, only to a place its batch has, and
+ * each place goes to the waiter whose turn it is (pool.h).
+ */
+START_TEST(test_competing_tenants_get_no_place_in_the_engines_queue)
+{
+    struct tenant_waiter aw = { 0, 1, 0, { -1, 0, 0, 0 } };
+    struct tenant_waiter bw = { 1, 1, 0, { -1, 0, 0, 0 } };
+    struct tenant_waiter dw = { 3, 1, 0, { -1, 0, 0, 0 } };
+    struct pool_slot a, b[2];
+    pthread_t ta, tb, td;
+
+    make_pool(1, "max_waiting = 4\nqueue_timeout = 5s\n" TENANT_SECTIONS,
+              "");
+    report_full(0, 1, 8, 0.1);          /* capacity 8 is known */
+    report(0, 0, 5, 0.1);               /* 5 running, someone else's */
+    ck_assert_int_eq(take_as(0, &a), 0);
+    ck_assert_int_eq(take_as(1, &b[0]), 0);
+    ck_assert_int_eq(take_as(1, &b[1]), 0);     /* the batch is full */
+    /* Not saturated (no queue), but b, a and d all wait here. */
+    ck_assert_int_eq(pthread_create(&tb, NULL, tenant_waiter, &bw), 0);
+    wait_queued(1);
+    ck_assert_int_eq(pthread_create(&ta, NULL, tenant_waiter, &aw), 0);
+    wait_queued(2);
+    ck_assert_int_eq(pthread_create(&td, NULL, tenant_waiter, &dw), 0);
+    wait_queued(3);
+    /* d (priority -1) is not shed: the fleet is not saturated. */
+    ck_assert_int_eq(pool_metric("infergw_tenant_shed_total{tenant=\"d\","
+                                 "priority=\"-1\"}"), 0);
+    /* One place frees: a's turn (fewer open than b), though b came
+       first. */
+    pool_release(pool, &a, POOL_OK, 0);
+    wait_done(&aw);
+    ck_assert_int_eq(aw.rc, 0);
+    wait_queued(2);
+    ck_assert_int_eq(atomic_load(&bw.done), 0);
+    /* Two more: b's, then d's (lower priority). */
+    pool_release(pool, &b[0], POOL_OK, 0);
+    wait_done(&bw);
+    ck_assert_int_eq(atomic_load(&dw.done), 0);
+    pool_release(pool, &b[1], POOL_OK, 0);
+    wait_done(&dw);
+    pthread_join(ta, NULL);
+    pthread_join(tb, NULL);
+    pthread_join(td, NULL);
+    ck_assert_int_eq(bw.rc, 0);
+    ck_assert_int_eq(dw.rc, 0);
+    pool_release(pool, &aw.slot, POOL_OK, 0);
+    pool_release(pool, &bw.slot, POOL_OK, 0);
+    pool_release(pool, &dw.slot, POOL_OK, 0);
+}
+END_TEST
+
+START_TEST(test_sheddable_tenant_gets_429_at_saturation)
+{
+    struct pool_slot s;
+
+    make_pool(1, TENANTS, "");
+    ck_assert_int_eq(take_as(3, &s), 0);    /* not saturated: served */
+    pool_release(pool, &s, POOL_OK, 0);
+    report_full(0, 1, 8, 0.1);
+    ck_assert_int_eq(take_as(3, &s), GW_ESHED);
+    ck_assert_int_eq(pool_metric("infergw_tenant_shed_total{tenant=\"d\","
+                                 "priority=\"-1\"}"), 1);
+    ck_assert_int_eq(pool_metric("infergw_tenant_queued{tenant=\"d\","
+                                 "priority=\"-1\"}"), 0);
 }
 END_TEST
 
@@ -690,6 +1090,22 @@ pool_suite(void)
     tcase_add_test(tc, test_round_robin_weights);
     tcase_add_test(tc, test_prefix_sticks_and_bounds);
     tcase_add_test(tc, test_models_route);
+    suite_add_tcase(s, tc);
+    tc = tcase("engines");
+    tcase_add_checked_fixture(tc, NULL, teardown);
+    tcase_add_test(tc, test_least_load_reads_the_engines);
+    tcase_add_test(tc, test_least_load_without_metrics_is_least_inflight);
+    tcase_add_test(tc, test_a_report_counts_from_when_it_was_sent);
+    tcase_add_test(tc, test_least_inflight_ignores_the_engines);
+    tcase_add_test(tc, test_kv_high_saturates);
+    tcase_add_test(tc, test_saturated_fleet_waits_until_a_scrape_frees_it);
+    tcase_add_test(tc, test_a_burst_on_an_idle_engine_starts_slowly);
+    suite_add_tcase(s, tc);
+    tc = tcase("tenants");
+    tcase_add_checked_fixture(tc, NULL, teardown);
+    tcase_add_test(tc, test_priority_then_fewest_open_per_weight_then_oldest);
+    tcase_add_test(tc, test_competing_tenants_get_no_place_in_the_engines_queue);
+    tcase_add_test(tc, test_sheddable_tenant_gets_429_at_saturation);
     suite_add_tcase(s, tc);
     return s;
 }

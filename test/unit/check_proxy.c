@@ -28,11 +28,12 @@
 #include "config.h"
 #include "conn.h"
 #include "flight.h"
+#include "generation.h"
 #include "handler.h"
 #include "http.h"
 #include "jsonx.h"
-#include "live.h"
 #include "log.h"
+#include "net.h"
 #include "pool.h"
 #include "proxy.h"
 #include "reply.h"
@@ -119,7 +120,7 @@ upstream_perform(struct upstream *u, size_t idx,
     pthread_mutex_unlock(&up.mu);
     memset(res, 0, sizeof(*res));
     res->ttfb_us = -1;
-    res->status = 200;
+    res->outcome.status = 200;
     res->head_seen = 1;
     rc = sink->on_head(sink->arg, &(struct upstream_head){ 200, up.ctype,
                                                            -1, 0 });
@@ -128,26 +129,25 @@ upstream_perform(struct upstream *u, size_t idx,
         if (rc == 0)
             rc = sink->on_data(sink->arg, CHUNK, strlen(CHUNK));
     }
-    res->rc = rc;
-    res->reason = rc == 0 ? "complete"
-                  : rc == GW_ENOMEM ? "out of memory" : "stopped";
-    return rc;
+    res->outcome.kind = rc == 0 ? CALL_OK : call_kind_of_stop(rc);
+    res->outcome.fault = call_kind_fault(res->outcome.kind);
+    return call_kind_rc(res->outcome.kind);
 }
 
 /*
- * live.c makes real upstreams, so it is not linked: the requests here
+ * generation.c makes real upstreams, so it is not linked: the requests here
  * run on the test's own ctx, and conn.c's generation calls never happen
  * (conn_serve is only driven to its out-of-memory answer).
  */
 struct generation *
-live_acquire(struct live *l)
+generation_acquire(struct generations *l)
 {
     (void)l;
     abort();
 }
 
 void
-live_release(struct live *l, struct generation *g)
+generation_release(struct generations *l, struct generation *g)
 {
     (void)l;
     (void)g;
@@ -155,14 +155,14 @@ live_release(struct live *l, struct generation *g)
 }
 
 uint64_t
-live_current_id(struct live *l)
+generation_current_id(struct generations *l)
 {
     (void)l;
     abort();
 }
 
-struct live_cert *
-live_cert_acquire(struct live *l, struct generation *g)
+struct generation_cert *
+generation_cert_acquire(struct generations *l, struct generation *g)
 {
     (void)l;
     (void)g;
@@ -170,7 +170,7 @@ live_cert_acquire(struct live *l, struct generation *g)
 }
 
 void
-live_cert_release(struct live *l, struct live_cert *c)
+generation_cert_release(struct generations *l, struct generation_cert *c)
 {
     (void)l;
     (void)c;
@@ -193,6 +193,7 @@ static struct handler_ctx ctx;
 
 struct client {
     int fd, peer;
+    struct net_stream stream;       /* fd, plain */
     char head[256];
     char id[32];
     struct http_request req;
@@ -249,7 +250,8 @@ client_open(struct client *c, int n, const char *json)
     buf_init(&c->body, 1 << 20);
     buf_init(&c->got, 1 << 20);
     ck_assert_int_eq(buf_append_str(&c->body, json), 0);
-    reply_init(&c->reply, c->fd, 4096, 5000, -1, &no);
+    net_stream_init(&c->stream, c->fd);
+    reply_init(&c->reply, &c->stream, 4096, 5000, -1, &no);
     reply_start(&c->reply, c->id, 1, 1);
     c->hr.ctx = &ctx;
     c->hr.req = &c->req;
@@ -257,7 +259,7 @@ client_open(struct client *c, int n, const char *json)
     c->hr.body = &c->body;
     c->hr.reply = &c->reply;
     c->hr.request_id = c->id;
-    c->hr.route = ROUTE_CHAT;
+    c->hr.route = METRICS_ROUTE_CHAT;
     c->hr.tenant = CONFIG_MAX_TENANTS;
 }
 

@@ -1,7 +1,7 @@
 /*
- * check_tenant.c - unit tests for gateway/tenant.c and gateway/usage.c:
- * who a request belongs to (keys as digests), the limits, the bill, and
- * the token usage read from passing response bytes.
+ * check_tenant.c - unit tests for gateway/tenant.c: who a request belongs
+ * to (keys as digests), the limits and the bill.  The usage that is billed
+ * is read by gateway/usage.c (check_usage.c).
  */
 #include <check.h>
 
@@ -14,7 +14,6 @@
 #include "config.h"
 #include "http.h"
 #include "tenant.h"
-#include "usage.h"
 #include "util.h"
 #include "testutil.h"
 
@@ -184,20 +183,20 @@ START_TEST(test_max_inflight)
 
     load("[tenant a]\napi_key = " KEY_1 "\nmax_inflight = 2\n"
          "[tenant b]\napi_key = " KEY_2 "\n");
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, &p1, &wait),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, &p1, &wait, NULL),
                      TENANT_ADMITTED);
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, &p2, &wait),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, &p2, &wait, NULL),
                      TENANT_ADMITTED);
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, &p3, &wait),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, &p3, &wait, NULL),
                      TENANT_MAX_INFLIGHT);
     ck_assert_ptr_null(p3);
     ck_assert_int_eq(wait, 1);
     /* Another tenant is not held back by a's limit. */
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 1, 0, &p3, &wait),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 1, 0, &p3, &wait, NULL),
                      TENANT_ADMITTED);
     tenants_leave(ts, p3);
     tenants_leave(ts, p1);
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, &p1, &wait),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, &p1, &wait, NULL),
                      TENANT_ADMITTED);
     tenants_leave(ts, p1);
     tenants_leave(ts, p2);
@@ -215,35 +214,35 @@ START_TEST(test_requests_per_minute)
 
     load("[tenant a]\napi_key = " KEY_1 "\nrequests_per_minute = 3\n");
     for (int i = 0; i < 3; i++) {
-        ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 1 * S_US, &p, &wait),
+        ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 1 * S_US, &p, &wait, NULL),
                          TENANT_ADMITTED);
         tenants_leave(ts, p);
     }
     /* Empty: one token per 20 s at 3 a minute, in whole seconds rounded
      * up (due in 19.999999 s is "20"). */
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 1 * S_US, &p, &wait),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 1 * S_US, &p, &wait, NULL),
                      TENANT_RATE);
     ck_assert_int_eq(wait, 20);
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 1 * S_US + 1, &p, &wait),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 1 * S_US + 1, &p, &wait, NULL),
                      TENANT_RATE);
     ck_assert_int_eq(wait, 20);
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 11 * S_US, &p, &wait),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 11 * S_US, &p, &wait, NULL),
                      TENANT_RATE);
     ck_assert_int_eq(wait, 10);
     /* A microsecond before the token: still refused, and honest. */
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 21 * S_US - 1, &p, &wait),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 21 * S_US - 1, &p, &wait, NULL),
                      TENANT_RATE);
     ck_assert_int_eq(wait, 1);
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 21 * S_US, &p, &wait),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 21 * S_US, &p, &wait, NULL),
                      TENANT_ADMITTED);
     tenants_leave(ts, p);
     /* A full minute refills no more than the minute's worth. */
     for (int i = 0; i < 3; i++) {
         ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 10000 * S_US, &p,
-                                       &wait), TENANT_ADMITTED);
+                                       &wait, NULL), TENANT_ADMITTED);
         tenants_leave(ts, p);
     }
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 10000 * S_US, &p, &wait),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 10000 * S_US, &p, &wait, NULL),
                      TENANT_RATE);
     tenants_free(ts);
 }
@@ -269,7 +268,7 @@ send_interleaved(struct tenants *ts, int64_t start_us, int senders,
         for (int j = 0; j < senders; j++) {
             int64_t now = start_us + k * period_us + j * stagger_us;
 
-            if (tenants_enter(ts, &cfg, 0, now, &p, &wait)
+            if (tenants_enter(ts, &cfg, 0, now, &p, &wait, NULL)
                 == TENANT_ADMITTED) {
                 admitted++;
                 tenants_leave(ts, p);
@@ -290,6 +289,53 @@ send_interleaved(struct tenants *ts, int64_t start_us, int senders,
  * at 9.92 s, finds 60 + 9.92 tokens made, so 69 pass.  The old bucket,
  * whose Retry-After rounded to 0 counted as "admitted", passed 73.
  */
+/* What x-ratelimit-* say (route.c): the bucket after each verdict. */
+START_TEST(test_rate_as_the_headers_tell_it)
+{
+    struct tenants *ts = tenants_new();
+    struct tenant_entry *p, *p1, *p2, *q;
+    struct tenant_rate r;
+    int wait;
+
+    load("[tenant a]\napi_key = " KEY_1 "\nrequests_per_minute = 3\n"
+         "max_inflight = 2\n[tenant b]\napi_key = " KEY_2 "\n");
+    r.limit = 9;
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 1, 0, &p, &wait, &r),
+                     TENANT_ADMITTED);
+    ck_assert_uint_eq(r.limit, 0);              /* b has no rate */
+    tenants_leave(ts, p);
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 1 * S_US, &p, &wait, &r),
+                     TENANT_ADMITTED);
+    tenants_leave(ts, p);
+    ck_assert_uint_eq(r.limit, 3);
+    ck_assert_uint_eq(r.remaining, 2);
+    ck_assert_int_eq(r.reset_us, 20 * S_US);    /* one token: 20 s */
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 1 * S_US, &p1, &wait, &r),
+                     TENANT_ADMITTED);
+    ck_assert_uint_eq(r.remaining, 1);
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 1 * S_US, &p2, &wait, &r),
+                     TENANT_ADMITTED);
+    ck_assert_uint_eq(r.remaining, 0);
+    /* Refused for max_inflight (2 under way): the bucket is told as it
+     * is, refilled, nothing taken. */
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 11 * S_US, &q, &wait, &r),
+                     TENANT_MAX_INFLIGHT);
+    ck_assert_uint_eq(r.remaining, 0);
+    ck_assert_int_eq(r.reset_us, 50 * S_US);    /* half a token back */
+    tenants_leave(ts, p1);
+    tenants_leave(ts, p2);
+    /* Refused for the rate: 0 left, and a token is due at 21 s. */
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 21 * S_US - 1, &q, &wait,
+                                   &r), TENANT_RATE);
+    ck_assert_uint_eq(r.remaining, 0);
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 21 * S_US, &q, &wait, &r),
+                     TENANT_ADMITTED);
+    ck_assert_uint_eq(r.remaining, 0);
+    tenants_leave(ts, q);
+    tenants_free(ts);
+}
+END_TEST
+
 START_TEST(test_rate_starts_full_and_refills_continuously)
 {
     struct tenants *ts = tenants_new();
@@ -336,22 +382,22 @@ START_TEST(test_rate_refusal_never_admits)
     /* 700 a minute: a token every 85714.3 us, so the first is whole at
      * 85715 us. */
     for (int64_t t = 85215; t < 85715; t++) {
-        ck_assert_int_eq(tenants_enter(ts, &cfg, 0, t, &p, &wait),
+        ck_assert_int_eq(tenants_enter(ts, &cfg, 0, t, &p, &wait, NULL),
                          TENANT_RATE);
         ck_assert_int_eq(wait, 1);
     }
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 85715, &p, &wait),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 85715, &p, &wait, NULL),
                      TENANT_ADMITTED);
     tenants_leave(ts, p);
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 85715, &p, &wait),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 85715, &p, &wait, NULL),
                      TENANT_RATE);
     /* A clock read before the last one (another thread's, late for the
      * lock) neither refills nor rewinds the bucket. */
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 1, &p, &wait),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 1, &p, &wait, NULL),
                      TENANT_RATE);
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 171428, &p, &wait),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 171428, &p, &wait, NULL),
                      TENANT_RATE);
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 171429, &p, &wait),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 171429, &p, &wait, NULL),
                      TENANT_ADMITTED);
     tenants_leave(ts, p);
     tenants_free(ts);
@@ -367,7 +413,7 @@ START_TEST(test_bill_and_render)
     char model[16];
 
     load("[tenant a]\napi_key = " KEY_1 "\n");
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, &p, &wait),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, &p, &wait, NULL),
                      TENANT_ADMITTED);
     tenants_bill(ts, p, "m1", 10, 5, 0);
     tenants_bill(ts, p, "m1", 10, 5, 1);
@@ -401,124 +447,6 @@ START_TEST(test_bill_and_render)
 }
 END_TEST
 
-/* ---- usage ---- */
-
-/* Feed 'body' to a scan in pieces of 'step' bytes; the usage or -1. */
-static int64_t
-scan(int status, const char *ctype, const char *body, size_t step,
-     int64_t *completion)
-{
-    struct usage_scan u;
-    size_t n = strlen(body);
-    int64_t prompt = -1;
-
-    *completion = -1;
-    usage_scan_init(&u);
-    usage_scan_head(&u, status, ctype);
-    for (size_t i = 0; i < n; i += step)
-        usage_scan_feed(&u, body + i, n - i < step ? n - i : step);
-    if (!usage_scan_end(&u, &prompt, completion))
-        prompt = -1;
-    usage_scan_release(&u);
-    return prompt;
-}
-
-static const char sse_body[] =
-    "data: {\"choices\":[{\"delta\":{\"content\":\"\\\"usage\\\": {\"}}],"
-    "\"usage\":null}\n\n"
-    "data: {\"choices\":[],\"usage\": {\"prompt_tokens\":7,"
-    "\"completion_tokens\":3,\"total_tokens\":10}}\r\n\r\n"
-    "data: [DONE]\n\n";
-
-START_TEST(test_usage_sse_any_pieces)
-{
-    int64_t c;
-
-    for (size_t step = 1; step < sizeof(sse_body); step++) {
-        ck_assert_int_eq(scan(200, "text/event-stream; charset=utf-8",
-                              sse_body, step, &c), 7);
-        ck_assert_int_eq(c, 3);
-    }
-}
-END_TEST
-
-START_TEST(test_usage_json)
-{
-    int64_t c;
-
-    ck_assert_int_eq(scan(200, "application/json",
-                          "{\"id\":\"x\",\"usage\":{\"prompt_tokens\":12,"
-                          "\"completion_tokens\":4}}", 5, &c), 12);
-    ck_assert_int_eq(c, 4);
-    /* An embedding: no completion_tokens. */
-    ck_assert_int_eq(scan(200, "application/json",
-                          "{\"usage\":{\"prompt_tokens\":9,"
-                          "\"total_tokens\":9}}", 3, &c), 9);
-    ck_assert_int_eq(c, 0);
-}
-END_TEST
-
-static const char *const no_usage[] = {
-    "{\"usage\":null}",
-    "{\"usage\":{\"prompt_tokens\":-1}}",
-    "{\"usage\":{\"prompt_tokens\":1.5}}",
-    "{\"usage\":{\"prompt_tokens\":\"7\"}}",
-    "{\"usage\":{\"completion_tokens\":7}}",
-    "{\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":true}}",
-    "{\"usage\":{\"prompt_tokens\":4294967297}}",     /* 2^32 + 1 */
-    "{\"usage\":{\"prompt_tokens\":1}",         /* cut */
-    "not json",
-    "",
-};
-
-START_TEST(test_usage_refused)
-{
-    int64_t c;
-
-    ck_assert_int_eq(scan(200, "application/json", no_usage[_i], 4, &c), -1);
-}
-END_TEST
-
-START_TEST(test_usage_not_2xx_and_bounds)
-{
-    static const char ok[] = "{\"usage\":{\"prompt_tokens\":1,"
-                             "\"completion_tokens\":1}}";
-    struct buf big;
-    int64_t c;
-
-    ck_assert_int_eq(scan(429, "application/json", ok, 4, &c), -1);
-    ck_assert_int_eq(scan(500, "text/event-stream", "data: {\"usage\":"
-                          "{\"prompt_tokens\":1}}\n", 4, &c), -1);
-    /* A JSON body past USAGE_MAX_BODY is not billed. */
-    buf_init(&big, 4 * USAGE_MAX_BODY);
-    ck_assert_int_eq(buf_append_str(&big, "{\"pad\":\""), 0);
-    for (size_t i = 0; i < USAGE_MAX_BODY; i++)
-        ck_assert_int_eq(buf_append(&big, "a", 1), 0);
-    ck_assert_int_eq(buf_append_str(&big, "\",\"usage\":{\"prompt_tokens\":"
-                                    "1}}"), 0);
-    ck_assert_int_eq(buf_append(&big, "", 1), 0);
-    ck_assert_int_eq(scan(200, "application/json", buf_ptr(&big), 65536, &c),
-                     -1);
-    /* A stream line past USAGE_MAX_LINE is skipped, the next one read. */
-    buf_reset(&big);
-    ck_assert_int_eq(buf_append_str(&big, "data: {\"usage\":{\"prompt_tokens"
-                                    "\":5},\"pad\":\""), 0);
-    for (size_t i = 0; i < USAGE_MAX_LINE; i++)
-        ck_assert_int_eq(buf_append(&big, "a", 1), 0);
-    ck_assert_int_eq(buf_append_str(&big, "\"}\n"), 0);
-    ck_assert_int_eq(buf_append(&big, "", 1), 0);
-    ck_assert_int_eq(scan(200, "text/event-stream", buf_ptr(&big), 1000, &c),
-                     -1);
-    big.len--;
-    ck_assert_int_eq(buf_append_str(&big, "data: {\"usage\":{\"prompt_tokens"
-                                    "\":6}}\n"), 0);
-    ck_assert_int_eq(buf_append(&big, "", 1), 0);
-    ck_assert_int_eq(scan(200, "text/event-stream", buf_ptr(&big), 1000, &c),
-                     6);
-    buf_release(&big);
-}
-END_TEST
-
 static Suite *
 tenant_suite(void)
 {
@@ -537,18 +465,11 @@ tenant_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_max_inflight);
     tcase_add_test(tc, test_requests_per_minute);
+    tcase_add_test(tc, test_rate_as_the_headers_tell_it);
     tcase_add_test(tc, test_rate_starts_full_and_refills_continuously);
     tcase_add_test(tc, test_rate_bursts_within_a_millisecond);
     tcase_add_test(tc, test_rate_refusal_never_admits);
     tcase_add_test(tc, test_bill_and_render);
-    suite_add_tcase(s, tc);
-
-    tc = tcase("usage");
-    tcase_add_test(tc, test_usage_sse_any_pieces);
-    tcase_add_test(tc, test_usage_json);
-    tcase_add_loop_test(tc, test_usage_refused, 0,
-                        (int)GW_ARRAY_LEN(no_usage));
-    tcase_add_test(tc, test_usage_not_2xx_and_bounds);
     suite_add_tcase(s, tc);
     return s;
 }

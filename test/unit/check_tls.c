@@ -959,121 +959,47 @@ START_TEST(test_pending)
 }
 END_TEST
 
-/* ---- tls_peer_gone ---- */
-
-/* Poll tls_peer_gone() until it says 1 or 2 s pass; returns the last. */
-static int
-gone_within_2s(struct tls_conn *c)
+/*
+ * The connection's stream over TLS (net.h): reads go through TLS, and a
+ * wait for input returns at once while decrypted bytes are buffered,
+ * though the socket itself has nothing to read.
+ */
+START_TEST(test_stream_over_tls)
 {
-    int64_t end = gw_now_ms() + 2000;
-    int g;
-
-    while ((g = tls_peer_gone(c)) == 0 && gw_now_ms() < end)
-        sleep_ms(10);
-    return g;
-}
-
-/* Client: idle until go; then (cl->len) 1: close_notify, 0: plain close. */
-static int
-script_idle_then_leave(struct client *cl)
-{
-    cl_wait_go(cl);
-    if (cl->len == 1) {
-        CL_CHECK(cl, mbedtls_ssl_close_notify(&cl->ssl) == 0);
-        cl_wait_go(cl);         /* keep the socket open meanwhile */
-    }
-    return 0;
-}
-
-static void
-peer_leaves(int with_close_notify)
-{
+    struct net_stream st;
     struct tls_conn *c;
     struct client cl;
-    unsigned char buf[16];
+    unsigned char buf[200];
     char err[256];
     size_t n;
     int sv[2];
 
     pair(sv, 0);
     client_init(&cl, sv[1]);
-    cl.script = script_idle_then_leave;
-    cl.len = (size_t)with_close_notify;
+    cl.script = script_hundred;
     client_start(&cl);
     ck_assert_msg(accept_ms(sv[0], 5000, &c, err, sizeof(err)) == 0, "%s",
                   err);
-    for (int i = 0; i < 5; i++) {
-        ck_assert_int_eq(tls_peer_gone(c), 0);      /* idle is not gone */
-        sleep_ms(20);
-    }
-    go_client(&cl);
-    ck_assert_int_eq(gone_within_2s(c), 1);
-    ck_assert_int_eq(tls_read(c, buf, sizeof(buf), &n), GW_ECLOSED);
-    if (with_close_notify)
-        go_client(&cl);
-    client_join(&cl);
-    tls_close(c);
-    close(sv[0]);
-}
-
-START_TEST(test_gone_after_close_notify)
-{
-    peer_leaves(1);
-}
-END_TEST
-
-START_TEST(test_gone_after_plain_close)
-{
-    peer_leaves(0);
-}
-END_TEST
-
-/* Client: "x", wait; then "abc" + close_notify, wait. */
-static int
-script_pipeline(struct client *cl)
-{
-    CL_CHECK(cl, cl_write_all(cl, "x", 1) == 0);
-    cl_wait_go(cl);
-    CL_CHECK(cl, cl_write_all(cl, "abc", 3) == 0);
-    CL_CHECK(cl, mbedtls_ssl_close_notify(&cl->ssl) == 0);
-    cl_wait_go(cl);
-    return 0;
-}
-
-START_TEST(test_gone_keeps_pipelined_bytes)
-{
-    struct tls_conn *c;
-    struct client cl;
-    char err[256], buf[16];
-    size_t n;
-    int sv[2];
-
-    pair(sv, 0);
-    client_init(&cl, sv[1]);
-    cl.script = script_pipeline;
-    client_start(&cl);
-    ck_assert_msg(accept_ms(sv[0], 5000, &c, err, sizeof(err)) == 0, "%s",
-                  err);
-    ck_assert_int_eq(net_wait(sv[0], POLLIN, gw_now_ms() + 5000, -1), 0);
-    ck_assert_int_eq(tls_peer_gone(c), 0);  /* it read the byte... */
-    ck_assert_uint_eq(tls_pending(c), 1);   /* ...and kept it */
-    ck_assert_int_eq(tls_peer_gone(c), 0);
-    ck_assert_int_eq(tls_read(c, buf, sizeof(buf), &n), 0);
-    ck_assert_uint_eq(n, 1);
-    ck_assert_int_eq(buf[0], 'x');
-
-    /* Data, then close_notify: the data comes first, then the end. */
-    go_client(&cl);
-    ck_assert_int_eq(net_wait(sv[0], POLLIN, gw_now_ms() + 5000, -1), 0);
-    sleep_ms(50);
-    ck_assert_int_eq(tls_peer_gone(c), 0);  /* 'a' read, "bc" buffered */
-    ck_assert_int_eq(tls_read(c, buf, sizeof(buf), &n), 0);
-    ck_assert_uint_eq(n, 3);
-    ck_assert(memcmp(buf, "abc", 3) == 0);
-    ck_assert_int_eq(gone_within_2s(c), 1);
-    ck_assert_int_eq(tls_read(c, buf, sizeof(buf), &n), GW_ECLOSED);
+    tls_stream_init(&st, c);
+    ck_assert_int_eq(net_stream_fd(&st), sv[0]);
+    ck_assert_int_eq(net_stream_read(&st, buf, 10, gw_now_ms() + 5000, -1,
+                                     &n), 0);
+    ck_assert_uint_eq(n, 10);
+    ck_assert_int_eq(net_wait(sv[0], POLLIN, gw_now_ms(), -1),
+                     GW_ETIMEDOUT);
+    ck_assert_int_eq(net_stream_wait(&st, POLLIN, gw_now_ms(), -1), 0);
+    ck_assert_int_eq(net_stream_read(&st, buf + 10, sizeof(buf) - 10,
+                                     gw_now_ms() + 5000, -1, &n), 0);
+    ck_assert_uint_eq(n, 90);
+    for (int i = 0; i < 100; i++)
+        ck_assert_uint_eq(buf[i], i);
+    ck_assert_int_eq(net_stream_wait(&st, POLLIN, gw_now_ms(), -1),
+                     GW_ETIMEDOUT);
     go_client(&cl);
     client_join(&cl);
+    ck_assert_int_eq(net_stream_read(&st, buf, sizeof(buf),
+                                     gw_now_ms() + 5000, -1, &n),
+                     GW_ECLOSED);
     tls_close(c);
     close(sv[0]);
 }
@@ -1794,13 +1720,7 @@ tls_suite(void)
     tcase_add_test_raise_signal(tc, test_read_during_unfinished_write_aborts,
                                 SIGABRT);
     tcase_add_test(tc, test_pending);
-    suite_add_tcase(s, tc);
-
-    tc = tcase("peer_gone");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, test_gone_after_close_notify);
-    tcase_add_test(tc, test_gone_after_plain_close);
-    tcase_add_test(tc, test_gone_keeps_pipelined_bytes);
+    tcase_add_test(tc, test_stream_over_tls);
     suite_add_tcase(s, tc);
 
     tc = tcase("server_new");

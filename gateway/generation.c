@@ -1,8 +1,10 @@
 /*
- * live.c - generations of the configuration, and the reload (live.h).
+ * generation.c - generations of the configuration, and the reload
+ * (generation.h).
  */
-#include "live.h"
+#include "generation.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "alloc.h"
@@ -10,19 +12,20 @@
 #include "log.h"
 #include "metrics.h"
 #include "pool.h"
+#include "scrape.h"
 #include "tls.h"
 #include "upstream.h"
 #include "util.h"
 
-struct live {
+struct generations {
     struct gw_mutex lock;
     struct generation *cur;         /* (L) holds one reference */
     struct generation *gens;        /* (L) every generation alive */
-    _Atomic uint64_t cur_id;        /* cur->id, for live_current_id() */
+    _Atomic uint64_t cur_id;        /* cur->id, for generation_current_id() */
 };
 
-struct live_cert *
-live_cert_acquire(struct live *l, struct generation *g)
+struct generation_cert *
+generation_cert_acquire(struct generations *l, struct generation *g)
 {
     gw_mutex_lock(&l->lock);
     g->cert->refs++;
@@ -31,7 +34,7 @@ live_cert_acquire(struct live *l, struct generation *g)
 }
 
 void
-live_cert_release(struct live *l, struct live_cert *c)
+generation_cert_release(struct generations *l, struct generation_cert *c)
 {
     int last;
 
@@ -46,14 +49,67 @@ live_cert_release(struct live *l, struct live_cert *c)
     }
 }
 
+/*
+ * Load the certificate and key as the listener will (tls.h): unreadable,
+ * not PEM, a key of another certificate, expired, not valid yet, TLS 1.3
+ * are each a FILE:LINE error, so -t finds them before a start does.
+ * Returns 0, GW_ENOMEM or GW_EINVAL, with "FILE[:LINE]: ..." in 'err'.
+ */
+static int
+check_tls_files(const struct gw_config *c, char *err, size_t errlen)
+{
+    struct tls_server_opts o = {
+        c->tls_cert, c->tls_key, c->tls_min_version,
+        (int)c->tls_handshake_timeout_ms, NULL,
+        (int)(c->tls_session_timeout_ms / 1000), NULL,
+    };
+    struct tls_server *s = NULL;
+    char msg[256];
+    int rc = tls_server_new(&o, &s, msg, sizeof(msg));
+    int line;
+
+    tls_server_free(s);
+    if (rc == GW_ENOMEM) {
+        snprintf(err, errlen, "%s: out of memory", c->path);
+        return rc;
+    }
+    if (rc != 0) {
+        line = c->tls_min_version == 13
+               ? config_line(c, "server", "tls_min_version")
+               : config_line(c, "server", "tls_cert");
+        if (line > 0)
+            snprintf(err, errlen, "%s:%d: %s", c->path, line, msg);
+        else
+            snprintf(err, errlen, "%s: %s", c->path, msg);
+        return GW_EINVAL;
+    }
+    return 0;
+}
+
+int
+generation_load_config(const char *path, struct gw_config *c, char *err,
+                       size_t errlen)
+{
+    int rc = config_load(path, c, err, errlen);
+
+    if (rc != 0)
+        return rc;
+    if (c->tls_listen[0] != '\0')
+        rc = check_tls_files(c, err, errlen);
+    if (rc != 0)
+        config_release(c);
+    return rc;
+}
+
 /* NULL-safe; the generation is no longer current nor used. */
 static void
-gen_free(struct live *l, struct generation *g)
+gen_free(struct generations *l, struct generation *g)
 {
     if (g == NULL)
         return;
     health_stop(g->health);
-    live_cert_release(l, g->cert);
+    scrape_stop(g->scrape);
+    generation_cert_release(l, g->cert);
     pool_free(g->pool);
     upstream_free(g->up);
     config_release(&g->cfg);
@@ -66,7 +122,7 @@ gen_free(struct live *l, struct generation *g)
  * while tls_session_timeout stays the same (tls.h).  NULL (logged).
  */
 static struct generation *
-gen_build(struct live *l, struct gw_config *cfg,
+gen_build(struct generations *l, struct gw_config *cfg,
           const struct generation *prev)
 {
     struct generation *g = gw_calloc(1, sizeof(*g));
@@ -74,7 +130,7 @@ gen_build(struct live *l, struct gw_config *cfg,
 
     if (g == NULL) {
         config_release(cfg);
-        log_msg(GW_LOG_ERROR, "live: out of memory for a configuration");
+        log_msg(GW_LOG_ERROR, "generation: out of memory for a configuration");
         return NULL;
     }
     memcpy(&g->cfg, cfg, sizeof(*cfg));
@@ -92,19 +148,19 @@ gen_build(struct live *l, struct gw_config *cfg,
 
         g->cert = gw_calloc(1, sizeof(*g->cert));
         if (g->cert == NULL) {
-            log_msg(GW_LOG_ERROR, "live: out of memory for TLS");
+            log_msg(GW_LOG_ERROR, "generation: out of memory for TLS");
             gen_free(l, g);
             return NULL;
         }
         g->cert->refs = 1;          /* the generation's own */
         if (tls_server_new(&o, &g->cert->tls, err, sizeof(err)) != 0) {
-            log_msg(GW_LOG_ERROR, "live: TLS: %s", err);
+            log_msg(GW_LOG_ERROR, "generation: TLS: %s", err);
             gen_free(l, g);
             return NULL;
         }
         if (prev != NULL && prev->cfg.tls_session_timeout_ms
                             != g->cfg.tls_session_timeout_ms)
-            log_msg(GW_LOG_INFO, "live: tls_session_timeout=%llds: new "
+            log_msg(GW_LOG_INFO, "generation: tls_session_timeout=%llds: new "
                     "session ticket keys; sessions from before make full "
                     "handshakes",
                     (long long)(g->cfg.tls_session_timeout_ms / 1000));
@@ -112,22 +168,23 @@ gen_build(struct live *l, struct gw_config *cfg,
     g->up = upstream_new(&g->cfg);
     g->pool = pool_new(&g->cfg);
     if (g->up == NULL || g->pool == NULL) {
-        log_msg(GW_LOG_ERROR, "live: out of memory for the upstreams");
+        log_msg(GW_LOG_ERROR, "generation: out of memory for the upstreams");
         gen_free(l, g);
         return NULL;
     }
     g->health = health_start(&g->cfg, g->pool, g->up);
-    if (g->health == NULL) {
+    g->scrape = scrape_start(&g->cfg, g->pool, g->up);
+    if (g->health == NULL || g->scrape == NULL) {
         gen_free(l, g);
         return NULL;
     }
     return g;
 }
 
-struct live *
-live_new(struct gw_config *cfg)
+struct generations *
+generations_new(struct gw_config *cfg)
 {
-    struct live *l = gw_calloc(1, sizeof(*l));
+    struct generations *l = gw_calloc(1, sizeof(*l));
 
     if (l == NULL) {
         config_release(cfg);
@@ -145,7 +202,7 @@ live_new(struct gw_config *cfg)
 }
 
 void
-live_free(struct live *l)
+generations_free(struct generations *l)
 {
     struct generation *g, *next;
 
@@ -160,7 +217,7 @@ live_free(struct live *l)
 }
 
 struct generation *
-live_acquire(struct live *l)
+generation_acquire(struct generations *l)
 {
     struct generation *g;
 
@@ -172,7 +229,7 @@ live_acquire(struct live *l)
 }
 
 void
-live_release(struct live *l, struct generation *g)
+generation_release(struct generations *l, struct generation *g)
 {
     struct generation **pp;
     int last;
@@ -188,20 +245,20 @@ live_release(struct live *l, struct generation *g)
     }
     gw_mutex_unlock(&l->lock);
     if (last) {
-        log_msg(GW_LOG_INFO, "live: configuration generation=%llu freed, "
-                "its last request is over", (unsigned long long)g->id);
+        log_msg(GW_LOG_INFO, "generation: configuration generation=%llu "
+                "freed, its last request is over", (unsigned long long)g->id);
         gen_free(l, g);
     }
 }
 
 uint64_t
-live_current_id(struct live *l)
+generation_current_id(struct generations *l)
 {
     return atomic_load_explicit(&l->cur_id, memory_order_acquire);
 }
 
 const struct generation *
-live_current(struct live *l)
+generation_current(struct generations *l)
 {
     return l->cur;              /* only the reloading thread writes it */
 }
@@ -255,14 +312,14 @@ keep_startup_settings(const struct gw_config *old, struct gw_config *c)
 }
 
 int
-live_reload(struct live *l)
+generations_reload(struct generations *l)
 {
     struct generation *old = l->cur, *g;
     struct gw_config cfg;
     char err[512];
     int rc;
 
-    rc = config_load(old->cfg.path, &cfg, err, sizeof(err));
+    rc = generation_load_config(old->cfg.path, &cfg, err, sizeof(err));
     if (rc != 0) {
         log_msg(GW_LOG_ERROR, "reload: %s; the configuration in force "
                 "stays generation=%llu", err, (unsigned long long)old->id);
@@ -289,20 +346,23 @@ live_reload(struct live *l)
     l->cur = g;
     atomic_store_explicit(&l->cur_id, g->id, memory_order_release);
     gw_mutex_unlock(&l->lock);
-    /* The old generation's requests finish without its health beat. */
+    /* The old generation's requests finish without its health and load
+     * beats (its pool no longer balances new calls). */
     health_stop(old->health);
     old->health = NULL;
+    scrape_stop(old->scrape);
+    old->scrape = NULL;
     log_set_level(g->cfg.log_level);
     log_msg(GW_LOG_INFO, "reload: configuration generation=%llu in force "
             "config=%s upstreams=%zu tenants=%zu",
             (unsigned long long)g->id, g->cfg.path, g->cfg.num_upstreams,
             g->cfg.num_tenants);
-    live_release(l, old);       /* the reference 'cur' held */
+    generation_release(l, old); /* the reference 'cur' held */
     return 0;
 }
 
 void
-live_stop(struct live *l)
+generations_stop(struct generations *l)
 {
     gw_mutex_lock(&l->lock);
     for (struct generation *g = l->gens; g != NULL; g = g->next)

@@ -1,5 +1,5 @@
 /*
- * live.h - the configuration in force, and its reload (SIGHUP).
+ * generation.h - the configuration in force, and its reload (SIGHUP).
  *
  * A generation is one loaded configuration with the objects built from
  * it: the upstream transfers (upstream.h), the pool (pool.h) and the
@@ -14,8 +14,8 @@
  * limits are updated), the tenants' counts (kept by name, tenant.h), the
  * process-wide metrics (metrics.h; the pool's per-upstream counters are
  * the generation's, and start again from 0).  A TLS connection holds
- * only its generation's certificate (struct live_cert), so a keep-alive
- * TLS client does not keep an old generation alive.
+ * only its generation's certificate (struct generation_cert), so a
+ * keep-alive TLS client does not keep an old generation alive.
  *
  * A reload reads the file again.  An invalid file changes nothing: its
  * "FILE:LINE: ..." is logged and the generation in force stays.  Settings
@@ -29,12 +29,12 @@
  *
  * Locking: one mutex guards the current pointer, the list of live
  * generations and the reference counts of generations and certificates;
- * it is held for a few instructions and never across I/O.  live_stop()
+ * it is held for a few instructions and never across I/O.  generations_stop()
  * takes a pool's lock under it (the pool never calls back here).  Only
  * one thread reloads (the accept loop, server.c).
  */
-#ifndef INFERGW_GATEWAY_LIVE_H
-#define INFERGW_GATEWAY_LIVE_H
+#ifndef INFERGW_GATEWAY_GENERATION_H
+#define INFERGW_GATEWAY_GENERATION_H
 
 #include <stdint.h>
 
@@ -43,7 +43,7 @@
 struct upstream;
 struct pool;
 struct health;
-struct live;
+struct generations;
 struct tls_server;
 
 /*
@@ -51,9 +51,9 @@ struct tls_server;
  * connection needs the tls_server it shook hands with for its whole
  * life, but not the rest of that generation.
  */
-struct live_cert {
+struct generation_cert {
     struct tls_server *tls;
-    long refs;                      /* live.c's, under its lock */
+    long refs;                      /* generation.c's, under its lock */
 };
 
 struct generation {
@@ -61,56 +61,69 @@ struct generation {
     struct gw_config cfg;           /* immutable */
     struct upstream *up;
     struct pool *pool;
-    struct health *health;          /* stopped when replaced (live.c) */
-    struct live_cert *cert;         /* tls_listen's certificate; NULL if
-                                       none (live_cert_acquire) */
-    long refs;                      /* live.c's, under its lock */
-    struct generation *next;        /* live.c's: every generation alive */
+    struct health *health;          /* stopped when replaced (generation.c) */
+    struct scrape *scrape;          /* the same */
+    struct generation_cert *cert;   /* tls_listen's certificate; NULL if
+                                       none (generation_cert_acquire) */
+    long refs;                      /* generation.c's, under its lock */
+    struct generation *next;        /* generation.c's: every one alive */
 };
+
+/*
+ * config_load() 'path' into 'c' (config.h), and check what the
+ * generation will build from it that config.c cannot: the TLS
+ * listener's certificate and key, loaded as the listener will.  Returns
+ * 0, GW_ENOMEM, GW_EPARSE or GW_EINVAL with "FILE:LINE: ..." in 'err';
+ * on failure 'c' is left empty.
+ */
+int generation_load_config(const char *path, struct gw_config *c,
+                           char *err, size_t errlen);
 
 /*
  * Generation 1 from 'cfg', which is moved in (*cfg is left empty).
  * Starts its health beat.  NULL on failure (logged; *cfg released).
  */
-struct live *live_new(struct gw_config *cfg);
+struct generations *generations_new(struct gw_config *cfg);
 
 /*
  * Free everything; no request may hold a generation any more (the drain
  * or the stop is over).  NULL-safe.
  */
-void live_free(struct live *l);
+void generations_free(struct generations *l);
 
 /* The current generation, with a reference for the caller. */
-struct generation *live_acquire(struct live *l);
+struct generation *generation_acquire(struct generations *l);
 
 /* Give it back; the last reference to a replaced generation frees it. */
-void live_release(struct live *l, struct generation *g);
+void generation_release(struct generations *l, struct generation *g);
 
 /*
  * The id of the current generation, without the lock: a connection that
  * waited for a head under an older one swaps before it serves it.
  */
-uint64_t live_current_id(struct live *l);
+uint64_t generation_current_id(struct generations *l);
 
 /* g's certificate (non-NULL) with a reference, for a TLS connection. */
-struct live_cert *live_cert_acquire(struct live *l, struct generation *g);
+struct generation_cert *generation_cert_acquire(struct generations *l,
+                                                struct generation *g);
 
 /* Give it back; the last reference frees the tls_server.  NULL-safe. */
-void live_cert_release(struct live *l, struct live_cert *c);
+void generation_cert_release(struct generations *l,
+                             struct generation_cert *c);
 
 /*
  * The current generation, without a reference: only for the thread that
  * reloads (nothing else replaces it, so it stays valid there).
  */
-const struct generation *live_current(struct live *l);
+const struct generation *generation_current(struct generations *l);
 
 /*
  * Re-read the configuration file and, if it is valid, make it current.
  * Logs the outcome.  Returns 0 or the loader's error.
  */
-int live_reload(struct live *l);
+int generations_reload(struct generations *l);
 
 /* pool_stop() on every generation alive: the process is stopping. */
-void live_stop(struct live *l);
+void generations_stop(struct generations *l);
 
 #endif

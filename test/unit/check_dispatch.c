@@ -1,0 +1,297 @@
+/*
+ * check_dispatch.c - dispatch.c's decisions over a scripted upstream: what
+ * is retried and where, what the retry budget stops, a hedge, poison,
+ * and the pool's refusals, in milliseconds.
+ *
+ * upstream_perform() and upstream_retryable_status() are defined here and
+ * the rest comes from the unit-test archive (Makefile: check_dispatch),
+ * so upstream.o is never linked: each attempt's outcome is the script's
+ * next line, and the real pool (pool.c) chooses and judges.
+ */
+#include <check.h>
+#include <string.h>
+
+#include "config.h"
+#include "dispatch.h"
+#include "pool.h"
+#include "upstream.h"
+#include "testutil.h"
+#include "util.h"
+
+/* One scripted attempt. */
+struct step {
+    enum call_kind kind;
+    int status;
+    int head_seen;
+    int hedge;                  /* ask for a hedge first; it loses */
+};
+
+static struct {
+    const struct step *steps;
+    size_t n, next;
+    size_t idx[8];              /* the upstream of each attempt */
+    size_t hedged[8];           /* the hedge's upstream, or SIZE_MAX */
+    int stop_on_retryable[8];
+} up;
+
+static struct gw_config cfg;
+static struct pool *pool;
+
+int
+upstream_retryable_status(int status)
+{
+    return status == 429 || status == 502 || status == 503 || status == 504;
+}
+
+int
+upstream_perform(struct upstream *u, size_t idx,
+                 const struct upstream_request *req,
+                 const struct upstream_opts *opts,
+                 const struct upstream_sink *sink,
+                 struct upstream_result *res)
+{
+    size_t i = up.next++, h;
+    const struct step *s;
+
+    (void)u;
+    (void)req;
+    (void)sink;
+    ck_assert_uint_lt(i, up.n);
+    s = &up.steps[i];
+    up.idx[i] = idx;
+    up.hedged[i] = SIZE_MAX;
+    up.stop_on_retryable[i] = opts->stop_on_retryable;
+    if (s->hedge && opts->hedge(opts->arg, idx, &h) == 0) {
+        struct upstream_result lost = { call_outcome_make(CALL_LOST_HEDGE),
+                                        0, 0, -1, h };
+
+        up.hedged[i] = h;
+        opts->attempt_done(opts->arg, &lost);
+    }
+    memset(res, 0, sizeof(*res));
+    res->outcome = call_outcome_make(s->kind);
+    res->outcome.status = s->status;
+    res->head_seen = s->head_seen;
+    res->ttfb_us = -1;
+    res->upstream = idx;
+    return call_kind_rc(s->kind);
+}
+
+/* 'n' upstreams u0.. serving model "m", with [routing] 'routing'. */
+static void
+make(int n, const char *routing)
+{
+    char text[2048], err[256];
+    int len;
+
+    len = snprintf(text, sizeof(text), "[routing]\nhealth_interval = 0\n%s",
+                   routing);
+    for (int i = 0; i < n; i++)
+        len += snprintf(text + len, sizeof(text) - (size_t)len,
+                        "[upstream u%d]\nurl = http://127.0.0.1:%d\n"
+                        "models = m\n", i, 9000 + i);
+    ck_assert_msg(config_load_text("t.conf", text, &cfg, err,
+                                   sizeof(err)) == 0, "%s", err);
+    pool = pool_new(&cfg);
+    ck_assert_ptr_nonnull(pool);
+}
+
+static void
+teardown(void)
+{
+    pool_free(pool);
+    pool = NULL;
+    config_release(&cfg);
+    memset(&up, 0, sizeof(up));
+}
+
+/* Run one call for model 'model' over the script. */
+static int
+run(const struct step *steps, size_t n, const char *model,
+    struct dispatch_result *out)
+{
+    struct dispatch_ctx dc = { &cfg, pool, NULL, -1 };
+    struct upstream_request req = { "POST", "/v1/completions", "{}", 2,
+                                    "id", NULL };
+    struct upstream_sink sink = { NULL, NULL, NULL, NULL, NULL };
+
+    up.steps = steps;
+    up.n = n;
+    up.next = 0;
+    return dispatch_run(&dc, &req, model, 0, CONFIG_MAX_TENANTS, &sink, -1,
+                        out);
+}
+
+START_TEST(test_connect_failure_retried_elsewhere)
+{
+    static const struct step s[] = { { CALL_CONNECT, 0, 0, 0 },
+                                     { CALL_OK, 200, 1, 0 } };
+    struct dispatch_result out;
+
+    make(2, "");
+    ck_assert_int_eq(run(s, 2, "m", &out), 0);
+    ck_assert_int_eq(out.attempts, 2);
+    ck_assert_uint_ne(up.idx[0], up.idx[1]);
+    ck_assert_int_eq(out.res.outcome.kind, CALL_OK);
+}
+END_TEST
+
+START_TEST(test_no_retry_after_a_byte_reached_the_client)
+{
+    static const struct step s[] = { { CALL_BROKEN, 200, 1, 0 } };
+    struct dispatch_result out;
+
+    make(2, "");
+    ck_assert_int_eq(run(s, 1, "m", &out), GW_EUPSTREAM);
+    ck_assert_int_eq(out.attempts, 1);
+    ck_assert_int_eq(out.res.outcome.kind, CALL_BROKEN);
+}
+END_TEST
+
+START_TEST(test_retries_zero_lets_the_failure_stand)
+{
+    static const struct step s[] = { { CALL_FIRST_BYTE_TIMEOUT, 0, 0, 0 } };
+    struct dispatch_result out;
+
+    make(2, "retries = 0\n");
+    ck_assert_int_eq(run(s, 1, "m", &out), GW_ETIMEDOUT);
+    ck_assert_int_eq(out.attempts, 1);
+    ck_assert_int_eq(out.res.outcome.kind, CALL_FIRST_BYTE_TIMEOUT);
+    ck_assert_int_eq(up.stop_on_retryable[0], 0);
+}
+END_TEST
+
+START_TEST(test_retries_bound_the_attempts)
+{
+    static const struct step s[] = { { CALL_CONNECT, 0, 0, 0 },
+                                     { CALL_CONNECT, 0, 0, 0 },
+                                     { CALL_CONNECT, 0, 0, 0 } };
+    struct dispatch_result out;
+
+    make(4, "retries = 1\n");
+    ck_assert_int_eq(run(s, 3, "m", &out), GW_EUPSTREAM);
+    ck_assert_int_eq(out.attempts, 2);
+}
+END_TEST
+
+START_TEST(test_a_spent_budget_stops_the_retry)
+{
+    static const struct step s[] = { { CALL_CONNECT, 0, 0, 0 },
+                                     { CALL_OK, 200, 1, 0 } };
+    struct dispatch_result out;
+
+    make(2, "retry_budget = 0%\nretry_budget_min = 0\n");
+    ck_assert_int_eq(run(s, 2, "m", &out), GW_EUPSTREAM);
+    ck_assert_int_eq(out.attempts, 1);
+    /* With no budget a retryable status is relayed, not stopped at. */
+    ck_assert_int_eq(up.stop_on_retryable[0], 0);
+}
+END_TEST
+
+START_TEST(test_unheard_503_is_retried_and_an_alone_one_relayed)
+{
+    static const struct step s[] = { { CALL_STATUS, 503, 0, 0 },
+                                     { CALL_OK, 200, 1, 0 } };
+    struct dispatch_result out;
+
+    make(2, "");
+    ck_assert_int_eq(run(s, 2, "m", &out), 0);
+    ck_assert_int_eq(up.stop_on_retryable[0], 1);
+    ck_assert_int_eq(out.attempts, 2);
+    teardown();
+    /* One upstream: nowhere to retry, so the 503 is not stopped at. */
+    make(1, "");
+    ck_assert_int_eq(run(s + 1, 1, "m", &out), 0);
+    ck_assert_int_eq(up.stop_on_retryable[0], 0);
+}
+END_TEST
+
+START_TEST(test_the_same_5xx_twice_is_the_requests_fault)
+{
+    static const struct step s[] = { { CALL_STATUS, 502, 0, 0 },
+                                     { CALL_STATUS, 502, 0, 0 } };
+    struct dispatch_result out;
+
+    make(2, "");
+    ck_assert_int_eq(run(s, 2, "m", &out), GW_EUPSTREAM);
+    ck_assert_int_eq(out.attempts, 2);
+    ck_assert_int_eq(out.res.outcome.kind, CALL_STATUS);
+    ck_assert_int_eq(out.res.outcome.fault, CALL_FAULT_REQUEST);
+}
+END_TEST
+
+START_TEST(test_different_5xx_stay_the_upstreams)
+{
+    static const struct step s[] = { { CALL_STATUS, 502, 0, 0 },
+                                     { CALL_STATUS, 503, 0, 0 } };
+    struct dispatch_result out;
+
+    make(2, "");
+    run(s, 2, "m", &out);
+    ck_assert_int_eq(out.res.outcome.fault, CALL_FAULT_UPSTREAM);
+}
+END_TEST
+
+START_TEST(test_a_hedge_goes_to_another_upstream)
+{
+    static const struct step s[] = { { CALL_OK, 200, 1, 1 } };
+    struct dispatch_result out;
+
+    make(2, "hedge_after = 100ms\n");
+    ck_assert_int_eq(run(s, 1, "m", &out), 0);
+    ck_assert_uint_ne(up.hedged[0], SIZE_MAX);
+    ck_assert_uint_ne(up.hedged[0], up.idx[0]);
+    ck_assert_int_eq(out.attempts, 2);
+}
+END_TEST
+
+START_TEST(test_an_unserved_model_is_refused_before_any_attempt)
+{
+    struct dispatch_result out;
+
+    make(2, "");
+    ck_assert_int_eq(run(NULL, 0, "other", &out), GW_ENOTFOUND);
+    ck_assert_int_eq(out.attempts, 0);
+    ck_assert_int_eq(out.res.outcome.kind, CALL_NOT_SERVED);
+    ck_assert_uint_eq(up.next, 0);
+}
+END_TEST
+
+static Suite *
+dispatch_suite(void)
+{
+    Suite *s = suite_create("dispatch");
+    TCase *tc = tcase("retry");
+
+    tcase_add_checked_fixture(tc, NULL, teardown);
+    tcase_add_test(tc, test_connect_failure_retried_elsewhere);
+    tcase_add_test(tc, test_no_retry_after_a_byte_reached_the_client);
+    tcase_add_test(tc, test_retries_zero_lets_the_failure_stand);
+    tcase_add_test(tc, test_retries_bound_the_attempts);
+    tcase_add_test(tc, test_a_spent_budget_stops_the_retry);
+    tcase_add_test(tc, test_unheard_503_is_retried_and_an_alone_one_relayed);
+    suite_add_tcase(s, tc);
+
+    tc = tcase("poison");
+    tcase_add_checked_fixture(tc, NULL, teardown);
+    tcase_add_test(tc, test_the_same_5xx_twice_is_the_requests_fault);
+    tcase_add_test(tc, test_different_5xx_stay_the_upstreams);
+    suite_add_tcase(s, tc);
+
+    tc = tcase("hedge");
+    tcase_add_checked_fixture(tc, NULL, teardown);
+    tcase_add_test(tc, test_a_hedge_goes_to_another_upstream);
+    suite_add_tcase(s, tc);
+
+    tc = tcase("refusal");
+    tcase_add_checked_fixture(tc, NULL, teardown);
+    tcase_add_test(tc, test_an_unserved_model_is_refused_before_any_attempt);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int
+main(void)
+{
+    return test_run(srunner_create(dispatch_suite()));
+}

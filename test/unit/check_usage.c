@@ -1,0 +1,329 @@
+/*
+ * check_usage.c - unit tests for gateway/usage.c: the token usage a
+ * tenant is billed for, read from the response bytes as they pass (a
+ * JSON body's top-level "usage", or a stream's last usage event).
+ *
+ * The cases are a table fed three ways: whole, in two pieces split at
+ * every offset, and one byte at a time; each piece ends at a guard page
+ * (testutil.h), so a read past what was fed crashes.
+ */
+#include <check.h>
+
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "buf.h"
+#include "usage.h"
+#include "util.h"
+#include "testutil.h"
+
+#define NONE (-1)               /* no usage found: not billed */
+
+/* The SSE body a vLLM stream with include_usage sends, abridged. */
+#define SSE_BODY                                                        \
+    "data: {\"choices\":[{\"delta\":{\"content\":\"\\\"usage\\\": {\"}}],"  \
+    "\"usage\":null}\n\n"                                               \
+    "data: {\"choices\":[],\"usage\": {\"prompt_tokens\":7,"            \
+    "\"completion_tokens\":3,\"total_tokens\":10}}\r\n\r\n"             \
+    "data: [DONE]\n\n"
+
+static const struct usage_case {
+    int status;
+    const char *ctype;          /* the response's Content-Type, or NULL */
+    const char *body;
+    int64_t prompt;             /* NONE: usage_scan_end() returns 0 */
+    int64_t completion;
+    const char *note;
+} cases[] = {
+    /* JSON bodies */
+    { 200, "application/json",
+      "{\"id\":\"x\",\"usage\":{\"prompt_tokens\":12,"
+      "\"completion_tokens\":4}}", 12, 4, "a chat completion" },
+    { 200, "application/json",
+      "{\"usage\":{\"prompt_tokens\":9,\"total_tokens\":9}}", 9, 0,
+      "an embedding has no completion_tokens: 0" },
+    { 200, NULL, "{\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":1}}",
+      5, 1, "no Content-Type: read as JSON" },
+    { 200, "application/json",
+      "{\"usage\":{\"prompt_tokens\":0,\"completion_tokens\":0}}", 0, 0,
+      "zero is a count" },
+    { 200, "application/json",
+      "{\"usage\":{\"prompt_tokens\":4294967296,"
+      "\"completion_tokens\":4294967296}}", 4294967296, 4294967296,
+      "2^32 is the largest count" },
+    { 200, "application/json", "{\"usage\":null}", NONE, 0,
+      "usage null" },
+    { 200, "application/json", "{\"usage\":{\"prompt_tokens\":-1}}", NONE, 0,
+      "a negative count" },
+    { 200, "application/json", "{\"usage\":{\"prompt_tokens\":1.5}}", NONE, 0,
+      "a real" },
+    { 200, "application/json", "{\"usage\":{\"prompt_tokens\":\"7\"}}", NONE,
+      0, "a string" },
+    { 200, "application/json", "{\"usage\":{\"completion_tokens\":7}}", NONE,
+      0, "no prompt_tokens" },
+    { 200, "application/json",
+      "{\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":true}}", NONE, 0,
+      "a boolean completion_tokens" },
+    { 200, "application/json", "{\"usage\":{\"prompt_tokens\":4294967297}}",
+      NONE, 0, "past 2^32" },
+    { 200, "application/json", "{\"usage\":{\"prompt_tokens\":1}", NONE, 0,
+      "the body is cut" },
+    { 200, "application/json", "{\"usage\":[1,2]}", NONE, 0,
+      "usage is not an object" },
+    { 200, "application/json",
+      "{\"data\":{\"usage\":{\"prompt_tokens\":1}}}", NONE, 0,
+      "only the top-level usage counts" },
+    { 200, "application/json", "not json", NONE, 0, "not JSON" },
+    { 200, "application/json", "", NONE, 0, "an empty body" },
+    { 200, "application/json", SSE_BODY, NONE, 0,
+      "a stream labelled JSON is not one JSON object" },
+
+    /* Event streams */
+    { 200, "text/event-stream; charset=utf-8", SSE_BODY, 7, 3,
+      "the usage event; a \"usage\": { in a string and usage:null before" },
+    { 200, "TEXT/Event-Stream",
+      "data: {\"usage\":{\"prompt_tokens\":2,\"completion_tokens\":1}}\n\n",
+      2, 1, "the media type is case-insensitive" },
+    { 200, "text/event-stream",
+      "data: {\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":1}}\n\n"
+      "data: {\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":5}}\n\n",
+      3, 5, "running totals (continuous_usage_stats): the last one wins" },
+    { 200, "text/event-stream",
+      "data: {\"usage\":{\"prompt_tokens\":4,\"completion_tokens\":2}}\n\n"
+      "data: {\"usage\":null}\n\n", 4, 2,
+      "a later usage:null keeps the count" },
+    { 200, "text/event-stream",
+      "data:{\"usage\" :\t{\"prompt_tokens\":6,\"completion_tokens\":1}}\n",
+      6, 1, "no blank after data:, blanks around the colon" },
+    { 200, "text/event-stream",
+      ": {\"usage\":{\"prompt_tokens\":1}}\n"
+      "event: {\"usage\":{\"prompt_tokens\":1}}\n\n", NONE, 0,
+      "only data: lines are read" },
+    { 200, "text/event-stream",
+      "data: {\"usage\":{\"prompt_tokens\":8,\"completion_tokens\":1}}\n\n"
+      "data: {\"usage\":{\"prompt_tokens\":9,\n\n", 8, 1,
+      "a broken usage event leaves the last good one" },
+    { 200, "text/event-stream",
+      "data: {\"usage\":{\"prompt_tokens\":8,\"completion_tokens\":1}}", NONE,
+      0, "a last line with no newline is not an event" },
+
+    /* Only a 2xx response is billed. */
+    { 299, "application/json", "{\"usage\":{\"prompt_tokens\":1}}", 1, 0,
+      "299 is a success" },
+    { 300, "application/json", "{\"usage\":{\"prompt_tokens\":1}}", NONE, 0,
+      "300 is not" },
+    { 199, "application/json", "{\"usage\":{\"prompt_tokens\":1}}", NONE, 0,
+      "nor is 199" },
+    { 429, "application/json", "{\"usage\":{\"prompt_tokens\":1}}", NONE, 0,
+      "a refusal is free" },
+    { 500, "text/event-stream", "data: {\"usage\":{\"prompt_tokens\":1}}\n",
+      NONE, 0, "an upstream error is free" },
+};
+
+/* Feed body[0..n) as one piece, ending at a guard page. */
+static void
+feed_guarded(struct usage_scan *u, const char *body, size_t n)
+{
+    char *p = guarded_copy(body, n);
+
+    usage_scan_feed(u, p, n);
+    guarded_free(p, n);
+}
+
+/*
+ * Scan c->body fed in the pieces that start at each offset of 'cuts'
+ * (ascending, the first 0, the last below its length), and check it.
+ */
+static void
+check_scan(const struct usage_case *c, const size_t *cuts, size_t ncuts,
+           const char *how)
+{
+    struct usage_scan u;
+    size_t n = strlen(c->body);
+    int64_t prompt = NONE, completion = NONE;
+    int found;
+
+    usage_scan_init(&u);
+    usage_scan_head(&u, c->status, c->ctype);
+    for (size_t i = 0; i < ncuts; i++) {
+        size_t end = i + 1 < ncuts ? cuts[i + 1] : n;
+
+        feed_guarded(&u, c->body + cuts[i], end - cuts[i]);
+    }
+    found = usage_scan_end(&u, &prompt, &completion);
+    usage_scan_release(&u);
+    ck_assert_msg(found == (c->prompt != NONE),
+                  "%s (%s): found %d", c->note, how, found);
+    if (found)
+        ck_assert_msg(prompt == c->prompt && completion == c->completion,
+                      "%s (%s): %lld/%lld, want %lld/%lld", c->note, how,
+                      (long long)prompt, (long long)completion,
+                      (long long)c->prompt, (long long)c->completion);
+}
+
+START_TEST(test_whole)
+{
+    size_t cut = 0;
+
+    check_scan(&cases[_i], &cut, 1, "whole");
+}
+END_TEST
+
+START_TEST(test_two_pieces_at_every_offset)
+{
+    const struct usage_case *c = &cases[_i];
+    size_t n = strlen(c->body);
+    char how[32];
+
+    for (size_t at = 1; at < n; at++) {
+        size_t cuts[2] = { 0, at };
+
+        snprintf(how, sizeof(how), "cut at %zu", at);
+        check_scan(c, cuts, 2, how);
+    }
+}
+END_TEST
+
+START_TEST(test_byte_by_byte)
+{
+    const struct usage_case *c = &cases[_i];
+    size_t n = strlen(c->body);
+    size_t *cuts;
+
+    if (n == 0)
+        return;
+    cuts = malloc(n * sizeof(*cuts));
+    ck_assert_ptr_nonnull(cuts);
+    for (size_t i = 0; i < n; i++)
+        cuts[i] = i;
+    check_scan(c, cuts, n, "byte by byte");
+    free(cuts);
+}
+END_TEST
+
+/* Feed body[0..n) in pieces of 'step' bytes; the prompt count or NONE. */
+static int64_t
+scan(int status, const char *ctype, const char *body, size_t n, size_t step)
+{
+    struct usage_scan u;
+    int64_t prompt = NONE, completion;
+
+    usage_scan_init(&u);
+    usage_scan_head(&u, status, ctype);
+    for (size_t i = 0; i < n; i += step)
+        usage_scan_feed(&u, body + i, n - i < step ? n - i : step);
+    if (!usage_scan_end(&u, &prompt, &completion))
+        prompt = NONE;
+    usage_scan_release(&u);
+    return prompt;
+}
+
+/* Make 'b' 'before', 'npad' bytes of 'a's, then 'after': a big input. */
+static void
+padded(struct buf *b, const char *before, size_t npad, const char *after)
+{
+    buf_reset(b);
+    ck_assert_int_eq(buf_append_str(b, before), 0);
+    for (size_t i = 0; i < npad; i++)
+        ck_assert_int_eq(buf_append(b, "a", 1), 0);
+    ck_assert_int_eq(buf_append_str(b, after), 0);
+}
+
+START_TEST(test_json_past_max_body_is_not_billed)
+{
+    static const char head[] = "{\"usage\":{\"prompt_tokens\":2},\"pad\":\"";
+    struct buf big;
+
+    buf_init(&big, 4 * USAGE_MAX_BODY);
+    padded(&big, "{\"pad\":\"", USAGE_MAX_BODY,
+           "\",\"usage\":{\"prompt_tokens\":1}}");
+    ck_assert_int_eq(scan(200, "application/json", buf_ptr(&big),
+                          buf_len(&big), 65536), NONE);
+    /* A body of exactly USAGE_MAX_BODY bytes is read. */
+    padded(&big, head, USAGE_MAX_BODY - strlen(head) - strlen("\"}"), "\"}");
+    ck_assert_uint_eq(buf_len(&big), USAGE_MAX_BODY);
+    ck_assert_int_eq(scan(200, "application/json", buf_ptr(&big),
+                          buf_len(&big), 65536), 2);
+    buf_release(&big);
+}
+END_TEST
+
+START_TEST(test_sse_line_past_max_line_is_skipped)
+{
+    struct buf big;
+
+    buf_init(&big, 4 * USAGE_MAX_LINE);
+    padded(&big, "data: {\"usage\":{\"prompt_tokens\":5},\"pad\":\"",
+           USAGE_MAX_LINE, "\"}\n");
+    ck_assert_int_eq(scan(200, "text/event-stream", buf_ptr(&big),
+                          buf_len(&big), 1000), NONE);
+    /* ... and the next line is read again. */
+    ck_assert_int_eq(buf_append_str(&big, "data: {\"usage\":{\"prompt_tokens"
+                                    "\":6}}\n"), 0);
+    ck_assert_int_eq(scan(200, "text/event-stream", buf_ptr(&big),
+                          buf_len(&big), 1000), 6);
+    buf_release(&big);
+}
+END_TEST
+
+/*
+ * A retried call's scan sees a second head: what the first attempt's
+ * bytes said is forgotten (usage_scan_head() starts over).
+ */
+START_TEST(test_a_new_head_starts_over)
+{
+    static const char json[] = "{\"usage\":{\"prompt_tokens\":3,"
+                               "\"completion_tokens\":2}}";
+    static const char event[] = "data: {\"usage\":{\"prompt_tokens\":4}}\n";
+    struct usage_scan u;
+    int64_t prompt, completion;
+
+    /* A billed first attempt, then a 503: nothing to bill. */
+    usage_scan_init(&u);
+    usage_scan_head(&u, 200, "text/event-stream");
+    usage_scan_feed(&u, event, strlen(event));
+    usage_scan_head(&u, 503, "application/json");
+    usage_scan_feed(&u, json, strlen(json));
+    ck_assert_int_eq(usage_scan_end(&u, &prompt, &completion), 0);
+
+    /* Half a JSON body, then a stream: the half is not its first line. */
+    usage_scan_head(&u, 200, "application/json");
+    usage_scan_feed(&u, json, 10);
+    usage_scan_head(&u, 200, "text/event-stream");
+    usage_scan_feed(&u, event, strlen(event));
+    ck_assert_int_eq(usage_scan_end(&u, &prompt, &completion), 1);
+    ck_assert_int_eq(prompt, 4);
+    ck_assert_int_eq(completion, 0);
+    usage_scan_release(&u);
+}
+END_TEST
+
+static Suite *
+usage_suite(void)
+{
+    Suite *s = suite_create("usage");
+    TCase *tc = tcase("table");
+
+    tcase_add_loop_test(tc, test_whole, 0, (int)GW_ARRAY_LEN(cases));
+    tcase_add_loop_test(tc, test_two_pieces_at_every_offset, 0,
+                        (int)GW_ARRAY_LEN(cases));
+    tcase_add_loop_test(tc, test_byte_by_byte, 0, (int)GW_ARRAY_LEN(cases));
+    suite_add_tcase(s, tc);
+
+    tc = tcase("bounds");
+    tcase_add_test(tc, test_json_past_max_body_is_not_billed);
+    tcase_add_test(tc, test_sse_line_past_max_line_is_skipped);
+    suite_add_tcase(s, tc);
+
+    tc = tcase("reuse");
+    tcase_add_test(tc, test_a_new_head_starts_over);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int
+main(void)
+{
+    return test_run(srunner_create(usage_suite()));
+}
