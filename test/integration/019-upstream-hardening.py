@@ -356,6 +356,9 @@ def test_an_idle_connection_closed_by_the_upstream_is_closed_here(t):
 
     up = Scripted(script)
     g = gateway_over(t, [up.port], routing={"keepalive_timeout": "60s"})
+    # The start's probe runs on its beat thread: its connection must be
+    # among those the upstream closes below, or it stays idle here.
+    wait_for(lambda: up.gets >= 1, msg="the start's GET /v1/models")
     for i in range(3):
         assert content_of(g.post("/v1/chat/completions",
                                  chat_body("p%d" % i))) == "answer to p%d" % i
