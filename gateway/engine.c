@@ -56,6 +56,18 @@ since(const struct engine_load *l)
            - (double)(l->ended - l->ended_then);
 }
 
+/*
+ * The calls the gateway has open there.  Its engine holds at least these,
+ * whatever a scrape says: one read while a request was still on its way
+ * left that request out, though the gateway counted it as started
+ * before the scrape went out (engine.h).
+ */
+static double
+open_here(const struct engine_load *l)
+{
+    return (double)(l->started - l->ended);
+}
+
 /* What it runs now, as far as the gateway can tell. */
 static double
 running_now(const struct engine_load *l)
@@ -71,7 +83,7 @@ holding_now(const struct engine_load *l)
 {
     double n = l->last.running + l->last.waiting + since(l);
 
-    return n > 0 ? n : 0;
+    return n > open_here(l) ? n : open_here(l);
 }
 
 /* How many sequences its batch holds (engine.h: 'room'). */
@@ -92,9 +104,12 @@ double
 engine_score(const struct engine_load *l, const struct gw_config *cfg,
              int64_t now_ms, uint64_t inflight)
 {
+    double s;
+
     if (!engine_fresh(l, cfg, now_ms))
         return (double)inflight;
-    return 4 * l->last.waiting + running_now(l);
+    s = 4 * l->last.waiting + running_now(l);
+    return s > open_here(l) ? s : open_here(l);
 }
 
 int

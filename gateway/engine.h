@@ -12,12 +12,18 @@
  * while the answer was on its way must not come back to life with it.
  * What is left are the calls that started (or ended) between the scrape
  * going out and the engine reading its counts: counted twice (or not
- * at all) until the next scrape, a window of one round trip.
+ * at all) until the next scrape, a window of one round trip.  "Not at
+ * all" has a floor: the engine holds at least the gateway's own open
+ * calls there ('open' below).
  *
  *   now       = max(0, running + started - ended)   what it runs now
- *   score     = 4 x waiting + now      (vLLM's own data-parallel
- *               weighting; lower is lighter)
- *   holding   = running + waiting + started - ended  (all it has)
+ *   open      = every call the gateway started there and that has not
+ *               ended, whenever it started: the engine holds at least
+ *               these (a read taken while one was on its way missed it)
+ *   score     = max(4 x waiting + now, open)   (vLLM's own
+ *               data-parallel weighting; lower is lighter)
+ *   holding   = max(running + waiting + started - ended, open)
+ *               (all it has)
  *   queue     = holding - room: what found no place in the batch (a
  *               call that ends lets the first waiting one in)
  *   saturated = queue >= max_waiting, or kv_usage > kv_high
