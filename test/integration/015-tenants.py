@@ -424,10 +424,12 @@ def test_no_bill_for_an_error_or_a_cut_stream(t):
         "Content-Type": "application/json"}))
     assert r.status == 200, r
     u = r.json()["usage"]
+    # The bill is made before the access line is written, and both after
+    # the client has its answer: wait for the line, then read the bill.
+    assert access_usage(g, 1) == [(u["prompt_tokens"],
+                                   u["completion_tokens"])]
     gm = g.metrics()
     assert present(gm, TOKENS, tenant="a", model="mock-model",
                    kind="prompt") == u["prompt_tokens"]
     assert present(gm, TOKENS, tenant="a", model="mock-model",
                    kind="completion") == u["completion_tokens"]
-    assert access_usage(g, 1) == [(u["prompt_tokens"],
-                                   u["completion_tokens"])]
