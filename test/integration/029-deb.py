@@ -205,8 +205,9 @@ def test_deb_control_fields(t):
         assert re.search(r"\(>= [0-9]", depends[names.index(lib)]), \
             depends
 
-    assert read(os.path.join(pkg.control, "conffiles")) == \
-        "/etc/infergw/gateway.conf\n"
+    conffiles = read(os.path.join(pkg.control, "conffiles"))
+    assert conffiles == "/etc/infergw/gateway.conf\n", \
+        "conffiles: %r" % conffiles
     # md5sums: every file but the conffile (dpkg hashes that itself).
     sums = {}
     for line in read(os.path.join(pkg.control, "md5sums")).splitlines():
@@ -533,7 +534,8 @@ def test_unit_security_exposure(t):
                  "PrivateMounts="):
         row = [l for l in so.splitlines() if l[2:].startswith(name)]
         assert row and row[0].startswith("\u2713"), \
-            "%s not counted as set:\n%s" % (name, so)
+            "%s not counted as set; what is not:\n%s" % (name, "\n".join(
+                l for l in so.splitlines() if not l.startswith("\u2713")))
     m = re.search(r"Overall exposure level for infergw\.service: "
                   r"([0-9.]+)", so)
     assert m, so
