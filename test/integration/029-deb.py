@@ -2,11 +2,11 @@
 infergw_VERSION_ARCH.deb holding the gateway (built for /etc, stripped),
 its man pages, its unit and /etc/infergw/gateway.conf as a conffile, with
 the control fields, md5sums and maintainer scripts a package needs;
-lintian finds nothing to say; the maintainer scripts create the system
-user and leave systemd alone where it is not running; and the unit's
-sandbox holds the gateway: every system call a traced run makes is one
-its SystemCallFilter= allows, and it reads no /proc file that ProcSubset=
-and ProtectProc= hide.
+lintian --pedantic finds nothing but one note (no init.d script); the
+maintainer scripts create the system user and leave systemd alone where
+it is not running; and the unit's sandbox holds the gateway: every
+system call a traced run makes is one its SystemCallFilter= allows, and
+it reads no /proc file that ProcSubset= and ProtectProc= hide.
 
 The package is built once, by the first test that needs it, with
 'make deb' (its install step left out: -o deps) into a temp dir of its
