@@ -12,6 +12,8 @@
 #                   pages and systemd unit; PREFIX, BINDIR, SYSCONFDIR,
 #                   MANDIR, SYSTEMDUNITDIR and DESTDIR honoured
 #   make uninstall  the same files; gateway.conf only if unedited
+#   make deb        the Debian package infergw_VERSION_ARCH.deb, in DEBDIR
+#                   (default .), built in DEBWORK (default build/deb)
 #   make bench      the benchmark scripts (docs/BENCHMARKS.md)
 #
 # Users may override CC, CFLAGS, LDFLAGS, PREFIX, BINDIR, SYSCONFDIR,
@@ -92,7 +94,7 @@ UNITS := $(UNIT_SRC:test/unit/%.c=$(BUILD)/test/%)
 LIB := $(BUILD)/libinfergw.a
 
 .PHONY: all deps run check unit integration asan ubsan tsan fuzz \
-        install uninstall clean format bench
+        install uninstall deb clean format bench
 
 all: $(BUILD)/bin/infergw $(TOOLS)
 ifeq ($(VARIANT),default)
@@ -340,6 +342,14 @@ uninstall:
 	else \
 	    echo "kept $$conf: it differs from etc/gateway.conf"; \
 	fi
+
+# tools/deb/build.sh builds the gateway afresh in DEBWORK with Debian's
+# flags and paths, stages it with 'make install' and packs it with
+# dpkg-deb.  MAKE is passed so that its make shares this one's jobs.
+DEBDIR ?= .
+DEBWORK ?= build/deb
+deb: deps
+	@MAKE='$(MAKE)' sh tools/deb/build.sh '$(DEBDIR)' '$(DEBWORK)'
 
 format:
 	clang-format -i common/*.[ch] gateway/*.[ch] tools/*.c tools/mock/*.[ch] \
