@@ -112,7 +112,7 @@ run(const struct step *steps, size_t n, const char *model,
 {
     struct dispatch_ctx dc = { &cfg, pool, NULL, -1 };
     struct upstream_request req = { "POST", "/v1/completions", "{}", 2,
-                                    "id", NULL };
+                                    "id", NULL, NULL };
     struct upstream_sink sink = { NULL, NULL, NULL, NULL, NULL };
 
     up.steps = steps;
