@@ -6,15 +6,19 @@ to an upstream that serves it, never coalesced, under the tenant limits,
 billed from its usage where it has one, with errors in OpenAI's shape.
 
 Which upstream answered is read from the mocks' /stats ("requests");
-concurrency is made certain with mock_hold, never hoped for.
+concurrency is made certain with mock_hold, never hoped for.  The last
+test drives the real openai npm client (js/openai_client.js) through the
+gateway when Node and npm are here; it skips otherwise.
 """
 
 import json
 import os
 import re
+import subprocess
 
-from gwtest import (JSON_HEADERS, assert_error, has_metric, jbody, metric,
-                    normalise, request, sse_events, wait_for)
+from gwtest import (JSON_HEADERS, REPO_ROOT, assert_error, budget,
+                    has_metric, jbody, metric, normalise, request, skip,
+                    sse_events, tool, wait_for)
 
 from coalesce_util import finish, finish_all, new_tag, present, send
 
@@ -391,3 +395,65 @@ def test_upstream_errors_relayed(t):
     assert r.status == 503, r
     r = post(g, "/v1/responses", b"{not json")
     assert_error(r, 400, "invalid_json")
+
+
+# ---- a real client ---------------------------------------------------------
+
+OPENAI_NPM = "openai@5.12.0"        # no dependencies; Node 18 and later
+NPM_DIR = os.path.join(REPO_ROOT, "build", "npm")
+
+
+def openai_module():
+    """The openai npm package, installed once into build/npm (kept there
+    for the next run).  Skips without npm or its registry: this test is
+    the optional one, the others need no network."""
+    pkg = os.path.join(NPM_DIR, "node_modules", "openai")
+    version = OPENAI_NPM.split("@")[1]
+    try:
+        with open(os.path.join(pkg, "package.json")) as f:
+            if json.load(f)["version"] == version:
+                return pkg
+    except (OSError, ValueError, KeyError):
+        pass
+    npm = tool("npm")
+    os.makedirs(NPM_DIR, exist_ok=True)
+    try:
+        p = subprocess.run([npm, "install", "--no-audit", "--no-fund",
+                            "--no-package-lock", "--prefix", NPM_DIR,
+                            OPENAI_NPM], stdin=subprocess.DEVNULL,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           timeout=budget(40))
+    except subprocess.TimeoutExpired:
+        skip("npm install %s took too long (no registry here?)" % OPENAI_NPM)
+    if p.returncode != 0:
+        skip("npm install %s failed (no registry here?): %s"
+             % (OPENAI_NPM, p.stdout.decode("utf-8", "replace")[-200:]))
+    return pkg
+
+
+def test_the_openai_npm_client(t):
+    node = tool("node", "nodejs")
+    pkg = openai_module()
+    m = t.mock()
+    g = t.gateway(m, extra=TENANT_A)
+    p = subprocess.run([node, os.path.join(os.path.dirname(__file__), "js",
+                                           "openai_client.js"),
+                        pkg, "http://127.0.0.1:%d/v1" % g.port, KEY_A],
+                       stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, timeout=budget(30))
+    assert p.returncode == 0, p.stderr.decode("utf-8", "replace")[-2000:]
+    out = json.loads(p.stdout)
+    assert out["plain"]["id"].startswith("resp_") and out["plain"]["text"], \
+        out
+    assert out["plain"]["usage"]["input_tokens"] == 2, out
+    s = out["stream"]
+    assert s["types"][0] == "response.created" and \
+        s["types"][-1] == "response.completed", s
+    assert s["text"] and s["text"] == s["final_text"], s
+    assert out["chained"]["previous"] == out["plain"]["id"], out
+    assert out["transcription"]["text"], out
+    # Billed: both responses' usage, and the streamed one's.
+    want = out["plain"]["usage"]["output_tokens"] + \
+        s["usage"]["output_tokens"]
+    wait_for(lambda: tokens(g, "a", "mock-model", "completion") >= want,
+             msg="the client's responses billed")
