@@ -69,8 +69,8 @@ struct upstream_request {
  * 'lines' (UPSTREAM_REQUEST_MAX_LINES nodes, caller's storage) becomes
  * the header list and must outlive the transfer, as must 'auth_line' and
  * the body.  Refuses a method but GET and POST, and a request id, client
- * credential or content type with a line break.  OUT *wipe: the scratch now holds
- * the client's credentials.  OUT *kind: why, on failure.
+ * credential or content type with a line break.  OUT *wipe: the scratch
+ * now holds the client's credentials.  OUT *kind: why, on failure.
  * Returns 0, GW_EINVAL, GW_ETOOBIG or GW_ENOMEM.
  */
 int upstream_request_prepare(struct upstream_session_handle *h,

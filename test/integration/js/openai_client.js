@@ -1,4 +1,4 @@
-// The real openai npm client against the gateway (027-routes.py): the
+// The real openai npm client against the gateway (030-routes.py): the
 // Responses API, not streamed and streamed, a chained response, and an
 // audio transcription (the client's own multipart/form-data).  Prints one
 // JSON line of what it saw; exits 1 with the error on any failure.

@@ -1,4 +1,4 @@
-"""027 - the other vLLM routes (issue 19 item 6): POST /v1/responses
+"""030 - the other vLLM routes (issue 19 item 6): POST /v1/responses
 (streamed or not), /tokenize, /detokenize, the three rerank paths, the
 two score paths, /pooling, and the two audio routes (multipart/form-data,
 routed by the form's model field).  Each is relayed by the body's model
