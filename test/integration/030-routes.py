@@ -7,8 +7,9 @@ billed from its usage where it has one, with errors in OpenAI's shape.
 
 Which upstream answered is read from the mocks' /stats ("requests");
 concurrency is made certain with mock_hold, never hoped for.  The last
-test drives the real openai npm client (js/openai_client.js) through the
-gateway when Node and npm are here; it skips otherwise.
+test drives real clients (js/openai_client.js: the openai npm client and
+the Vercel AI SDK) through the gateway when Node and npm are here; it
+skips otherwise.
 """
 
 import json
@@ -314,7 +315,7 @@ def test_identical_concurrent_requests_each_go_upstream(t):
 
 def test_tenant_limits_apply(t):
     m = t.mock()
-    g = t.gateway(m, extra=TENANT_A + "max_inflight = 1\n")
+    g = t.gateway(m, extra=TENANT_A)
     for path, make, _ in JSON_ROUTES:
         r = post(g, path, jbody(**make("mock-model")))
         assert_error(r, 401, "invalid_api_key")
@@ -325,7 +326,11 @@ def test_tenant_limits_apply(t):
         assert_error(g.request("POST", path, h, body), 401, "invalid_api_key")
         h.update(AUTH_A)
         assert g.request("POST", path, h, body).status == 200, path
-    # One under way: the next is over max_inflight, on any route.
+    # One under way: the next is over max_inflight, on any route.  (A
+    # gateway of its own: a request counts as under way until its thread
+    # is done with it, a moment after its client has the answer, so
+    # back-to-back requests could meet a limit of 1.)
+    g = t.gateway(m, extra=TENANT_A + "max_inflight = 1\n")
     tag = new_tag()
     held = send(g, jbody(model="mock-model", input="x", mock_hold=tag),
                 "/v1/responses", AUTH_A)
@@ -399,46 +404,52 @@ def test_upstream_errors_relayed(t):
 
 # ---- a real client ---------------------------------------------------------
 
-OPENAI_NPM = "openai@5.12.0"        # no dependencies; Node 18 and later
+# The clients, pinned: the openai npm client, and the Vercel AI SDK with
+# its OpenAI provider (whose openai(model) calls the Responses API).
+NPM_PACKAGES = ["openai@5.12.0", "ai@5.0.277", "@ai-sdk/openai@2.0.131",
+                "zod@3.25.76"]
 NPM_DIR = os.path.join(REPO_ROOT, "build", "npm")
 
 
-def openai_module():
-    """The openai npm package, installed once into build/npm (kept there
-    for the next run).  Skips without npm or its registry: this test is
-    the optional one, the others need no network."""
-    pkg = os.path.join(NPM_DIR, "node_modules", "openai")
-    version = OPENAI_NPM.split("@")[1]
-    try:
-        with open(os.path.join(pkg, "package.json")) as f:
-            if json.load(f)["version"] == version:
-                return pkg
-    except (OSError, ValueError, KeyError):
-        pass
+def npm_packages():
+    """NPM_PACKAGES, installed once into build/npm (kept there for the
+    next run).  Skips without npm or its registry: this test is the
+    optional one, the others need no network."""
+    def installed(spec):
+        name, version = spec.rsplit("@", 1)
+        try:
+            with open(os.path.join(NPM_DIR, "node_modules", name,
+                                   "package.json")) as f:
+                return json.load(f)["version"] == version
+        except (OSError, ValueError, KeyError):
+            return False
+
+    if all(installed(p) for p in NPM_PACKAGES):
+        return NPM_DIR
     npm = tool("npm")
     os.makedirs(NPM_DIR, exist_ok=True)
     try:
         p = subprocess.run([npm, "install", "--no-audit", "--no-fund",
-                            "--no-package-lock", "--prefix", NPM_DIR,
-                            OPENAI_NPM], stdin=subprocess.DEVNULL,
+                            "--no-package-lock", "--prefix", NPM_DIR]
+                           + NPM_PACKAGES, stdin=subprocess.DEVNULL,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                            timeout=budget(40))
     except subprocess.TimeoutExpired:
-        skip("npm install %s took too long (no registry here?)" % OPENAI_NPM)
-    if p.returncode != 0:
-        skip("npm install %s failed (no registry here?): %s"
-             % (OPENAI_NPM, p.stdout.decode("utf-8", "replace")[-200:]))
-    return pkg
+        skip("npm install took too long (no registry here?)")
+    if p.returncode != 0 or not all(installed(p) for p in NPM_PACKAGES):
+        skip("npm install failed (no registry here?): %s"
+             % p.stdout.decode("utf-8", "replace")[-200:])
+    return NPM_DIR
 
 
 def test_the_openai_npm_client(t):
     node = tool("node", "nodejs")
-    pkg = openai_module()
+    npm_dir = npm_packages()
     m = t.mock()
     g = t.gateway(m, extra=TENANT_A)
     p = subprocess.run([node, os.path.join(os.path.dirname(__file__), "js",
                                            "openai_client.js"),
-                        pkg, "http://127.0.0.1:%d/v1" % g.port, KEY_A],
+                        npm_dir, "http://127.0.0.1:%d/v1" % g.port, KEY_A],
                        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, timeout=budget(30))
     assert p.returncode == 0, p.stderr.decode("utf-8", "replace")[-2000:]
@@ -452,8 +463,15 @@ def test_the_openai_npm_client(t):
     assert s["text"] and s["text"] == s["final_text"], s
     assert out["chained"]["previous"] == out["plain"]["id"], out
     assert out["transcription"]["text"], out
-    # Billed: both responses' usage, and the streamed one's.
+    # The Vercel AI SDK's openai(model): the Responses API, both ways.
+    for k in ("ai_generate", "ai_stream"):
+        assert out[k]["text"] and out[k]["usage"]["outputTokens"] == 8, out
+    gm = g.metrics()
+    assert present(gm, REQUESTS, route="responses", status="200") == 5, \
+        "the SDKs' calls did not all go to /v1/responses"
+    # Billed: every response's usage, streamed or not (8 tokens each but
+    # the two the openai client's own made, whose counts it saw).
     want = out["plain"]["usage"]["output_tokens"] + \
-        s["usage"]["output_tokens"]
-    wait_for(lambda: tokens(g, "a", "mock-model", "completion") >= want,
-             msg="the client's responses billed")
+        s["usage"]["output_tokens"] + 3 * 8
+    wait_for(lambda: tokens(g, "a", "mock-model", "completion") == want,
+             msg="the clients' responses billed")

@@ -1,17 +1,24 @@
-// The real openai npm client against the gateway (030-routes.py): the
-// Responses API, not streamed and streamed, a chained response, and an
-// audio transcription (the client's own multipart/form-data).  Prints one
-// JSON line of what it saw; exits 1 with the error on any failure.
+// Real clients against the gateway (030-routes.py): the openai npm
+// client's Responses API (not streamed, streamed, chained) and an audio
+// transcription (the client's own multipart/form-data); then the Vercel
+// AI SDK's default provider, openai(model), which calls the Responses
+// API, with generateText and streamText.  Prints one JSON line of what
+// they saw; exits 1 with the error on any failure.
 //
-//   node openai_client.js OPENAI_MODULE_DIR BASE_URL API_KEY
+//   node openai_client.js NPM_DIR BASE_URL API_KEY
 'use strict';
 
-const [moduleDir, baseURL, apiKey] = process.argv.slice(2);
-const { OpenAI, toFile } = require(moduleDir);
+const { createRequire } = require('module');
+const path = require('path');
 
-async function main() {
+const [npmDir, baseURL, apiKey] = process.argv.slice(2);
+const need = createRequire(path.join(path.resolve(npmDir), 'package.json'));
+const { OpenAI, toFile } = need('openai');
+const { createOpenAI } = need('@ai-sdk/openai');
+const { generateText, streamText } = need('ai');
+
+async function openaiClient(out) {
     const client = new OpenAI({ baseURL, apiKey, maxRetries: 0 });
-    const out = {};
 
     const r = await client.responses.create({ model: 'mock-model',
                                               input: 'hello there' });
@@ -42,6 +49,25 @@ async function main() {
         file: await toFile(Buffer.from('RIFF\0\0\0\0WAVEfmt '), 'a.wav'),
     });
     out.transcription = tr;
+}
+
+async function aiSdk(out) {
+    const openai = createOpenAI({ baseURL, apiKey, maxRetries: 0 });
+    const g = await generateText({ model: openai('mock-model'),
+                                   prompt: 'hello', maxRetries: 0 });
+    out.ai_generate = { text: g.text, usage: g.usage };
+    const s = streamText({ model: openai('mock-model'), prompt: 'stream',
+                           maxRetries: 0 });
+    let text = '';
+    for await (const d of s.textStream)
+        text += d;
+    out.ai_stream = { text, usage: await s.usage };
+}
+
+async function main() {
+    const out = {};
+    await openaiClient(out);
+    await aiSdk(out);
     console.log(JSON.stringify(out));
 }
 
