@@ -1286,6 +1286,24 @@ http_read_body(struct net_stream *s, struct buf *in,
     return rc;
 }
 
+int
+http_is_tchar(unsigned char c)
+{
+    return IS(c, CC_TCHAR);
+}
+
+int
+http_is_field_char(unsigned char c)
+{
+    return IS(c, CC_FIELD);
+}
+
+int
+http_is_qdtext(unsigned char c)
+{
+    return IS(c, CC_QDTEXT);
+}
+
 const char *
 http_reason(int status)
 {

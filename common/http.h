@@ -89,6 +89,15 @@ struct http_request {
 int http_parse_request(const char *p, size_t len, size_t max_head,
                        struct http_request *r);
 
+/*
+ * RFC 9110's character classes, for the other parsers of common/
+ * (multipart.h): tchar (section 5.6.2); field-vchar, SP or HTAB (5.5);
+ * qdtext (5.6.4).
+ */
+int http_is_tchar(unsigned char c);
+int http_is_field_char(unsigned char c);
+int http_is_qdtext(unsigned char c);
+
 /* First field named 'name' (case-insensitive), or NULL. */
 const struct http_header *http_find_header(const struct http_request *r,
                                            const char *name);

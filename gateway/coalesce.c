@@ -212,12 +212,16 @@ coalesce_key(const char *tenant, uint64_t generation,
 
     mbedtls_sha256_init(&h);
     mbedtls_sha256_starts_ret(&h, 0);
-    hash_field(&h, "infergw-coalesce-v4", 19);
+    hash_field(&h, "infergw-coalesce-v5", 19);
     hash_field(&h, gen, sizeof(gen));
     hash_field(&h, tenant, strlen(tenant));
     hash_field(&h, ur->method, strlen(ur->method));
     hash_field(&h, ur->path, strlen(ur->path));
     hash_field(&h, ur->body, ur->body_len);
+    /* Never set on a coalescable route today; hashed all the same. */
+    hash_field(&h, ur->content_type != NULL ? "1" : "0", 1);
+    hash_field(&h, ur->content_type != NULL ? ur->content_type : "",
+               ur->content_type != NULL ? strlen(ur->content_type) : 0);
     /* "none" and an empty credential must differ: a presence byte. */
     hash_field(&h, auth != NULL ? "1" : "0", 1);
     hash_field(&h, auth != NULL ? auth : "", auth != NULL ? strlen(auth)

@@ -79,8 +79,9 @@ int coalesce_eligible(const struct gw_config *cfg, size_t tenant,
  * The key: SHA-256 over the configuration's generation (generation.h), the
  * tenant name and every client-derived field
  * of 'ur' that reaches the upstream (upstream.h):
- * method, path (with its query), the raw body and the forwarded
- * credential (client_auth, or its absence), each length-prefixed so that
+ * method, path (with its query), the raw body, its content type (or its
+ * absence: application/json) and the forwarded credential (client_auth,
+ * or its absence), each length-prefixed so that
  * no two different field tuples hash the same bytes.  ur->request_id is
  * not hashed: a coalesced call carries its flight's id instead.  Only the
  * hash is kept, so a credential never sits in the map in clear.  The

@@ -368,26 +368,59 @@ prefix_add_json(struct prefix *px, const json_t *v)
     free(text);
 }
 
+/* What follows a turn's role: a line break, its content, another. */
+static void
+prefix_add_content(struct prefix *px, const json_t *content)
+{
+    prefix_add(px, "\n", 1);
+    prefix_add_json(px, content);
+    prefix_add(px, "\n", 1);
+}
+
+/* Each turn of a chat "messages" array (or a Responses API "input"). */
+static void
+prefix_add_turns(struct prefix *px, const json_t *turns)
+{
+    const json_t *m;
+    size_t i;
+
+    json_array_foreach(turns, i, m) {
+        if (px->left == 0)
+            break;
+        prefix_add_json(px, json_object_get(m, "role"));
+        prefix_add_content(px, json_object_get(m, "content"));
+    }
+}
+
 uint64_t
 dispatch_prefix_hash(const json_t *body, size_t max_bytes)
 {
     struct prefix px = { GW_FNV1A64_OFFSET, max_bytes };
     const json_t *msgs = json_object_get(body, "messages");
     const json_t *prompt = json_object_get(body, "prompt");
-    const json_t *m;
-    size_t i;
+    const json_t *input = json_object_get(body, "input");
+    const json_t *instructions = json_object_get(body, "instructions");
 
     if (json_is_array(msgs)) {
-        json_array_foreach(msgs, i, m) {
-            if (px.left == 0)
-                break;
-            prefix_add_json(&px, json_object_get(m, "role"));
-            prefix_add(&px, "\n", 1);
-            prefix_add_json(&px, json_object_get(m, "content"));
-            prefix_add(&px, "\n", 1);
-        }
+        prefix_add_turns(&px, msgs);
     } else if (prompt != NULL) {
         prefix_add_json(&px, prompt);
+    } else if (input != NULL) {
+        /*
+         * The Responses API: its instructions are the system turn, its
+         * input a user turn or a list of them, so that a conversation
+         * hashes as its chat form does when the two agree.
+         */
+        if (json_is_string(instructions)) {
+            prefix_add(&px, "system", 6);
+            prefix_add_content(&px, instructions);
+        }
+        if (json_is_array(input)) {
+            prefix_add_turns(&px, input);
+        } else {
+            prefix_add(&px, "user", 4);
+            prefix_add_content(&px, input);
+        }
     } else {
         return 0;
     }

@@ -83,8 +83,11 @@ int dispatch_run(const struct dispatch_ctx *dc,
 /*
  * The prompt's prefix for balance = prefix, hashed: the leading
  * 'max_bytes' of the chat "messages" (role and content of each, in
- * order, so the system prompt first) or of "prompt".  0 when the body
- * has neither.
+ * order, so the system prompt first), of "prompt", or of the Responses
+ * API's "instructions" and "input" (taken as a system turn and a user
+ * turn, or the input's list of turns: a conversation hashes as its chat
+ * form; an embedding's or a pooling's "input" too).  0 when the body has
+ * none of them (an upload's form: no body to read).
  */
 uint64_t dispatch_prefix_hash(const json_t *body, size_t max_bytes);
 

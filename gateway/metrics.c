@@ -58,6 +58,8 @@ metrics_tls_stats(void)
 static const char *const route_names[METRICS_ROUTE_COUNT] = {
     "chat_completions", "completions", "embeddings", "models",
     "healthz", "readyz", "metrics", "other",
+    "responses", "tokenize", "detokenize", "rerank", "score", "pooling",
+    "audio_transcriptions", "audio_translations",
 };
 
 static const char *const keepalive_close_names[METRICS_KEEPALIVE_COUNT] = {

@@ -54,6 +54,14 @@ enum metrics_route {
     METRICS_ROUTE_READYZ,
     METRICS_ROUTE_METRICS,
     METRICS_ROUTE_OTHER,
+    METRICS_ROUTE_RESPONSES,        /* the other vLLM routes (issue 19) */
+    METRICS_ROUTE_TOKENIZE,
+    METRICS_ROUTE_DETOKENIZE,
+    METRICS_ROUTE_RERANK,           /* /v1/rerank, /rerank, /v2/rerank */
+    METRICS_ROUTE_SCORE,            /* /v1/score, /score */
+    METRICS_ROUTE_POOLING,
+    METRICS_ROUTE_TRANSCRIPTIONS,
+    METRICS_ROUTE_TRANSLATIONS,
     METRICS_ROUTE_COUNT
 };
 

@@ -49,7 +49,7 @@ struct call_outcome
 probe_get(struct upstream *up, size_t idx, const char *path,
           int64_t timeout_ms, struct probe *pr)
 {
-    struct upstream_request req = { "GET", path, NULL, 0, NULL, NULL };
+    struct upstream_request req = { "GET", path, NULL, 0, NULL, NULL, NULL };
     struct upstream_sink sink = { pr, probe_head, probe_data, probe_tick,
                                   NULL };
     struct upstream_opts opts = {

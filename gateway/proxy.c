@@ -58,8 +58,14 @@ struct fwd {
     uint64_t prefix_hash;       /* balance = prefix */
 };
 
+/*
+ * 'model' (borrowed, or NULL) picks the upstreams; 'json', the body
+ * parsed (or NULL: a form), gives the prompt's prefix for balance =
+ * prefix.
+ */
 static int
-fwd_init(struct fwd *f, const struct handler_req *hr, const json_t *json)
+fwd_init(struct fwd *f, const struct handler_req *hr, const char *model,
+         const json_t *json)
 {
     const struct gw_config *cfg = hr->ctx->cfg;
     const struct http_request *req = hr->req;
@@ -76,15 +82,15 @@ fwd_init(struct fwd *f, const struct handler_req *hr, const json_t *json)
         f->auth = gw_strndup(h->value, h->value_len);
     if (f->path == NULL || (h != NULL && f->auth == NULL))
         return GW_ENOMEM;
-    /* route.c sends only POSTs of a JSON object here */
+    /* route.c sends only POSTs of a JSON object (or a form) here */
     f->ur.method = "POST";
     f->ur.path = f->path;
     f->ur.body = buf_ptr(hr->body);
     f->ur.body_len = buf_len(hr->body);
     f->ur.request_id = hr->request_id;
     f->ur.client_auth = f->auth;
-    f->model = json_string_value(json_object_get(json, "model"));
-    if (cfg->balance == BALANCE_PREFIX)
+    f->model = model;
+    if (cfg->balance == BALANCE_PREFIX && json != NULL)
         f->prefix_hash = dispatch_prefix_hash(json,
                                               (size_t)cfg->prefix_bytes);
     return 0;
@@ -566,7 +572,8 @@ proxy_forward(struct handler_req *hr, const json_t *json, int coalescable)
     enum metrics_bypass why;
     struct fwd fw;
 
-    if (fwd_init(&fw, hr, json) != 0)
+    if (fwd_init(&fw, hr, json_string_value(json_object_get(json, "model")),
+                 json) != 0)
         reply_error(hr->reply, 503, "server_error", "overloaded",
                     "out of memory");
     else if (fw.model != NULL && !pool_serves(hr->ctx->pool, fw.model))
@@ -578,5 +585,23 @@ proxy_forward(struct handler_req *hr, const json_t *json, int coalescable)
         bypass(hr, &fw, why, "-");
     else
         coalesce(hr, &fw);
+    fwd_release(&fw);
+}
+
+void
+proxy_forward_form(struct handler_req *hr, const char *model,
+                   const char *content_type)
+{
+    struct fwd fw;
+
+    if (fwd_init(&fw, hr, model, NULL) != 0) {
+        reply_error(hr->reply, 503, "server_error", "overloaded",
+                    "out of memory");
+    } else if (!pool_serves(hr->ctx->pool, model)) {
+        reply_no_model(hr);
+    } else {
+        fw.ur.content_type = content_type;
+        forward_direct(hr, &fw);
+    }
     fwd_release(&fw);
 }

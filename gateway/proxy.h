@@ -30,4 +30,13 @@ struct handler_req;
 void proxy_forward(struct handler_req *hr, const json_t *json,
                    int coalescable);
 
+/*
+ * Forward hr's POST of a form (an audio upload) by the direct path,
+ * never coalesced: 'model' (borrowed, not NULL) picks the upstreams (404
+ * model_not_found when none serves it), and the body goes with
+ * "Content-Type: 'content_type'" (borrowed) instead of JSON's.
+ */
+void proxy_forward_form(struct handler_req *hr, const char *model,
+                        const char *content_type);
+
 #endif

@@ -1,7 +1,8 @@
 /*
  * route.c - the route table and the checks a request passes before it is
  * forwarded: method, API key, body size and framing, body is a JSON
- * object.  The admin listener serves the operator's routes alone.
+ * object (or, for an audio upload, a sound multipart/form-data body with
+ * a model field).  The admin listener serves the operator's routes alone.
  */
 #include "route.h"
 
@@ -16,6 +17,7 @@
 #include "jsonx.h"
 #include "log.h"
 #include "metrics.h"
+#include "multipart.h"
 #include "pool.h"
 #include "proxy.h"
 #include "reply.h"
@@ -23,7 +25,9 @@
 
 enum route_kind {
     KIND_COMPLETION,        /* POST JSON object, may coalesce */
-    KIND_JSON,              /* POST JSON object */
+    KIND_JSON,              /* POST JSON object, never coalesced */
+    KIND_FORM,              /* POST multipart/form-data with a model
+                               field, never coalesced */
     KIND_MODELS,            /* GET, answered from the pool's cache */
     KIND_HEALTHZ,
     KIND_READYZ,
@@ -44,6 +48,24 @@ static const struct route_def routes[] = {
     { "/v1/completions", "POST", METRICS_ROUTE_COMPLETIONS, KIND_COMPLETION,
       0 },
     { "/v1/embeddings", "POST", METRICS_ROUTE_EMBEDDINGS, KIND_JSON, 0 },
+    /*
+     * The Responses API keeps state upstream (store, previous_response_id,
+     * background): two identical requests are two responses, so it is
+     * relayed like the others here, never coalesced.
+     */
+    { "/v1/responses", "POST", METRICS_ROUTE_RESPONSES, KIND_JSON, 0 },
+    { "/tokenize", "POST", METRICS_ROUTE_TOKENIZE, KIND_JSON, 0 },
+    { "/detokenize", "POST", METRICS_ROUTE_DETOKENIZE, KIND_JSON, 0 },
+    { "/v1/rerank", "POST", METRICS_ROUTE_RERANK, KIND_JSON, 0 },
+    { "/rerank", "POST", METRICS_ROUTE_RERANK, KIND_JSON, 0 },
+    { "/v2/rerank", "POST", METRICS_ROUTE_RERANK, KIND_JSON, 0 },
+    { "/v1/score", "POST", METRICS_ROUTE_SCORE, KIND_JSON, 0 },
+    { "/score", "POST", METRICS_ROUTE_SCORE, KIND_JSON, 0 },
+    { "/pooling", "POST", METRICS_ROUTE_POOLING, KIND_JSON, 0 },
+    { "/v1/audio/transcriptions", "POST", METRICS_ROUTE_TRANSCRIPTIONS,
+      KIND_FORM, 0 },
+    { "/v1/audio/translations", "POST", METRICS_ROUTE_TRANSLATIONS,
+      KIND_FORM, 0 },
     { "/v1/models", "GET", METRICS_ROUTE_MODELS, KIND_MODELS, 0 },
     { "/healthz", "GET", METRICS_ROUTE_HEALTHZ, KIND_HEALTHZ, 1 },
     { "/readyz", "GET", METRICS_ROUTE_READYZ, KIND_READYZ, 1 },
@@ -125,9 +147,8 @@ serve_models(struct handler_req *hr)
 
 /* Keep the model name for the access log (bounded, printable). */
 static void
-note_model(struct handler_req *hr, const json_t *body)
+note_model_str(struct handler_req *hr, const char *m)
 {
-    const char *m = json_string_value(json_object_get(body, "model"));
     size_t i;
 
     if (m == NULL)
@@ -136,6 +157,74 @@ note_model(struct handler_req *hr, const json_t *body)
         hr->model[i] = (m[i] > ' ' && m[i] < 0x7f && m[i] != '"')
                        ? m[i] : '_';
     hr->model[i] = '\0';
+}
+
+static void
+note_model(struct handler_req *hr, const json_t *body)
+{
+    note_model_str(hr, json_string_value(json_object_get(body, "model")));
+}
+
+/* The longest model name a form may route by. */
+#define FORM_MODEL_MAX 256
+
+/*
+ * An audio upload (KIND_FORM): its Content-Type must be
+ * multipart/form-data with a boundary, its body a sound form
+ * (multipart.h) with one "model" field of 1 to FORM_MODEL_MAX printable
+ * characters.  OUT model (FORM_MODEL_MAX + 1 bytes): the field, for
+ * routing; OUT ctype (sizeof "multipart/form-data; boundary=\"...\""):
+ * the Content-Type to send upstream, rebuilt from the boundary that split
+ * the body, so that the upstream splits it the same way.  Returns 0, or
+ * -1 after the 400 was sent.
+ */
+static int
+read_form(struct handler_req *hr, char *model, char *ctype, size_t ctype_len)
+{
+    const struct http_header *h = http_find_header(hr->req, "Content-Type");
+    char boundary[MULTIPART_MAX_BOUNDARY + 1];
+    const char *why = NULL, *v;
+    size_t blen, vlen, i;
+    int rc, token = 1;
+
+    if (h == NULL) {
+        why = "an audio upload needs Content-Type: multipart/form-data";
+        goto bad;
+    }
+    if (multipart_boundary(h->value, h->value_len, boundary, &blen,
+                           &why) != 0)
+        goto bad;
+    rc = multipart_find(buf_ptr(hr->body), buf_len(hr->body), boundary,
+                        blen, "model", &v, &vlen, &why);
+    if (rc == GW_ENOTFOUND) {
+        reply_error_full(hr->reply, 400, "invalid_request_error", "model",
+                         "missing_model", "the form has no model field", 0);
+        return -1;
+    }
+    if (rc != 0)
+        goto bad;
+    for (i = 0; i < vlen; i++)
+        if ((unsigned char)v[i] <= 0x20 || (unsigned char)v[i] >= 0x7f)
+            break;
+    if (vlen == 0 || vlen > FORM_MODEL_MAX || i < vlen) {
+        reply_error_full(hr->reply, 400, "invalid_request_error", "model",
+                         "invalid_model", "the model field must be 1 to 256 "
+                         "printable characters", 0);
+        return -1;
+    }
+    memcpy(model, v, vlen);
+    model[vlen] = '\0';
+    for (i = 0; i < blen; i++)
+        if (!http_is_tchar((unsigned char)boundary[i]))
+            token = 0;
+    snprintf(ctype, ctype_len, "multipart/form-data; boundary=%s%s%s",
+             token ? "" : "\"", boundary, token ? "" : "\"");
+    return 0;
+
+bad:
+    reply_error(hr->reply, 400, "invalid_request_error", "invalid_multipart",
+                why);
+    return -1;
 }
 
 /* Is the request's method 'm'? */
@@ -302,6 +391,9 @@ route_request(struct handler_req *hr)
     const struct route_def *rt;
     json_t *body = NULL;
     char err[160];
+    char model[FORM_MODEL_MAX + 1];
+    char ctype[sizeof("multipart/form-data; boundary=\"\"")
+               + MULTIPART_MAX_BOUNDARY];
 
     /* HEAD: every answer, errors too, without its body (RFC 9110 9.3.2:
      * a client reads none, so one sent would pass for the next answer). */
@@ -325,7 +417,7 @@ route_request(struct handler_req *hr)
         return;
     }
     if (rt->kind == KIND_COMPLETION || rt->kind == KIND_JSON
-        || rt->kind == KIND_MODELS) {
+        || rt->kind == KIND_FORM || rt->kind == KIND_MODELS) {
         /*
          * With tenants configured, a client must present one of their
          * keys; without, everyone is tenant "default".  Checked before
@@ -384,6 +476,16 @@ route_request(struct handler_req *hr)
             hr->pass = NULL;
         }
         json_decref(body);
+        return;
+    case KIND_FORM:
+        if (read_form(hr, model, ctype, sizeof(ctype)) != 0)
+            return;
+        note_model_str(hr, model);
+        if (admit(hr) == 0) {
+            proxy_forward_form(hr, model, ctype);
+            tenants_leave(hr->ctx->tenants, hr->pass);
+            hr->pass = NULL;
+        }
         return;
     }
 }

@@ -110,7 +110,9 @@ upstream_request_prepare(struct upstream_session_handle *h,
         goto out;
     }
     if ((req->request_id != NULL && !header_value_ok(req->request_id))
-        || (req->client_auth != NULL && !header_value_ok(req->client_auth))) {
+        || (req->client_auth != NULL && !header_value_ok(req->client_auth))
+        || (req->content_type != NULL
+            && !header_value_ok(req->content_type))) {
         *kind = CALL_BAD_REQUEST_HEADER;
         goto out;
     }
@@ -125,10 +127,14 @@ upstream_request_prepare(struct upstream_session_handle *h,
      * POST body has been checked to be a JSON object (route.c), and the
      * answer is JSON or an SSE stream, which is all we relay.  Without
      * the lines libcurl would label a POSTFIELDS body
-     * application/x-www-form-urlencoded and accept any type.
+     * application/x-www-form-urlencoded and accept any type.  The one
+     * other body is an audio upload's form, never coalesced, whose type
+     * carries the boundary route.c split it at.
      */
     if (is_post)
-        rc = scratch_add(b, &off[n++], "Content-Type: ", "application/json");
+        rc = scratch_add(b, &off[n++], "Content-Type: ",
+                         req->content_type != NULL ? req->content_type
+                                                   : "application/json");
     if (rc == 0)
         rc = scratch_add(b, &off[n++], "Accept: ", ACCEPT);
     /* The body is read for usage and relayed labelled as it came: no

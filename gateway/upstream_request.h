@@ -34,13 +34,15 @@ struct upstream_session_handle;
  * Everything of a client's request that reaches the upstream.  The rest
  * of the upstream request is constant (upstream_request.c): the URL's
  * origin, "Content-Type: application/json" on a POST (route.c has
- * checked that the body is a JSON object), a fixed Accept,
+ * checked that the body is a JSON object) unless content_type says
+ * otherwise (an audio upload's multipart/form-data), a fixed Accept,
  * "Accept-Encoding: identity", no Expect, and the configured api_key
  * when no client credential is forwarded.
  *
  * The coalescing contract (coalesce.h) rests on this struct: a coalesced
  * call's fields are either hashed into its key (coalesce_key() hashes
- * method, path, body and client_auth) or the flight's own (request_id).
+ * method, path, body, content_type and client_auth) or the flight's own
+ * (request_id).
  * A field added here must be added to one of the two.
  */
 struct upstream_request {
@@ -51,6 +53,8 @@ struct upstream_request {
     const char *request_id;     /* sent as X-Request-Id */
     const char *client_auth;    /* the client's Authorization value, sent
                                    as is; NULL sends the configured key */
+    const char *content_type;   /* a POST body's Content-Type value;
+                                   NULL: application/json */
 };
 
 
@@ -64,9 +68,9 @@ struct upstream_request {
  * 'total_timeout_ms' (> 0; else the upstream's).  Borrows all arguments;
  * 'lines' (UPSTREAM_REQUEST_MAX_LINES nodes, caller's storage) becomes
  * the header list and must outlive the transfer, as must 'auth_line' and
- * the body.  Refuses a method but GET and POST, and a request id or
- * client credential with a line break.  OUT *wipe: the scratch now holds
- * the client's credentials.  OUT *kind: why, on failure.
+ * the body.  Refuses a method but GET and POST, and a request id, client
+ * credential or content type with a line break.  OUT *wipe: the scratch
+ * now holds the client's credentials.  OUT *kind: why, on failure.
  * Returns 0, GW_EINVAL, GW_ETOOBIG or GW_ENOMEM.
  */
 int upstream_request_prepare(struct upstream_session_handle *h,

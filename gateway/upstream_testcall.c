@@ -31,7 +31,7 @@ static const struct config_upstream testcall_upstream = {
 };
 
 static const struct upstream_request testcall_request = {
-    "POST", "/v1/chat/completions", "{}", 2, "test-id", NULL
+    "POST", "/v1/chat/completions", "{}", 2, "test-id", NULL, NULL
 };
 
 struct upstream_testcall *

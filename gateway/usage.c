@@ -61,7 +61,38 @@ get_count(const json_t *usage, const char *name, int64_t *out)
     return 0;
 }
 
-/* The usage object of the JSON object in p[0..n), if it has one. */
+/*
+ * The counts of a usage object, under the names the API it came from
+ * uses: prompt_tokens and completion_tokens (chat, completions,
+ * embeddings, score, pooling; an embedding has no completion_tokens);
+ * input_tokens and output_tokens (the Responses API); or total_tokens
+ * alone (a rerank's: all of it is input).  Returns 0, or GW_EINVAL for
+ * none of them (a transcription's {"type":"duration","seconds":N} is no
+ * token count) or a count that is not one.
+ */
+static int
+read_counts(const json_t *usage, int64_t *prompt, int64_t *completion)
+{
+    if (json_object_get(usage, "prompt_tokens") != NULL)
+        return get_count(usage, "prompt_tokens", prompt) == 0
+               && get_count(usage, "completion_tokens", completion) == 0
+               ? 0 : GW_EINVAL;
+    if (json_object_get(usage, "input_tokens") != NULL)
+        return get_count(usage, "input_tokens", prompt) == 0
+               && get_count(usage, "output_tokens", completion) == 0
+               ? 0 : GW_EINVAL;
+    if (json_object_get(usage, "total_tokens") != NULL) {
+        *completion = 0;
+        return get_count(usage, "total_tokens", prompt);
+    }
+    return GW_EINVAL;
+}
+
+/*
+ * The usage object of the JSON object in p[0..n), if it has one: at the
+ * top level, or in the Responses API's events (response.completed,
+ * .incomplete, .failed) inside their "response" object.
+ */
 static void
 take_usage(struct usage_scan *u, const char *p, size_t n)
 {
@@ -73,9 +104,10 @@ take_usage(struct usage_scan *u, const char *p, size_t n)
                            sizeof(err)) != 0)
         return;
     usage = json_object_get(root, "usage");
-    if (json_is_object(usage) && json_object_get(usage, "prompt_tokens")
-        && get_count(usage, "prompt_tokens", &prompt) == 0
-        && get_count(usage, "completion_tokens", &completion) == 0) {
+    if (usage == NULL)
+        usage = json_object_get(json_object_get(root, "response"), "usage");
+    if (json_is_object(usage)
+        && read_counts(usage, &prompt, &completion) == 0) {
         u->prompt = prompt;
         u->completion = completion;
     }

@@ -7,13 +7,20 @@
  *  - a stream has it in one "data:" event near the end when the request
  *    asked for it (stream_options.include_usage); the other events carry
  *    "usage": null, or running totals (continuous_usage_stats), so the
- *    last usage object seen wins.
- * {"prompt_tokens": N, "completion_tokens": M, ...}; an embedding's usage
- * has no completion_tokens (0).
+ *    last usage object seen wins;
+ *  - a Responses API stream (POST /v1/responses) has it in the "response"
+ *    object of its last event, response.completed (or .incomplete).
+ * The counts are {"prompt_tokens": N, "completion_tokens": M} (an
+ * embedding's has no completion_tokens: 0), the Responses API's
+ * {"input_tokens": N, "output_tokens": M}, or a rerank's
+ * {"total_tokens": N}, all input.  A usage with none of them (an audio
+ * transcription's duration) is not billed.
  *
  * Only 2xx responses are read.  Memory is bounded: a JSON body is kept
  * up to USAGE_MAX_BODY bytes (a larger one is not billed), and of a stream
- * only a line that did not arrive whole, up to USAGE_MAX_LINE.  Lines that
+ * only a line that did not arrive whole, up to USAGE_MAX_LINE, as large:
+ * a response.completed event carries the whole response, its text
+ * included.  Lines that
  * cannot hold a usage object ("usage": then '{') are never parsed, so a
  * stream costs one memmem() per line.
  *
@@ -28,7 +35,7 @@
 #include "buf.h"
 
 #define USAGE_MAX_BODY (1u << 20)
-#define USAGE_MAX_LINE (64u << 10)
+#define USAGE_MAX_LINE (1u << 20)
 
 enum usage_mode {
     USAGE_OFF = 0,              /* not 2xx, or no head yet */

@@ -80,6 +80,7 @@ COMMON = {
     "net": "log util",
     "cfg": "alloc buf util",
     "jsonx": "buf util",
+    "multipart": "http util",
     "prom": "buf util",
     "prom_read": "util",
     "buf": "alloc util",

@@ -71,6 +71,7 @@
 #include "jsonx.h"
 #include "log.h"
 #include "mock/engine.h"
+#include "multipart.h"
 #include "net.h"
 #include "util.h"
 
@@ -105,6 +106,9 @@
 #define MOCK_PREFIX_SLOTS 65536             /* prefixes remembered */
 #define MOCK_MAX_PREFIX (64 * 1024)         /* -p bytes */
 #define MOCK_METRICS_TYPE "text/plain; version=0.0.4; charset=utf-8"
+#define MOCK_STORED 4096                    /* responses kept for
+                                               previous_response_id */
+#define MOCK_ID_MAX 96                      /* a response id's bytes */
 
 /* A padded content chunk's SSE event must fit in the output buffer. */
 _Static_assert(MOCK_MAX_PAD + 64 * 1024 <= MOCK_OUT_LIMIT,
@@ -200,6 +204,10 @@ static struct mock_state {
     uint64_t *prefixes;         /* open-addressed set of prefix hashes */
     size_t num_prefixes;
     uint64_t prefix_hits, prefix_misses;
+    char (*stored)[MOCK_ID_MAX];    /* ring of MOCK_STORED response ids
+                                       (store: true), for
+                                       previous_response_id */
+    size_t stored_next, stored_count;
 } st;
 
 static volatile sig_atomic_t stop_signal;
@@ -222,6 +230,14 @@ enum route {
     R_CHAT,
     R_TEXT,
     R_EMBED,
+    R_RESPONSES,
+    R_TOKENIZE,
+    R_DETOKENIZE,
+    R_RERANK,
+    R_SCORE,
+    R_POOLING,
+    R_TRANSCRIBE,
+    R_TRANSLATE,
     R_MODELS,
     R_HEALTH,
     R_STATS,
@@ -242,6 +258,17 @@ static const struct route_def {
     { "POST", "/v1/chat/completions", R_CHAT, 0 },
     { "POST", "/v1/completions", R_TEXT, 0 },
     { "POST", "/v1/embeddings", R_EMBED, 0 },
+    { "POST", "/v1/responses", R_RESPONSES, 0 },
+    { "POST", "/tokenize", R_TOKENIZE, 0 },
+    { "POST", "/detokenize", R_DETOKENIZE, 0 },
+    { "POST", "/v1/rerank", R_RERANK, 0 },
+    { "POST", "/rerank", R_RERANK, 0 },
+    { "POST", "/v2/rerank", R_RERANK, 0 },
+    { "POST", "/v1/score", R_SCORE, 0 },
+    { "POST", "/score", R_SCORE, 0 },
+    { "POST", "/pooling", R_POOLING, 0 },
+    { "POST", "/v1/audio/transcriptions", R_TRANSCRIBE, 0 },
+    { "POST", "/v1/audio/translations", R_TRANSLATE, 0 },
     { "GET", "/v1/models", R_MODELS, 2 },
     { "GET", "/health", R_HEALTH, 2 },
     { "GET", "/stats", R_STATS, 1 },
@@ -303,6 +330,8 @@ struct req {
     long pad;                   /* mock_pad: filler bytes per chunk */
     int stream;
     int include_usage;
+    long seq_no;                /* the next Responses API event's */
+    long audio_bytes;           /* an upload's file part */
     const char *finish;         /* "stop", or "length" when max_tokens cut */
     long prompt_tokens;
     uint64_t hash;              /* of the whole body: picks the words */
@@ -310,6 +339,19 @@ struct req {
     char id[96];
     json_int_t created;
 };
+
+/* The two completion routes: the engine, prefixes, "completions". */
+static int
+is_completion(enum route r)
+{
+    return r == R_CHAT || r == R_TEXT;
+}
+
+static int
+is_audio(enum route r)
+{
+    return r == R_TRANSCRIBE || r == R_TRANSLATE;
+}
 
 /*
  * Words for completions.  Any list works; these read vaguely like text so
@@ -945,14 +987,20 @@ read_params(struct req *q)
 
     v = json_object_get(q->json, "model");
     q->model = json_is_string(v) ? json_string_value(v) : MOCK_MODEL;
-    q->stream = q->route != R_EMBED
+    q->stream = (is_completion(q->route) || q->route == R_RESPONSES
+                 || is_audio(q->route))
                 && json_is_true(json_object_get(q->json, "stream"));
     v = json_object_get(q->json, "stream_options");
     q->include_usage = json_is_object(v)
                        && json_is_true(json_object_get(v, "include_usage"));
+    /* An upload's form flattens the option (vLLM's form field). */
+    if (is_audio(q->route))
+        q->include_usage = json_is_true(json_object_get(
+                               q->json, "stream_include_usage"));
 
     q->finish = "stop";
-    v = json_object_get(q->json, "max_tokens");
+    v = json_object_get(q->json, q->route == R_RESPONSES ? "max_output_tokens"
+                                                         : "max_tokens");
     if (!json_is_integer(v) && q->route == R_CHAT)
         v = json_object_get(q->json, "max_completion_tokens");
     if (json_is_integer(v) && json_integer_value(v) >= 0
@@ -965,6 +1013,19 @@ read_params(struct req *q)
         q->prompt_tokens = count_text(json_object_get(q->json, "messages"));
     else if (q->route == R_TEXT)
         q->prompt_tokens = count_text(json_object_get(q->json, "prompt"));
+    else if (q->route == R_TOKENIZE)
+        q->prompt_tokens = count_text(json_object_get(q->json, "prompt"))
+                           + count_text(json_object_get(q->json,
+                                                        "messages"));
+    else if (q->route == R_RERANK)
+        q->prompt_tokens = count_text(json_object_get(q->json, "query"))
+                           + count_text(json_object_get(q->json,
+                                                        "documents"));
+    else if (q->route == R_SCORE)
+        q->prompt_tokens = count_text(json_object_get(q->json, "text_1"))
+                           + count_text(json_object_get(q->json, "text_2"));
+    else if (is_audio(q->route))
+        q->prompt_tokens = 1 + q->audio_bytes / 640;  /* 16 kHz, 20 ms */
     else
         q->prompt_tokens = count_text(json_object_get(q->json, "input"));
     if (q->prompt_tokens < 1)
@@ -978,7 +1039,13 @@ read_params(struct req *q)
      * into every body it shares.
      */
     prefix = q->route == R_CHAT ? "chatcmpl-"
-             : q->route == R_TEXT ? "cmpl-" : "embd-";
+             : q->route == R_TEXT ? "cmpl-"
+             : q->route == R_RESPONSES ? "resp_"
+             : q->route == R_RERANK ? "rerank-"
+             : q->route == R_SCORE ? "score-"
+             : q->route == R_POOLING ? "pool-"
+             : q->route == R_TRANSCRIBE ? "trsc-"
+             : q->route == R_TRANSLATE ? "trsl-" : "embd-";
     rid = http_find_header(q->r, "X-Request-Id");
     if (rid != NULL && rid->value_len > 0 && rid->value_len <= 64) {
         snprintf(q->id, sizeof(q->id), "%s", prefix);
@@ -1010,7 +1077,9 @@ static json_t *
 chunk_new(const struct req *q, json_t *choices, json_t *usage)
 {
     const char *object = q->route == R_CHAT ? "chat.completion.chunk"
-                                            : "text_completion";
+                         : q->route == R_TRANSCRIBE ? "transcription.chunk"
+                         : q->route == R_TRANSLATE ? "translation.chunk"
+                                                   : "text_completion";
     json_t *o;
 
     /* "o" steals its argument even when the pack fails (jansson 2.11+). */
@@ -1044,6 +1113,11 @@ choices_new(const struct req *q, const char *role, const char *text,
         return json_pack("[{s:i, s:s, s:n, s:o}]", "index", 0, "text",
                          text != NULL ? text : "", "logprobs",
                          "finish_reason", fin);
+    if (is_audio(q->route))     /* vLLM's TranscriptionResponseStreamChoice */
+        return json_pack("[{s:o, s:o, s:n}]", "delta",
+                         text != NULL ? json_pack("{s:s}", "content", text)
+                                      : json_object(),
+                         "finish_reason", fin, "stop_reason");
     if (role != NULL)
         delta = json_pack("{s:s, s:s}", "role", role, "content", "");
     else if (text != NULL)
@@ -1077,6 +1151,25 @@ append_chunk_text(const struct req *q, long i, struct buf *b)
     for (k = 0; k < n; k++)
         p[k] = filler[k % (sizeof(filler) - 1)];
     buf_commit(b, n);
+    return 0;
+}
+
+/*
+ * die_mid_stream and stall_mid_stream, once a stream sent its first two
+ * content chunks: 1 when the fault ended the stream here (cut short
+ * without its last chunk, or stalled), else 0.
+ */
+static int
+fault_mid_stream(struct req *q)
+{
+    if (q->fault == FAULT_DIE) {
+        q->close = 1;           /* no last chunk: the body is cut short */
+        return 1;
+    }
+    if (q->fault == FAULT_STALL_MID) {
+        stall(q);
+        return 1;
+    }
     return 0;
 }
 
@@ -1128,14 +1221,8 @@ stream_completion(struct req *q)
                                                    NULL), NULL)) != 0)
             goto out;
     }
-    if (q->fault == FAULT_DIE) {
-        q->close = 1;           /* no last chunk: the body is cut short */
+    if (fault_mid_stream(q))
         goto out;
-    }
-    if (q->fault == FAULT_STALL_MID) {
-        stall(q);
-        goto out;
-    }
     if (send_event(q, chunk_new(q, choices_new(q, NULL, NULL, q->finish),
                                 NULL)) != 0)
         goto out;
@@ -1464,9 +1551,543 @@ enter_engine(struct req *q)
     return rc;
 }
 
+/* ---- the other vLLM routes ---- */
+
+/* Was response 'id' stored (store: true), among the last MOCK_STORED? */
+static int
+response_stored(const char *id)
+{
+    size_t i;
+    int found = 0;
+
+    lock();
+    for (i = 0; !found && i < st.stored_count; i++)
+        found = strcmp(st.stored[i], id) == 0;
+    unlock();
+    return found;
+}
+
+static void
+store_response(const char *id)
+{
+    lock();
+    snprintf(st.stored[st.stored_next], MOCK_ID_MAX, "%s", id);
+    st.stored_next = (st.stored_next + 1) % MOCK_STORED;
+    if (st.stored_count < MOCK_STORED)
+        st.stored_count++;
+    unlock();
+}
+
+/* The Responses API's usage: input_tokens, output_tokens, their details. */
+static json_t *
+response_usage_new(const struct req *q, long output_tokens)
+{
+    return json_pack("{s:I, s:{s:i}, s:I, s:{s:i}, s:I}",
+                     "input_tokens", (json_int_t)q->prompt_tokens,
+                     "input_tokens_details", "cached_tokens", 0,
+                     "output_tokens", (json_int_t)output_tokens,
+                     "output_tokens_details", "reasoning_tokens", 0,
+                     "total_tokens",
+                     (json_int_t)(q->prompt_tokens + output_tokens));
+}
+
+/* The assistant's message item with 'text', or an empty one in progress. */
+static json_t *
+message_item_new(const char *msg_id, const char *text)
+{
+    json_t *content = text == NULL ? json_array() : json_pack(
+        "[{s:[], s:s, s:s, s:n}]", "annotations", "text", text, "type",
+        "output_text", "logprobs");
+
+    return json_pack("{s:s, s:o, s:s, s:s, s:s}", "id", msg_id, "content",
+                     content, "role", "assistant", "status",
+                     text == NULL ? "in_progress" : "completed", "type",
+                     "message");
+}
+
 /*
- * POST /v1/chat/completions, /v1/completions, /v1/embeddings: parse the
- * body, then hold, delay, fail or answer as the knobs say.
+ * The response object, in OpenAI's shape as vLLM sends it: in progress
+ * (no output, usage null) when 'text' is NULL, else completed.
+ */
+static json_t *
+response_new(const struct req *q, const char *msg_id, const char *text)
+{
+    const json_t *prev = json_object_get(q->json, "previous_response_id");
+    const json_t *max = json_object_get(q->json, "max_output_tokens");
+    json_t *output = text == NULL ? json_array()
+                                  : json_pack("[o]", message_item_new(
+                                                  msg_id, text));
+
+    return json_pack("{s:s, s:I, s:n, s:n, s:n, s:s, s:s, s:o, s:b, s:f, "
+                     "s:s, s:[], s:f, s:b, s:O, s:O, s:s, s:n, s:s, s:o, "
+                     "s:n}",
+                     "id", q->id, "created_at", q->created,
+                     "incomplete_details", "instructions", "metadata",
+                     "model", q->model, "object", "response",
+                     "output", output, "parallel_tool_calls", 1,
+                     "temperature", 1.0, "tool_choice", "auto", "tools",
+                     "top_p", 1.0, "background", 0,
+                     "max_output_tokens",
+                     json_is_integer(max) ? max : json_null(),
+                     "previous_response_id",
+                     json_is_string(prev) ? prev : json_null(),
+                     "status", text == NULL ? "in_progress" : "completed",
+                     "text", "truncation", "disabled",
+                     "usage", text == NULL ? json_null()
+                                           : response_usage_new(q,
+                                                                q->chunks),
+                     "user");
+}
+
+/*
+ * One Responses API event, "event: TYPE\ndata: {json}\n\n" as vLLM frames
+ * them, with its sequence_number and type set last (OpenAI's key order).
+ * 'o' is stolen.
+ */
+static int
+send_named_event(struct req *q, const char *type, json_t *o)
+{
+    struct buf *b = &q->c->out;
+    int rc = -1;
+
+    if (o != NULL
+        && (json_object_set_new(o, "sequence_number",
+                                json_integer(q->seq_no++)) != 0
+            || json_object_set_new(o, "type", json_string(type)) != 0)) {
+        json_decref(o);
+        o = NULL;
+    }
+    buf_reset(b);
+    if (o != NULL && buf_printf(b, "event: %s\ndata: ", type) == 0
+        && json_dump_callback(o, dump_to_buf, b, JSON_COMPACT) == 0)
+        rc = buf_append_str(b, "\n\n");
+    json_decref(o);
+    if (rc != 0) {
+        log_msg(GW_LOG_ERROR, "mock: cannot build an SSE event");
+        q->close = 1;
+        return GW_ENOMEM;
+    }
+    return write_piece(q, buf_ptr(b), buf_len(b));
+}
+
+/* The text of the first 'n' content chunks, joined, into 'text' (its
+ * buf_ptr() NUL-terminated, as a buf always is once written to). */
+static int
+joined_text(const struct req *q, long n, struct buf *text)
+{
+    int rc = 0;
+
+    buf_reset(text);
+    for (long i = 0; i < n && rc == 0; i++)
+        rc = append_chunk_text(q, i, text);
+    return rc;                  /* a buf keeps a NUL after its bytes */
+}
+
+/*
+ * POST /v1/responses streamed: vLLM's event sequence for one message
+ * (response.created, .in_progress, .output_item.added,
+ * .content_part.added, an .output_text.delta per chunk,
+ * .output_text.done, .content_part.done, .output_item.done,
+ * .completed, whose response carries the usage).  No "data: [DONE]":
+ * vLLM sends none on this route.
+ */
+static void
+stream_response(struct req *q, const char *msg_id)
+{
+    struct buf text, all;
+    long n = q->chunks, i;
+
+    buf_init(&text, MOCK_MAX_PAD + 64);
+    buf_init(&all, MOCK_OUT_LIMIT);
+    if (q->fault == FAULT_DIE || q->fault == FAULT_STALL_MID)
+        n = 2;
+    if (send_head(q, 200, "text/event-stream", -1, NULL, 0) != 0)
+        goto out;
+    if (send_named_event(q, "response.created", json_pack(
+            "{s:o}", "response", response_new(q, msg_id, NULL))) != 0
+        || send_named_event(q, "response.in_progress", json_pack(
+            "{s:o}", "response", response_new(q, msg_id, NULL))) != 0
+        || send_named_event(q, "response.output_item.added", json_pack(
+            "{s:o, s:i}", "item", message_item_new(msg_id, NULL),
+            "output_index", 0)) != 0
+        || send_named_event(q, "response.content_part.added", json_pack(
+            "{s:i, s:s, s:i, s:{s:[], s:s, s:s, s:[]}}", "content_index", 0,
+            "item_id", msg_id, "output_index", 0, "part", "annotations",
+            "text", "", "type", "output_text", "logprobs")) != 0)
+        goto out;
+    for (i = 0; i < n; i++) {
+        if (wait_chunk(q, i) != 0)
+            goto out;
+        buf_reset(&text);
+        if (append_chunk_text(q, i, &text) != 0) {
+            q->close = 1;
+            goto out;
+        }
+        if (send_named_event(q, "response.output_text.delta", json_pack(
+                "{s:i, s:s, s:s, s:[], s:i}", "content_index", 0, "delta",
+                buf_ptr(&text), "item_id", msg_id, "logprobs",
+                "output_index", 0)) != 0)
+            goto out;
+    }
+    if (fault_mid_stream(q))
+        goto out;
+    if (joined_text(q, q->chunks, &all) != 0) {
+        q->close = 1;
+        goto out;
+    }
+    if (send_named_event(q, "response.output_text.done", json_pack(
+            "{s:i, s:s, s:[], s:i, s:s}", "content_index", 0, "item_id",
+            msg_id, "logprobs", "output_index", 0, "text",
+            buf_ptr(&all))) != 0
+        || send_named_event(q, "response.content_part.done", json_pack(
+            "{s:i, s:s, s:i, s:{s:[], s:s, s:s, s:[]}}", "content_index", 0,
+            "item_id", msg_id, "output_index", 0, "part", "annotations",
+            "text", buf_ptr(&all), "type", "output_text", "logprobs")) != 0
+        || send_named_event(q, "response.output_item.done", json_pack(
+            "{s:o, s:i}", "item", message_item_new(msg_id, buf_ptr(&all)),
+            "output_index", 0)) != 0
+        || send_named_event(q, "response.completed", json_pack(
+            "{s:o}", "response", response_new(q, msg_id,
+                                              buf_ptr(&all)))) != 0)
+        goto out;
+    if (write_end(q) == 0
+        && !json_is_false(json_object_get(q->json, "store")))
+        store_response(q->id);
+
+out:
+    buf_release(&text);
+    buf_release(&all);
+}
+
+/*
+ * POST /v1/responses: the text of a completion (max_output_tokens caps
+ * it) as a response object, streamed or not; with store (the default)
+ * its id is kept, and a previous_response_id that was not stored is a
+ * 404, as vLLM answers it.
+ */
+static void
+answer_response(struct req *q)
+{
+    const json_t *prev = json_object_get(q->json, "previous_response_id");
+    char msg_id[4 + 33], err[MOCK_ID_MAX + 64];
+    struct buf text;
+
+    if (json_is_string(prev) && !response_stored(json_string_value(prev))) {
+        snprintf(err, sizeof(err), "Response with id '%.*s' not found.",
+                 MOCK_ID_MAX, json_string_value(prev));
+        send_error(q, 404, err, "previous_response_id", NULL);
+        return;
+    }
+    memcpy(msg_id, "msg_", 4);
+    gw_random_hex(msg_id + 4, 32);
+    if (q->stream) {
+        stream_response(q, msg_id);
+        return;
+    }
+    if (wait_client(q, (int64_t)q->chunks * q->delay_ms) != 0)
+        return;
+    buf_init(&text, MOCK_OUT_LIMIT);
+    if (joined_text(q, q->chunks, &text) != 0) {
+        send_error(q, 500, "mock: the response is too big", NULL,
+                   "response_too_big");
+    } else {
+        send_json(q, 200, response_new(q, msg_id, buf_ptr(&text)), 0);
+        if (q->status == 200 && !q->gone
+            && !json_is_false(json_object_get(q->json, "store")))
+            store_response(q->id);
+    }
+    buf_release(&text);
+}
+
+/* A token id for piece 'i' of a prompt hashed to 'h'. */
+static json_int_t
+token_at(uint64_t h, long i)
+{
+    return (json_int_t)(mix64(h ^ mix64((uint64_t)i)) % 32000);
+}
+
+/* POST /tokenize: one token per word of the prompt (or messages). */
+static void
+answer_tokenize(struct req *q)
+{
+    json_t *tokens = json_array();
+    long i;
+
+    for (i = 0; tokens != NULL && i < q->prompt_tokens; i++)
+        if (json_array_append_new(tokens,
+                                  json_integer(token_at(q->hash, i))) != 0) {
+            json_decref(tokens);
+            tokens = NULL;
+        }
+    send_json(q, 200, json_pack("{s:I, s:i, s:o, s:n}", "count",
+                                (json_int_t)q->prompt_tokens,
+                                "max_model_len", 4096, "tokens", tokens,
+                                "token_strs"), 0);
+}
+
+/* POST /detokenize: a word per token id ("tokens", an array of them). */
+static void
+answer_detokenize(struct req *q)
+{
+    const json_t *tokens = json_object_get(q->json, "tokens");
+    struct buf *b = &q->c->out;
+    size_t i;
+    int rc = 0;
+
+    if (!json_is_array(tokens)) {
+        send_error(q, 400, "tokens must be an array of token ids", "tokens",
+                   NULL);
+        return;
+    }
+    buf_reset(b);
+    for (i = 0; rc == 0 && i < json_array_size(tokens); i++) {
+        const json_t *t = json_array_get(tokens, i);
+
+        if (!json_is_integer(t) || json_integer_value(t) < 0) {
+            send_error(q, 400, "tokens must be an array of token ids",
+                       "tokens", NULL);
+            return;
+        }
+        rc = buf_printf(b, "%s%s", i > 0 ? " " : "",
+                        words[json_integer_value(t)
+                              % (json_int_t)GW_ARRAY_LEN(words)]);
+    }
+    if (rc == 0)
+        rc = buf_append(b, "", 1);
+    if (rc != 0) {
+        send_error(q, 500, "mock: out of memory", NULL, "internal_error");
+        return;
+    }
+    /* json_pack copies the text before send_json() reuses the buffer. */
+    send_json(q, 200, json_pack("{s:s}", "prompt", buf_ptr(b)), 0);
+}
+
+/* A relevance in [0, 1) of text 'b' to text 'a', from their hashes. */
+static double
+relevance(const json_t *a, const json_t *b)
+{
+    uint64_t h = GW_FNV1A64_OFFSET;
+
+    if (a != NULL)
+        json_dump_callback(a, dump_to_hash, &h,
+                           JSON_COMPACT | JSON_ENCODE_ANY);
+    h = mix64(h);
+    if (b != NULL)
+        json_dump_callback(b, dump_to_hash, &h,
+                           JSON_COMPACT | JSON_ENCODE_ANY);
+    return (double)(mix64(h) % 1000000) / 1e6;
+}
+
+/*
+ * POST /v1/rerank (/rerank, /v2/rerank): "query" and "documents"; the
+ * results by relevance, highest first, "top_n" of them; usage as vLLM's
+ * RerankUsage, total_tokens alone.
+ */
+static void
+answer_rerank(struct req *q)
+{
+    const json_t *query = json_object_get(q->json, "query");
+    const json_t *docs = json_object_get(q->json, "documents");
+    const json_t *top = json_object_get(q->json, "top_n");
+    json_t *results = json_array(), *r;
+    size_t n = json_array_size(docs), i, j, want = n;
+    double score[64];
+    size_t order[64];
+
+    if (!json_is_array(docs) || n == 0 || n > GW_ARRAY_LEN(order)) {
+        json_decref(results);
+        send_error(q, 400, "documents must be an array of 1 to 64 texts",
+                   "documents", NULL);
+        return;
+    }
+    if (json_is_integer(top) && json_integer_value(top) > 0
+        && (size_t)json_integer_value(top) < n)
+        want = (size_t)json_integer_value(top);
+    for (i = 0; i < n; i++) {
+        score[i] = relevance(query, json_array_get(docs, i));
+        for (j = i; j > 0 && score[order[j - 1]] < score[i]; j--)
+            order[j] = order[j - 1];
+        order[j] = i;
+    }
+    for (i = 0; results != NULL && i < want; i++) {
+        const json_t *d = json_array_get(docs, order[i]);
+
+        r = json_pack("{s:I, s:{s:O}, s:f}", "index",
+                      (json_int_t)order[i], "document", "text", d,
+                      "relevance_score", score[order[i]]);
+        if (json_array_append_new(results, r) != 0) {
+            json_decref(results);
+            results = NULL;
+        }
+    }
+    send_json(q, 200, json_pack("{s:s, s:s, s:{s:I}, s:o}", "id", q->id,
+                                "model", q->model, "usage", "total_tokens",
+                                (json_int_t)q->prompt_tokens, "results",
+                                results), JSON_REAL_PRECISION(6));
+}
+
+/*
+ * POST /v1/score (/score): "text_1" against "text_2", a text or an array
+ * of them (one score per pair).
+ */
+static void
+answer_score(struct req *q)
+{
+    const json_t *t1 = json_object_get(q->json, "text_1");
+    const json_t *t2 = json_object_get(q->json, "text_2");
+    size_t n = json_is_array(t2) ? json_array_size(t2) : 1, i;
+    json_t *data = json_array();
+
+    if (t1 == NULL || t2 == NULL || n == 0) {
+        json_decref(data);
+        send_error(q, 400, "text_1 and text_2 are required", "text_2",
+                   NULL);
+        return;
+    }
+    for (i = 0; data != NULL && i < n; i++) {
+        const json_t *a = json_is_array(t1) ? json_array_get(t1, i) : t1;
+        const json_t *b = json_is_array(t2) ? json_array_get(t2, i) : t2;
+
+        if (json_array_append_new(data, json_pack(
+                "{s:I, s:s, s:f}", "index", (json_int_t)i, "object", "score",
+                "score", relevance(a, b))) != 0) {
+            json_decref(data);
+            data = NULL;
+        }
+    }
+    send_json(q, 200, json_pack("{s:s, s:s, s:I, s:s, s:o, s:o}", "id",
+                                q->id, "object", "list", "created",
+                                q->created, "model", q->model, "data", data,
+                                "usage", usage_new(q, 0)),
+              JSON_REAL_PRECISION(6));
+}
+
+/* POST /pooling: the pooled hidden state of "input", as an embedding. */
+static void
+answer_pooling(struct req *q)
+{
+    const json_t *in = json_object_get(q->json, "input");
+    uint64_t h = GW_FNV1A64_OFFSET;
+
+    if (in != NULL)
+        json_dump_callback(in, dump_to_hash, &h,
+                           JSON_COMPACT | JSON_ENCODE_ANY);
+    send_json(q, 200, json_pack("{s:s, s:s, s:I, s:s, s:[{s:i, s:s, s:o}], "
+                                "s:o}", "id", q->id, "object", "list",
+                                "created", q->created, "model", q->model,
+                                "data", "index", 0, "object", "pooling",
+                                "data", embedding_new(h), "usage",
+                                usage_new(q, 0)), JSON_REAL_PRECISION(6));
+}
+
+/*
+ * POST /v1/audio/transcriptions and /translations: the text of a
+ * completion; {"text":...,"usage":{"type":"duration","seconds":S}} (vLLM's
+ * TranscriptionResponse), response_format "text" as text/plain, or with
+ * stream a chunk stream like a completion's (stream_include_usage for
+ * its usage chunk).
+ */
+static void
+answer_audio(struct req *q)
+{
+    const char *format = json_string_value(json_object_get(
+                             q->json, "response_format"));
+    struct buf text;
+
+    if (q->stream) {
+        stream_completion(q);
+        return;
+    }
+    if (wait_client(q, (int64_t)q->chunks * q->delay_ms) != 0)
+        return;
+    buf_init(&text, MOCK_OUT_LIMIT);
+    if (joined_text(q, q->chunks, &text) != 0)
+        send_error(q, 500, "mock: the text is too big", NULL,
+                   "response_too_big");
+    else if (format != NULL && strcmp(format, "text") == 0)
+        send_simple(q, 200, "text/plain; charset=utf-8", buf_ptr(&text),
+                    buf_len(&text));
+    else
+        send_json(q, 200, json_pack("{s:s, s:{s:s, s:I}}", "text",
+                                    buf_ptr(&text), "usage", "type",
+                                    "duration", "seconds",
+                                    (json_int_t)(1 + q->audio_bytes
+                                                 / 32000)), 0);
+    buf_release(&text);
+}
+
+/* The form fields an upload's answer and the knobs read, with their type. */
+static const struct {
+    const char *name;
+    char type;                  /* 's' string, 'i' integer, 'b' boolean */
+} form_fields[] = {
+    { "model", 's' }, { "language", 's' }, { "prompt", 's' },
+    { "response_format", 's' }, { "stream", 'b' },
+    { "stream_include_usage", 'b' }, { "mock_hold", 's' },
+    { "mock_fault", 's' }, { "mock_status", 'i' }, { "mock_chunks", 'i' },
+    { "mock_first_ms", 'i' }, { "mock_delay_ms", 'i' },
+};
+
+/*
+ * An upload's body as the JSON object the rest of the mock reads: its
+ * fields (form_fields) converted, and the file's size in q->audio_bytes.
+ * A malformed form, or one without a file, is answered with a 400 (as
+ * vLLM's form parsing would refuse it).  Returns 0, or GW_EINVAL after
+ * the answer.
+ */
+static int
+read_form(struct req *q)
+{
+    const struct http_header *h = http_find_header(q->r, "Content-Type");
+    const char *body = buf_ptr(&q->c->body), *why = "", *v;
+    size_t n = buf_len(&q->c->body), blen, vlen, i;
+    char boundary[MULTIPART_MAX_BOUNDARY + 1], num[24];
+    json_t *val;
+    int rc;
+
+    if (h == NULL || multipart_boundary(h->value, h->value_len, boundary,
+                                        &blen, &why) != 0) {
+        send_error(q, 400, h == NULL ? "no Content-Type" : why, NULL,
+                   "invalid_multipart");
+        return GW_EINVAL;
+    }
+    rc = multipart_find(body, n, boundary, blen, "file", &v, &vlen, &why);
+    if (rc != 0) {
+        send_error(q, 400, rc == GW_ENOTFOUND ? "the form has no file" : why,
+                   "file", "invalid_multipart");
+        return GW_EINVAL;
+    }
+    q->audio_bytes = (long)vlen;
+    q->json = json_object();
+    for (i = 0; q->json != NULL && i < GW_ARRAY_LEN(form_fields); i++) {
+        if (multipart_find(body, n, boundary, blen, form_fields[i].name, &v,
+                           &vlen, &why) != 0)
+            continue;
+        if (form_fields[i].type == 'b') {
+            val = json_boolean(vlen == 4 && memcmp(v, "true", 4) == 0);
+        } else if (form_fields[i].type == 'i' && vlen < sizeof(num)) {
+            memcpy(num, v, vlen);
+            num[vlen] = '\0';
+            val = json_integer(strtoll(num, NULL, 10));
+        } else {
+            val = json_stringn(v, vlen);
+        }
+        if (json_object_set_new(q->json, form_fields[i].name, val) != 0) {
+            json_decref(q->json);
+            q->json = NULL;
+        }
+    }
+    if (q->json == NULL) {
+        send_error(q, 500, "mock: out of memory", NULL, "internal_error");
+        return GW_EINVAL;
+    }
+    return 0;
+}
+
+/*
+ * The POST routes (/v1/chat/completions, /v1/completions, /v1/embeddings
+ * and the others vLLM serves): parse the body (an upload's form, else a
+ * JSON object), then hold, delay, fail or answer as the knobs say.
  */
 static void
 handle_v1_post(struct req *q)
@@ -1477,21 +2098,26 @@ handle_v1_post(struct req *q)
 
     lock();
     st.in_progress++;
-    if (q->route != R_EMBED)
+    if (is_completion(q->route))
         st.completing++;
     unlock();
-    rc = jsonx_parse_object(buf_ptr(&q->c->body), buf_len(&q->c->body),
-                            JSONX_MAX_DEPTH, &q->json, err, sizeof(err));
-    if (rc != 0) {
-        send_error(q, 400, err, NULL, "invalid_json");
-        goto out;
+    if (is_audio(q->route)) {
+        if (read_form(q) != 0)
+            goto out;
+    } else {
+        rc = jsonx_parse_object(buf_ptr(&q->c->body), buf_len(&q->c->body),
+                                JSONX_MAX_DEPTH, &q->json, err, sizeof(err));
+        if (rc != 0) {
+            send_error(q, 400, err, NULL, "invalid_json");
+            goto out;
+        }
     }
     if (read_knobs(q, err, sizeof(err), &param) != 0) {
         send_error(q, 400, err, param, "invalid_mock_knob");
         goto out;
     }
     read_params(q);
-    if (q->route != R_EMBED)
+    if (is_completion(q->route))
         note_prefix(q);
 
     if (q->hold != NULL) {
@@ -1504,7 +2130,7 @@ handle_v1_post(struct req *q)
         if (rc != 0)
             goto out;
     }
-    if (q->route != R_EMBED) {
+    if (is_completion(q->route)) {
         long every, ms, force, retry_after, poison_status;
         char poison[MOCK_MAX_TAG + 1];
         enum fault fault;
@@ -1554,21 +2180,48 @@ handle_v1_post(struct req *q)
         send_error(q, (int)q->mock_status, msg, NULL, "mock_status");
         goto out;
     }
-    if (q->route != R_EMBED && engine != NULL && enter_engine(q) != 0)
+    if (is_completion(q->route) && engine != NULL && enter_engine(q) != 0)
         goto out;
-    if (q->route == R_EMBED)
+    switch (q->route) {
+    case R_EMBED:
         answer_embeddings(q);
-    else if (q->stream)
-        stream_completion(q);
-    else
-        answer_completion(q);
+        break;
+    case R_RESPONSES:
+        answer_response(q);
+        break;
+    case R_TOKENIZE:
+        answer_tokenize(q);
+        break;
+    case R_DETOKENIZE:
+        answer_detokenize(q);
+        break;
+    case R_RERANK:
+        answer_rerank(q);
+        break;
+    case R_SCORE:
+        answer_score(q);
+        break;
+    case R_POOLING:
+        answer_pooling(q);
+        break;
+    case R_TRANSCRIBE:
+    case R_TRANSLATE:
+        answer_audio(q);
+        break;
+    default:
+        if (q->stream)
+            stream_completion(q);
+        else
+            answer_completion(q);
+        break;
+    }
 
 out:
     engine_seq_free(engine, q->seq);    /* out of the engine, wherever */
     q->seq = NULL;
     lock();
     st.in_progress--;
-    if (q->route != R_EMBED)
+    if (is_completion(q->route))
         st.completing--;
     if (q->gone)
         st.aborted++;
@@ -1957,6 +2610,7 @@ handle_reset(struct req *q)
     st.completion_seq = 0;
     memset(st.prefixes, 0, MOCK_PREFIX_SLOTS * sizeof(*st.prefixes));
     st.num_prefixes = 0;
+    st.stored_next = st.stored_count = 0;
     json_object_clear(st.released);
     old = st.last_headers;
     st.last_headers = fresh;
@@ -2310,7 +2964,7 @@ handle_request(struct conn *c, struct http_request *r)
     } else if (control == 2) {
         count(&st.probes, 1);
     }
-    if (control == 0 && r->path_len >= 4 && memcmp(r->path, "/v1/", 4) == 0) {
+    if (control == 0) {
         record_headers(r);
         record_request(r);
     }
@@ -2342,6 +2996,14 @@ handle_request(struct conn *c, struct http_request *r)
     case R_CHAT:
     case R_TEXT:
     case R_EMBED:
+    case R_RESPONSES:
+    case R_TOKENIZE:
+    case R_DETOKENIZE:
+    case R_RERANK:
+    case R_SCORE:
+    case R_POOLING:
+    case R_TRANSCRIBE:
+    case R_TRANSLATE:
         handle_v1_post(&q);
         break;
     case R_MODELS:
@@ -2505,8 +3167,9 @@ state_init(void)
     st.last_headers = json_object();
     st.rec = gw_calloc(MOCK_REC_MAX, sizeof(*st.rec));
     st.prefixes = gw_calloc(MOCK_PREFIX_SLOTS, sizeof(*st.prefixes));
+    st.stored = gw_calloc(MOCK_STORED, sizeof(*st.stored));
     if (st.released == NULL || st.last_headers == NULL || st.rec == NULL
-        || st.prefixes == NULL)
+        || st.prefixes == NULL || st.stored == NULL)
         return GW_ENOMEM;
     st.slow_every = opt.slow_every;
     st.poison_status = 500;

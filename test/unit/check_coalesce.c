@@ -274,6 +274,14 @@ START_TEST(test_key_separates_fields)
     key4("t1", "POST", "/v1/completions", "{}", NULL, a);
     key4("t", "1POST", "/v1/completions", "{}", NULL, b);
     ck_assert_int_ne(memcmp(a, b, FLIGHT_KEY_LEN), 0);
+    /* A body's content type (NULL: application/json) is in the key. */
+    ur = ureq("POST", "/v1/completions", "{}", NULL);
+    ur.content_type = "multipart/form-data; boundary=a";
+    coalesce_key("t1", 1, &ur, b);
+    ck_assert_int_ne(memcmp(a, b, FLIGHT_KEY_LEN), 0);
+    ur.content_type = "";
+    coalesce_key("t1", 1, &ur, b);
+    ck_assert_int_ne(memcmp(a, b, FLIGHT_KEY_LEN), 0);
     /* The client's request id is not hashed: the flight sends its own. */
     ur = ureq("POST", "/v1/completions", "{}", NULL);
     ur.request_id = "another-client";

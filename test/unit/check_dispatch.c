@@ -112,7 +112,7 @@ run(const struct step *steps, size_t n, const char *model,
 {
     struct dispatch_ctx dc = { &cfg, pool, NULL, -1 };
     struct upstream_request req = { "POST", "/v1/completions", "{}", 2,
-                                    "id", NULL };
+                                    "id", NULL, NULL };
     struct upstream_sink sink = { NULL, NULL, NULL, NULL, NULL };
 
     up.steps = steps;
@@ -257,6 +257,44 @@ START_TEST(test_an_unserved_model_is_refused_before_any_attempt)
 }
 END_TEST
 
+/* ---- the prompt's prefix (balance = prefix) ---- */
+
+static uint64_t
+prefix_of(const char *text)
+{
+    json_error_t err;
+    json_t *body = json_loads(text, 0, &err);
+    uint64_t h;
+
+    ck_assert_ptr_nonnull(body);
+    h = dispatch_prefix_hash(body, 256);
+    json_decref(body);
+    return h;
+}
+
+START_TEST(test_prefix_of_each_api)
+{
+    uint64_t chat = prefix_of("{\"messages\":[{\"role\":\"system\","
+                              "\"content\":\"S\"},{\"role\":\"user\","
+                              "\"content\":\"U\"}]}");
+
+    /* The Responses API's instructions and input hash as the chat form. */
+    ck_assert_uint_eq(prefix_of("{\"instructions\":\"S\",\"input\":\"U\"}"),
+                      chat);
+    ck_assert_uint_eq(prefix_of("{\"instructions\":\"S\",\"input\":"
+                                "[{\"role\":\"user\",\"content\":\"U\"}]}"),
+                      chat);
+    ck_assert_uint_eq(prefix_of("{\"input\":[{\"role\":\"system\","
+                                "\"content\":\"S\"},{\"role\":\"user\","
+                                "\"content\":\"U\"}]}"), chat);
+    ck_assert_uint_ne(prefix_of("{\"input\":\"a\"}"),
+                      prefix_of("{\"input\":\"b\"}"));
+    ck_assert_uint_ne(prefix_of("{\"input\":\"a\"}"), 0);
+    /* Nothing to hash: 0, any upstream. */
+    ck_assert_uint_eq(prefix_of("{\"model\":\"m\"}"), 0);
+}
+END_TEST
+
 static Suite *
 dispatch_suite(void)
 {
@@ -281,6 +319,10 @@ dispatch_suite(void)
     tc = tcase("hedge");
     tcase_add_checked_fixture(tc, NULL, teardown);
     tcase_add_test(tc, test_a_hedge_goes_to_another_upstream);
+    suite_add_tcase(s, tc);
+
+    tc = tcase("prefix");
+    tcase_add_test(tc, test_prefix_of_each_api);
     suite_add_tcase(s, tc);
 
     tc = tcase("refusal");

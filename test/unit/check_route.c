@@ -57,7 +57,9 @@ static struct {
     int continues;
     int gone;
 
-    int forwards;               /* proxy_forward */
+    int forwards;               /* proxy_forward, proxy_forward_form */
+    int form;                   /* ... the latter */
+    char form_ctype[128];       /* the Content-Type it is to send */
     int coalescable;
     char model[64];             /* the forwarded body's "model" */
     size_t tenant;
@@ -165,6 +167,18 @@ proxy_forward(struct handler_req *hr, const json_t *json, int coalescable)
     seen.coalescable = coalescable;
     copy(seen.model, sizeof(seen.model),
          json_string_value(json_object_get(json, "model")));
+    seen.tenant = hr->tenant;
+    seen.had_pass = hr->pass != NULL;
+}
+
+void
+proxy_forward_form(struct handler_req *hr, const char *model,
+                   const char *content_type)
+{
+    seen.forwards++;
+    seen.form = 1;
+    copy(seen.model, sizeof(seen.model), model);
+    copy(seen.form_ctype, sizeof(seen.form_ctype), content_type);
     seen.tenant = hr->tenant;
     seen.had_pass = hr->pass != NULL;
 }
@@ -349,6 +363,30 @@ static const struct route_case {
       "embeddings never coalesce" },
     { "POST", "/v1/chat/completions?x=1", 0, METRICS_ROUTE_CHAT, FORWARD, 1,
       NULL, "the query is not part of the path" },
+    { "POST", "/v1/responses", 0, METRICS_ROUTE_RESPONSES, FORWARD, 0, NULL,
+      "the Responses API keeps state upstream: never coalesced" },
+    { "POST", "/tokenize", 0, METRICS_ROUTE_TOKENIZE, FORWARD, 0, NULL,
+      "tokenize" },
+    { "POST", "/detokenize", 0, METRICS_ROUTE_DETOKENIZE, FORWARD, 0, NULL,
+      "detokenize" },
+    { "POST", "/v1/rerank", 0, METRICS_ROUTE_RERANK, FORWARD, 0, NULL,
+      "rerank" },
+    { "POST", "/rerank", 0, METRICS_ROUTE_RERANK, FORWARD, 0, NULL,
+      "rerank, vLLM's first path" },
+    { "POST", "/v2/rerank", 0, METRICS_ROUTE_RERANK, FORWARD, 0, NULL,
+      "rerank, Cohere's v2 path" },
+    { "POST", "/v1/score", 0, METRICS_ROUTE_SCORE, FORWARD, 0, NULL,
+      "score" },
+    { "POST", "/score", 0, METRICS_ROUTE_SCORE, FORWARD, 0, NULL,
+      "score, vLLM's other path" },
+    { "POST", "/pooling", 0, METRICS_ROUTE_POOLING, FORWARD, 0, NULL,
+      "pooling" },
+    { "GET", "/v1/responses", 0, METRICS_ROUTE_RESPONSES, 405, 0,
+      "Allow: POST\r\n", "a stored response is not fetched through us" },
+    { "POST", "/v1/responses", 1, METRICS_ROUTE_OTHER, 404, 0, NULL,
+      "no responses on the admin listener" },
+    { "GET", "/v1/audio/transcriptions", 0, METRICS_ROUTE_TRANSCRIPTIONS,
+      405, 0, "Allow: POST\r\n", "an upload is POSTed" },
     { "GET", "/v1/models", 0, METRICS_ROUTE_MODELS, 200, 0, NULL,
       "models from the pool" },
     { "GET", "/healthz", 0, METRICS_ROUTE_HEALTHZ, 200, 0, NULL, "health" },
@@ -445,6 +483,92 @@ START_TEST(test_unread_body_closes)
     route(0, "POST", "/v1/chat/completions", "", "[]");
     assert_answered(400, "invalid_json");
     ck_assert_int_eq(seen.close_unread, 0);
+}
+END_TEST
+
+/* ---- audio uploads: multipart/form-data ---- */
+
+#define FORM_CT "Content-Type: multipart/form-data; boundary=XyZ\r\n"
+#define FORM_PART(name, value)                                          \
+    "--XyZ\r\nContent-Disposition: form-data; name=\"" name "\"\r\n\r\n"  \
+    value "\r\n"
+#define FORM(model) FORM_PART("file", "RIFF") FORM_PART("model", model)    \
+    "--XyZ--\r\n"
+
+static const struct form_case {
+    const char *path;
+    const char *headers;        /* with the Content-Type, if any */
+    const char *body;
+    int status;                 /* FORWARD, or the 400's */
+    const char *want;           /* FORWARD: the model; else the code */
+    const char *ctype;          /* FORWARD: the Content-Type sent on */
+    const char *note;
+} form_cases[] = {
+    { "/v1/audio/transcriptions", FORM_CT, FORM("whisper-1"), FORWARD,
+      "whisper-1", "multipart/form-data; boundary=XyZ", "a transcription" },
+    { "/v1/audio/translations", FORM_CT, FORM("whisper-1"), FORWARD,
+      "whisper-1", "multipart/form-data; boundary=XyZ", "a translation" },
+    { "/v1/audio/transcriptions",
+      "Content-Type: Multipart/Form-Data; charset=x; boundary=\"XyZ\"\r\n",
+      FORM("m"), FORWARD, "m", "multipart/form-data; boundary=XyZ",
+      "the type sent on is rebuilt from the boundary that split the body" },
+    { "/v1/audio/transcriptions",
+      "Content-Type: multipart/form-data; boundary=\"a:b\"\r\n",
+      "--a:b\r\nContent-Disposition: form-data; name=model\r\n\r\nm\r\n"
+      "--a:b--", FORWARD, "m", "multipart/form-data; boundary=\"a:b\"",
+      "a boundary that is no token stays quoted" },
+    { "/v1/audio/transcriptions", "", FORM("m"), 400, "invalid_multipart",
+      NULL, "no Content-Type" },
+    { "/v1/audio/transcriptions", "Content-Type: application/json\r\n",
+      "{\"model\":\"m\"}", 400, "invalid_multipart", NULL, "JSON" },
+    { "/v1/audio/transcriptions",
+      "Content-Type: multipart/form-data\r\n", FORM("m"), 400,
+      "invalid_multipart", NULL, "no boundary" },
+    { "/v1/audio/transcriptions", FORM_CT,
+      FORM_PART("file", "RIFF") "--XyZ--\r\n", 400, "missing_model", NULL,
+      "no model field" },
+    { "/v1/audio/transcriptions", FORM_CT, FORM_PART("model", "a") FORM("b"),
+      400, "invalid_multipart", NULL, "the model twice" },
+    { "/v1/audio/transcriptions", FORM_CT, FORM_PART("model", "m"), 400,
+      "invalid_multipart", NULL, "no closing boundary" },
+    { "/v1/audio/transcriptions", FORM_CT, FORM(""), 400, "invalid_model",
+      NULL, "an empty model" },
+    { "/v1/audio/transcriptions", FORM_CT, FORM("a b"), 400,
+      "invalid_model", NULL, "a blank in the model" },
+};
+
+START_TEST(test_form_routes)
+{
+    const struct form_case *c = &form_cases[_i];
+
+    route(0, "POST", c->path, c->headers, c->body);
+    if (c->status == FORWARD) {
+        ck_assert_msg(seen.forwards == 1 && seen.form == 1,
+                      "%s: not forwarded as a form", c->note);
+        ck_assert_int_eq(seen.responses, 0);
+        ck_assert_str_eq(seen.model, c->want);
+        ck_assert_str_eq(seen.form_ctype, c->ctype);
+        ck_assert(seen.had_pass);
+        ck_assert_str_eq(x.hr.model, c->want);
+        return;
+    }
+    ck_assert_msg(seen.status == c->status, "%s: status %d", c->note,
+                  seen.status);
+    assert_answered(c->status, c->want);
+    ck_assert_str_eq(seen.type, "invalid_request_error");
+    ck_assert_int_eq(seen.close_unread, 0);     /* the body was read */
+}
+END_TEST
+
+START_TEST(test_form_needs_a_tenant_key)
+{
+    load("[tenant acme]\napi_key = " KEY_ACME "\n");
+    route(0, "POST", "/v1/audio/translations", FORM_CT, FORM("m"));
+    assert_answered(401, "invalid_api_key");
+    ck_assert_int_eq(seen.close_unread, 1);
+    route(0, "POST", "/v1/audio/translations", AUTH_ACME FORM_CT, FORM("m"));
+    ck_assert_int_eq(seen.forwards, 1);
+    ck_assert_uint_eq(seen.tenant, 0);
 }
 END_TEST
 
@@ -828,6 +952,12 @@ route_suite(void)
 
     tcase_add_loop_test(tc, test_route_table, 0, (int)GW_ARRAY_LEN(routes));
     tcase_add_test(tc, test_unread_body_closes);
+    suite_add_tcase(s, tc);
+
+    tc = fixture("forms");
+    tcase_add_loop_test(tc, test_form_routes, 0,
+                        (int)GW_ARRAY_LEN(form_cases));
+    tcase_add_test(tc, test_form_needs_a_tenant_key);
     suite_add_tcase(s, tc);
 
     tc = fixture("keys");

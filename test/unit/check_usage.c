@@ -28,6 +28,20 @@
     "\"completion_tokens\":3,\"total_tokens\":10}}\r\n\r\n"             \
     "data: [DONE]\n\n"
 
+/* The events of a Responses API stream (vLLM's shapes), abridged. */
+#define RESPONSES_SSE                                                   \
+    "event: response.created\n"                                         \
+    "data: {\"type\":\"response.created\",\"sequence_number\":0,"        \
+    "\"response\":{\"id\":\"resp_1\",\"status\":\"in_progress\","          \
+    "\"usage\":null}}\n\n"                                               \
+    "event: response.output_text.delta\n"                               \
+    "data: {\"type\":\"response.output_text.delta\",\"delta\":"           \
+    "\"\\\"usage\\\": {\\\"input_tokens\\\":99}\"}\n\n"                     \
+    "event: response.completed\n"                                       \
+    "data: {\"type\":\"response.completed\",\"sequence_number\":9,"      \
+    "\"response\":{\"id\":\"resp_1\",\"status\":\"completed\",\"usage\":"  \
+    "{\"input_tokens\":9,\"output_tokens\":5,\"total_tokens\":14}}}\n\n"
+
 static const struct usage_case {
     int status;
     const char *ctype;          /* the response's Content-Type, or NULL */
@@ -78,6 +92,43 @@ static const struct usage_case {
     { 200, "application/json", "", NONE, 0, "an empty body" },
     { 200, "application/json", SSE_BODY, NONE, 0,
       "a stream labelled JSON is not one JSON object" },
+
+    /* The other routes' usage (usage.h) */
+    { 200, "application/json",
+      "{\"id\":\"resp_1\",\"object\":\"response\",\"usage\":"
+      "{\"input_tokens\":11,\"input_tokens_details\":{\"cached_tokens\":0},"
+      "\"output_tokens\":6,\"output_tokens_details\":{\"reasoning_tokens\""
+      ":0},\"total_tokens\":17}}", 11, 6,
+      "a Responses API body: input_tokens, output_tokens" },
+    { 200, "application/json",
+      "{\"usage\":{\"input_tokens\":3}}", 3, 0,
+      "no output_tokens: 0" },
+    { 200, "application/json",
+      "{\"usage\":{\"input_tokens\":3,\"output_tokens\":-2}}", NONE, 0,
+      "a negative output_tokens" },
+    { 200, "application/json",
+      "{\"usage\":{\"prompt_tokens\":2,\"input_tokens\":50,"
+      "\"output_tokens\":50}}", 2, 0,
+      "prompt_tokens first: one API's names, never a mix" },
+    { 200, "application/json",
+      "{\"id\":\"rerank-1\",\"usage\":{\"total_tokens\":21},"
+      "\"results\":[]}", 21, 0, "a rerank: total_tokens, all input" },
+    { 200, "application/json",
+      "{\"text\":\"hi\",\"usage\":{\"type\":\"duration\","
+      "\"seconds\":3}}", NONE, 0,
+      "a transcription's duration is no token count" },
+    { 200, "application/json",
+      "{\"type\":\"response.completed\",\"response\":{\"usage\":"
+      "{\"input_tokens\":4,\"output_tokens\":2}}}", 4, 2,
+      "the usage of a \"response\" object, as in response.completed" },
+    { 200, "application/json",
+      "{\"usage\":null,\"response\":{\"usage\":{\"input_tokens\":4}}}",
+      NONE, 0, "a top-level usage, even null, is the one" },
+    { 200, "application/json",
+      "{\"data\":{\"response\":{\"usage\":{\"input_tokens\":1}}}}", NONE,
+      0, "a response object deeper down is not one" },
+    { 200, "text/event-stream", RESPONSES_SSE, 9, 5,
+      "a Responses API stream: response.completed's usage" },
 
     /* Event streams */
     { 200, "text/event-stream; charset=utf-8", SSE_BODY, 7, 3,
