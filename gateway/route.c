@@ -123,13 +123,15 @@ serve_models(struct handler_req *hr)
     buf_release(&b);
 }
 
-/* Keep the model name for the access log (bounded, printable). */
+/* Keep the model name for the access log (bounded, printable), and
+ * whether a stream was asked for (for the metrics' labels). */
 static void
 note_model(struct handler_req *hr, const json_t *body)
 {
     const char *m = json_string_value(json_object_get(body, "model"));
     size_t i;
 
+    hr->stream = json_is_true(json_object_get(body, "stream"));
     if (m == NULL)
         return;
     for (i = 0; m[i] != '\0' && i < sizeof(hr->model) - 1; i++)
@@ -293,8 +295,8 @@ read_body(struct handler_req *hr)
     return 0;
 }
 
-void
-route_request(struct handler_req *hr)
+static void
+serve(struct handler_req *hr)
 {
     const struct gw_config *cfg = hr->ctx->cfg;
     const struct http_request *req = hr->req;
@@ -332,6 +334,7 @@ route_request(struct handler_req *hr)
          * the body is read, so a stranger cannot make us buffer it.
          */
         hr->tenant = tenant_identify(cfg, req);
+        hr->tenant_route = 1;
         if (cfg->num_tenants > 0 && hr->tenant >= CONFIG_MAX_TENANTS) {
             if (req->body_kind != HTTP_BODY_NONE)
                 reply_close_unread(r);
@@ -386,4 +389,13 @@ route_request(struct handler_req *hr)
         json_decref(body);
         return;
     }
+}
+
+void
+route_request(struct handler_req *hr)
+{
+    serve(hr);
+    if (hr->tenant_route)
+        tenants_count_request(hr->ctx->tenants, hr->ctx->cfg, hr->tenant,
+                              hr->reply->status);
 }
