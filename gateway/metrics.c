@@ -99,7 +99,7 @@ static struct {
     /* The configuration in force (metrics_config_loaded()). */
     _Atomic uint64_t generation;
     _Atomic int reload_ok;
-    _Atomic int64_t reload_ok_ms;   /* wall clock, ms since the epoch */
+    _Atomic int64_t reload_ok_us;   /* wall clock, since the epoch */
 } m;
 
 /* Set once by metrics_start(), before any thread. */
@@ -194,7 +194,7 @@ metrics_config_loaded(uint64_t generation, int reload)
 {
     (void)reload;               /* the first load is a success too */
     atomic_store_explicit(&m.generation, generation, memory_order_relaxed);
-    atomic_store_explicit(&m.reload_ok_ms, (int64_t)(wall_s() * 1e3),
+    atomic_store_explicit(&m.reload_ok_us, (int64_t)(wall_s() * 1e6),
                           memory_order_relaxed);
     atomic_store_explicit(&m.reload_ok, 1, memory_order_relaxed);
 }
@@ -452,11 +452,14 @@ render_requests(struct prom *w, const char *name, const char *help,
                     { "stream", st ? "true" : "false" },
                 };
 
-                if (mi >= known && mi < MODEL_OTHER)
+                /* Most of them never see a request: skip those at the
+                 * cost of one load (an observation whose bucket is in
+                 * but its count not yet just shows at the next scrape). */
+                if ((mi >= known && mi < MODEL_OTHER)
+                    || LOAD(h[r][mi][st].count) == 0)
                     continue;
                 snapshot(&h[r][mi][st], le, counts, &ph);
-                if (ph.count > 0)
-                    prom_histogram(w, l, GW_ARRAY_LEN(l), &ph);
+                prom_histogram(w, l, GW_ARRAY_LEN(l), &ph);
             }
 }
 
@@ -556,7 +559,7 @@ render_config(struct prom *w, const struct gw_config *cfg)
     prom_family(w, "infergw_config_last_reload_success_timestamp_seconds",
                 PROM_GAUGE, "When the configuration in force was loaded, "
                 "in seconds since the Unix epoch.");
-    prom_double(w, NULL, 0, (double)LOAD(m.reload_ok_ms) / 1e3);
+    prom_double(w, NULL, 0, (double)LOAD(m.reload_ok_us) / 1e6);
     prom_family(w, "infergw_max_connections", PROM_GAUGE,
                 "[server] max_connections: client connections at once.");
     prom_uint(w, NULL, 0, cfg->max_connections);

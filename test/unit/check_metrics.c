@@ -25,6 +25,7 @@
 #include "config.h"
 #include "metrics.h"
 #include "testutil.h"
+#include "util.h"
 
 static atomic_int stop;
 
@@ -107,12 +108,16 @@ START_TEST(test_histogram_scraped_under_traffic_stays_cumulative)
     struct buf out;
     pthread_t t;
     int seen = 0;
+    /* 3000 scrapes, or as many as 4 s allow: a scrape is a few hundred
+     * microseconds, many times that under TSan on a busy machine, and
+     * the case's timeout is for a hang. */
+    int64_t end = gw_now_ms() + 4000;
 
     ck_assert_int_eq(config_defaults(&cfg), 0);
     buf_init(&out, 1 << 20);
     atomic_store(&stop, 0);
     ck_assert_int_eq(pthread_create(&t, NULL, observer, NULL), 0);
-    for (int i = 0; i < 3000; i++) {
+    for (int i = 0; i < 3000 && gw_now_ms() < end; i++) {
         int n;
 
         render(&out, &cfg);
