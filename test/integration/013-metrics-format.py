@@ -6,17 +6,34 @@ failure kind, coalesced and not, errors, histograms.  And the series of
 issue 19 item 3, each with what it must say: build and process series,
 the configuration's generation and reloads, the per-upstream histograms,
 the model and stream labels, requests per tenant and status, the limits.
+And what ships for Prometheus and Grafana (issue 19 item 5): the rules
+pass `promtool check rules` and their own `promtool test rules`; every
+series the rules and the dashboard name is one a live gateway's /metrics
+has; the README's scrape configuration works, with a real Prometheus
+scraping a live gateway's admin listener with its key.
 """
 
+import json
+import os
+import re
 import signal
+import subprocess
 import time
+import urllib.parse
 
-from gwtest import (chat_body, has_metric, metric, metric_value, request,
-                    tool, wait_for)
+import gwtest
+from gwtest import (ADMIN_KEY, chat_body, has_metric, metric, metric_value,
+                    request, tool, wait_for)
 
 from coalesce_util import finish_all, new_tag, send
 from metrics_check import promtool_check, validate
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+RULES = os.path.join(ROOT, "etc", "prometheus", "infergw.rules.yml")
+RULES_TEST = os.path.join(ROOT, "etc", "prometheus", "infergw.rules.test.yml")
+DASHBOARD = os.path.join(ROOT, "etc", "grafana", "infergw.json")
+README = os.path.join(ROOT, "README.md")
 CHAT = "/v1/chat/completions"
 DURATION = "infergw_request_duration_seconds_count"
 TTFB = "infergw_time_to_first_byte_seconds_count"
@@ -223,11 +240,227 @@ def test_reloads_and_process(t):
     assert metric_value(g, gen) == 2
     assert metric_value(g, ok) == 1
     assert metric_value(g, ts) >= first
-    # Each client connection is a descriptor of the gateway's.
+    # Each client connection is a descriptor of the gateway's.  Its own
+    # upstream connections come and go meanwhile (the load beat's, idle
+    # ones closed): 20 clients, and a margin of 5 for those.
     fds = metric_value(g, "process_open_fds")
     assert metric_value(g, "process_resident_memory_bytes") > 1 << 20
-    conns = [g.connection() for _ in range(5)]
-    wait_for(lambda: metric_value(g, "infergw_connections_active") >= 6)
-    assert metric_value(g, "process_open_fds") >= fds + 5
+    conns = [g.connection() for _ in range(20)]
+    wait_for(lambda: metric_value(g, "infergw_connections_active") >= 21)
+    assert metric_value(g, "process_open_fds") >= fds + 15
     for c in conns:
         c.close()
+
+
+# ---- issue 19 item 5: what ships for Prometheus and Grafana ----
+
+# A series name in PromQL: the gateway's own and the process_* ones.
+# A recording rule's name (level:metric:operations) has colons, so
+# "job:infergw_x:rate5m" is never taken for "infergw_x".
+SERIES_RX = re.compile(r"(?<![\w:])((?:infergw|process)_[a-z0-9_]+)(?![\w:])")
+
+
+def exposed_names(text):
+    """Every series name a /metrics text can be queried by: each family
+    (TYPE line, with or without samples yet) and a histogram's _bucket,
+    _sum and _count."""
+    names = set()
+    for m in re.finditer(r"^# TYPE (\S+) (\S+)$", text, re.M):
+        names.add(m.group(1))
+        if m.group(2) == "histogram":
+            names.update(m.group(1) + sfx
+                         for sfx in ("_bucket", "_sum", "_count"))
+    return names
+
+
+def dashboard_queries(dash):
+    """(panel title, expr) of every query of the dashboard: its panels'
+    (rows' too) and its template variables'."""
+    out = []
+
+    def walk(panels):
+        for p in panels:
+            for tg in p.get("targets", []):
+                out.append((p.get("title"), tg.get("expr", "")))
+            walk(p.get("panels", []))
+
+    walk(dash["panels"])
+    for v in dash.get("templating", {}).get("list", []):
+        if v.get("type") == "query":
+            q = v["query"]
+            out.append(("$" + v["name"],
+                        q["query"] if isinstance(q, dict) else q))
+    return out
+
+
+def rule_exprs(text):
+    """The expr of every rule of a rules file, as written (the YAML is
+    read with a pattern: an 'expr:' line, or a block after 'expr: |')."""
+    out = []
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        m = re.match(r"^(\s*)expr:\s*(.*)$", lines[i])
+        i += 1
+        if not m:
+            continue
+        if m.group(2) != "|":
+            out.append(m.group(2))
+            continue
+        block = []
+        while i < len(lines) and (not lines[i].strip() or
+                                  len(lines[i]) - len(lines[i].lstrip())
+                                  > len(m.group(1))):
+            block.append(lines[i].strip())
+            i += 1
+        out.append(" ".join(block))
+    return out
+
+
+def test_shipped_rules_pass_promtool(t):
+    promtool = tool("promtool", "prometheus")
+    for args in (["check", "rules", RULES], ["test", "rules", RULES_TEST]):
+        p = subprocess.run([promtool] + args, cwd=os.path.dirname(RULES),
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           timeout=60)
+        out = p.stdout.decode("utf-8", "replace")
+        assert p.returncode == 0, "promtool %s:\n%s" % (" ".join(args), out)
+        assert "SUCCESS" in out, out
+
+
+def test_rules_and_dashboard_name_series_metrics_has(t):
+    """Every query of the dashboard, and every rule, names at least one
+    series, and each series it names is in a live gateway's /metrics (a
+    family, with samples or not yet)."""
+    m = t.mock()
+    g = t.gateway(m, extra="[tenant a]\napi_key = sk-tenant-a-1234567\n")
+    have = exposed_names(g.metrics_response().body.decode())
+    with open(DASHBOARD) as f:
+        dash = json.load(f)
+    assert dash["uid"] == "infergw" and dash["title"], dash.get("title")
+    queries = dashboard_queries(dash)
+    with open(RULES) as f:
+        rules = rule_exprs(f.read())
+    assert len(rules) >= 19, rules
+    assert len(queries) >= 30, len(queries)
+    ids = set()
+    for title, expr in queries + [("rule", e) for e in rules]:
+        names = SERIES_RX.findall(expr)
+        recorded = re.findall(r"\b[a-z_]+:[a-z0-9_]+:[a-z0-9_]+\b", expr)
+        assert names or recorded, "%r names no series: %r" % (title, expr)
+        missing = [n for n in names if n not in have]
+        assert not missing, "%r: %s not in /metrics: %r" % (
+            title, missing, expr)
+    # Each panel is one Grafana can place: an id of its own, a position,
+    # and every query on the chosen data source.
+    for p in dash["panels"]:
+        assert p["id"] not in ids, p["id"]
+        ids.add(p["id"])
+        assert {"h", "w", "x", "y"} <= set(p["gridPos"]), p["title"]
+        for tg in p.get("targets", []):
+            assert tg["datasource"]["uid"] == "${datasource}", p["title"]
+
+
+def readme_scrape_config():
+    """The README's Prometheus configuration (the yaml block with the
+    shipped rules and the admin key's credentials_file)."""
+    with open(README) as f:
+        text = f.read()
+    blocks = re.findall(r"```yaml\n(.*?)```", text, re.S)
+    found = [b for b in blocks
+             if "rule_files" in b and "\n      credentials_file" in b]
+    assert len(found) == 1, "README: one scrape config with the admin key"
+    return found[0]
+
+
+class Prometheus:
+    """A real Prometheus on 'config' (a path), its web API on port 0
+    (read back from its log), its data in 'tmp'."""
+
+    def __init__(self, exe, tmp, config):
+        self.logpath = os.path.join(tmp, "prometheus.log")
+        self.log = open(self.logpath, "w")
+        self.proc = subprocess.Popen(
+            [exe, "--config.file=" + config,
+             "--storage.tsdb.path=" + os.path.join(tmp, "prom-data"),
+             "--web.listen-address=127.0.0.1:0"],
+            stdin=subprocess.DEVNULL, stdout=self.log,
+            stderr=subprocess.STDOUT, start_new_session=True)
+        gwtest._register(self)
+        self.port = wait_for(self._port, timeout=20,
+                             msg="prometheus listens")
+
+    def _port(self):
+        with open(self.logpath) as f:
+            m = re.search(r'msg="Listening on" address=127\.0\.0\.1:(\d+)',
+                          f.read())
+        assert self.proc.poll() is None, "prometheus exited"
+        return int(m.group(1)) if m else None
+
+    def query(self, q):
+        """The result of instant query 'q'; [] while Prometheus is not
+        ready yet (503)."""
+        r = request(self.port, "GET", "/api/v1/query?query="
+                    + urllib.parse.quote(q))
+        if r.status == 503:
+            return []
+        assert r.status == 200, r
+        return r.json()["data"]["result"]
+
+    def close(self):
+        gwtest.kill_process(self.proc)
+        self.log.close()
+
+
+def test_readme_scrape_config_with_a_real_prometheus(t):
+    """The README's configuration, as written but for the paths, the
+    port and a 1 s interval: Prometheus scrapes the admin listener with
+    the admin key (the gateway answers it 200, and would answer 401
+    without), and evaluates the shipped rules over what it scraped."""
+    exe = tool("prometheus")
+    promtool = tool("promtool", "prometheus")
+    m = t.mock()
+    g = t.gateway(m, conf={"admin": {"listen": "127.0.0.1:0"}},
+                  extra="[tenant a]\napi_key = sk-tenant-a-1234567\n")
+    assert g.admin_key == ADMIN_KEY and g.admin_port
+    # Without the key the admin listener refuses /metrics.
+    assert request(g.admin_port, "GET", "/metrics").status == 401
+    key = t.write("admin.key", ADMIN_KEY + "\n")
+    text = readme_scrape_config()
+    for old, new in (("/etc/prometheus/infergw.rules.yml", RULES),
+                     ("/etc/prometheus/infergw-admin.key", key),
+                     ("127.0.0.1:8081", "127.0.0.1:%d" % g.admin_port),
+                     ("scrape_interval: 15s", "scrape_interval: 1s")):
+        assert old in text, old
+        text = text.replace(old, new)
+    config = t.write("prometheus.yml",
+                     "global:\n  evaluation_interval: 1s\n" + text)
+    p = subprocess.run([promtool, "check", "config", config],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       timeout=60)
+    assert p.returncode == 0, p.stdout.decode("utf-8", "replace")
+    assert g.post(CHAT, chat_body("x"), bearer("sk-tenant-a-1234567")) \
+        .status == 200
+    prom = Prometheus(exe, t.tmp, config)
+
+    def up():
+        r = prom.query('up{job="infergw"}')
+        return r and r[0]["value"][1] == "1"
+
+    wait_for(up, timeout=20, msg="prometheus scraped the gateway")
+    ms = parse(request(g.admin_port, "GET", "/metrics",
+                       headers={"Authorization": "Bearer " + ADMIN_KEY}))
+    assert metric(ms, "infergw_requests_total", route="metrics",
+                  status="200") >= 1
+    # The data is the gateway's, and the rules run on it.
+    r = prom.query('infergw_build_info{job="infergw"}')
+    assert r and r[0]["metric"]["version"], r
+    wait_for(lambda: prom.query("job:infergw_upstream_calls:rate5m"),
+             timeout=20, msg="a recording rule evaluated")
+    r = prom.query("ALERTS")
+    assert r == [], "an alert on a healthy gateway: %r" % r
+
+
+def parse(r):
+    assert r.status == 200, r
+    return gwtest.parse_metrics(r.body.decode("utf-8"))
