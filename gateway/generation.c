@@ -198,7 +198,7 @@ generations_new(struct gw_config *cfg)
         return NULL;
     }
     atomic_store(&l->cur_id, 1);
-    metrics_config_loaded(1, 0);
+    metrics_config_loaded(1);
     return l;
 }
 
@@ -361,7 +361,7 @@ generations_reload(struct generations *l)
             "config=%s upstreams=%zu tenants=%zu",
             (unsigned long long)g->id, g->cfg.path, g->cfg.num_upstreams,
             g->cfg.num_tenants);
-    metrics_config_loaded(g->id, 1);
+    metrics_config_loaded(g->id);
     generation_release(l, old); /* the reference 'cur' held */
     return 0;
 }

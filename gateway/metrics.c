@@ -190,9 +190,8 @@ metrics_start(const char *version)
 }
 
 void
-metrics_config_loaded(uint64_t generation, int reload)
+metrics_config_loaded(uint64_t generation)
 {
-    (void)reload;               /* the first load is a success too */
     atomic_store_explicit(&m.generation, generation, memory_order_relaxed);
     atomic_store_explicit(&m.reload_ok_us, (int64_t)(wall_s() * 1e6),
                           memory_order_relaxed);

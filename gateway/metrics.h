@@ -116,11 +116,11 @@ const char *metrics_bypass_name(enum metrics_bypass b);
 void metrics_start(const char *version);
 
 /*
- * A configuration generation is in force ('generation': its id):
- * infergw_config_generation, and (reload 1: it came from a reload; 0:
- * the first) infergw_config_last_reload_success = 1 with its timestamp.
+ * Configuration generation 'generation' is in force, from the start or
+ * a reload: infergw_config_generation, and
+ * infergw_config_last_reload_success = 1 with its timestamp (now).
  */
-void metrics_config_loaded(uint64_t generation, int reload);
+void metrics_config_loaded(uint64_t generation);
 
 /* A reload failed: infergw_config_last_reload_success = 0. */
 void metrics_config_reload_failed(void);

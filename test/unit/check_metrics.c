@@ -299,7 +299,7 @@ START_TEST(test_config_and_limits)
          "[tenant tb]\napi_key = sk-tb-0123456789ab\n");
     buf_init(&out, 4 << 20);
     metrics_start("9.9.9-test");
-    metrics_config_loaded(1, 0);
+    metrics_config_loaded(1);
     text = render(&out, &cfg);
     ck_assert_double_eq(sample(text, "infergw_build_info{version=\"9.9.9-test\"}"
                                " "), 1);
@@ -316,12 +316,12 @@ START_TEST(test_config_and_limits)
     ck_assert_double_eq(sample(text, "infergw_tenant_requests_per_minute_limit"
                                "{tenant=\"ta\"} "), 120);
     /* A failed reload: 0, and the generation in force stays. */
-    metrics_config_loaded(2, 1);
+    metrics_config_loaded(2);
     metrics_config_reload_failed();
     text = render(&out, &cfg);
     ck_assert_double_eq(sample(text, "infergw_config_generation "), 2);
     ck_assert_double_eq(sample(text, "infergw_config_last_reload_success "), 0);
-    metrics_config_loaded(3, 1);
+    metrics_config_loaded(3);
     text = render(&out, &cfg);
     ck_assert_double_eq(sample(text, "infergw_config_last_reload_success "), 1);
     buf_release(&out);
