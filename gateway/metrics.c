@@ -52,20 +52,29 @@ struct histogram {
 
 /*
  * A bounded table of names, each in its slot for good (metrics.h).
- * v[0..n) are written before n is published (release) and never change
- * after, so a reader that loads n (acquire) may read them without a
- * lock; 'names_lock' serialises the writers.
+ * v[0..n) and hash[0..n) are written before n is published (release)
+ * and never change after, so a reader that loads n (acquire) may read
+ * them without a lock; 'names_lock' serialises the writers.  The hash
+ * (FNV-1a) lets a lookup compare one integer per name, and the text only
+ * where it matches: a request's model is looked up in every request.
  */
 struct names {
     char (*v)[NAME_LEN];
+    uint64_t *hash;
     size_t cap;
     _Atomic size_t n;
 };
 
 static char model_names[METRICS_MODELS_MAX][NAME_LEN];
+static uint64_t model_hashes[METRICS_MODELS_MAX];
 static char upstream_names[METRICS_UPSTREAMS_MAX][NAME_LEN];
-static struct names models = { model_names, METRICS_MODELS_MAX, 0 };
-static struct names upstreams = { upstream_names, METRICS_UPSTREAMS_MAX, 0 };
+static uint64_t upstream_hashes[METRICS_UPSTREAMS_MAX];
+static struct names models = {
+    model_names, model_hashes, METRICS_MODELS_MAX, 0,
+};
+static struct names upstreams = {
+    upstream_names, upstream_hashes, METRICS_UPSTREAMS_MAX, 0,
+};
 static struct gw_mutex names_lock = { PTHREAD_MUTEX_INITIALIZER, 0, 0 };
 
 struct upstream_hist {
@@ -136,16 +145,23 @@ metrics_bypass_name(enum metrics_bypass b)
 
 #define INC(x) atomic_fetch_add_explicit(&(x), 1, memory_order_relaxed)
 
+static uint64_t
+name_hash(const char *name)
+{
+    return gw_fnv1a64(GW_FNV1A64_OFFSET, name, strlen(name));
+}
+
 /* The slot of 'name' in 't', or -1.  Lock-free (struct names). */
 static int
 names_find(struct names *t, const char *name)
 {
     size_t n = atomic_load_explicit(&t->n, memory_order_acquire);
+    uint64_t h = name_hash(name);
 
-    /* A scan, not a hash: at most a few hundred short compares, against
-     * an upstream call or a whole client request. */
+    /* A scan of at most a few hundred integers, not a hash table: simple
+     * to publish without a lock, and cheap next to a client request. */
     for (size_t i = 0; i < n; i++)
-        if (strcmp(t->v[i], name) == 0)
+        if (t->hash[i] == h && strcmp(t->v[i], name) == 0)
             return (int)i;
     return -1;
 }
@@ -165,6 +181,7 @@ names_add(struct names *t, const char *name)
     n = atomic_load_explicit(&t->n, memory_order_relaxed);
     if (i < 0 && n < t->cap) {
         memcpy(t->v[n], name, len + 1);
+        t->hash[n] = name_hash(name);
         atomic_store_explicit(&t->n, n + 1, memory_order_release);
         i = (int)n;
     }
