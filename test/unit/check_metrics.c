@@ -193,6 +193,13 @@ START_TEST(test_model_and_stream_labels)
 }
 END_TEST
 
+/* The latency buckets' bounds issue 19 asks for, as /metrics writes
+ * them (LLM streams: tens of milliseconds to minutes). */
+static const char *const issue_bounds[] = {
+    "0.05", "0.1", "0.25", "0.5", "1", "2.5", "5", "10", "20", "30", "60",
+    "120", "300",
+};
+
 START_TEST(test_upstream_histograms)
 {
     struct gw_config cfg = { 0 };
@@ -230,6 +237,16 @@ START_TEST(test_upstream_histograms)
                                "seconds_sum{upstream=\"ua\"} "), 0.9);
     ck_assert_double_eq(sample(text, "infergw_upstream_time_to_first_byte_"
                                "seconds_count{upstream=\"ub\"} "), 0);
+    /* Every bound issue 19 asks of the latency buckets is one. */
+    for (size_t k = 0; k < GW_ARRAY_LEN(issue_bounds); k++) {
+        char series[160];
+
+        snprintf(series, sizeof(series), "infergw_upstream_request_duration_"
+                 "seconds_bucket{upstream=\"ua\",le=\"%s\"} ",
+                 issue_bounds[k]);
+        ck_assert_double_eq(sample(text, series),
+                            strtod(issue_bounds[k], NULL) >= 1 ? 1 : 0);
+    }
     /* Only the configuration's upstreams are rendered. */
     ck_assert_ptr_null(strstr(text, "not-configured"));
     ck_assert_double_eq(sample(text, "infergw_upstream_max_inflight"
