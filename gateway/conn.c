@@ -119,7 +119,8 @@ access_log(struct conn *c)
     int64_t us = gw_now_us() - r->start_us;
     char usage_field[64] = "";
 
-    metrics_request(hr->route, r->status, us, r->ttfb_us);
+    metrics_request(hr->route, hr->model, hr->stream, r->status, us,
+                    r->ttfb_us);
     if (!c->ctx.cfg->access_log)
         return;
     if (hr->prompt_tokens >= 0)
@@ -170,7 +171,7 @@ head_failed(struct conn *c, int rc)
                             c->req.error_msg);
     log_msg(GW_LOG_INFO, "access status=%d error=\"%s\"", c->reply.status,
             c->req.error_msg != NULL ? c->req.error_msg : "-");
-    metrics_request(METRICS_ROUTE_OTHER, c->reply.status, 0, -1);
+    metrics_request(METRICS_ROUTE_OTHER, NULL, 0, c->reply.status, 0, -1);
 }
 
 /*

@@ -108,7 +108,9 @@ hold_or_poison(struct run *r, size_t idx, int status)
 /*
  * Give an attempt's slot back with its verdict.  A 5xx verdict waits
  * (hold_or_poison), unless it comes with Retry-After: a 503 saying "not
- * now" is the upstream's word about itself, judged at once.
+ * now" is the upstream's word about itself, judged at once.  Every
+ * attempt passes here once, so its times go to the upstream's
+ * histograms here too.
  */
 static void
 release(struct run *r, const struct upstream_result *res)
@@ -118,6 +120,8 @@ release(struct run *r, const struct upstream_result *res)
     /* Only a 429 or a 503 has one (upstream.h). */
     int64_t retry_after = (int64_t)res->outcome.retry_after_s * 1000;
 
+    metrics_upstream_attempt(r->dc->cfg->upstreams[res->upstream].name,
+                             res->ttfb_us, res->duration_us);
     if (s == NULL)
         return;
     if (o != POOL_FAIL_STATUS || retry_after > 0) {
@@ -229,6 +233,7 @@ refuse(struct dispatch_result *out, int rc, int retry_after)
     out->res.outcome = call_outcome_make(kind);
     out->res.outcome.retry_after_s = retry_after;
     out->res.ttfb_us = -1;
+    out->res.duration_us = -1;
     return call_kind_rc(kind);
 }
 

@@ -198,6 +198,7 @@ generations_new(struct gw_config *cfg)
         return NULL;
     }
     atomic_store(&l->cur_id, 1);
+    metrics_config_loaded(1);
     return l;
 }
 
@@ -323,6 +324,7 @@ generations_reload(struct generations *l)
     if (rc != 0) {
         log_msg(GW_LOG_ERROR, "reload: %s; the configuration in force "
                 "stays generation=%llu", err, (unsigned long long)old->id);
+        metrics_config_reload_failed();
         return rc;
     }
     rc = keep_startup_settings(&old->cfg, &cfg);
@@ -331,6 +333,7 @@ generations_reload(struct generations *l)
         log_msg(GW_LOG_ERROR, "reload: %s; the configuration in force "
                 "stays generation=%llu", rc == GW_ENOMEM ? "out of memory"
                 : "refused", (unsigned long long)old->id);
+        metrics_config_reload_failed();
         return rc;
     }
     g = gen_build(l, &cfg, old);
@@ -338,6 +341,7 @@ generations_reload(struct generations *l)
         log_msg(GW_LOG_ERROR, "reload: cannot start the new configuration; "
                 "the one in force stays generation=%llu",
                 (unsigned long long)old->id);
+        metrics_config_reload_failed();
         return GW_ENOMEM;
     }
     gw_mutex_lock(&l->lock);
@@ -357,6 +361,7 @@ generations_reload(struct generations *l)
             "config=%s upstreams=%zu tenants=%zu",
             (unsigned long long)g->id, g->cfg.path, g->cfg.num_upstreams,
             g->cfg.num_tenants);
+    metrics_config_loaded(g->id);
     generation_release(l, old); /* the reference 'cur' held */
     return 0;
 }

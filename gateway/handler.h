@@ -92,11 +92,15 @@ struct handler_req {
     enum metrics_route route;
     size_t tenant;                  /* config index, or CONFIG_MAX_TENANTS
                                        for "default" */
+    int tenant_route;               /* a tenant's route: 'tenant' was
+                                       looked up (route.c) */
     struct tenant_entry *pass;      /* admitted by the tenant's limits:
                                        the proxy bills it; or NULL */
     int64_t prompt_tokens;          /* the usage this client received, */
     int64_t completion_tokens;      /* or -1 */
     char model[64];
+    int stream;                     /* the body asked for a stream
+                                       ("stream": true) */
     char flight_id[32];             /* leader or follower: a copy of the
                                        flight's id (the upstream's
                                        X-Request-Id); "" otherwise */

@@ -19,6 +19,7 @@
 #include "config.h"
 #include "generation.h"
 #include "log.h"
+#include "metrics.h"
 #include "server.h"
 #include "tenant.h"
 
@@ -109,6 +110,7 @@ main(int argc, char **argv)
         return 1;
     }
     json_object_seed(0);
+    metrics_start(INFERGW_VERSION);
 
     co = coalescer_new(&cfg);
     tenants = tenants_new();

@@ -5,6 +5,22 @@
  * hot path pays one atomic add per event and takes no lock.  Rendering
  * reads each counter once; a scrape is not a consistent snapshot across
  * counters (Prometheus does not need one).
+ *
+ * Names met at run time (models, upstreams) get a slot each, for the
+ * life of the process, in a bounded table: a slot is added under one
+ * mutex (taken when a configuration is built, an upstream lists its
+ * models, or an upstream answers for the first time) and found without
+ * it, by a scan of the names published so far.  A slot is never reused,
+ * so its counters never go back (a configuration that drops a name and
+ * a later one that brings it back continue the same series).
+ *
+ * The model label of the request histograms keeps cardinality bounded:
+ * a request's model is its own name only when the gateway knows it (a
+ * model an upstream's configuration lists, or one an upstream's
+ * GET /v1/models reported, up to METRICS_MODELS_MAX names of at most
+ * METRICS_MODEL_NAME_MAX bytes); any other model is
+ * METRICS_MODEL_OTHER, and a request that names none (GET /v1/models,
+ * /metrics, a body without "model") is METRICS_MODEL_NONE.
  */
 #ifndef INFERGW_GATEWAY_METRICS_H
 #define INFERGW_GATEWAY_METRICS_H
@@ -91,9 +107,73 @@ enum metrics_keepalive_close {
 /* Label value for a bypass reason ("sampling", ...). */
 const char *metrics_bypass_name(enum metrics_bypass b);
 
-/* A finished client request: route, status, total and first-byte time. */
-void metrics_request(enum metrics_route r, int status, int64_t duration_us,
-                     int64_t ttfb_us);
+#define METRICS_MODELS_MAX 64
+#define METRICS_MODEL_NAME_MAX 63       /* handler_req.model holds 63 */
+#define METRICS_MODEL_OTHER "(other models)"    /* a blank: no client's
+                                   model name has one (route.c) */
+#define METRICS_MODEL_NONE "-"
+/* Upstream names kept over every configuration of the process: four
+ * full configurations' worth (CONFIG_MAX_UPSTREAMS each). */
+#define METRICS_UPSTREAMS_MAX 256
+
+/*
+ * Start the process's own series: build info ('version', borrowed; a
+ * literal) and process_start_time_seconds (now).  Once, in main(),
+ * before any thread.
+ */
+void metrics_start(const char *version);
+
+/*
+ * Configuration generation 'generation' is in force, from the start or
+ * a reload: infergw_config_generation, and
+ * infergw_config_last_reload_success = 1 with its timestamp (now).
+ */
+void metrics_config_loaded(uint64_t generation);
+
+/* A reload failed: infergw_config_last_reload_success = 0. */
+void metrics_config_reload_failed(void);
+
+/*
+ * 'model' (borrowed, copied) is one the gateway knows: it gets its own
+ * label value in the request histograms from now on.  Called when a
+ * configuration is built (its upstreams' models) and when an upstream
+ * lists its models.  Takes the names mutex: not under another lock.  A
+ * name that is empty, longer than METRICS_MODEL_NAME_MAX, or past
+ * METRICS_MODELS_MAX names is not added (its requests are
+ * METRICS_MODEL_OTHER).
+ */
+void metrics_model_known(const char *model);
+
+/*
+ * A finished client request: route, the body's model (NULL or "": none;
+ * borrowed), whether it asked for a stream, status, and its total and
+ * first-byte time (-1: none).
+ */
+void metrics_request(enum metrics_route r, const char *model, int stream,
+                     int status, int64_t duration_us, int64_t ttfb_us);
+
+/*
+ * One attempt on upstream 'upstream' (a configured name; borrowed) that
+ * got an answer is over: 'ttfb_us' from the start of the attempt to its
+ * first body byte, 'duration_us' to its end.  An attempt without a
+ * first body byte (ttfb_us < 0: a failure, a hedge that lost, a status
+ * stopped for a retry) is not observed: infergw_upstream_failures_total
+ * counts the failures.  The first attempt on a name takes the names
+ * mutex; past METRICS_UPSTREAMS_MAX names, new ones are not observed.
+ */
+void metrics_upstream_attempt(const char *upstream, int64_t ttfb_us,
+                              int64_t duration_us);
+
+/*
+ * An estimate of quantile 'q' (0..1) of upstream 'upstream''s (a
+ * configured name; borrowed) time to first byte, in seconds, over every
+ * attempt since the process started: infergw_upstream_time_to_first_byte
+ * _seconds as Prometheus's histogram_quantile() reads it (the bucket the
+ * rank falls in, then linear interpolation inside it; a rank in the
+ * +Inf bucket gives the highest finite bound).  -1 when the upstream has
+ * no observation yet, or q is outside 0..1.  Lock-free, any thread.
+ */
+double metrics_upstream_ttfb_quantile(const char *upstream, double q);
 
 void metrics_upstream_call(void);
 void metrics_connections_add(int delta);
@@ -115,7 +195,9 @@ struct tls_stats *metrics_tls_stats(void);
 
 /*
  * Append the Prometheus text exposition (format 0.0.4) to 'out'.
- * 'cfg' (borrowed) names the tenants.  Returns 0 or a buf error.
+ * 'cfg' (borrowed) names the tenants and upstreams, and gives the limits
+ * rendered as gauges.  Reads /proc/self for the process_* series (a
+ * sample it cannot read is left out).  Returns 0 or a buf error.
  */
 int metrics_render(struct buf *out, const struct gw_config *cfg);
 

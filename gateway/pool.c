@@ -28,6 +28,7 @@
 #include "engine.h"
 #include "http.h"
 #include "log.h"
+#include "metrics.h"
 #include "prom.h"
 #include "util.h"
 
@@ -251,8 +252,11 @@ pool_new(const struct gw_config *cfg)
     p->m = gw_calloc(p->n > 0 ? p->n : 1, sizeof(*p->m));
     if (p->m == NULL)
         goto out;
-    for (i = 0; i < p->n; i++)
+    for (i = 0; i < p->n; i++) {
         p->m[i].cfg = &cfg->upstreams[i];
+        for (size_t k = 0; k < cfg->upstreams[i].num_models; k++)
+            metrics_model_known(cfg->upstreams[i].models[k]);
+    }
     if (ring_build(p) != 0)
         goto out;
     ret = p;
@@ -1511,6 +1515,11 @@ pool_set_models(struct pool *p, size_t idx, char **ids, char **texts,
     struct member *m = &p->m[idx];
     struct member old;
 
+    /* Its models get their own label value in the request histograms
+     * (metrics.h).  Before the pool lock: metrics takes its own (one
+     * lock at a time). */
+    for (size_t i = 0; i < n; i++)
+        metrics_model_known(ids[i]);
     gw_mutex_lock(&p->lock);
     old.ids = m->ids;
     old.texts = m->texts;
@@ -1652,6 +1661,32 @@ per_upstream(struct pool *p, struct prom *w, const char *name,
 
         prom_uint(w, &l, 1, *(const uint64_t *)(const void *)
                             ((const char *)m + field));
+    }
+}
+
+/*
+ * The calls waiting in the gateway's queue, per upstream that may take
+ * them: a call several upstreams serve counts under each of them, so
+ * the sum over upstreams can be more than the calls waiting
+ * (sum(infergw_tenant_queued) counts each once).  Locked.
+ */
+static void
+render_queued_locked(struct pool *p, struct prom *w)
+{
+    uint64_t q[CONFIG_MAX_UPSTREAMS] = { 0 };
+
+    assert(gw_mutex_held(&p->lock));
+    for (const struct waiter *wt = p->q_head; wt != NULL; wt = wt->next)
+        for (size_t i = 0; i < p->n; i++)
+            if (wt->mask & (UINT64_C(1) << i))
+                q[i]++;
+    prom_family(w, "infergw_upstream_queued", PROM_GAUGE, "Calls waiting "
+                "for a slot now that this upstream may take (a call "
+                "several may take counts under each).");
+    for (size_t i = 0; i < p->n; i++) {
+        const struct prom_label l = { "upstream", p->m[i].cfg->name };
+
+        prom_uint(w, &l, 1, q[i]);
     }
 }
 
@@ -1827,8 +1862,6 @@ render_totals_locked(struct pool *p, struct prom *w, size_t panics)
         { "infergw_upstream_queue_timeouts_total", PROM_COUNTER,
           "Calls that got no slot within queue_timeout (503).",
           p->queue_timeouts },
-        { "infergw_upstream_queued", PROM_GAUGE,
-          "Calls waiting for a slot now.", p->q_len },
         { "infergw_upstream_poison_requests_total", PROM_COUNTER,
           "Requests that failed the same way on two upstreams: not "
           "counted toward ejection.", p->poison },
@@ -1886,6 +1919,7 @@ pool_render_metrics(struct pool *p, struct buf *out)
 
             prom_uint(&w, l, GW_ARRAY_LEN(l), p->m[i].failures[k]);
         }
+    render_queued_locked(p, &w);
     render_engines_locked(p, &w, now);
     render_models_locked(p, &w, now);
     render_tenants_locked(p, &w);

@@ -145,12 +145,14 @@ serve_models(struct handler_req *hr)
     buf_release(&b);
 }
 
-/* Keep the model name for the access log (bounded, printable). */
+/* Keep the model name for the access log (bounded, printable), and
+ * whether a stream was asked for (for the metrics' labels). */
 static void
 note_model_str(struct handler_req *hr, const char *m)
 {
     size_t i;
 
+    hr->stream = json_is_true(json_object_get(body, "stream"));
     if (m == NULL)
         return;
     for (i = 0; m[i] != '\0' && i < sizeof(hr->model) - 1; i++)
@@ -382,8 +384,8 @@ read_body(struct handler_req *hr)
     return 0;
 }
 
-void
-route_request(struct handler_req *hr)
+static void
+serve(struct handler_req *hr)
 {
     const struct gw_config *cfg = hr->ctx->cfg;
     const struct http_request *req = hr->req;
@@ -424,6 +426,7 @@ route_request(struct handler_req *hr)
          * the body is read, so a stranger cannot make us buffer it.
          */
         hr->tenant = tenant_identify(cfg, req);
+        hr->tenant_route = 1;
         if (cfg->num_tenants > 0 && hr->tenant >= CONFIG_MAX_TENANTS) {
             if (req->body_kind != HTTP_BODY_NONE)
                 reply_close_unread(r);
@@ -488,4 +491,13 @@ route_request(struct handler_req *hr)
         }
         return;
     }
+}
+
+void
+route_request(struct handler_req *hr)
+{
+    serve(hr);
+    if (hr->tenant_route)
+        tenants_count_request(hr->ctx->tenants, hr->ctx->cfg, hr->tenant,
+                              hr->reply->status);
 }

@@ -13,7 +13,9 @@ struct handler_req;
  * listener only /metrics, /healthz and /readyz), check the key (401: a
  * tenant's, or for /metrics an [admin] one), read the body (413, 408,
  * 400; Expect: 100-continue answered), and respond or forward upstream.
- * Always leaves a response sent or the reply broken.
+ * Always leaves a response sent or the reply broken.  A request of a
+ * tenant's route (one that goes upstream, and /v1/models) is counted
+ * with its status under its tenant (tenants_count_request()).
  */
 void route_request(struct handler_req *hr);
 

@@ -109,8 +109,17 @@ struct model_bill {
     uint64_t prompt, completion;
 };
 
+/* Requests answered with one status; status 0: the others, past
+ * TENANT_MAX_STATUSES. */
+struct status_count {
+    int status;
+    uint64_t n;
+};
+
 struct tenant_entry {
     char name[CONFIG_NAME_MAX + 1];
+    struct status_count answered[TENANT_MAX_STATUSES + 1];
+    size_t nanswered;
     uint64_t inflight;
     uint64_t credit;            /* the rate bucket (take_token); valid
                                    once 'filled' */
@@ -327,6 +336,47 @@ tenants_bill(struct tenants *ts, struct tenant_entry *e, const char *model,
     gw_mutex_unlock(&ts->lock);
 }
 
+/* The row of 'status' in 'e', or e->nanswered.  Locked. */
+static size_t
+answered_row(const struct tenant_entry *e, int status)
+{
+    size_t i;
+
+    for (i = 0; i < e->nanswered && e->answered[i].status != status; i++)
+        ;
+    return i;
+}
+
+void
+tenants_count_request(struct tenants *ts, const struct gw_config *cfg,
+                      size_t tenant, int status)
+{
+    struct tenant_entry *e;
+    size_t i;
+
+    if (status < 100 || status > 599)
+        status = 0;
+    gw_mutex_lock(&ts->lock);
+    e = entry_of(ts, tenant_name(cfg, tenant));
+    if (e == NULL)
+        goto out;
+    i = answered_row(e, status);
+    if (i == e->nanswered && i >= TENANT_MAX_STATUSES) {
+        /* Full: the others' row, which alone may go past the bound (so
+         * with none yet, nanswered is the bound and it fits). */
+        status = 0;
+        i = answered_row(e, 0);
+    }
+    if (i == e->nanswered) {
+        e->answered[i].status = status;
+        e->nanswered++;
+    }
+    e->answered[i].n++;
+
+out:
+    gw_mutex_unlock(&ts->lock);
+}
+
 /* One family with a sample per tenant: the uint64_t at 'offset'.  Locked. */
 static void
 per_tenant(const struct tenants *ts, struct prom *w, const char *name,
@@ -362,6 +412,23 @@ tenants_render_metrics(struct tenants *ts, struct buf *out)
                                              { "limit", limits[l] } };
 
             prom_uint(&w, lv, GW_ARRAY_LEN(lv), ts->v[i]->rejected[l]);
+        }
+    prom_family(&w, "infergw_tenant_requests_total", PROM_COUNTER,
+                "Requests of the tenant's routes, refused ones too, by "
+                "tenant and status (\"default\": without a tenant's "
+                "key).");
+    for (size_t i = 0; i < ts->n; i++)
+        for (size_t k = 0; k < ts->v[i]->nanswered; k++) {
+            const struct status_count *a = &ts->v[i]->answered[k];
+            char status[16];
+            const struct prom_label lv[] = { { "tenant", ts->v[i]->name },
+                                             { "status", status } };
+
+            if (a->status == 0)
+                snprintf(status, sizeof(status), "other");
+            else
+                snprintf(status, sizeof(status), "%d", a->status);
+            prom_uint(&w, lv, GW_ARRAY_LEN(lv), a->n);
         }
     prom_family(&w, "infergw_tokens_total", PROM_COUNTER,
                 "Tokens in the usage each client received, by tenant, "

@@ -110,10 +110,22 @@ void tenants_bill(struct tenants *ts, struct tenant_entry *e,
                   int saved);
 
 /*
+ * A request of tenant 'tenant' of 'cfg' was answered with 'status'
+ * (100..599), refused ones too (401 counts under "default", 429 under
+ * its tenant): infergw_tenant_requests_total{tenant,status}.  Past
+ * TENANT_MAX_STATUSES statuses in a tenant's series, the rest share
+ * status="other".  Out of memory: not counted.
+ */
+#define TENANT_MAX_STATUSES 24
+void tenants_count_request(struct tenants *ts, const struct gw_config *cfg,
+                           size_t tenant, int status);
+
+/*
  * Append the tenants' families to 'out' (Prometheus text 0.0.4):
  * infergw_tenant_requests_inflight, infergw_tenant_rejected_total,
- * infergw_tokens_total, infergw_coalesce_tokens_saved_total.  Every
- * family is present (HELP, TYPE) even before its first sample.
+ * infergw_tenant_requests_total, infergw_tokens_total,
+ * infergw_coalesce_tokens_saved_total.  Every family is present (HELP,
+ * TYPE) even before its first sample.
  */
 int tenants_render_metrics(struct tenants *ts, struct buf *out);
 

@@ -501,6 +501,7 @@ result_init(struct upstream_result *res, size_t idx)
     memset(res, 0, sizeof(*res));
     res->outcome = call_outcome_make(CALL_NOMEM);
     res->ttfb_us = -1;
+    res->duration_us = -1;
     res->upstream = idx;
 }
 
@@ -517,6 +518,7 @@ attempt_end(struct call *c, struct xfer *x, CURLcode cc, enum call_kind own)
 
     curl_multi_remove_handle(c->s->multi, x->h->curl);
     x->running = 0;
+    x->res.duration_us = gw_now_us() - x->start_us;
     if (kind == CALL_OK)
         kind = map_result(x, cc);
     else

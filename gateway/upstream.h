@@ -127,6 +127,8 @@ struct upstream_result {
                                reached a client */
     uint64_t bytes;         /* body bytes received */
     int64_t ttfb_us;        /* request start to first body byte; -1 none */
+    int64_t duration_us;    /* request start to the attempt's end; -1
+                               when it never started */
     size_t upstream;        /* which upstream this attempt went to */
 };
 

@@ -35,7 +35,7 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 # and its reload) below server and conn; outcome (a call's outcome) at
 # the bottom, for upstream, pool, flight and reply.
 GATEWAY = {
-    "main": "coalesce config generation server tenant",
+    "main": "coalesce config generation metrics server tenant",
     "server": "coalesce config conn generation handler metrics reply",
     "conn": "config generation handler reply route tls",
     "route": "config handler metrics pool proxy reply tenant",
@@ -57,7 +57,7 @@ GATEWAY = {
     "keepalive": "metrics",
     "tls": "metrics",
     "metrics": "config",
-    "pool": "config engine outcome",
+    "pool": "config engine metrics outcome",
     "engine": "config",
     "tenant": "config",
     "flight": "outcome",

@@ -44,7 +44,8 @@ tokens/s over the arrival window, errors, the prefix cache hit rate
 (vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total, summed
 over the servers, deltas over the run), the largest vLLM queue one mock
 showed (vllm:num_requests_waiting, every mock read every 100 ms), the
-largest gateway queue (infergw_upstream_queued, read every 250 ms), the
+largest gateway queue (the calls waiting, summed over
+infergw_tenant_queued, which counts each once; read every 250 ms), the
 calls per upstream, the client's lag and CPU and the machine's CPU.
 With --reps N every number is the median of N runs (the modes
 interleaved).  BENCH_SCHED_TRACE=1 in the environment prints each
@@ -479,7 +480,7 @@ class Loop:
 
     def gw_read(self, ms):
         self.gw_queued_max = max(self.gw_queued_max,
-                                 gwtest.metric(ms, "infergw_upstream_queued"))
+                                 gwtest.metric(ms, "infergw_tenant_queued"))
 
 
 # ---- one run --------------------------------------------------------------

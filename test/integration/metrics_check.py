@@ -13,6 +13,11 @@ equals _count.  Prints "ok: F families, S samples" and exits 0, or prints
 the first problem and exits 1.  Run as a script (with the system python
 when the test's own has no prometheus_client), or import check(), or
 validate(), which picks the python itself.
+
+promtool_check() runs Prometheus's own linter, `promtool check metrics`
+(Debian's prometheus package), over the text: naming conventions
+(counters end in _total, base units), HELP text, and what its parser
+refuses.
 """
 
 import math
@@ -90,6 +95,18 @@ def validate(text):
         assert p.returncode == 0, out
         return out
     return "ok: %d families, %d samples" % check(text)
+
+
+def promtool_check(promtool, text):
+    """`promtool check metrics` over 'text' (promtool: the program's
+    path).  Returns its findings, "" when it has none; raises
+    AssertionError when it cannot parse the text at all."""
+    p = subprocess.run([promtool, "check", "metrics"], input=text.encode(),
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       timeout=60)
+    out = p.stdout.decode("utf-8", "replace").strip()
+    assert p.returncode == 0 or out, "promtool failed, saying nothing"
+    return out
 
 
 if __name__ == "__main__":

@@ -63,7 +63,7 @@ upstream_perform(struct upstream *u, size_t idx,
     up.stop_on_retryable[i] = opts->stop_on_retryable;
     if (s->hedge && opts->hedge(opts->arg, idx, &h) == 0) {
         struct upstream_result lost = { call_outcome_make(CALL_LOST_HEDGE),
-                                        0, 0, -1, h };
+                                        0, 0, -1, -1, h };
 
         up.hedged[i] = h;
         opts->attempt_done(opts->arg, &lost);

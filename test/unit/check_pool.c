@@ -429,7 +429,8 @@ waiter(void *arg)
     return NULL;
 }
 
-/* Poll until the pool says 'n' calls wait. */
+/* Poll until the pool says 'n' calls wait (for u0: these tests' pools
+ * have that one upstream). */
 static void
 wait_queued(int n)
 {
@@ -437,7 +438,8 @@ wait_queued(int n)
     int64_t end = gw_now_ms() + 5000;
     struct buf b;
 
-    snprintf(want, sizeof(want), "\ninfergw_upstream_queued %d\n", n);
+    snprintf(want, sizeof(want), "\ninfergw_upstream_queued"
+             "{upstream=\"u0\"} %d\n", n);
     for (;;) {
         buf_init(&b, 1 << 20);
         ck_assert_int_eq(pool_render_metrics(pool, &b), 0);
@@ -451,6 +453,86 @@ wait_queued(int n)
         poll(NULL, 0, 5);
     }
 }
+
+/* A waiter for 'model' (NULL: any), on its own thread. */
+struct model_waiter {
+    const char *model;
+    int rc;
+    struct pool_slot slot;
+};
+
+static void *
+model_waiter(void *arg)
+{
+    struct model_waiter *a = arg;
+    struct pool_want w = { a->model, 0, 0, 0, NULL, NULL,
+                           CONFIG_MAX_TENANTS };
+    int ra;
+
+    a->rc = pool_acquire(pool, &w, &a->slot, &ra);
+    return NULL;
+}
+
+/* Poll until upstream 'up''s queued gauge is 'n'. */
+static void
+wait_upstream_queued(const char *up, long n)
+{
+    for (int64_t end = gw_now_ms() + 5000;
+         upstream_metric("infergw_upstream_queued", up) != n;
+         poll(NULL, 0, 5))
+        ck_assert_msg(gw_now_ms() < end, "%s never had %ld queued", up, n);
+}
+
+/*
+ * infergw_upstream_queued{upstream}: a waiter counts under each upstream
+ * that may take it: a call for a model two serve under both, one for a
+ * model one serves under that one alone.
+ */
+START_TEST(test_queued_per_upstream)
+{
+    char err[256];
+    const char *text = "[routing]\nhealth_interval = 0\nqueue_timeout = 5s\n"
+                       "[upstream a]\nurl = http://h:1\nmodels = alpha, both\n"
+                       "max_inflight = 1\n"
+                       "[upstream b]\nurl = http://h:2\nmodels = both\n"
+                       "max_inflight = 1\n";
+    struct model_waiter hold_a = { "alpha", -1, { -1, 0, 0, 0 } };
+    struct model_waiter hold_b = { "both", -1, { -1, 0, 0, 0 } };
+    struct model_waiter w1 = { "both", -1, { -1, 0, 0, 0 } };
+    struct model_waiter w2 = { "alpha", -1, { -1, 0, 0, 0 } };
+    pthread_t t1, t2;
+
+    ck_assert_int_eq(config_load_text("t", text, &cfg, err, sizeof(err)), 0);
+    pool = pool_new(&cfg);
+    ck_assert_ptr_nonnull(pool);
+    model_waiter(&hold_a);
+    model_waiter(&hold_b);
+    ck_assert_int_eq(hold_a.rc, 0);
+    ck_assert_int_eq(hold_b.rc, 0);
+    ck_assert_int_eq(hold_a.slot.idx, 0);
+    ck_assert_int_eq(hold_b.slot.idx, 1);
+    ck_assert_int_eq(upstream_metric("infergw_upstream_queued", "a"), 0);
+    ck_assert_int_eq(pthread_create(&t1, NULL, model_waiter, &w1), 0);
+    wait_upstream_queued("a", 1);
+    wait_upstream_queued("b", 1);
+    ck_assert_int_eq(pthread_create(&t2, NULL, model_waiter, &w2), 0);
+    wait_upstream_queued("a", 2);
+    ck_assert_int_eq(upstream_metric("infergw_upstream_queued", "b"), 1);
+    /* b's slot goes to the one waiter b may take. */
+    pool_release(pool, &hold_b.slot, POOL_OK, 0);
+    pthread_join(t1, NULL);
+    ck_assert_int_eq(w1.rc, 0);
+    ck_assert_int_eq(w1.slot.idx, 1);
+    wait_upstream_queued("a", 1);
+    ck_assert_int_eq(upstream_metric("infergw_upstream_queued", "b"), 0);
+    pool_release(pool, &hold_a.slot, POOL_OK, 0);
+    pthread_join(t2, NULL);
+    ck_assert_int_eq(w2.rc, 0);
+    ck_assert_int_eq(upstream_metric("infergw_upstream_queued", "a"), 0);
+    pool_release(pool, &w1.slot, POOL_OK, 0);
+    pool_release(pool, &w2.slot, POOL_OK, 0);
+}
+END_TEST
 
 START_TEST(test_queue_granted_in_order)
 {
@@ -1110,6 +1192,7 @@ pool_suite(void)
     tc = tcase("admission");
     tcase_add_checked_fixture(tc, NULL, teardown);
     tcase_add_test(tc, test_queue_granted_in_order);
+    tcase_add_test(tc, test_queued_per_upstream);
     tcase_add_test(tc, test_queue_timeout_and_no_wait);
     tcase_add_test(tc, test_queue_stop_and_hopeless);
     tcase_add_test(tc, test_panic_grants_a_waiter_an_ejected_slot);

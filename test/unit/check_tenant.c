@@ -447,6 +447,62 @@ START_TEST(test_bill_and_render)
 }
 END_TEST
 
+/* The text of tenants_render_metrics(ts), NUL-terminated, in 'b'. */
+static const char *
+rendered(struct tenants *ts, struct buf *b)
+{
+    buf_reset(b);
+    ck_assert_int_eq(tenants_render_metrics(ts, b), 0);
+    ck_assert_int_eq(buf_append(b, "", 1), 0);
+    return buf_ptr(b);
+}
+
+START_TEST(test_requests_by_status)
+{
+    struct tenants *ts = tenants_new();
+    struct buf b;
+    int i;
+
+    load("[tenant a]\napi_key = " KEY_1 "\n");
+    buf_init(&b, 1 << 20);
+    /* Before any request the family is there, with no sample. */
+    ck_assert_ptr_nonnull(strstr(rendered(ts, &b),
+                                 "# TYPE infergw_tenant_requests_total "
+                                 "counter\n"));
+    ck_assert_ptr_null(strstr(buf_ptr(&b), "infergw_tenant_requests_total{"));
+    tenants_count_request(ts, &cfg, 0, 200);
+    tenants_count_request(ts, &cfg, 0, 200);
+    tenants_count_request(ts, &cfg, 0, 429);
+    tenants_count_request(ts, &cfg, CONFIG_MAX_TENANTS, 401);
+    rendered(ts, &b);
+    ck_assert_ptr_nonnull(strstr(buf_ptr(&b), "infergw_tenant_requests_total"
+                                 "{tenant=\"a\",status=\"200\"} 2\n"));
+    ck_assert_ptr_nonnull(strstr(buf_ptr(&b), "infergw_tenant_requests_total"
+                                 "{tenant=\"a\",status=\"429\"} 1\n"));
+    ck_assert_ptr_nonnull(strstr(buf_ptr(&b), "infergw_tenant_requests_total"
+                                 "{tenant=\"default\",status=\"401\"} "
+                                 "1\n"));
+    /* Past TENANT_MAX_STATUSES statuses the rest share one series, and
+     * a status outside 100..599 goes there too. */
+    for (i = 0; i < TENANT_MAX_STATUSES + 5; i++)
+        tenants_count_request(ts, &cfg, 0, 500 + i);
+    tenants_count_request(ts, &cfg, 0, 0);
+    tenants_count_request(ts, &cfg, 0, 200);
+    rendered(ts, &b);
+    /* 200 and 429 took two rows: 500..521 got theirs, the 7 others and
+     * the status 0 went to "other". */
+    ck_assert_ptr_nonnull(strstr(buf_ptr(&b), "infergw_tenant_requests_total"
+                                 "{tenant=\"a\",status=\"521\"} 1\n"));
+    ck_assert_ptr_null(strstr(buf_ptr(&b), "status=\"522\""));
+    ck_assert_ptr_nonnull(strstr(buf_ptr(&b), "infergw_tenant_requests_total"
+                                 "{tenant=\"a\",status=\"other\"} 8\n"));
+    ck_assert_ptr_nonnull(strstr(buf_ptr(&b), "infergw_tenant_requests_total"
+                                 "{tenant=\"a\",status=\"200\"} 3\n"));
+    buf_release(&b);
+    tenants_free(ts);
+}
+END_TEST
+
 static Suite *
 tenant_suite(void)
 {
@@ -470,6 +526,7 @@ tenant_suite(void)
     tcase_add_test(tc, test_rate_bursts_within_a_millisecond);
     tcase_add_test(tc, test_rate_refusal_never_admits);
     tcase_add_test(tc, test_bill_and_render);
+    tcase_add_test(tc, test_requests_by_status);
     suite_add_tcase(s, tc);
     return s;
 }
