@@ -145,14 +145,12 @@ serve_models(struct handler_req *hr)
     buf_release(&b);
 }
 
-/* Keep the model name for the access log (bounded, printable), and
- * whether a stream was asked for (for the metrics' labels). */
+/* Keep the model name for the access log (bounded, printable). */
 static void
 note_model_str(struct handler_req *hr, const char *m)
 {
     size_t i;
 
-    hr->stream = json_is_true(json_object_get(body, "stream"));
     if (m == NULL)
         return;
     for (i = 0; m[i] != '\0' && i < sizeof(hr->model) - 1; i++)
@@ -161,9 +159,12 @@ note_model_str(struct handler_req *hr, const char *m)
     hr->model[i] = '\0';
 }
 
+/* The same from a JSON body, and whether it asks for a stream (the
+ * metrics' label; an audio form's stream field is not read for it). */
 static void
 note_model(struct handler_req *hr, const json_t *body)
 {
+    hr->stream = json_is_true(json_object_get(body, "stream"));
     note_model_str(hr, json_string_value(json_object_get(body, "model")));
 }
 
