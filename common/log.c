@@ -31,15 +31,20 @@ static _Thread_local char request_id[65];
 static const char *const level_names[] = { "error", "warn", "info", "debug" };
 static const char *const format_names[] = { "kv", "json" };
 
+/* The index of 's' in names[0..n), or -1. */
+static int
+name_index(const char *const *names, size_t n, const char *s)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(s, names[i]) == 0)
+            return (int)i;
+    return -1;
+}
+
 int
 log_level_parse(const char *s)
 {
-    size_t i;
-
-    for (i = 0; i < GW_ARRAY_LEN(level_names); i++)
-        if (strcmp(s, level_names[i]) == 0)
-            return (int)i;
-    return -1;
+    return name_index(level_names, GW_ARRAY_LEN(level_names), s);
 }
 
 void
@@ -51,12 +56,7 @@ log_set_level(int level)
 int
 log_format_parse(const char *s)
 {
-    size_t i;
-
-    for (i = 0; i < GW_ARRAY_LEN(format_names); i++)
-        if (strcmp(s, format_names[i]) == 0)
-            return (int)i;
-    return -1;
+    return name_index(format_names, GW_ARRAY_LEN(format_names), s);
 }
 
 void
