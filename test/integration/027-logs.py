@@ -284,3 +284,18 @@ def test_a_config_error_before_the_format_is_plain_text(t):
     assert rc == 2, out
     assert out.startswith("infergw: %s:3: max_connections: expected"
                           % path), out
+
+
+def test_a_reload_changes_the_format(t):
+    g = t.gateway(t.mock())
+    assert g.get("/healthz", headers={"X-Request-Id": "r-kv"}).status == 200
+    access_kv(g, "r-kv")
+    with open(g.conf_path, "w") as f:
+        f.write(g.conf_text.replace("[server]\n",
+                                    "[server]\nlog_format = json\n"))
+    g.send_signal(signal.SIGHUP)
+    line = g.wait_log(r'^\{.*"msg":"reload: configuration generation=2 in')
+    json_line(line)
+    assert g.get("/healthz", headers={"X-Request-Id": "r-js"}).status == 200
+    line = g.wait_log(r'"req":"r-js","msg":"access"')
+    assert json_line(line)["status"] == 200
