@@ -19,7 +19,8 @@
  * members of their own, numbers as JSON numbers.  Strings are escaped
  * (RFC 8259 section 7), and bytes that are not UTF-8 become U+FFFD, so
  * no value a client sent can break the object or the line.  A line too
- * long for its buffer is cut, the object still closed.
+ * long for its buffer (2 KiB in kv, 4 KiB in json) is cut, a json
+ * object still closed.
  *
  * The logger is the one mutable global in common/: configure it in main()
  * before any thread starts (log_set_level, log_set_format, log_set_fd);
@@ -126,7 +127,7 @@ log_opt_int(const char *key, long long v)
  * everything.
  */
 void log_fields(int level, const char *event, const struct log_field *f,
-               size_t n);
+                size_t n);
 
 #define GW_LOG_LEVEL() \
     atomic_load_explicit(&gw_log_level_cur, memory_order_relaxed)
