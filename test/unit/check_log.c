@@ -264,6 +264,28 @@ START_TEST(test_kv_fields)
 }
 END_TEST
 
+/* A kv line too long is cut, and still one line ending in a newline. */
+START_TEST(test_kv_cut)
+{
+    static char big[5000];
+    struct log_field f[3] = { log_strn("a", big, sizeof(big)),
+                              log_strn("b", big, 10), log_int("n", 7) };
+    char buf[8192];
+    size_t n;
+
+    memset(big, 'x', sizeof(big));
+    big[100] = ' ';             /* quoted from here on */
+    for (int k = 0; k < 2; k++) {
+        clear();
+        log_fields(GW_LOG_INFO, "access", f, 3);
+        n = logged(buf, sizeof(buf));
+        ck_assert_uint_eq(n, 2048);
+        ck_assert_ptr_eq(strchr(buf, '\n'), buf + n - 1);
+        big[100] = 'x';         /* bare */
+    }
+}
+END_TEST
+
 /* The kv format's lines are what they always were. */
 START_TEST(test_kv_write)
 {
@@ -323,6 +345,10 @@ log_suite(void)
     tc = tcase("kv_fields");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_kv_fields);
+    suite_add_tcase(s, tc);
+    tc = tcase("kv_cut");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_kv_cut);
     suite_add_tcase(s, tc);
     tc = tcase("kv_write");
     tcase_add_checked_fixture(tc, setup, teardown);
