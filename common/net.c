@@ -47,6 +47,130 @@ net_parse_hostport(const char *s, const char **host, size_t *host_len,
     return 0;
 }
 
+/* ::ffff:0:0/96, the prefix of an IPv4-mapped IPv6 address. */
+static const unsigned char v4_mapped[12] = {
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff
+};
+
+/* An IPv4-mapped IPv6 address becomes the IPv4 address it maps. */
+static void
+unmap(struct net_addr *a)
+{
+    if (a->family == AF_INET6 && memcmp(a->b, v4_mapped, 12) == 0) {
+        a->family = AF_INET;
+        memmove(a->b, a->b + 12, 4);
+        memset(a->b + 4, 0, 12);
+    }
+}
+
+int
+net_addr_parse(const char *p, size_t n, struct net_addr *a)
+{
+    char text[NET_ADDR_STRLEN];
+    struct net_addr out;
+
+    /* inet_pton() reads a C string: copy, and refuse what cannot fit
+     * (the longest IPv6 text is 45 characters). */
+    if (n == 0 || n >= sizeof(text) || memchr(p, '\0', n) != NULL)
+        return GW_EINVAL;
+    memcpy(text, p, n);
+    text[n] = '\0';
+    memset(&out, 0, sizeof(out));
+    if (inet_pton(AF_INET, text, out.b) == 1)
+        out.family = AF_INET;
+    else if (inet_pton(AF_INET6, text, out.b) == 1)
+        out.family = AF_INET6;
+    else
+        return GW_EINVAL;
+    unmap(&out);
+    *a = out;
+    return 0;
+}
+
+int
+net_addr_from_sockaddr(const void *sa, struct net_addr *a)
+{
+    const struct sockaddr_in *in4 = sa;
+    const struct sockaddr_in6 *in6 = sa;
+
+    memset(a, 0, sizeof(*a));
+    switch (((const struct sockaddr *)sa)->sa_family) {
+    case AF_INET:
+        a->family = AF_INET;
+        memcpy(a->b, &in4->sin_addr, 4);
+        return 0;
+    case AF_INET6:
+        a->family = AF_INET6;
+        memcpy(a->b, &in6->sin6_addr, 16);
+        unmap(a);
+        return 0;
+    }
+    return GW_EINVAL;
+}
+
+void
+net_addr_format(const struct net_addr *a, char *out, size_t n)
+{
+    if (n < NET_ADDR_STRLEN
+        || (a->family != AF_INET && a->family != AF_INET6)
+        || inet_ntop(a->family, a->b, out, (socklen_t)n) == NULL)
+        snprintf(out, n, "-");
+}
+
+int
+net_cidr_parse(const char *p, size_t n, struct net_cidr *c)
+{
+    const char *slash = memchr(p, '/', n);
+    size_t alen = slash != NULL ? (size_t)(slash - p) : n;
+    size_t blen = slash != NULL ? n - alen - 1 : 0;
+    struct net_addr a;
+    unsigned width, bits, i;
+    uint64_t v;
+
+    if (net_addr_parse(p, alen, &a) != 0)
+        return GW_EINVAL;
+    /* net_addr_parse() unmapped a mapped address: its width is 128. */
+    width = a.family == AF_INET6 || (alen > 0 && memchr(p, ':', alen))
+            ? 128 : 32;
+    bits = width;
+    if (slash != NULL) {
+        if (blen == 0 || blen > 3 || (blen > 1 && slash[1] == '0')
+            || gw_parse_uint(slash + 1, blen, width, &v) != 0)
+            return GW_EINVAL;
+        bits = (unsigned)v;
+    }
+    if (a.family == AF_INET && width == 128) {
+        /* ::ffff:a.b.c.d/BITS: its IPv4 part, if the prefix covers the
+         * mapping's 96 bits; a wider one spans more than IPv4. */
+        if (bits < 96)
+            return GW_EINVAL;
+        bits -= 96;
+    }
+    /* No host bits past the prefix. */
+    for (i = bits; i < (a.family == AF_INET ? 32u : 128u); i++)
+        if (a.b[i / 8] & (0x80 >> (i % 8)))
+            return GW_EINVAL;
+    c->addr = a;
+    c->bits = bits;
+    return 0;
+}
+
+int
+net_cidr_match(const struct net_cidr *c, const struct net_addr *a)
+{
+    unsigned whole = c->bits / 8, rest = c->bits % 8;
+    unsigned char mask;
+
+    if (c->addr.family != a->family)
+        return 0;
+    if (memcmp(c->addr.b, a->b, whole) != 0)
+        return 0;
+    if (rest == 0)
+        return 1;
+    mask = (unsigned char)(0xff << (8 - rest));
+    return (c->addr.b[whole] & mask) == (a->b[whole] & mask);
+}
+
 static int
 resolve(const char *addr, int passive, struct addrinfo **res)
 {

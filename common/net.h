@@ -44,6 +44,56 @@ int net_parse_hostport(const char *s, const char **host, size_t *host_len,
                        int *port);
 
 /*
+ * An IP address, for matching against trusted networks (a client's, a
+ * proxy's).  An IPv4-mapped IPv6 address (::ffff:a.b.c.d, what a
+ * dual-stack socket reports for an IPv4 peer) is kept as the IPv4
+ * address it maps, so one rule covers a peer however it came in.
+ */
+struct net_addr {
+    int family;                 /* AF_INET or AF_INET6 */
+    unsigned char b[16];        /* network order; IPv4 in b[0..4) */
+};
+
+/* A network: 'addr' with every bit past the first 'bits' zero. */
+struct net_cidr {
+    struct net_addr addr;
+    unsigned bits;              /* 0..32 (IPv4) or 0..128 (IPv6) */
+};
+
+/* Room for net_addr_format()'s text, NUL included. */
+#define NET_ADDR_STRLEN 46
+
+/*
+ * Parse p[0..n): a dotted-quad IPv4 address or an IPv6 address (RFC
+ * 4291 text, no brackets, no zone, no port), inet_pton()'s forms.
+ * Borrows 'p'.  OUT *a on success.  Returns 0 or GW_EINVAL.
+ */
+int net_addr_parse(const char *p, size_t n, struct net_addr *a);
+
+/*
+ * The address of socket address 'sa' (AF_INET or AF_INET6; a mapped
+ * IPv4 address unmapped).  OUT *a.  Returns 0 or GW_EINVAL (another
+ * family, such as a Unix socket's).
+ */
+int net_addr_from_sockaddr(const void *sa, struct net_addr *a);
+
+/* 'a' as text into out[0..n), n >= NET_ADDR_STRLEN ("-" if it cannot). */
+void net_addr_format(const struct net_addr *a, char *out, size_t n);
+
+/*
+ * Parse p[0..n): "ADDR/BITS" or a lone ADDR (all its bits), ADDR as
+ * net_addr_parse() reads it, BITS a decimal without leading zeros up
+ * to the family's width.  Host bits set past BITS ("10.1.0.0/8") are
+ * refused: they are almost always a typo for another network.  A mapped
+ * IPv4 network of at least 96 bits becomes the IPv4 one.  Borrows 'p'.
+ * OUT *c on success.  Returns 0 or GW_EINVAL.
+ */
+int net_cidr_parse(const char *p, size_t n, struct net_cidr *c);
+
+/* Is 'a' inside network 'c'?  Families must agree. */
+int net_cidr_match(const struct net_cidr *c, const struct net_addr *a);
+
+/*
  * Listen on 'addr' (net_parse_hostport() forms).  Port 0 picks a free
  * port.  OUT *fd: the non-blocking, close-on-exec
  * listening socket; OUT *port: the port actually bound.

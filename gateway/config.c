@@ -64,6 +64,8 @@ enum setting_type {
     T_DURATION,         /* int64_t milliseconds in [min, max] */
     T_BOOL,             /* int 0/1 */
     T_LOG_LEVEL,        /* int GW_LOG_* */
+    T_LOG_FORMAT,       /* int GW_LOG_FORMAT_* */
+    T_CIDRS,            /* gw_config.trusted_proxies, comma-separated */
     T_DECIMAL,          /* double in [min, max] */
     T_PERCENT,          /* double in [min, max] / 100, from "20%" */
     T_BALANCE,          /* int enum config_balance */
@@ -124,7 +126,9 @@ static const struct setting settings[] = {
     { "server", "drain_timeout", T_DURATION, C(drain_timeout_ms), "30s",
       1, DAY_MS },
     { "server", "log_level", T_LOG_LEVEL, C(log_level), "info", 0, 0 },
+    { "server", "log_format", T_LOG_FORMAT, C(log_format), "kv", 0, 0 },
     { "server", "access_log", T_BOOL, C(access_log), "on", 0, 0 },
+    { "server", "trusted_proxies", T_CIDRS, C(trusted_proxies), "", 0, 0 },
 
     { "upstream", "url", T_URL, UP(url), NULL, 0, 0 },
     { "upstream", "api_key", T_SECRET, UP(api_key), "", 0, 0 },
@@ -429,6 +433,14 @@ describe(const struct setting *s, char *out, size_t n)
     case T_LOG_LEVEL:
         snprintf(out, n, "error, warn, info or debug");
         break;
+    case T_LOG_FORMAT:
+        snprintf(out, n, "kv or json");
+        break;
+    case T_CIDRS:
+        snprintf(out, n, "IP addresses or networks (10.0.0.0/8, fd00::/8) "
+                 "separated by commas, at most %d, no host bits past the "
+                 "prefix", CONFIG_MAX_TRUSTED_PROXIES);
+        break;
     case T_DECIMAL:
         snprintf(out, n, "a number %" PRIu64 "..%" PRIu64, s->min, s->max);
         break;
@@ -488,40 +500,83 @@ models_clear(struct config_upstream *u)
     }
 }
 
+/*
+ * The next element of the comma-separated list at *p, blanks around it
+ * trimmed: OUT *item, *n (a view into the list, empty for ",," or a last
+ * comma).  Returns whether another element follows (*p then points past
+ * this one's comma).
+ */
+static int
+list_next(const char **p, const char **item, size_t *n)
+{
+    const char *s = *p, *comma = strchr(s, ','), *end;
+
+    end = comma != NULL ? comma : s + strlen(s);
+    while (*s == ' ' || *s == '\t')
+        s++;
+    while (end > s && (end[-1] == ' ' || end[-1] == '\t'))
+        end--;
+    *item = s;
+    *n = (size_t)(end - s);
+    if (comma != NULL)
+        *p = comma + 1;
+    return comma != NULL;
+}
+
+/* Is the list 'v' empty (nothing but blanks)? */
+static int
+list_empty(const char *v)
+{
+    return v[strspn(v, " \t")] == '\0';
+}
+
 /* "a, b,c" into u->models (replacing them); "" is the empty list. */
 static int
 parse_models(struct config_upstream *u, const char *v)
 {
-    const char *p = v, *end, *comma;
+    const char *p = v, *item;
+    size_t n;
+    int more = !list_empty(v);
 
     models_clear(u);
-    while (*p == ' ' || *p == '\t')
-        p++;
-    if (*p == '\0')
-        return 0;
-    for (;;) {
-        comma = strchr(p, ',');
-        end = comma != NULL ? comma : p + strlen(p);
-        while (*p == ' ' || *p == '\t')
-            p++;
-        while (end > p && (end[-1] == ' ' || end[-1] == '\t'))
-            end--;
-        if (!valid_model(p, (size_t)(end - p))
-            || u->num_models == CONFIG_MAX_MODELS)
-            goto bad;
-        u->models[u->num_models] = gw_strndup(p, (size_t)(end - p));
+    while (more) {
+        more = list_next(&p, &item, &n);
+        if (!valid_model(item, n) || u->num_models == CONFIG_MAX_MODELS) {
+            models_clear(u);
+            return GW_EINVAL;
+        }
+        u->models[u->num_models] = gw_strndup(item, n);
         if (u->models[u->num_models] == NULL) {
             models_clear(u);
             return GW_ENOMEM;
         }
         u->num_models++;
-        if (comma == NULL)
-            return 0;
-        p = comma + 1;
     }
-bad:
-    models_clear(u);
-    return GW_EINVAL;
+    return 0;
+}
+
+/*
+ * "10.0.0.0/8, ::1" into c->trusted_proxies (replacing them); "" is the
+ * empty list.  Nothing is stored on GW_EINVAL.
+ */
+static int
+parse_cidrs(struct gw_config *c, const char *v)
+{
+    struct net_cidr nets[CONFIG_MAX_TRUSTED_PROXIES];
+    const char *p = v, *item;
+    size_t count = 0, n;
+    int more = !list_empty(v);
+
+    while (more) {
+        more = list_next(&p, &item, &n);
+        if (count == CONFIG_MAX_TRUSTED_PROXIES
+            || net_cidr_parse(item, n, &nets[count]) != 0)
+            return GW_EINVAL;
+        count++;
+    }
+    memcpy(c->trusted_proxies, nets, count * sizeof(nets[0]));
+    c->num_trusted_proxies = count;
+    return 0;
 }
 
 /*
@@ -610,6 +665,14 @@ set_value(const struct setting *s, char *base, const char *v)
             return GW_EINVAL;
         *(int *)field = b;
         return 0;
+    case T_LOG_FORMAT:
+        b = log_format_parse(v);
+        if (b < 0)
+            return GW_EINVAL;
+        *(int *)field = b;
+        return 0;
+    case T_CIDRS:
+        return parse_cidrs((struct gw_config *)(void *)base, v);
     case T_DECIMAL:
         if (cfg_parse_decimal(v, (double)s->min, (double)s->max, &d) != 0)
             return GW_EINVAL;

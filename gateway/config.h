@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "net.h"
+
 #define CONFIG_MAX_TENANTS 64
 #define CONFIG_MAX_TENANT_KEYS 16
 #define CONFIG_MAX_UPSTREAMS 64     /* a set of them fits a uint64_t */
@@ -20,6 +22,7 @@
 #define CONFIG_MAX_KEEPALIVE 1024   /* idle connections per upstream */
 #define CONFIG_MIN_KEY_LEN 16       /* a client's api_key: shorter is weak */
 #define CONFIG_MAX_SETTINGS 128    /* rows in config.c's table, at most */
+#define CONFIG_MAX_TRUSTED_PROXIES 64   /* networks in trusted_proxies */
 
 enum config_balance {
     BALANCE_LEAST_LOAD = 0,     /* power of two choices on the engines'
@@ -93,7 +96,12 @@ struct gw_config {
     int64_t send_timeout_ms;    /* 60s: a client that stops reading */
     int64_t drain_timeout_ms;   /* 30s */
     int log_level;              /* GW_LOG_INFO */
+    int log_format;             /* GW_LOG_FORMAT_KV (log.h) */
     int access_log;             /* on */
+    /* Peers whose X-Forwarded-For names the client (conn.c); none by
+     * default: every client is its socket's peer. */
+    struct net_cidr trusted_proxies[CONFIG_MAX_TRUSTED_PROXIES];
+    size_t num_trusted_proxies;
 
     /* [upstream NAME]: at least one (a built-in "default" when none) */
     struct config_upstream upstreams[CONFIG_MAX_UPSTREAMS];

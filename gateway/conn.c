@@ -17,6 +17,7 @@
 #include "net.h"
 #include "reply.h"
 #include "route.h"
+#include "tenant.h"
 #include "tls.h"
 
 /* The first read is small; bigger bodies grow the buffer as needed. */
@@ -50,6 +51,10 @@ struct conn {
                                    this, and only here is it known which */
     int fd;                     /* owned */
     int admin;                  /* it came to [admin] listen */
+    struct net_addr peer;       /* the socket's peer ... */
+    int peer_known;             /* ... unless getpeername() failed */
+    char client[NET_ADDR_STRLEN];   /* this request's client, as the
+                                   access log names it (set_client()) */
     struct buf in;              /* bytes read, not yet parsed */
     struct buf head;            /* this request's head; req views it */
     struct buf body;            /* this request's body */
@@ -111,37 +116,152 @@ start_request(struct conn *c)
                 c->req.keep_alive && !handler_draining(&c->ctx));
 }
 
+/* Is 'a' one of the configuration's trusted_proxies? */
+static int
+trusted_proxy(const struct gw_config *cfg, const struct net_addr *a)
+{
+    for (size_t i = 0; i < cfg->num_trusted_proxies; i++)
+        if (net_cidr_match(&cfg->trusted_proxies[i], a))
+            return 1;
+    return 0;
+}
+
+/*
+ * Walk one X-Forwarded-For value, v[0..len), from its right end, the
+ * way nginx's realip module with real_ip_recursive on reads it: every
+ * trusted proxy's address is skipped, and the first address that is
+ * not one is the client.  An empty element is skipped (RFC 9110 section
+ * 5.6.1); one that is not an address (a port, a name, "unknown") ends
+ * the walk with the peer: past it the list says nothing we can check.
+ * OUT *who: the client, or, when every address is trusted, the
+ * left-most.  Returns 1 when the walk ended, 0 to go on to the field
+ * line before.
+ */
+static int
+walk_forwarded(const struct gw_config *cfg, const char *v, size_t len,
+               const struct net_addr *peer, struct net_addr *who)
+{
+    struct net_addr a;
+    size_t end = len, start, b, e;
+
+    for (;;) {
+        for (start = end; start > 0 && v[start - 1] != ','; start--)
+            ;
+        for (b = start; b < end && (v[b] == ' ' || v[b] == '\t'); b++)
+            ;
+        for (e = end; e > b && (v[e - 1] == ' ' || v[e - 1] == '\t'); e--)
+            ;
+        if (b < e) {
+            if (net_addr_parse(v + b, e - b, &a) != 0) {
+                *who = *peer;
+                return 1;
+            }
+            *who = a;
+            if (!trusted_proxy(cfg, &a))
+                return 1;
+        }
+        if (start == 0)
+            return 0;
+        end = start - 1;
+    }
+}
+
+/*
+ * The client of this request, for the access log: the socket's peer,
+ * or, when the peer is one of trusted_proxies and 'headers' is set,
+ * whom its X-Forwarded-For names (walk_forwarded()).  Several field
+ * lines are one list (RFC 9110 section 5.3), so the walk goes on from
+ * the last line to the first.  From any other peer the header is
+ * ignored: anyone can send one.  Only the log believes it.
+ */
+static void
+set_client(struct conn *c, int headers)
+{
+    const struct gw_config *cfg = c->ctx.cfg;
+    const struct http_request *req = &c->req;
+    struct net_addr who = c->peer;
+    size_t h;
+
+    if (!c->peer_known) {
+        snprintf(c->client, sizeof(c->client), "-");
+        return;
+    }
+    if (headers && trusted_proxy(cfg, &c->peer)) {
+        for (h = req->num_headers; h-- > 0;)
+            if (gw_strieq(req->headers[h].name, req->headers[h].name_len,
+                          "X-Forwarded-For")
+                && walk_forwarded(cfg, req->headers[h].value,
+                                  req->headers[h].value_len, &c->peer,
+                                  &who))
+                break;
+    }
+    net_addr_format(&who, c->client, sizeof(c->client));
+}
+
+/*
+ * The request's access line (log.h's structured event, so json gets
+ * numbers as numbers).  The same fields on every line, whatever the
+ * outcome, a 401 or a 429 too; what does not apply is absent ("-", or
+ * null).  'us': the time since the head was in.  'error': why a head
+ * could not be read, else NULL; such a head's views may point into
+ * bytes since moved, so its method and path are absent too.  The path
+ * never has its query: a client may put a key there.
+ */
+static void
+write_access(struct conn *c, int64_t us, const char *error)
+{
+    const struct handler_req *hr = &c->hr;
+    const struct gw_config *cfg = c->ctx.cfg;
+    const struct reply *r = &c->reply;
+    struct log_field f[18];     /* every one below */
+    size_t n = 0;
+
+    f[n++] = log_strn("method", error == NULL ? c->req.method : NULL,
+                      c->req.method_len);
+    f[n++] = log_strn("path", error == NULL ? c->req.path : NULL,
+                      c->req.path_len);
+    /* Without [tenant] sections every client is "default". */
+    f[n++] = log_str("tenant", hr->tenant < CONFIG_MAX_TENANTS
+                               || cfg->num_tenants == 0
+                               ? tenant_name(cfg, hr->tenant) : NULL);
+    f[n++] = log_str("client", c->client);
+    f[n++] = log_str("model", hr->model[0] != '\0' ? hr->model : NULL);
+    f[n++] = log_int("status", r->status);
+    f[n++] = log_str("upstream", hr->upstream);
+    f[n++] = log_int("attempts", hr->attempts);
+    f[n++] = log_opt_int("upstream_status",
+                         r->upstream_status > 0 ? r->upstream_status : -1);
+    f[n++] = log_int("bytes", (long long)r->bytes_out);
+    f[n++] = log_int("duration_ms", (long long)(us / 1000));
+    f[n++] = log_opt_int("ttft_ms", r->ttfb_us >= 0
+                                    ? (long long)(r->ttfb_us / 1000) : -1);
+    f[n++] = log_str("role", r->role);
+    f[n++] = log_str("flight", hr->flight_id[0] != '\0' ? hr->flight_id
+                                                        : NULL);
+    if (hr->prompt_tokens >= 0) {
+        f[n++] = log_int("prompt_tokens", (long long)hr->prompt_tokens);
+        f[n++] = log_int("completion_tokens",
+                         (long long)hr->completion_tokens);
+    }
+    if (r->broken)
+        f[n++] = log_int("broken", 1);
+    if (error != NULL)
+        f[n++] = log_str("error", error);
+    log_fields(GW_LOG_INFO, "access", f, n);
+}
+
 static void
 access_log(struct conn *c)
 {
     const struct handler_req *hr = &c->hr;
     const struct reply *r = &c->reply;
     int64_t us = gw_now_us() - r->start_us;
-    char usage_field[64] = "";
 
     metrics_request(hr->route, hr->model, hr->stream, r->status, us,
                     r->ttfb_us);
     if (!c->ctx.cfg->access_log)
         return;
-    if (hr->prompt_tokens >= 0)
-        snprintf(usage_field, sizeof(usage_field),
-                 " prompt_tokens=%lld completion_tokens=%lld",
-                 (long long)hr->prompt_tokens,
-                 (long long)hr->completion_tokens);
-    log_msg(GW_LOG_INFO, "access method=%.*s path=%.*s model=%s status=%d "
-            "upstream=%s attempts=%d upstream_status=%d bytes=%llu ms=%lld "
-            "ttft_ms=%lld coalesce=%s%s%s%s%s",
-            (int)c->req.method_len, c->req.method,
-            (int)c->req.path_len, c->req.path,
-            hr->model[0] != '\0' ? hr->model : "-", r->status,
-            hr->upstream != NULL ? hr->upstream : "-", hr->attempts,
-            r->upstream_status, (unsigned long long)r->bytes_out,
-            (long long)(us / 1000),
-            (long long)(r->ttfb_us >= 0 ? r->ttfb_us / 1000 : -1),
-            r->role != NULL ? r->role : "-",
-            hr->flight_id[0] != '\0' ? " flight=" : "",
-            hr->flight_id, usage_field,
-            r->broken ? " broken=1" : "");
+    write_access(c, us, NULL);
 }
 
 /* A head that did not arrive whole: answer it (or not), then close. */
@@ -169,9 +289,25 @@ head_failed(struct conn *c, int rc)
     else
         reply_request_error(&c->reply, c->req.error_status,
                             c->req.error_msg);
-    log_msg(GW_LOG_INFO, "access status=%d error=\"%s\"", c->reply.status,
-            c->req.error_msg != NULL ? c->req.error_msg : "-");
+    /* No request to speak of: what the head gave, and the peer. */
+    memset(&c->hr, 0, sizeof(c->hr));
+    c->hr.tenant = CONFIG_MAX_TENANTS;
+    c->hr.prompt_tokens = -1;
+    set_client(c, 0);
+    write_access(c, gw_now_us() - c->reply.start_us,
+                 c->req.error_msg != NULL ? c->req.error_msg : "-");
     metrics_request(METRICS_ROUTE_OTHER, NULL, 0, c->reply.status, 0, -1);
+}
+
+/* OUT *a: the peer of socket 'fd'.  Returns 1, or 0 if there is none. */
+static int
+find_peer(int fd, struct net_addr *a)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+
+    return getpeername(fd, (struct sockaddr *)&ss, &len) == 0
+           && net_addr_from_sockaddr(&ss, a) == 0;
 }
 
 /*
@@ -235,6 +371,7 @@ serve_loop(struct conn *c)
             use_generation(c);
         }
         set_request_id(c);
+        set_client(c, 1);
         start_request(c);
         route_request(&c->hr);
         access_log(c);
@@ -324,6 +461,7 @@ conn_serve(const struct handler_ctx *ctx, int fd, int tls, int admin)
     }
     c->base = ctx;
     c->fd = fd;
+    c->peer_known = find_peer(fd, &c->peer);
     net_stream_init(&c->stream, fd);
     c->admin = admin;
     use_generation(c);

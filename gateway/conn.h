@@ -4,7 +4,9 @@
  * Design: the loop reads a request head (bounded by max_header_size and
  * the header and idle timeouts), hands the request to route.c as a
  * struct handler_req, writes the access-log line and goes round again
- * while keep-alive holds.  A head that cannot be parsed gets its error
+ * while keep-alive holds.  The access line names the client: the
+ * socket's peer, or, from a peer in [server] trusted_proxies, the
+ * address its X-Forwarded-For gives (conn.c says how it is read).  A head that cannot be parsed gets its error
  * (reply.c) and the connection closes, because the bytes that follow can
  * no longer be trusted to start a request (RFC 9112 section 9.3 and the
  * smuggling notes in section 11.2).

@@ -357,6 +357,7 @@ generations_reload(struct generations *l)
     scrape_stop(old->scrape);
     old->scrape = NULL;
     log_set_level(g->cfg.log_level);
+    log_set_format(g->cfg.log_format);
     log_msg(GW_LOG_INFO, "reload: configuration generation=%llu in force "
             "config=%s upstreams=%zu tenants=%zu",
             (unsigned long long)g->id, g->cfg.path, g->cfg.num_upstreams,

@@ -7,6 +7,7 @@
  * them.
  */
 #include <curl/curl.h>
+#include <errno.h>
 #include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
@@ -49,20 +50,23 @@ usage(FILE *out)
             INFERGW_DEFAULT_CONF);
 }
 
+/* 0, or the errno value of what failed. */
 static int
 block_signals(int *sig_fd)
 {
     sigset_t set;
+    int rc;
 
     signal(SIGPIPE, SIG_IGN);   /* writes use MSG_NOSIGNAL; curl too */
     sigemptyset(&set);
     sigaddset(&set, SIGHUP);
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
-    if (pthread_sigmask(SIG_BLOCK, &set, NULL) != 0)
-        return -1;
+    rc = pthread_sigmask(SIG_BLOCK, &set, NULL);    /* no errno: its own */
+    if (rc != 0)
+        return rc;
     *sig_fd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
-    return *sig_fd == -1 ? -1 : 0;
+    return *sig_fd == -1 ? errno : 0;
 }
 
 int
@@ -99,14 +103,18 @@ main(int argc, char **argv)
         config_release(&cfg);
         return 0;
     }
+    /* From here on every line is in the configured format; a config
+     * error above went out as plain text, since no format was known. */
     log_set_level(cfg.log_level);
+    log_set_format(cfg.log_format);
 
-    if (block_signals(&sig_fd) != 0) {
-        perror("infergw: signals");
+    rc = block_signals(&sig_fd);
+    if (rc != 0) {
+        log_errno(GW_LOG_ERROR, rc, "main: cannot set up the signals");
         return 1;
     }
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
-        fprintf(stderr, "infergw: curl_global_init failed\n");
+        log_msg(GW_LOG_ERROR, "main: curl_global_init failed");
         return 1;
     }
     json_object_seed(0);

@@ -37,7 +37,7 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 GATEWAY = {
     "main": "coalesce config generation metrics server tenant",
     "server": "coalesce config conn generation handler metrics reply",
-    "conn": "config generation handler reply route tls",
+    "conn": "config generation handler reply route tenant tls",
     "route": "config handler metrics pool proxy reply tenant",
     "proxy": "coalesce config dispatch fanout flight handler metrics pool"
              " reply tenant upstream usage",

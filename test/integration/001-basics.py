@@ -189,7 +189,7 @@ def test_access_log_line_per_request(t):
     assert re.fullmatch(r"\d+", f.get("bytes", "")), line
     assert int(f["bytes"]) >= len(r.body) > 0, \
         "bytes=%s but the body was %d bytes" % (f["bytes"], len(r.body))
-    assert re.fullmatch(r"\d+(\.\d+)?", f.get("ms", "")), line
+    assert re.fullmatch(r"\d+(\.\d+)?", f.get("duration_ms", "")), line
     assert "ttft_ms" in f, line
 
     rid2 = "acc-health.2"
@@ -198,7 +198,7 @@ def test_access_log_line_per_request(t):
     f = _fields(line)
     assert f.get("method") == "GET" and f.get("path") == "/healthz", line
     assert f.get("status") == "200", line
-    for k in ("upstream_status", "bytes", "ms", "ttft_ms"):
+    for k in ("upstream_status", "bytes", "duration_ms", "ttft_ms"):
         assert k in f, "%s= missing: %s" % (k, line)
 
     rid3 = "acc-404.3"

@@ -35,7 +35,7 @@ def access_line(g, role_name):
     """The access-log lines of completion requests with that role."""
     return [l for l in g.log_lines() if " access " in " %s " % l
             and "path=/v1/chat/completions" in l
-            and "coalesce=%s" % role_name in l]
+            and "role=%s" % role_name in l]
 
 
 # ---- clients that leave ----------------------------------------------------

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -717,7 +718,9 @@ START_TEST(test_defaults)
     ck_assert_int_eq(c.send_timeout_ms, 60000);
     ck_assert_int_eq(c.drain_timeout_ms, 30000);
     ck_assert_int_eq(c.log_level, GW_LOG_INFO);
+    ck_assert_int_eq(c.log_format, GW_LOG_FORMAT_KV);
     ck_assert_int_eq(c.access_log, 1);
+    ck_assert_uint_eq(c.num_trusted_proxies, 0);
     ck_assert_uint_eq(c.num_upstreams, 1);
     ck_assert_str_eq(c.upstreams[0].name, "default");
     ck_assert_str_eq(c.upstreams[0].url, "http://127.0.0.1:8000");
@@ -799,7 +802,9 @@ static const char full_config[] =
     "send_timeout = 24h\n"
     "drain_timeout = 7\n"
     "log_level = debug\n"
+    "log_format = json\n"
     "access_log = no\n"
+    "trusted_proxies = 10.0.0.0/8,\t::1 , 192.168.0.7\n"
     "\r\n"
     "[upstream]\r\n"
     "url = HTTPS://api.example.com/v1//\r\n"
@@ -861,7 +866,15 @@ START_TEST(test_load_full)
     ck_assert_int_eq(c.send_timeout_ms, 86400000);
     ck_assert_int_eq(c.drain_timeout_ms, 7000);
     ck_assert_int_eq(c.log_level, GW_LOG_DEBUG);
+    ck_assert_int_eq(c.log_format, GW_LOG_FORMAT_JSON);
     ck_assert_int_eq(c.access_log, 0);
+    ck_assert_uint_eq(c.num_trusted_proxies, 3);
+    ck_assert_int_eq(c.trusted_proxies[0].addr.family, AF_INET);
+    ck_assert_uint_eq(c.trusted_proxies[0].bits, 8);
+    ck_assert_int_eq(c.trusted_proxies[1].addr.family, AF_INET6);
+    ck_assert_uint_eq(c.trusted_proxies[1].bits, 128);
+    ck_assert_int_eq(c.trusted_proxies[2].addr.family, AF_INET);
+    ck_assert_uint_eq(c.trusted_proxies[2].bits, 32);
     ck_assert_uint_eq(c.num_upstreams, 1);
     ck_assert_str_eq(c.upstreams[0].name, "default");
     ck_assert_str_eq(c.upstreams[0].url, "HTTPS://api.example.com/v1");
@@ -1069,6 +1082,8 @@ END_TEST
 #define LISTEN_HINT "HOST:PORT, [IPv6]:PORT or :PORT (PORT 0..65535), " \
     "or nothing for none"
 #define URL_HINT "an http:// or https:// URL without ?query or #fragment"
+#define CIDRS_HINT "IP addresses or networks (10.0.0.0/8, fd00::/8) " \
+    "separated by commas, at most 64, no host bits past the prefix"
 #define BOOL_HINT "on or off (or yes/no, true/false, 1/0)"
 #define KEY_HINT "key without blanks, quotes or control characters"
 
@@ -1385,6 +1400,24 @@ static const struct {
       "gateway.conf:1: bad section header '[upstream a b]': expected "
       "[section] or [section name] made of letters, digits, '_', '-' and "
       "'.'" },
+    /* logs (issue 19 item 4) */
+    { "[server]\nlog_format = text\n", GW_EINVAL,
+      "gateway.conf:2: log_format: expected kv or json, got 'text'" },
+    { "[server]\n\ntrusted_proxies = 10.0.0.0/8, 10.1.0.0/8\n", GW_EINVAL,
+      "gateway.conf:3: trusted_proxies: expected " CIDRS_HINT ", got "
+      "'10.0.0.0/8, 10.1.0.0/8'" },
+    { "[server]\ntrusted_proxies = 10.0.0.0/8,\n", GW_EINVAL,
+      "gateway.conf:2: trusted_proxies: expected " CIDRS_HINT ", got "
+      "'10.0.0.0/8,'" },
+    { "[server]\ntrusted_proxies = ::1,,::2\n", GW_EINVAL,
+      "gateway.conf:2: trusted_proxies: expected " CIDRS_HINT ", got "
+      "'::1,,::2'" },
+    { "[server]\ntrusted_proxies = proxy.example\n", GW_EINVAL,
+      "gateway.conf:2: trusted_proxies: expected " CIDRS_HINT ", got "
+      "'proxy.example'" },
+    { "[server]\ntrusted_proxies = 10.0.0.0/33\n", GW_EINVAL,
+      "gateway.conf:2: trusted_proxies: expected " CIDRS_HINT ", got "
+      "'10.0.0.0/33'" },
     /* syntax errors come through from cfg.c */
     { "[server]\nlisten\n", GW_EPARSE,
       "gateway.conf:2: expected 'key = value'" },
@@ -1663,7 +1696,11 @@ assert_config_eq(const struct gw_config *a, const struct gw_config *b)
     ck_assert_int_eq(a->send_timeout_ms, b->send_timeout_ms);
     ck_assert_int_eq(a->drain_timeout_ms, b->drain_timeout_ms);
     ck_assert_int_eq(a->log_level, b->log_level);
+    ck_assert_int_eq(a->log_format, b->log_format);
     ck_assert_int_eq(a->access_log, b->access_log);
+    ck_assert_uint_eq(a->num_trusted_proxies, b->num_trusted_proxies);
+    ck_assert(memcmp(a->trusted_proxies, b->trusted_proxies,
+                     sizeof(a->trusted_proxies)) == 0);
     ck_assert_uint_eq(a->num_upstreams, b->num_upstreams);
     for (size_t i = 0; i < a->num_upstreams; i++) {
         const struct config_upstream *x = &a->upstreams[i];

@@ -1,0 +1,301 @@
+"""027 - logs (issue 19 item 4): every access line, a 401 and a 429 too,
+names tenant, client, model, status, bytes, ttft_ms, duration_ms, role,
+flight, upstream and attempts; the client comes from X-Forwarded-For
+only when the peer is one of [server] trusted_proxies, read the way
+nginx's realip module with real_ip_recursive on reads it; and
+log_format = json makes every line of a whole run, start to exit, one
+JSON object, with no client's bytes able to break one.
+"""
+
+import json
+import os
+import re
+import signal
+import socket
+
+from gwtest import (JSON_HEADERS, Connection, assert_error, budget,
+                    build_request, chat_body, jbody, recv_all, run_infergw,
+                    send_raw, skip)
+
+from coalesce_util import CHAT
+
+KEY = "sk-logs-0123456789ab"
+TENANT = "[tenant acme]\napi_key = %s\nrequests_per_minute = 1\n" % KEY
+AUTH = dict(JSON_HEADERS, Authorization="Bearer " + KEY)
+WRONG = dict(JSON_HEADERS, Authorization="Bearer sk-not-a-key-0123456")
+
+# Every access line has these, whatever its outcome.
+FIELDS = ("method", "path", "tenant", "client", "model", "status",
+          "upstream", "attempts", "upstream_status", "bytes", "duration_ms",
+          "ttft_ms", "role", "flight")
+
+KV = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|\S*)')
+
+
+def kv_access(line):
+    """The fields of a kv access line (what follows ' access ')."""
+    return dict(KV.findall(line.split(" access ", 1)[1]))
+
+
+def access_kv(g, rid):
+    """The kv fields of request 'rid''s access line (waits for it)."""
+    line = g.wait_log(r"\breq=%s access " % re.escape(rid))
+    f = kv_access(line)
+    missing = [k for k in FIELDS if k not in f]
+    assert not missing, "%s missing: %s" % (missing, line)
+    return f
+
+
+def with_id(headers, rid):
+    return dict(headers, **{"X-Request-Id": rid})
+
+
+def test_every_field_on_200_429_and_401(t):
+    m = t.mock()
+    g = t.gateway(m, extra=TENANT)
+    ok = g.post(CHAT, chat_body("fields"), with_id(AUTH, "f-200"))
+    assert ok.status == 200, ok
+    limited = g.post(CHAT, chat_body("fields"), with_id(AUTH, "f-429"))
+    assert_error(limited, 429, "rate_limit_exceeded")
+    denied = g.post(CHAT, chat_body("fields"), with_id(WRONG, "f-401"))
+    assert_error(denied, 401, "invalid_api_key")
+
+    f = access_kv(g, "f-200")
+    assert (f["method"], f["path"], f["tenant"], f["client"], f["model"],
+            f["status"], f["upstream"], f["attempts"],
+            f["upstream_status"], f["role"]) == (
+        "POST", "/v1/chat/completions", "acme", "127.0.0.1", "mock-model",
+        "200", "default", "1", "200", "leader"), f
+    assert int(f["bytes"]) == len(ok.body), (f, len(ok.body))
+    assert re.fullmatch(r"flight-[0-9a-f]{24}", f["flight"]), f
+    assert int(f["ttft_ms"]) <= int(f["duration_ms"]), f
+
+    # Refused after the body (the model is known), before any upstream.
+    f = access_kv(g, "f-429")
+    assert (f["tenant"], f["client"], f["model"], f["status"],
+            f["upstream"], f["attempts"], f["upstream_status"], f["role"],
+            f["flight"]) == ("acme", "127.0.0.1", "mock-model", "429", "-",
+                             "0", "-", "-", "-"), f
+    assert int(f["bytes"]) == len(limited.body) > 0, f
+    assert re.fullmatch(r"\d+", f["duration_ms"]), f
+
+    # Refused before the body: no tenant, no model.
+    f = access_kv(g, "f-401")
+    assert (f["method"], f["path"], f["tenant"], f["client"], f["model"],
+            f["status"], f["upstream"], f["attempts"], f["role"],
+            f["flight"]) == ("POST", "/v1/chat/completions", "-",
+                             "127.0.0.1", "-", "401", "-", "0", "-", "-"), f
+    assert int(f["bytes"]) == len(denied.body) > 0, f
+    assert re.fullmatch(r"\d+", f["duration_ms"]), f
+
+
+def test_a_bad_head_has_the_fields_too(t):
+    g = t.gateway(t.mock())
+    raw, _ = send_raw(g.port, b"GET /x HTTP/1.1\r\nno colon here\r\n\r\n")
+    assert raw.startswith(b"HTTP/1.1 400 "), raw
+    line = g.wait_log(r" access .*status=400")
+    f = kv_access(line)
+    assert all(k in f for k in FIELDS), line
+    assert (f["method"], f["path"], f["client"], f["tenant"]) == (
+        "-", "-", "127.0.0.1", "default"), f
+    assert f["error"].startswith('"'), f
+
+
+def client_of(g, rid, xff):
+    """Send GET /healthz with an X-Forwarded-For line per item of 'xff'
+    (name spellings vary: one list, RFC 9110 5.3) and return the access
+    line's client."""
+    names = ("X-Forwarded-For", "x-forwarded-for", "X-FORWARDED-FOR")
+    headers = [("X-Request-Id", rid)] + [
+        (names[i % 3], v) for i, v in enumerate(xff)]
+    c = Connection(g.port)
+    try:
+        c.send(build_request("GET", "/healthz", headers))
+        r = c.read_response()
+        assert r.status == 200, r
+    finally:
+        c.close()
+    return access_kv(g, rid)["client"]
+
+
+# (X-Forwarded-For lines, the client logged) with trusted_proxies =
+# 127.0.0.1, 10.0.0.0/8, 2001:db8:ffff::/48 and the test's peer 127.0.0.1.
+XFF_CASES = [
+    ([], "127.0.0.1", "no header: the peer"),
+    (["203.0.113.9"], "203.0.113.9", "one address"),
+    (["198.51.100.1, 203.0.113.9, 10.1.1.1"], "203.0.113.9",
+     "from the right, trusted skipped, the first untrusted"),
+    (["198.51.100.1", "10.2.2.2"], "198.51.100.1",
+     "two lines are one list"),
+    (["198.51.100.1", "203.0.113.5, 10.2.2.2"], "203.0.113.5",
+     "the last line is read first"),
+    (["10.1.1.1, 10.2.2.2"], "10.1.1.1", "all trusted: the left-most"),
+    ([" , 203.0.113.9 ,, "], "203.0.113.9", "empty elements skipped"),
+    (["2001:db8::1"], "2001:db8::1", "IPv6"),
+    (["2001:db8::1, 2001:db8:ffff::7"], "2001:db8::1",
+     "a trusted IPv6 network skipped"),
+    (["::ffff:203.0.113.9"], "203.0.113.9", "a mapped address is IPv4"),
+    (["garbage, 203.0.113.9"], "203.0.113.9",
+     "past the client nothing is read"),
+    (["203.0.113.9:8080"], "127.0.0.1", "a port: malformed, the peer"),
+    (["203.0.113.9, unknown"], "127.0.0.1", "a name: malformed, the peer"),
+    (["203.0.113.9, 10.1.1.1/8"], "127.0.0.1",
+     "a network: malformed, the peer"),
+    (['"\\\xff<x>'], "127.0.0.1", "hostile bytes: the peer"),
+    ([""], "127.0.0.1", "an empty field"),
+]
+
+
+def test_forwarded_for_from_trusted_proxies_only(t):
+    m = t.mock()
+    g = t.gateway(m, conf={"server": {
+        "trusted_proxies": "127.0.0.1, 10.0.0.0/8, 2001:db8:ffff::/48"}})
+    got = [client_of(g, "x%d" % i, xff)
+           for i, (xff, _, _) in enumerate(XFF_CASES)]
+    want = [c for _, c, _ in XFF_CASES]
+    bad = ["%s: %r gave %s, not %s" % (note, xff, have, c)
+           for (xff, c, note), have in zip(XFF_CASES, got) if have != c]
+    assert not bad, "\n".join(bad)
+    assert got == want
+
+    # The peer is not a trusted proxy: the header is anyone's, ignored.
+    for conf in ({}, {"server": {"trusted_proxies": "10.0.0.0/8, ::1"}}):
+        other = t.gateway(m, conf=conf)
+        assert client_of(other, "u1", ["203.0.113.9"]) == "127.0.0.1"
+        assert client_of(other, "u2", ["10.1.1.1, 203.0.113.9"]) \
+            == "127.0.0.1"
+
+
+def test_a_dual_stack_listener_sees_ipv4_peers_as_ipv4(t):
+    try:
+        s = socket.socket(socket.AF_INET6)
+        s.bind(("::", 0))
+        s.close()
+    except OSError as e:
+        skip("no IPv6 here: %s" % e)
+    g = t.gateway(t.mock(), conf={"server": {
+        "listen": "[::]:0", "trusted_proxies": "127.0.0.1"}})
+    # An IPv4 peer, which the socket reports as ::ffff:127.0.0.1.
+    assert client_of(g, "d1", []) == "127.0.0.1"
+    assert client_of(g, "d2", ["203.0.113.9"]) == "203.0.113.9"
+    # An IPv6 peer is not 127.0.0.1: its header is ignored.
+    s = socket.create_connection(("::1", g.port), timeout=budget(5))
+    try:
+        s.sendall(build_request("GET", "/healthz", [
+            ("X-Request-Id", "d3"), ("X-Forwarded-For", "203.0.113.9"),
+            ("Connection", "close")]))
+        raw, _ = recv_all(s)
+    finally:
+        s.close()
+    assert raw.startswith(b"HTTP/1.1 200 "), raw
+    assert access_kv(g, "d3")["client"] == "::1"
+
+
+def json_line(raw):
+    """One log line as JSON: an object with the four members every line
+    has, and no byte that was not UTF-8 (the capture decodes with
+    'replace', so such a byte would show as U+FFFD)."""
+    assert "\ufffd" not in raw, "a byte that is not UTF-8: %r" % raw
+    obj = json.loads(raw)
+    assert isinstance(obj, dict), raw
+    for k in ("ts", "level", "req", "msg"):
+        assert isinstance(obj.get(k), str), "%s: %r" % (k, raw)
+    assert obj["level"] in ("error", "warn", "info", "debug"), raw
+    return obj
+
+
+def test_json_every_line_of_a_whole_run(t):
+    m = t.mock()
+    g = t.gateway(m, conf={"server": {"log_format": "json",
+                                      "trusted_proxies": "127.0.0.1"}},
+                  extra=TENANT)
+    secret = "sk-in-the-query-77aa"
+    assert g.post(CHAT + "?api_key=" + secret, chat_body("json"),
+                  with_id(AUTH, "j-200")).status == 200
+    assert_error(g.post(CHAT, chat_body("json"), with_id(AUTH, "j-429")),
+                 429, "rate_limit_exceeded")
+    assert_error(g.post(CHAT, chat_body("json"), with_id(WRONG, "j-401")),
+                 401, "invalid_api_key")
+    assert_error(g.get("/nope?key=" + secret), 404, "not_found")
+    # What a client controls, hostile: a model name (its '"', control
+    # characters and each byte past ASCII become '_', its '\' stays), a
+    # path full of escapes, an X-Forwarded-For with quotes, a backslash
+    # and a byte not UTF-8 (malformed, so the peer is the client).
+    assert_error(g.post(CHAT, jbody(model='a\\"b\\\\\x01\u00e9}', messages=[]),
+                        with_id(dict(AUTH, **{"X-Forwarded-For":
+                                              '1.2.3.4, "}\\\xff'}),
+                                "j-model")), 429, "rate_limit_exceeded")
+    assert_error(g.get("/%22%5C%0A%7B?x=%22"), 404, "not_found")
+    raw, _ = send_raw(g.port, b"GET / HTTP/1.1\r\n\"}\\\xff\r\n\r\n")
+    assert raw.startswith(b"HTTP/1.1 400 "), raw
+    # An error line: a reload of a file that no longer loads.
+    with open(g.conf_path, "a") as f:
+        f.write("[coalesce]\nmax_followers = lots\n")
+    g.send_signal(signal.SIGHUP)
+    g.wait_log(r"max_followers: expected")
+    assert g.stop() == 0
+
+    objs = [json_line(l) for l in g.log_lines()]
+    msgs = [o["msg"] for o in objs]
+    for want in (r"^server: listening ", r"^main: infergw .* started ",
+                 r"^coalesce: leader ", r"^reload: .*max_followers",
+                 r"^server: drained", r"^main: exit status=0"):
+        assert any(re.search(want, x) for x in msgs), (want, msgs)
+    assert any(o["level"] == "error" for o in objs), msgs
+    text = "\n".join(g.log_lines())
+    assert secret not in text and KEY not in text, "a key in the log"
+
+    access = {o["req"]: o for o in objs if o["msg"] == "access"}
+    for o in access.values():
+        missing = [k for k in FIELDS if k not in o]
+        assert not missing, (missing, o)
+        for k in ("status", "bytes", "duration_ms", "attempts"):
+            assert type(o[k]) is int, (k, o)
+        for k in ("ttft_ms", "upstream_status"):
+            assert o[k] is None or type(o[k]) is int, (k, o)
+        for k in ("method", "path", "tenant", "client", "model", "role",
+                  "flight", "upstream"):
+            assert o[k] is None or isinstance(o[k], str), (k, o)
+        assert o["path"] is None or "?" not in o["path"], o
+    ok = access["j-200"]
+    assert (ok["path"], ok["tenant"], ok["client"], ok["status"],
+            ok["upstream_status"], ok["attempts"], ok["role"]) == (
+        "/v1/chat/completions", "acme", "127.0.0.1", 200, 200, 1,
+        "leader"), ok
+    assert (access["j-429"]["status"], access["j-429"]["upstream"],
+            access["j-429"]["flight"]) == (429, None, None)
+    assert (access["j-401"]["status"], access["j-401"]["tenant"],
+            access["j-401"]["model"]) == (401, None, None)
+    hostile = access["j-model"]
+    assert hostile["model"] == 'a\\_b\\\\___}', hostile
+    assert hostile["client"] == "127.0.0.1", hostile
+    assert any(o.get("path") == "/%22%5C%0A%7B" for o in access.values())
+    assert any(o.get("status") == 400 and o.get("error")
+               for o in access.values())
+
+
+def test_a_config_error_before_the_format_is_plain_text(t):
+    # The file asks for json, but it does not load: there is no format
+    # yet, so the message is the plain one on stderr (documented).
+    path = os.path.join(t.tmp, "bad.conf")
+    with open(path, "w") as f:
+        f.write("[server]\nlog_format = json\nmax_connections = lots\n")
+    rc, out = run_infergw(t.bin, ["-c", path])
+    assert rc == 2, out
+    assert out.startswith("infergw: %s:3: max_connections: expected"
+                          % path), out
+
+
+def test_a_reload_changes_the_format(t):
+    g = t.gateway(t.mock())
+    assert g.get("/healthz", headers={"X-Request-Id": "r-kv"}).status == 200
+    access_kv(g, "r-kv")
+    with open(g.conf_path, "w") as f:
+        f.write(g.conf_text.replace("[server]\n",
+                                    "[server]\nlog_format = json\n"))
+    g.send_signal(signal.SIGHUP)
+    line = g.wait_log(r'^\{.*"msg":"reload: configuration generation=2 in')
+    json_line(line)
+    assert g.get("/healthz", headers={"X-Request-Id": "r-js"}).status == 200
+    line = g.wait_log(r'"req":"r-js","msg":"access"')
+    assert json_line(line)["status"] == 200
