@@ -17,6 +17,7 @@
 #include "net.h"
 #include "reply.h"
 #include "route.h"
+#include "status.h"
 #include "tls.h"
 
 /* The first read is small; bigger bodies grow the buffer as needed. */
@@ -111,6 +112,36 @@ start_request(struct conn *c)
                 c->req.keep_alive && !handler_draining(&c->ctx));
 }
 
+/*
+ * An answer with an error (a status of 400 or more, or an error event
+ * that ended a stream) goes into the status view's recent errors.  One
+ * the upstream made is relayed as it came, without a code of ours.
+ */
+static void
+note_error(struct conn *c)
+{
+    const struct reply *r = &c->reply;
+    char path[96], msg[64];
+    struct status_error_note n;
+
+    if (r->status < 400 && r->error_code[0] == '\0')
+        return;
+    snprintf(path, sizeof(path), "%.*s", (int)c->req.path_len,
+             c->req.path != NULL ? c->req.path : "");
+    n.request_id = c->request_id;
+    n.status = r->status;
+    n.kind = r->error_code;
+    n.message = r->error_msg;
+    if (r->error_code[0] == '\0') {
+        snprintf(msg, sizeof(msg), "upstream answered %d", r->status);
+        n.kind = "upstream_status";
+        n.message = msg;
+    }
+    n.upstream = c->hr.upstream;
+    n.path = path;
+    status_note_error(&n);
+}
+
 static void
 access_log(struct conn *c)
 {
@@ -120,6 +151,7 @@ access_log(struct conn *c)
     char usage_field[64] = "";
 
     metrics_request(hr->route, r->status, us, r->ttfb_us);
+    note_error(c);
     if (!c->ctx.cfg->access_log)
         return;
     if (hr->prompt_tokens >= 0)
@@ -171,6 +203,8 @@ head_failed(struct conn *c, int rc)
     log_msg(GW_LOG_INFO, "access status=%d error=\"%s\"", c->reply.status,
             c->req.error_msg != NULL ? c->req.error_msg : "-");
     metrics_request(METRICS_ROUTE_OTHER, c->reply.status, 0, -1);
+    c->hr.upstream = NULL;
+    note_error(c);
 }
 
 /*

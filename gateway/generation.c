@@ -22,6 +22,7 @@ struct generations {
     struct generation *cur;         /* (L) holds one reference */
     struct generation *gens;        /* (L) every generation alive */
     _Atomic uint64_t cur_id;        /* cur->id, for generation_current_id() */
+    struct generation_status status;    /* (L) but 'id': the status view's */
 };
 
 struct generation_cert *
@@ -198,6 +199,7 @@ generations_new(struct gw_config *cfg)
         return NULL;
     }
     atomic_store(&l->cur_id, 1);
+    l->status.started_ms = gw_now_ms();
     return l;
 }
 
@@ -311,6 +313,20 @@ keep_startup_settings(const struct gw_config *old, struct gw_config *c)
     return 0;
 }
 
+/* The last reload's outcome, for the status view: 'err' NULL if it
+ * made a new generation. */
+static void
+note_reload(struct generations *l, const char *err)
+{
+    gw_mutex_lock(&l->lock);
+    l->status.reloaded = 1;
+    l->status.reload_unix_ms = gw_wall_ms();
+    l->status.reload_ok = err == NULL;
+    snprintf(l->status.reload_error, sizeof(l->status.reload_error), "%s",
+             err != NULL ? err : "");
+    gw_mutex_unlock(&l->lock);
+}
+
 int
 generations_reload(struct generations *l)
 {
@@ -323,6 +339,7 @@ generations_reload(struct generations *l)
     if (rc != 0) {
         log_msg(GW_LOG_ERROR, "reload: %s; the configuration in force "
                 "stays generation=%llu", err, (unsigned long long)old->id);
+        note_reload(l, err);
         return rc;
     }
     rc = keep_startup_settings(&old->cfg, &cfg);
@@ -331,6 +348,8 @@ generations_reload(struct generations *l)
         log_msg(GW_LOG_ERROR, "reload: %s; the configuration in force "
                 "stays generation=%llu", rc == GW_ENOMEM ? "out of memory"
                 : "refused", (unsigned long long)old->id);
+        note_reload(l, rc == GW_ENOMEM ? "out of memory"
+                       : "refused: a setting that needs a restart");
         return rc;
     }
     g = gen_build(l, &cfg, old);
@@ -338,8 +357,10 @@ generations_reload(struct generations *l)
         log_msg(GW_LOG_ERROR, "reload: cannot start the new configuration; "
                 "the one in force stays generation=%llu",
                 (unsigned long long)old->id);
+        note_reload(l, "cannot start the new configuration");
         return GW_ENOMEM;
     }
+    note_reload(l, NULL);
     gw_mutex_lock(&l->lock);
     g->next = l->gens;
     l->gens = g;
@@ -359,6 +380,15 @@ generations_reload(struct generations *l)
             g->cfg.num_tenants);
     generation_release(l, old); /* the reference 'cur' held */
     return 0;
+}
+
+void
+generations_status(struct generations *l, struct generation_status *out)
+{
+    gw_mutex_lock(&l->lock);
+    *out = l->status;
+    out->id = l->cur->id;
+    gw_mutex_unlock(&l->lock);
 }
 
 void

@@ -57,7 +57,7 @@ metrics_tls_stats(void)
 
 static const char *const route_names[METRICS_ROUTE_COUNT] = {
     "chat_completions", "completions", "embeddings", "models",
-    "healthz", "readyz", "metrics", "other",
+    "healthz", "readyz", "metrics", "status", "other",
 };
 
 static const char *const keepalive_close_names[METRICS_KEEPALIVE_COUNT] = {
