@@ -19,6 +19,7 @@ static const char status_page_html[] =
     "<head>\n"
     "<meta charset='utf-8'>\n"
     "<title>infergw status</title>\n"
+    "<link rel='icon' href='data:,'>\n"
     "<style>\n"
     "body { font: 13px/1.35 system-ui, sans-serif; margin: 12px;\n"
     "       color: #222; background: #fafafa; }\n"
