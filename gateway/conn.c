@@ -132,6 +132,10 @@ note_error(struct conn *c)
     n.status = r->status;
     n.kind = r->error_code;
     n.message = r->error_msg;
+    /* The parser's words quote the body near the error, which may be a
+     * secret the client sent: the view keeps only what kind of error. */
+    if (strcmp(r->error_code, "invalid_json") == 0)
+        n.message = "body is not valid JSON";
     if (r->error_code[0] == '\0') {
         snprintf(msg, sizeof(msg), "upstream answered %d", r->status);
         n.kind = "upstream_status";

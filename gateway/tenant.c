@@ -3,6 +3,7 @@
  */
 #include "tenant.h"
 
+#include <assert.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -237,13 +238,15 @@ take_token(struct tenant_entry *e, uint64_t rpm, int64_t now_us)
     return (int)gw_us_to_s_ceil(wait_us);
 }
 
-/* One more admission in the second of 'now_us'.  Locked. */
+/* One more admission of 'e' in the second of 'now_us'. */
 static void
-count_second(struct tenant_entry *e, int64_t now_us)
+count_second_locked(struct tenants *ts, struct tenant_entry *e,
+                    int64_t now_us)
 {
     int64_t sec = now_us / 1000000;
     size_t i = (size_t)(sec % MINUTE_S);
 
+    assert(gw_mutex_held(&ts->lock));
     if (e->minute_s[i] != sec) {
         e->minute_s[i] = sec;
         e->minute[i] = 0;
@@ -251,13 +254,15 @@ count_second(struct tenant_entry *e, int64_t now_us)
     e->minute[i]++;
 }
 
-/* Admissions in the last MINUTE_S seconds, this one included.  Locked. */
+/* Admissions of 'e' in the last MINUTE_S seconds, this one included. */
 static uint64_t
-last_minute(const struct tenant_entry *e, int64_t now_us)
+last_minute_locked(struct tenants *ts, const struct tenant_entry *e,
+                   int64_t now_us)
 {
     int64_t sec = now_us / 1000000;
     uint64_t n = 0;
 
+    assert(gw_mutex_held(&ts->lock));
     for (size_t i = 0; i < MINUTE_S; i++)
         if (e->minute[i] > 0 && sec - e->minute_s[i] < MINUTE_S)
             n += e->minute[i];
@@ -294,7 +299,7 @@ tenants_enter(struct tenants *ts, const struct gw_config *cfg, size_t tenant,
     }
     if (verdict == TENANT_ADMITTED) {
         e->inflight++;
-        count_second(e, now_us);
+        count_second_locked(ts, e, now_us);
         *out = e;
     } else if (verdict != TENANT_NOMEM) {
         e->rejected[verdict == TENANT_RATE]++;
@@ -385,7 +390,7 @@ tenants_status(struct tenants *ts, int64_t now_us, struct tenant_status **out,
 
         memcpy(st->name, e->name, sizeof(st->name));
         st->inflight = e->inflight;
-        st->last_minute = last_minute(e, now_us);
+        st->last_minute = last_minute_locked(ts, e, now_us);
         st->rejected_inflight = e->rejected[0];
         st->rejected_rate = e->rejected[1];
         for (size_t b = 0; b < e->nbills; b++) {

@@ -250,8 +250,9 @@ def test_recent_errors(t):
     r = g.get("/nope?api_key=sk-secret-in-a-query",
               headers={"X-Request-Id": "err-404"})
     assert r.status == 404
-    r = g.post(CHAT, b"{not json", {"Content-Type": "application/json",
-                                    "X-Request-Id": "err-400"})
+    r = g.post(CHAT, b'{"api_key": sk-secret-in-a-body}',
+               {"Content-Type": "application/json",
+                "X-Request-Id": "err-400"})
     assert r.status == 400
     r = g.post(CHAT, chat_body("boom", mock_status=500),
                {"Content-Type": "application/json",
@@ -274,6 +275,7 @@ def test_recent_errors(t):
     assert e404["status"] == 404 and e404["kind"] == "not_found", e404
     assert e404["path"] == "/nope" and e404["upstream"] is None, e404
     assert e400["status"] == 400 and e400["kind"] == "invalid_json", e400
+    assert e400["message"] == "body is not valid JSON", e400
     assert e500["status"] == 500 and e500["kind"] == "upstream_status", e500
     assert e500["upstream"] == "default" and "500" in e500["message"], e500
     assert cut["status"] == 200 and cut["kind"] == "upstream_error", cut
