@@ -189,7 +189,8 @@ render_flights(const struct handler_ctx *ctx, json_t *doc, int64_t now)
     }
     total = coalescer_status(ctx->co, v, max);
     n = total < max ? total : max;
-    qsort(v, n, sizeof(*v), by_start);
+    if (n > 1)
+        qsort(v, n, sizeof(*v), by_start);
     for (size_t i = 0; i < n; i++) {
         json_t *f = json_object();
 

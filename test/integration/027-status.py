@@ -313,6 +313,17 @@ def test_flights_past_the_cap_are_counted(t):
                  (status(g)), 10, msg="no flight")
     assert s["flights_not_listed"] == 0, s
 
+    # 0 lists none, and still counts them.
+    g0 = t.gateway(m, conf={"admin": {"listen": "127.0.0.1:0",
+                                      "status_flights": 0}})
+    tag = new_tag()
+    c = send(g0, chat_body("cap0", temperature=0, mock_hold=tag))
+    s = wait_for(lambda: (lambda s: s if s["flights_total"] == 1 else None)
+                 (status(g0)), 10, msg="one flight")
+    assert s["flights"] == [] and s["flights_not_listed"] == 1, s
+    assert m.release(tag) == 1
+    finish(c)
+
 
 def test_only_on_the_admin_listener_and_with_its_key(t):
     m = t.mock()
