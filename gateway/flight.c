@@ -141,7 +141,8 @@ void
 flight_set_upstream(struct flight *f, const char *name)
 {
     atomic_store_explicit(&f->upstream, name, memory_order_relaxed);
-    /* A hedge that wins after the head names its upstream, no more. */
+    /* Past the pool's queue now; a later call (the hedge that won) only
+     * renames it. */
     if (atomic_load_explicit(&f->phase, memory_order_relaxed)
         == FLIGHT_PHASE_QUEUED)
         atomic_store_explicit(&f->phase, FLIGHT_PHASE_WAITING,

@@ -349,7 +349,8 @@ generations_reload(struct generations *l)
                 "stays generation=%llu", rc == GW_ENOMEM ? "out of memory"
                 : "refused", (unsigned long long)old->id);
         note_reload(l, rc == GW_ENOMEM ? "out of memory"
-                       : "refused: a setting that needs a restart");
+                       : "refused: the TLS listener in force needs "
+                         "tls_cert and tls_key");
         return rc;
     }
     g = gen_build(l, &cfg, old);
@@ -360,13 +361,13 @@ generations_reload(struct generations *l)
         note_reload(l, "cannot start the new configuration");
         return GW_ENOMEM;
     }
-    note_reload(l, NULL);
     gw_mutex_lock(&l->lock);
     g->next = l->gens;
     l->gens = g;
     l->cur = g;
     atomic_store_explicit(&l->cur_id, g->id, memory_order_release);
     gw_mutex_unlock(&l->lock);
+    note_reload(l, NULL);
     /* The old generation's requests finish without its health and load
      * beats (its pool no longer balances new calls). */
     health_stop(old->health);
