@@ -207,6 +207,39 @@ def test_upstreams_breaker_load_and_retries(t):
     assert "ttft_p50_ms" in u and "ttft_p99_ms" in u, u
 
 
+def test_a_hedge_that_wins_moves_the_flight(t):
+    """The call starts on one upstream and, held there past hedge_after,
+    is hedged on the other; the hedge's first byte wins: the flight is on
+    the hedge's upstream now, which counts the hedge fired and won."""
+    ma, mb = t.mock(), t.mock()
+    g = t.gateway(None, conf=ADMIN, extra=(
+        "[routing]\nhedge_after = 100ms\nhealth_interval = 0\n"
+        "[upstream a]\nurl = http://127.0.0.1:%d\n"
+        "[upstream b]\nurl = http://127.0.0.1:%d\n" % (ma.port, mb.port)))
+    tag = new_tag()
+    c = send(g, chat_body("hedge", temperature=0, stream=True, mock_chunks=2,
+                          mock_delay_ms=60000, mock_hold=tag))
+    key = leader_key(g)
+    wait_for(lambda: ma.stats()["held"] + mb.stats()["held"] == 2, 10,
+             msg="the call and its hedge held")
+    first = flight(status(g), key)["upstream"]
+    assert first in ("a", "b"), first
+    hedge, mock = ("b", mb) if first == "a" else ("a", ma)
+    assert mock.release(tag) == 1
+    head = start(c)
+    assert head.resp.status == 200, head.resp
+    s = flights_where(g, lambda f: f["key"] == key
+                      and f["state"] == "streaming", "the hedge streaming")
+    assert flight(s, key)["upstream"] == hedge, s["flights"]
+    u = upstream(s, hedge)
+    assert u["hedges"] == 1 and u["hedges_won"] == 1, u
+    u = upstream(s, first)
+    assert u["hedges"] == 0 and u["hedges_won"] == 0, u
+    c.close()
+    (ma if mock is mb else mb).release(tag)
+    wait_for(lambda: status(g)["flights"] == [], 10, msg="the flight gone")
+
+
 def test_tenants_limits_429s_tokens_and_savings(t):
     m = t.mock()
     g = t.gateway(m, conf=ADMIN, extra=(
