@@ -51,6 +51,15 @@ gw_now_ms(void)
     return gw_now_us() / 1000;
 }
 
+int64_t
+gw_wall_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 int
 gw_ms_left(int64_t deadline_ms)
 {

@@ -59,6 +59,9 @@ int64_t gw_now_ms(void);
 /* Microseconds on CLOCK_MONOTONIC; for latency measurements. */
 int64_t gw_now_us(void);
 
+/* Milliseconds since the Unix epoch (CLOCK_REALTIME): a date to show. */
+int64_t gw_wall_ms(void);
+
 /*
  * Milliseconds left until 'deadline_ms' (a gw_now_ms() value), clamped to
  * [0, INT32_MAX] so it fits poll()'s timeout.  A deadline of -1 means

@@ -24,6 +24,10 @@ struct entry {
     struct flight *f;               /* the map's reference */
     const struct flight_reader *lead;   /* the leader's client's reader */
     unsigned followers;             /* attached now: max_followers */
+    unsigned followers_peak;        /* the most at once (status view) */
+    int64_t start_ms;               /* when it was led (status view) */
+    char model[COALESCE_NAME_MAX];  /* coalesce_about's (status view) */
+    char tenant[COALESCE_NAME_MAX];
 };
 
 struct coalescer {
@@ -293,6 +297,8 @@ follow_locked(struct coalescer *co, struct entry *e, struct flight_reader *r,
     }
     flight_ref(e->f);
     e->followers++;
+    if (e->followers > e->followers_peak)
+        e->followers_peak = e->followers;
     *out = e->f;
     return COALESCE_FOLLOWER;
 }
@@ -300,8 +306,8 @@ follow_locked(struct coalescer *co, struct entry *e, struct flight_reader *r,
 /* Start a flight for 'key' led by 'r', at the slot *pp.  Map lock held. */
 static enum coalesce_role
 lead_locked(struct coalescer *co, struct entry **pp, const unsigned char *key,
-            struct flight_reader *r, struct flight **out,
-            enum metrics_bypass *why)
+            const struct coalesce_about *about, struct flight_reader *r,
+            struct flight **out, enum metrics_bypass *why)
 {
     struct entry *e;
     struct flight *f;
@@ -324,6 +330,10 @@ lead_locked(struct coalescer *co, struct entry **pp, const unsigned char *key,
     e->f = f;
     e->lead = r;
     e->followers = 0;
+    e->followers_peak = 0;
+    e->start_ms = gw_now_ms();
+    snprintf(e->model, sizeof(e->model), "%s", about->model);
+    snprintf(e->tenant, sizeof(e->tenant), "%s", about->tenant);
     e->next = NULL;
     *pp = e;                        /* the end of its chain */
     co->count++;
@@ -334,8 +344,8 @@ lead_locked(struct coalescer *co, struct entry **pp, const unsigned char *key,
 
 enum coalesce_role
 coalescer_join(struct coalescer *co, const unsigned char key[FLIGHT_KEY_LEN],
-               struct flight_reader *r, struct flight **out,
-               enum metrics_bypass *why)
+               const struct coalesce_about *about, struct flight_reader *r,
+               struct flight **out, enum metrics_bypass *why)
 {
     enum coalesce_role role;
     struct entry **pp;
@@ -346,7 +356,7 @@ coalescer_join(struct coalescer *co, const unsigned char key[FLIGHT_KEY_LEN],
     if (*pp != NULL)
         role = follow_locked(co, *pp, r, out, why);
     else
-        role = lead_locked(co, pp, key, r, out, why);
+        role = lead_locked(co, pp, key, about, r, out, why);
     gw_mutex_unlock(&co->lock);
     return role;
 }
@@ -397,6 +407,46 @@ coalescer_count(struct coalescer *co)
     n = co->count;
     gw_mutex_unlock(&co->lock);
     return n;
+}
+
+/* Copy what the status view shows of entry 'e'.  Map lock held. */
+static void
+status_of_locked(struct coalescer *co, const struct entry *e,
+                 struct coalesce_flight_status *st)
+{
+    const char *up;
+
+    assert(gw_mutex_held(&co->lock));
+    coalesce_key_hex(e->key, st->key);
+    memcpy(st->model, e->model, sizeof(st->model));
+    memcpy(st->tenant, e->tenant, sizeof(st->tenant));
+    /* The name lives while its leader holds its generation, which it
+     * does while the flight is in the map (flight.h). */
+    up = atomic_load_explicit(&e->f->upstream, memory_order_relaxed);
+    snprintf(st->upstream, sizeof(st->upstream), "%s", up != NULL ? up : "");
+    st->start_ms = e->start_ms;
+    st->phase = (enum flight_phase)atomic_load_explicit(
+        &e->f->phase, memory_order_relaxed);
+    st->followers = e->followers;
+    st->followers_peak = e->followers_peak;
+    st->bytes = atomic_load_explicit(&e->f->body_bytes,
+                                     memory_order_relaxed);
+}
+
+size_t
+coalescer_status(struct coalescer *co, struct coalesce_flight_status *out,
+                 size_t max)
+{
+    size_t n = 0, total;
+
+    gw_mutex_lock(&co->lock);
+    total = co->count;
+    for (size_t b = 0; b < co->nbuckets && n < max; b++)
+        for (struct entry *e = co->bucket[b]; e != NULL && n < max;
+             e = e->next)
+            status_of_locked(co, e, &out[n++]);
+    gw_mutex_unlock(&co->lock);
+    return total;
 }
 
 void

@@ -43,6 +43,32 @@
 struct gw_config;
 struct coalescer;
 
+/* A model or tenant name as the status view keeps it, with its NUL. */
+#define COALESCE_NAME_MAX 65
+
+/*
+ * What the status view (status.h) shows of the flight a request leads:
+ * the body's model ("" none) and the tenant's name, both borrowed and
+ * copied (cut to COALESCE_NAME_MAX - 1 bytes) into the map's entry.
+ */
+struct coalesce_about {
+    const char *model;
+    const char *tenant;
+};
+
+/* One flight in the map, as coalescer_status() copies it. */
+struct coalesce_flight_status {
+    char key[13];                   /* coalesce_key_hex(): the log's */
+    char model[COALESCE_NAME_MAX];
+    char tenant[COALESCE_NAME_MAX];
+    char upstream[COALESCE_NAME_MAX];   /* "" before the first attempt */
+    int64_t start_ms;               /* gw_now_ms() when it was led */
+    enum flight_phase phase;
+    unsigned followers;             /* attached now */
+    unsigned followers_peak;        /* the most attached at once */
+    uint64_t bytes;                 /* body bytes from the upstream */
+};
+
 enum coalesce_role {
     COALESCE_LEADER,
     COALESCE_FOLLOWER,
@@ -101,7 +127,8 @@ void coalesce_key_hex(const unsigned char key[FLIGHT_KEY_LEN],
                       char out[13]);
 
 /*
- * Join the flight for 'key' or start it, attaching 'r' to it.
+ * Join the flight for 'key' or start it, attaching 'r' to it.  'about'
+ * (borrowed) describes it for the status view, if 'r' leads.
  *  LEADER: OUT *f is a new flight in the map with 'r' attached; the
  *          caller holds two references (one as the driver of the
  *          upstream call, one as a reader).
@@ -114,6 +141,7 @@ void coalesce_key_hex(const unsigned char key[FLIGHT_KEY_LEN],
  */
 enum coalesce_role coalescer_join(struct coalescer *co,
                                   const unsigned char key[FLIGHT_KEY_LEN],
+                                  const struct coalesce_about *about,
                                   struct flight_reader *r, struct flight **f,
                                   enum metrics_bypass *why);
 
@@ -141,6 +169,16 @@ void coalescer_detach(struct coalescer *co,
 
 /* Flights in the map now (tests, /metrics). */
 size_t coalescer_count(struct coalescer *co);
+
+/*
+ * For the status view: copy up to 'max' of the flights in the map into
+ * out[] (the first ones the map holds, in no order), and return how many
+ * the map holds.  The map lock is held for the copy alone, and no
+ * flight's lock is taken: a flight's phase, upstream and bytes are its
+ * atomics (flight.h).
+ */
+size_t coalescer_status(struct coalescer *co,
+                        struct coalesce_flight_status *out, size_t max);
 
 /*
  * Call fn(f) for every flight in the map, under the map lock (fn may take

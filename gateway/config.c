@@ -227,6 +227,8 @@ static const struct setting settings[] = {
       CONFIG_MIN_KEY_LEN, 0 },
     { "admin", "api_key_sha256", T_TENANT_KEY_SHA256, C(admin_key_sha256),
       NULL, 0, 0 },
+    { "admin", "status_flights", T_UINT, C(status_flights), "100", 0,
+      10000 },
 };
 
 #define NUM_SETTINGS GW_ARRAY_LEN(settings)

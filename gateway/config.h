@@ -12,6 +12,8 @@
 #include <stdint.h>
 
 #include "net.h"
+/* The gateway's version: -V, the start-up line, /status.json. */
+#define INFERGW_VERSION "0.1.0"
 
 #define CONFIG_MAX_TENANTS 64
 #define CONFIG_MAX_TENANT_KEYS 16
@@ -156,6 +158,7 @@ struct gw_config {
      * is either a tenant's or an admin's, never both.
      */
     char *admin_listen;         /* "" = no admin listener */
+    uint64_t status_flights;    /* 100: flights /status.json lists */
     unsigned char admin_key_sha256[CONFIG_MAX_TENANT_KEYS]
                                   [CONFIG_KEY_DIGEST_LEN];
     size_t num_admin_keys;      /* digests wiped on release */

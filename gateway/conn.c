@@ -17,6 +17,7 @@
 #include "net.h"
 #include "reply.h"
 #include "route.h"
+#include "status.h"
 #include "tenant.h"
 #include "tls.h"
 
@@ -250,6 +251,40 @@ write_access(struct conn *c, int64_t us, const char *error)
     log_fields(GW_LOG_INFO, "access", f, n);
 }
 
+/*
+ * An answer with an error (a status of 400 or more, or an error event
+ * that ended a stream) goes into the status view's recent errors.  One
+ * the upstream made is relayed as it came, without a code of ours.
+ */
+static void
+note_error(struct conn *c)
+{
+    const struct reply *r = &c->reply;
+    char path[96], msg[64];
+    struct status_error_note n;
+
+    if (r->status < 400 && r->error_code[0] == '\0')
+        return;
+    snprintf(path, sizeof(path), "%.*s", (int)c->req.path_len,
+             c->req.path != NULL ? c->req.path : "");
+    n.request_id = c->request_id;
+    n.status = r->status;
+    n.kind = r->error_code;
+    n.message = r->error_msg;
+    /* The parser's words quote the body near the error, which may be a
+     * secret the client sent: the view keeps only what kind of error. */
+    if (strcmp(r->error_code, "invalid_json") == 0)
+        n.message = "body is not valid JSON";
+    if (r->error_code[0] == '\0') {
+        snprintf(msg, sizeof(msg), "upstream answered %d", r->status);
+        n.kind = "upstream_status";
+        n.message = msg;
+    }
+    n.upstream = c->hr.upstream;
+    n.path = path;
+    status_note_error(&n);
+}
+
 static void
 access_log(struct conn *c)
 {
@@ -259,6 +294,7 @@ access_log(struct conn *c)
 
     metrics_request(hr->route, hr->model, hr->stream, r->status, us,
                     r->ttfb_us);
+    note_error(c);
     if (!c->ctx.cfg->access_log)
         return;
     write_access(c, us, NULL);
@@ -297,6 +333,7 @@ head_failed(struct conn *c, int rc)
     write_access(c, gw_now_us() - c->reply.start_us,
                  c->req.error_msg != NULL ? c->req.error_msg : "-");
     metrics_request(METRICS_ROUTE_OTHER, NULL, 0, c->reply.status, 0, -1);
+    note_error(c);
 }
 
 /* OUT *a: the peer of socket 'fd'.  Returns 1, or 0 if there is none. */

@@ -139,6 +139,14 @@ attempt_done(void *arg, const struct upstream_result *res)
     release(arg, res);
 }
 
+/* dispatch_ctx.on_upstream, if set: the call is on upstream 'idx' now. */
+static void
+note_upstream(const struct dispatch_ctx *dc, size_t idx)
+{
+    if (dc->on_upstream != NULL)
+        dc->on_upstream(dc->arg, dc->cfg->upstreams[idx].name);
+}
+
 /*
  * upstream_opts.on_winner: this attempt's first body byte is in, so its
  * upstream answers: a half-open one closes now, not at the end of a
@@ -151,6 +159,10 @@ on_winner(void *arg, size_t idx, int status)
     struct run *r = arg;
     struct pool_slot *s = slot_of(r, idx);
 
+    if (s != NULL && s == &r->slot[1]) {
+        pool_note_hedge_won(r->dc->pool, s);
+        note_upstream(r->dc, idx);
+    }
     if (s != NULL && status < 500 && status != 429) {
         pool_note_answer(r->dc->pool, s);
         judge_held(r);
@@ -189,7 +201,7 @@ hedge(void *arg, size_t first, size_t *idx)
     w.no_wait = 1;
     if (pool_acquire(r->dc->pool, &w, &r->slot[1], &retry_after) != 0)
         return -1;
-    if (!pool_budget_take(r->dc->pool, 1)) {
+    if (!pool_budget_take(r->dc->pool, &r->slot[1], 1)) {
         pool_release(r->dc->pool, &r->slot[1], POOL_NEUTRAL, 0);
         return -1;
     }
@@ -304,6 +316,7 @@ dispatch_run(const struct dispatch_ctx *dc,
         r.want.exclude |= UINT64_C(1) << idx;
         out->attempts++;
         metrics_upstream_call();
+        note_upstream(dc, idx);
         upstream_perform(dc->up, idx, req, &opts, sink, &out->res);
         out->upstream = cfg->upstreams[out->res.upstream].name;
         release(&r, &out->res);
@@ -320,7 +333,7 @@ dispatch_run(const struct dispatch_ctx *dc,
         next.no_wait = 1;
         if (pool_acquire(dc->pool, &next, &r.slot[0], &retry_after) != 0)
             goto out;
-        if (!pool_budget_take(dc->pool, 0)) {
+        if (!pool_budget_take(dc->pool, &r.slot[0], 0)) {
             pool_release(dc->pool, &r.slot[0], POOL_NEUTRAL, 0);
             log_msg(GW_LOG_INFO, "dispatch: no retry, budget spent "
                     "upstream=%s reason=\"%s\"", out->upstream,

@@ -48,6 +48,14 @@ struct dispatch_ctx {
     struct pool *pool;
     struct upstream *up;
     int stop_fd;                    /* readable once the process stops */
+    /*
+     * May be NULL: called on the calling thread with the name of the
+     * upstream (cfg's) the call is on now, as each attempt but a hedge
+     * starts (past the pool's queue), and when a hedge wins.  For the
+     * status view (a flight's upstream, flight.h).
+     */
+    void (*on_upstream)(void *arg, const char *name);
+    void *arg;
 };
 
 struct dispatch_result {

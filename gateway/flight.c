@@ -46,6 +46,9 @@ flight_new(void)
     f->joinable = 1;
     atomic_init(&f->refs, 1);
     atomic_init(&f->nreaders, 0);
+    atomic_init(&f->phase, FLIGHT_PHASE_QUEUED);
+    atomic_init(&f->upstream, NULL);
+    atomic_init(&f->body_bytes, 0);
     return f;
 }
 
@@ -135,6 +138,18 @@ flight_readers(struct flight *f)
 }
 
 void
+flight_set_upstream(struct flight *f, const char *name)
+{
+    atomic_store_explicit(&f->upstream, name, memory_order_relaxed);
+    /* Past the pool's queue now; a later call (the hedge that won) only
+     * renames it. */
+    if (atomic_load_explicit(&f->phase, memory_order_relaxed)
+        == FLIGHT_PHASE_QUEUED)
+        atomic_store_explicit(&f->phase, FLIGHT_PHASE_WAITING,
+                              memory_order_relaxed);
+}
+
+void
 flight_set_head(struct flight *f, int status, const char *content_type,
                 int64_t content_length, int retry_after_s)
 {
@@ -147,6 +162,8 @@ flight_set_head(struct flight *f, int status, const char *content_type,
     f->head.retry_after_s = retry_after_s;
     f->head_set = 1;
     gw_mutex_unlock(&f->lock);
+    atomic_store_explicit(&f->phase, FLIGHT_PHASE_STREAMING,
+                          memory_order_relaxed);
 }
 
 /*
@@ -253,6 +270,7 @@ flight_append(struct flight *f, const char *p, size_t n, size_t max_bytes,
     }
     c->at = f->total;
     f->chunks[f->nchunks++ - f->base] = c;
+    atomic_fetch_add_explicit(&f->body_bytes, n, memory_order_relaxed);
     f->total = f->total > SIZE_MAX - cost ? SIZE_MAX : f->total + cost;
     f->kept += cost;
     if (f->joinable && f->total > max_bytes) {

@@ -122,6 +122,18 @@ struct flight_head {
     int retry_after_s;              /* the upstream's, on a 429/503; 0 */
 };
 
+/*
+ * How far the leader's upstream call is, for the status view (status.h):
+ * waiting in the pool's queue for a slot, the call sent and no body
+ * byte yet, or the body arriving (the held head came with its first
+ * byte, upstream.h).
+ */
+enum flight_phase {
+    FLIGHT_PHASE_QUEUED = 0,
+    FLIGHT_PHASE_WAITING,           /* for the first body byte */
+    FLIGHT_PHASE_STREAMING,
+};
+
 enum flight_reader_state {
     FLIGHT_READER_RUNNING = 0,
     FLIGHT_READER_PARKED,
@@ -214,6 +226,18 @@ struct flight {
     unsigned helping;               /* (L) helpers at work on it */
 
     _Atomic unsigned refs;
+
+    /*
+     * For the status view, read without the lock (relaxed: each is a
+     * value of its own, never combined with another): the phase, the
+     * name of the upstream the call is on (borrowed from the leader's
+     * configuration generation, which it holds while the flight is in
+     * the map; NULL before the first attempt), and the body bytes
+     * appended so far.  Only the leader writes them.
+     */
+    _Atomic int phase;              /* enum flight_phase */
+    const char *_Atomic upstream;
+    _Atomic uint64_t body_bytes;
 };
 
 /* A new joinable flight with one reference and a fresh id; NULL: ENOMEM. */
@@ -243,8 +267,16 @@ const char *flight_id(const struct flight *f);
 unsigned flight_readers(struct flight *f);
 
 /*
- * Leader only.  Set the response head once.  'content_type' may be NULL;
- * it is truncated to FLIGHT_CTYPE_MAX - 1 bytes.
+ * Leader only: the call is on upstream 'name' now (borrowed, see struct
+ * flight), past the pool's queue: FLIGHT_PHASE_WAITING until the head
+ * (flight_set_head()) makes it STREAMING.
+ */
+void flight_set_upstream(struct flight *f, const char *name);
+
+/*
+ * Leader only.  Set the response head once (and the phase STREAMING).
+ * 'content_type' may be NULL; it is truncated to FLIGHT_CTYPE_MAX - 1
+ * bytes.
  */
 void flight_set_head(struct flight *f, int status, const char *content_type,
                      int64_t content_length, int retry_after_s);

@@ -22,6 +22,7 @@ struct generations {
     struct generation *cur;         /* (L) holds one reference */
     struct generation *gens;        /* (L) every generation alive */
     _Atomic uint64_t cur_id;        /* cur->id, for generation_current_id() */
+    struct generation_status status;    /* (L) but 'id': the status view's */
 };
 
 struct generation_cert *
@@ -199,6 +200,7 @@ generations_new(struct gw_config *cfg)
     }
     atomic_store(&l->cur_id, 1);
     metrics_config_loaded(1);
+    l->status.started_ms = gw_now_ms();
     return l;
 }
 
@@ -312,6 +314,24 @@ keep_startup_settings(const struct gw_config *old, struct gw_config *c)
     return 0;
 }
 
+/* The last reload's outcome, for the status view and /metrics: 'err'
+ * NULL if it made generation 'id'. */
+static void
+note_reload(struct generations *l, uint64_t id, const char *err)
+{
+    if (err == NULL)
+        metrics_config_loaded(id);
+    else
+        metrics_config_reload_failed();
+    gw_mutex_lock(&l->lock);
+    l->status.reloaded = 1;
+    l->status.reload_unix_ms = gw_wall_ms();
+    l->status.reload_ok = err == NULL;
+    snprintf(l->status.reload_error, sizeof(l->status.reload_error), "%s",
+             err != NULL ? err : "");
+    gw_mutex_unlock(&l->lock);
+}
+
 int
 generations_reload(struct generations *l)
 {
@@ -324,7 +344,7 @@ generations_reload(struct generations *l)
     if (rc != 0) {
         log_msg(GW_LOG_ERROR, "reload: %s; the configuration in force "
                 "stays generation=%llu", err, (unsigned long long)old->id);
-        metrics_config_reload_failed();
+        note_reload(l, 0, err);
         return rc;
     }
     rc = keep_startup_settings(&old->cfg, &cfg);
@@ -333,7 +353,9 @@ generations_reload(struct generations *l)
         log_msg(GW_LOG_ERROR, "reload: %s; the configuration in force "
                 "stays generation=%llu", rc == GW_ENOMEM ? "out of memory"
                 : "refused", (unsigned long long)old->id);
-        metrics_config_reload_failed();
+        note_reload(l, 0, rc == GW_ENOMEM ? "out of memory"
+                       : "refused: the TLS listener in force needs "
+                         "tls_cert and tls_key");
         return rc;
     }
     g = gen_build(l, &cfg, old);
@@ -341,7 +363,7 @@ generations_reload(struct generations *l)
         log_msg(GW_LOG_ERROR, "reload: cannot start the new configuration; "
                 "the one in force stays generation=%llu",
                 (unsigned long long)old->id);
-        metrics_config_reload_failed();
+        note_reload(l, 0, "cannot start the new configuration");
         return GW_ENOMEM;
     }
     gw_mutex_lock(&l->lock);
@@ -350,6 +372,7 @@ generations_reload(struct generations *l)
     l->cur = g;
     atomic_store_explicit(&l->cur_id, g->id, memory_order_release);
     gw_mutex_unlock(&l->lock);
+    note_reload(l, g->id, NULL);
     /* The old generation's requests finish without its health and load
      * beats (its pool no longer balances new calls). */
     health_stop(old->health);
@@ -362,9 +385,17 @@ generations_reload(struct generations *l)
             "config=%s upstreams=%zu tenants=%zu",
             (unsigned long long)g->id, g->cfg.path, g->cfg.num_upstreams,
             g->cfg.num_tenants);
-    metrics_config_loaded(g->id);
     generation_release(l, old); /* the reference 'cur' held */
     return 0;
+}
+
+void
+generations_status(struct generations *l, struct generation_status *out)
+{
+    gw_mutex_lock(&l->lock);
+    *out = l->status;
+    out->id = l->cur->id;
+    gw_mutex_unlock(&l->lock);
 }
 
 void

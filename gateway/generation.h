@@ -123,6 +123,20 @@ const struct generation *generation_current(struct generations *l);
  */
 int generations_reload(struct generations *l);
 
+/* What the status view (status.h) shows of the configuration: a copy. */
+struct generation_status {
+    uint64_t id;                    /* the current generation's */
+    int64_t started_ms;             /* gw_now_ms() at generations_new() */
+    int reloaded;                   /* a reload was tried (SIGHUP) */
+    int64_t reload_unix_ms;         /* ... the last one then (wall clock), */
+    int reload_ok;                  /* ... made a new generation, */
+    char reload_error[512];         /* ... or failed so ("FILE:LINE: ...",
+                                       as logged) */
+};
+
+/* Copy it into *out, under the generations' lock alone. */
+void generations_status(struct generations *l, struct generation_status *out);
+
 /* pool_stop() on every generation alive: the process is stopping. */
 void generations_stop(struct generations *l);
 

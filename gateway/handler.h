@@ -86,7 +86,8 @@ struct handler_req {
     struct reply *reply;            /* the response */
     const char *request_id;         /* the client's, or made up */
     int admin;                      /* it came to [admin] listen: only
-                                       /metrics, /healthz, /readyz */
+                                       /metrics, /healthz, /readyz and
+                                       the status view (status.h) */
 
     /* Set by the handlers, for the access log. */
     enum metrics_route route;

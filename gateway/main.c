@@ -24,8 +24,6 @@
 #include "server.h"
 #include "tenant.h"
 
-#define INFERGW_VERSION "0.1.0"
-
 /*
  * After the stop, how long connection threads get to end their streams
  * the defined way.  Every wait they can be in ends at the stop (an

@@ -125,7 +125,7 @@ metrics_tls_stats(void)
 
 static const char *const route_names[METRICS_ROUTE_COUNT] = {
     "chat_completions", "completions", "embeddings", "models",
-    "healthz", "readyz", "metrics", "other",
+    "healthz", "readyz", "metrics", "status", "other",
     "responses", "tokenize", "detokenize", "rerank", "score", "pooling",
     "audio_transcriptions", "audio_translations",
 };

@@ -69,6 +69,7 @@ enum metrics_route {
     METRICS_ROUTE_HEALTHZ,
     METRICS_ROUTE_READYZ,
     METRICS_ROUTE_METRICS,
+    METRICS_ROUTE_STATUS,           /* /status.json and /status */
     METRICS_ROUTE_OTHER,
     METRICS_ROUTE_RESPONSES,        /* the other vLLM routes (issue 19) */
     METRICS_ROUTE_TOKENIZE,

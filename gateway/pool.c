@@ -72,6 +72,11 @@ struct member {
     uint64_t failures[POOL_OUTCOME_COUNT];
     uint64_t ejections;
     uint64_t capped_total;      /* ejections max_ejected refused */
+
+    /* For the status view. */
+    uint64_t retries;           /* retries that came here */
+    uint64_t hedges;            /* hedges that came here */
+    uint64_t hedges_won;        /* ... and won */
 };
 
 struct ring_point {
@@ -1382,8 +1387,9 @@ pool_note_resend(struct pool *p, struct pool_slot *slot)
 }
 
 int
-pool_budget_take(struct pool *p, int hedge)
+pool_budget_take(struct pool *p, const struct pool_slot *slot, int hedge)
 {
+    struct member *m = slot->idx >= 0 ? &p->m[slot->idx] : NULL;
     int ok;
 
     gw_mutex_lock(&p->lock);
@@ -1394,11 +1400,25 @@ pool_budget_take(struct pool *p, int hedge)
             p->hedges++;
         else
             p->retries++;
+        if (m != NULL && hedge)
+            m->hedges++;
+        else if (m != NULL)
+            m->retries++;
     } else {
         p->budget_refused++;
     }
     gw_mutex_unlock(&p->lock);
     return ok;
+}
+
+void
+pool_note_hedge_won(struct pool *p, const struct pool_slot *slot)
+{
+    if (slot->idx < 0)
+        return;
+    gw_mutex_lock(&p->lock);
+    p->m[slot->idx].hedges_won++;
+    gw_mutex_unlock(&p->lock);
 }
 
 int
@@ -1647,6 +1667,52 @@ pool_state_of(struct pool *p, size_t idx)
     s = state_now(&p->m[idx], gw_now_ms());
     gw_mutex_unlock(&p->lock);
     return s;
+}
+
+/* Calls in the queue that could take upstream 'idx'.  Locked. */
+static uint64_t
+queued_for_locked(struct pool *p, size_t idx)
+{
+    uint64_t n = 0;
+
+    assert(gw_mutex_held(&p->lock));
+    for (const struct waiter *w = p->q_head; w != NULL; w = w->next)
+        n += (w->mask >> idx) & 1;
+    return n;
+}
+
+size_t
+pool_status(struct pool *p, struct pool_upstream_status *out, size_t max)
+{
+    int64_t now = gw_now_ms();
+    size_t i;
+
+    gw_mutex_lock(&p->lock);
+    for (i = 0; i < p->n && i < max; i++) {
+        struct member *m = &p->m[i];
+        struct pool_upstream_status *st = &out[i];
+
+        st->name = m->cfg->name;
+        st->url = m->cfg->url;
+        st->state = state_now(m, now);
+        st->state_left_ms = st->state == POOL_OPEN ? m->open_until_ms - now
+                                                   : 0;
+        st->held_left_ms = m->hold_until_ms > now ? m->hold_until_ms - now
+                                                  : 0;
+        st->inflight = m->inflight;
+        st->max_inflight = m->cfg->max_inflight;
+        st->queued = queued_for_locked(p, i);
+        st->load_known = m->load.at_ms > 0;
+        st->load = m->load.last;
+        st->load_age_ms = st->load_known ? now - m->load.at_ms : 0;
+        st->calls = m->calls;
+        memcpy(st->failures, m->failures, sizeof(st->failures));
+        st->retries = m->retries;
+        st->hedges = m->hedges;
+        st->hedges_won = m->hedges_won;
+    }
+    gw_mutex_unlock(&p->lock);
+    return i;
 }
 
 /* A family with a sample per upstream: the uint64_t at 'field'.  Locked. */

@@ -227,14 +227,20 @@ int pool_has_other(struct pool *p, const struct pool_want *want, size_t idx);
  */
 void pool_note_resend(struct pool *p, struct pool_slot *slot);
 
+/* The hedge on 'slot' had the first body byte: it won (status view). */
+void pool_note_hedge_won(struct pool *p, const struct pool_slot *slot);
+
 /* A client request (not a retry) that will make upstream calls. */
 void pool_note_request(struct pool *p);
 
 /*
- * May one more retry or hedge run now?  pool_budget_take counts it when
- * it may (1), and counts a refusal (0); pool_budget_peek only asks.
+ * May one more retry or hedge run now, on 'slot' (its upstream counts
+ * it among its retries or hedges, for the status view)?
+ * pool_budget_take counts it when it may (1), and counts a refusal (0);
+ * pool_budget_peek only asks.
  */
-int pool_budget_take(struct pool *p, int hedge);
+int pool_budget_take(struct pool *p, const struct pool_slot *slot,
+                     int hedge);
 int pool_budget_peek(struct pool *p);
 
 /* A retry pool_budget_peek kept from happening: count the refusal. */
@@ -296,6 +302,37 @@ int pool_models_json(struct pool *p, struct buf *out);
 
 /* Append the per-upstream series of /metrics.  0 or a buf error. */
 int pool_render_metrics(struct pool *p, struct buf *out);
+
+/*
+ * One upstream as the status view (status.h) shows it: a copy.  'name'
+ * and 'url' are borrowed from the pool's configuration.
+ */
+struct pool_upstream_status {
+    const char *name;
+    const char *url;
+    enum pool_state state;
+    int64_t state_left_ms;      /* OPEN: until it turns HALF_OPEN; else 0 */
+    int64_t held_left_ms;       /* a Retry-After holds it back this long */
+    uint64_t inflight;
+    uint64_t max_inflight;      /* 0: no limit */
+    uint64_t queued;            /* calls in the queue that could take it */
+    int load_known;             /* its engine was scraped well once */
+    struct engine_report load;  /* ... and reported this, */
+    int64_t load_age_ms;        /* ... this long ago */
+    uint64_t calls;
+    uint64_t failures[POOL_OUTCOME_COUNT];
+    uint64_t retries;           /* retries that went to it */
+    uint64_t hedges;            /* hedges that went to it ... */
+    uint64_t hedges_won;        /* ... and had the first body byte */
+};
+
+/*
+ * Copy every upstream's status into out[0..max) (max >= pool_size() for
+ * all of them), under the pool's lock and nothing else.  Returns how
+ * many were copied.
+ */
+size_t pool_status(struct pool *p, struct pool_upstream_status *out,
+                   size_t max);
 
 /* Current values, for tests: state, open calls. */
 enum pool_state pool_state_of(struct pool *p, size_t idx);

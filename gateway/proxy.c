@@ -99,7 +99,8 @@ fwd_init(struct fwd *f, const struct handler_req *hr, const char *model,
 static struct dispatch_ctx
 dispatch_of(const struct handler_ctx *ctx)
 {
-    struct dispatch_ctx dc = { ctx->cfg, ctx->pool, ctx->up, ctx->stop_fd };
+    struct dispatch_ctx dc = { ctx->cfg, ctx->pool, ctx->up, ctx->stop_fd,
+                               NULL, NULL };
 
     return dc;
 }
@@ -336,6 +337,15 @@ lead_push_self(struct leader *l)
         leader_detach_client(l, "stuck for send_timeout");
 }
 
+/* dispatch_ctx.on_upstream: the flight's upstream, for the status view. */
+static void
+lead_upstream(void *arg, const char *name)
+{
+    struct leader *l = arg;
+
+    flight_set_upstream(l->f, name);
+}
+
 /* GW_EABORTED once no client at all is listening, else 0. */
 static int
 lead_nobody(struct leader *l)
@@ -463,6 +473,8 @@ lead(struct handler_req *hr, struct flight *f, struct fanout_reader *self,
     log_msg(GW_LOG_INFO, "coalesce: leader key=%s flight=%s", keyhex, f->id);
 
     ur.request_id = f->id;
+    dc.on_upstream = lead_upstream;
+    dc.arg = &l;
     /* A flight is one tenant's (its key says whose): the leader's. */
     dispatch_run(&dc, &ur, fw->model, fw->prefix_hash, hr->tenant, &sink,
                  net_stream_fd(hr->reply->stream), &out);
@@ -530,6 +542,8 @@ coalesce(struct handler_req *hr, const struct fwd *fw)
 {
     const struct handler_ctx *ctx = hr->ctx;
     unsigned char key[FLIGHT_KEY_LEN];
+    struct coalesce_about about = { hr->model,
+                                    tenant_name(ctx->cfg, hr->tenant) };
     struct fanout_reader r;
     enum metrics_bypass why;
     struct flight *f;
@@ -540,7 +554,7 @@ coalesce(struct handler_req *hr, const struct fwd *fw)
     coalesce_key_hex(key, keyhex);
     fanout_reader_init(&r, hr->reply, ctx->cfg->follower_timeout_ms,
                        keyhex);
-    switch (coalescer_join(ctx->co, key, &r.fr, &f, &why)) {
+    switch (coalescer_join(ctx->co, key, &about, &r.fr, &f, &why)) {
     case COALESCE_LEADER:
         lead(hr, f, &r, fw, key, keyhex);
         break;

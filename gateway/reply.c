@@ -61,6 +61,8 @@ reply_start(struct reply *r, const char *request_id, int minor,
     r->role = NULL;
     r->head_only = 0;
     r->tenant_head[0] = '\0';
+    r->error_code[0] = '\0';
+    r->error_msg[0] = '\0';
     buf_reset(&r->head);
 }
 
@@ -259,11 +261,19 @@ error_event(const struct reply *r, struct buf *ev, const char *type,
 }
 
 void
+reply_note_error(struct reply *r, const char *code, const char *message)
+{
+    snprintf(r->error_code, sizeof(r->error_code), "%s", code);
+    snprintf(r->error_msg, sizeof(r->error_msg), "%s", message);
+}
+
+void
 reply_fail_body(struct reply *r, const char *type, const char *code,
                 const char *message)
 {
     struct buf ev;
 
+    reply_note_error(r, code, message);
     buf_init(&ev, 4096);
     if (error_event(r, &ev, type, code, message) == 0 && buf_len(&ev) > 0)
         reply_body(r, buf_ptr(&ev), buf_len(&ev));
@@ -281,6 +291,7 @@ reply_fail_event(struct reply *r, struct buf *out, const char *type,
     int rc, cnt = 0;
 
     assert(r->head_sent);
+    reply_note_error(r, code, message);
     buf_init(&ev, 4096);
     rc = error_event(r, &ev, type, code, message);
     if (rc == 0)
@@ -347,6 +358,7 @@ reply_error_full(struct reply *r, int status, const char *type,
         reply_fail_body(r, type, code, message);
         return GW_ECLOSED;
     }
+    reply_note_error(r, code, message);
     reply_retry_after_line(extra, sizeof(extra), retry_after_s);
     /* RFC 9110 11.6.1: a 401 names the scheme it wants (RFC 6750). */
     if (status == 401)

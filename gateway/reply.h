@@ -38,6 +38,8 @@ enum reply_framing {
 };
 
 #define REPLY_TENANT_HEAD 192
+#define REPLY_ERROR_CODE 40
+#define REPLY_ERROR_MSG 160
 
 struct reply {
     /* For the connection's life (reply_init). */
@@ -70,6 +72,11 @@ struct reply {
                                    every head of this answer carries:
                                    route.c's x-ratelimit-* for a tenant
                                    with requests_per_minute; "" none */
+    char error_code[REPLY_ERROR_CODE];  /* the last error this answer
+                                   gave its client (reply_note_error()),
+                                   for the status view's recent errors
+                                   (conn.c); "" none */
+    char error_msg[REPLY_ERROR_MSG];
 };
 
 /* Prepare 'r' for the client on 's' (borrowed, like 'draining'). */
@@ -176,6 +183,14 @@ void reply_retry_after_line(char *out, size_t n, int seconds);
 /* A whole response with Content-Length in one write. */
 int reply_send(struct reply *r, int status, const char *content_type,
                const char *body, size_t len, const char *extra);
+
+/*
+ * Keep 'code' and 'message' (copied, cut to fit) as the error this
+ * answer gives its client.  The functions below that send an error do
+ * it themselves; a caller that sends one by other means calls it.
+ */
+void reply_note_error(struct reply *r, const char *code,
+                      const char *message);
 
 /*
  * An OpenAI-shaped error: {"error":{"message","type","param","code"}},

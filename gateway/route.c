@@ -2,7 +2,8 @@
  * route.c - the route table and the checks a request passes before it is
  * forwarded: method, API key, body size and framing, body is a JSON
  * object (or, for an audio upload, a sound multipart/form-data body with
- * a model field).  The admin listener serves the operator's routes alone.
+ * a model field).  The admin listener serves the operator's routes alone,
+ * and the status view is served nowhere else.
  */
 #include "route.h"
 
@@ -21,6 +22,7 @@
 #include "pool.h"
 #include "proxy.h"
 #include "reply.h"
+#include "status.h"
 #include "tenant.h"
 
 enum route_kind {
@@ -32,6 +34,15 @@ enum route_kind {
     KIND_HEALTHZ,
     KIND_READYZ,
     KIND_METRICS,
+    KIND_STATUS_JSON,       /* the status view (status.h) */
+    KIND_STATUS_PAGE,
+};
+
+/* Which listeners serve a route. */
+enum route_where {
+    ON_API,                 /* listen, tls_listen */
+    ON_BOTH,                /* those and [admin] listen */
+    ON_ADMIN,               /* [admin] listen alone */
 };
 
 struct route_def {
@@ -39,37 +50,43 @@ struct route_def {
     const char *method;     /* GET routes take HEAD too (RFC 9110 9.3.2) */
     enum metrics_route id;
     enum route_kind kind;
-    int admin;              /* also served on [admin] listen */
+    enum route_where where;
 };
 
 static const struct route_def routes[] = {
     { "/v1/chat/completions", "POST", METRICS_ROUTE_CHAT, KIND_COMPLETION,
-      0 },
+      ON_API },
     { "/v1/completions", "POST", METRICS_ROUTE_COMPLETIONS, KIND_COMPLETION,
-      0 },
-    { "/v1/embeddings", "POST", METRICS_ROUTE_EMBEDDINGS, KIND_JSON, 0 },
+      ON_API },
+    { "/v1/embeddings", "POST", METRICS_ROUTE_EMBEDDINGS, KIND_JSON,
+      ON_API },
     /*
      * The Responses API keeps state upstream (store, previous_response_id,
      * background): two identical requests are two responses, so it is
      * relayed like the others here, never coalesced.
      */
-    { "/v1/responses", "POST", METRICS_ROUTE_RESPONSES, KIND_JSON, 0 },
-    { "/tokenize", "POST", METRICS_ROUTE_TOKENIZE, KIND_JSON, 0 },
-    { "/detokenize", "POST", METRICS_ROUTE_DETOKENIZE, KIND_JSON, 0 },
-    { "/v1/rerank", "POST", METRICS_ROUTE_RERANK, KIND_JSON, 0 },
-    { "/rerank", "POST", METRICS_ROUTE_RERANK, KIND_JSON, 0 },
-    { "/v2/rerank", "POST", METRICS_ROUTE_RERANK, KIND_JSON, 0 },
-    { "/v1/score", "POST", METRICS_ROUTE_SCORE, KIND_JSON, 0 },
-    { "/score", "POST", METRICS_ROUTE_SCORE, KIND_JSON, 0 },
-    { "/pooling", "POST", METRICS_ROUTE_POOLING, KIND_JSON, 0 },
+    { "/v1/responses", "POST", METRICS_ROUTE_RESPONSES, KIND_JSON, ON_API },
+    { "/tokenize", "POST", METRICS_ROUTE_TOKENIZE, KIND_JSON, ON_API },
+    { "/detokenize", "POST", METRICS_ROUTE_DETOKENIZE, KIND_JSON, ON_API },
+    { "/v1/rerank", "POST", METRICS_ROUTE_RERANK, KIND_JSON, ON_API },
+    { "/rerank", "POST", METRICS_ROUTE_RERANK, KIND_JSON, ON_API },
+    { "/v2/rerank", "POST", METRICS_ROUTE_RERANK, KIND_JSON, ON_API },
+    { "/v1/score", "POST", METRICS_ROUTE_SCORE, KIND_JSON, ON_API },
+    { "/score", "POST", METRICS_ROUTE_SCORE, KIND_JSON, ON_API },
+    { "/pooling", "POST", METRICS_ROUTE_POOLING, KIND_JSON, ON_API },
     { "/v1/audio/transcriptions", "POST", METRICS_ROUTE_TRANSCRIPTIONS,
-      KIND_FORM, 0 },
+      KIND_FORM, ON_API },
     { "/v1/audio/translations", "POST", METRICS_ROUTE_TRANSLATIONS,
-      KIND_FORM, 0 },
-    { "/v1/models", "GET", METRICS_ROUTE_MODELS, KIND_MODELS, 0 },
-    { "/healthz", "GET", METRICS_ROUTE_HEALTHZ, KIND_HEALTHZ, 1 },
-    { "/readyz", "GET", METRICS_ROUTE_READYZ, KIND_READYZ, 1 },
-    { "/metrics", "GET", METRICS_ROUTE_METRICS, KIND_METRICS, 1 },
+      KIND_FORM, ON_API },
+    { "/v1/models", "GET", METRICS_ROUTE_MODELS, KIND_MODELS, ON_API },
+    { "/healthz", "GET", METRICS_ROUTE_HEALTHZ, KIND_HEALTHZ, ON_BOTH },
+    { "/readyz", "GET", METRICS_ROUTE_READYZ, KIND_READYZ, ON_BOTH },
+    { "/metrics", "GET", METRICS_ROUTE_METRICS, KIND_METRICS, ON_BOTH },
+    /* What every flight, tenant and upstream is doing: the operator's,
+     * never on a port the clients reach. */
+    { "/status.json", "GET", METRICS_ROUTE_STATUS, KIND_STATUS_JSON,
+      ON_ADMIN },
+    { "/status", "GET", METRICS_ROUTE_STATUS, KIND_STATUS_PAGE, ON_ADMIN },
 };
 
 static const struct route_def *
@@ -119,6 +136,36 @@ serve_metrics(struct handler_req *hr)
         reply_error(hr->reply, 500, "server_error", "internal_error",
                     "cannot render metrics");
     buf_release(&b);
+}
+
+/* GET /status.json on the admin listener (status.h). */
+static void
+serve_status(struct handler_req *hr)
+{
+    struct buf b;
+
+    buf_init(&b, 16 << 20);
+    if (status_render_json(hr->ctx, &b) == 0)
+        reply_send(hr->reply, 200, "application/json", buf_ptr(&b),
+                   buf_len(&b), "Cache-Control: no-store\r\n");
+    else
+        reply_error(hr->reply, 503, "server_error", "overloaded",
+                    "cannot render the status");
+    buf_release(&b);
+}
+
+/*
+ * GET /status: the page.  It holds no data (its script asks
+ * status.json, with the key if one is needed), so it needs no key.
+ */
+static void
+serve_status_page(struct handler_req *hr)
+{
+    size_t len;
+    const char *page = status_page(&len);
+
+    reply_send(hr->reply, 200, "text/html; charset=utf-8", page, len,
+               "Cache-Control: no-store\r\n");
 }
 
 /*
@@ -247,6 +294,8 @@ send_405(struct reply *r, const char *allowed)
 
     snprintf(allow, sizeof(allow), "Allow: %s%s\r\n", allowed,
              strcmp(allowed, "GET") == 0 ? ", HEAD" : "");
+    reply_note_error(r, "method_not_allowed",
+                     "method not allowed on this route");
     buf_init(&b, 1024);
     if (jsonx_error_body(&b, "method not allowed on this route",
                          "invalid_request_error", NULL,
@@ -402,7 +451,8 @@ serve(struct handler_req *hr)
      * a client reads none, so one sent would pass for the next answer). */
     r->head_only = method_is(req, "HEAD");
     rt = find_route(req->path, req->path_len);
-    if (rt == NULL || (hr->admin && !rt->admin)) {
+    if (rt == NULL || (hr->admin && rt->where == ON_API)
+        || (!hr->admin && rt->where == ON_ADMIN)) {
         /* An unread body would be taken for the next request: close. */
         if (req->body_kind != HTTP_BODY_NONE)
             reply_close_unread(r);
@@ -436,11 +486,14 @@ serve(struct handler_req *hr)
             return;
         }
     }
-    if (rt->kind == KIND_METRICS && !metrics_allowed(hr)) {
+    if ((rt->kind == KIND_METRICS || rt->kind == KIND_STATUS_JSON)
+        && !metrics_allowed(hr)) {
         if (req->body_kind != HTTP_BODY_NONE)
             reply_close_unread(r);
         reply_error(r, 401, "authentication_error", "invalid_api_key",
-                    "/metrics needs an [admin] api_key");
+                    rt->kind == KIND_METRICS
+                    ? "/metrics needs an [admin] api_key"
+                    : "/status.json needs an [admin] api_key");
         return;
     }
     if (read_body(hr) != 0)
@@ -460,6 +513,12 @@ serve(struct handler_req *hr)
         return;
     case KIND_METRICS:
         serve_metrics(hr);
+        return;
+    case KIND_STATUS_JSON:
+        serve_status(hr);
+        return;
+    case KIND_STATUS_PAGE:
+        serve_status_page(hr);
         return;
     case KIND_MODELS:
         serve_models(hr);

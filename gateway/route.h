@@ -10,8 +10,9 @@ struct handler_req;
 
 /*
  * Answer 'hr': pick the route (404, or 405 with Allow; on the admin
- * listener only /metrics, /healthz and /readyz), check the key (401: a
- * tenant's, or for /metrics an [admin] one), read the body (413, 408,
+ * listener only /metrics, /healthz, /readyz, /status.json and /status,
+ * the last two there alone), check the key (401: a tenant's, or for
+ * /metrics and /status.json an [admin] one), read the body (413, 408,
  * 400; Expect: 100-continue answered), and respond or forward upstream.
  * Always leaves a response sent or the reply broken.  A request of a
  * tenant's route (one that goes upstream, and /v1/models) is counted

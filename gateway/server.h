@@ -76,7 +76,8 @@ int server_init(struct server *s, struct generations *gens,
  * logs "server: listening addr=... port=N", "server: listening for TLS
  * tls_addr=... tls_port=N" and "server: listening for admin
  * admin_addr=... admin_port=N".  The admin listener is plain HTTP and
- * serves /metrics, /healthz and /readyz alone (route.h).
+ * serves /metrics, /healthz, /readyz and the status view (status.h)
+ * alone (route.h).
  */
 int server_listen(struct server *s);
 

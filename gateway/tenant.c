@@ -3,6 +3,7 @@
  */
 #include "tenant.h"
 
+#include <assert.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -22,6 +23,11 @@
  */
 #define TENANT_MAX_MODELS 32
 #define OTHER_MODEL "(other models)"
+
+/* Admissions are counted per second over the last minute (status view). */
+#define MINUTE_S 60
+
+_Static_assert(TENANT_NAME_MAX == CONFIG_NAME_MAX + 1, "TENANT_NAME_MAX");
 
 /* ---- who ---- */
 
@@ -129,6 +135,10 @@ struct tenant_entry {
     uint64_t saved;             /* tokens followers got for nothing */
     struct model_bill bills[TENANT_MAX_MODELS + 1];  /* + "_other" */
     size_t nbills;
+    /* Admitted requests per second: second minute_s[i] counted
+     * minute[i], i = second % MINUTE_S. */
+    int64_t minute_s[MINUTE_S];
+    uint64_t minute[MINUTE_S];
 };
 
 struct tenants {
@@ -237,6 +247,37 @@ take_token(struct tenant_entry *e, uint64_t rpm, int64_t now_us)
     return (int)gw_us_to_s_ceil(wait_us);
 }
 
+/* One more admission of 'e' in the second of 'now_us'. */
+static void
+count_second_locked(struct tenants *ts, struct tenant_entry *e,
+                    int64_t now_us)
+{
+    int64_t sec = now_us / 1000000;
+    size_t i = (size_t)(sec % MINUTE_S);
+
+    assert(gw_mutex_held(&ts->lock));
+    if (e->minute_s[i] != sec) {
+        e->minute_s[i] = sec;
+        e->minute[i] = 0;
+    }
+    e->minute[i]++;
+}
+
+/* Admissions of 'e' in the last MINUTE_S seconds, this one included. */
+static uint64_t
+last_minute_locked(struct tenants *ts, const struct tenant_entry *e,
+                   int64_t now_us)
+{
+    int64_t sec = now_us / 1000000;
+    uint64_t n = 0;
+
+    assert(gw_mutex_held(&ts->lock));
+    for (size_t i = 0; i < MINUTE_S; i++)
+        if (e->minute[i] > 0 && sec - e->minute_s[i] < MINUTE_S)
+            n += e->minute[i];
+    return n;
+}
+
 enum tenant_limit
 tenants_enter(struct tenants *ts, const struct gw_config *cfg, size_t tenant,
               int64_t now_us, struct tenant_entry **out, int *retry_after_s,
@@ -267,6 +308,7 @@ tenants_enter(struct tenants *ts, const struct gw_config *cfg, size_t tenant,
     }
     if (verdict == TENANT_ADMITTED) {
         e->inflight++;
+        count_second_locked(ts, e, now_us);
         *out = e;
     } else if (verdict != TENANT_NOMEM) {
         e->rejected[verdict == TENANT_RATE]++;
@@ -375,6 +417,46 @@ tenants_count_request(struct tenants *ts, const struct gw_config *cfg,
 
 out:
     gw_mutex_unlock(&ts->lock);
+}
+
+int
+tenants_status(struct tenants *ts, int64_t now_us, struct tenant_status **out,
+               size_t *n)
+{
+    struct tenant_status *v = NULL;
+    int rc = 0;
+
+    *out = NULL;
+    *n = 0;
+    gw_mutex_lock(&ts->lock);
+    /* An allocation, no I/O: a few hundred bytes per tenant. */
+    if (ts->n > 0 && (v = gw_calloc(ts->n, sizeof(*v))) == NULL) {
+        rc = GW_ENOMEM;
+        goto out;
+    }
+    for (size_t i = 0; i < ts->n; i++) {
+        const struct tenant_entry *e = ts->v[i];
+        struct tenant_status *st = &v[i];
+
+        memcpy(st->name, e->name, sizeof(st->name));
+        st->inflight = e->inflight;
+        st->last_minute = last_minute_locked(ts, e, now_us);
+        st->rejected_inflight = e->rejected[0];
+        st->rejected_rate = e->rejected[1];
+        for (size_t b = 0; b < e->nbills; b++) {
+            st->prompt_tokens = add_sat(st->prompt_tokens,
+                                        e->bills[b].prompt);
+            st->completion_tokens = add_sat(st->completion_tokens,
+                                            e->bills[b].completion);
+        }
+        st->saved = e->saved;
+    }
+    *out = v;
+    *n = ts->n;
+
+out:
+    gw_mutex_unlock(&ts->lock);
+    return rc;
 }
 
 /* One family with a sample per tenant: the uint64_t at 'offset'.  Locked. */

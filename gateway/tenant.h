@@ -44,6 +44,7 @@ struct tenants;
 struct tenant_entry;
 
 #define TENANT_DEFAULT_NAME "default"
+#define TENANT_NAME_MAX 65          /* CONFIG_NAME_MAX and its NUL */
 
 /*
  * The tenant of a request: the index of the [tenant] whose key the client
@@ -108,6 +109,27 @@ void tenants_leave(struct tenants *ts, struct tenant_entry *e);
 void tenants_bill(struct tenants *ts, struct tenant_entry *e,
                   const char *model, uint64_t prompt, uint64_t completion,
                   int saved);
+
+/* One tenant as the status view (status.h) shows it: a copy. */
+struct tenant_status {
+    char name[TENANT_NAME_MAX];
+    uint64_t inflight;              /* requests under way */
+    uint64_t last_minute;           /* admitted in the last 60 s */
+    uint64_t rejected_inflight;     /* 429s: max_inflight */
+    uint64_t rejected_rate;         /* 429s: requests_per_minute */
+    uint64_t prompt_tokens;         /* billed, every model */
+    uint64_t completion_tokens;
+    uint64_t saved;                 /* tokens followers got for nothing */
+};
+
+/*
+ * Every tenant seen so far (by name; tenant.h's design), copied under
+ * the tenants' lock alone, at 'now_us' (gw_now_us()).  OUT *out: a new
+ * array (gw_free() it) of OUT *n entries, NULL when there are none.
+ * Returns 0 or GW_ENOMEM.
+ */
+int tenants_status(struct tenants *ts, int64_t now_us,
+                   struct tenant_status **out, size_t *n);
 
 /*
  * A request of tenant 'tenant' of 'cfg' was answered with 'status'

@@ -37,8 +37,9 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 GATEWAY = {
     "main": "coalesce config generation metrics server tenant",
     "server": "coalesce config conn generation handler metrics reply",
-    "conn": "config generation handler reply route tenant tls",
-    "route": "config handler metrics pool proxy reply tenant",
+    "conn": "config generation handler reply route status tenant tls",
+    "route": "config handler metrics pool proxy reply status tenant",
+    "status": "coalesce config generation handler metrics pool tenant",
     "proxy": "coalesce config dispatch fanout flight handler metrics pool"
              " reply tenant upstream usage",
     "generation": "config health metrics pool scrape tls upstream",
@@ -72,6 +73,7 @@ GATEWAY = {
 # modules allowed to include them.
 PRIVATE = {
     "upstream_call": ("upstream", {"upstream_testcall"}),
+    "status_page": ("status", set()),
 }
 
 # The same for common/ (libinfergw.a).

@@ -25,6 +25,16 @@ static const struct call_outcome nobody = { CALL_CLIENT_GONE, 0, 0,
 
 static struct gw_config cfg;
 
+/* Every flight here is model "m" of tenant "t" (the status view's). */
+static enum coalesce_role
+join(struct coalescer *co, const unsigned char *k, struct flight_reader *r,
+     struct flight **f, enum metrics_bypass *why)
+{
+    static const struct coalesce_about about = { "m", "t" };
+
+    return coalescer_join(co, k, &about, r, f, why);
+}
+
 static void
 setup(void)
 {
@@ -74,8 +84,8 @@ START_TEST(test_leader_then_follower)
     enum metrics_bypass why;
 
     key_of("{\"x\":1}", k);
-    ck_assert_int_eq(coalescer_join(co, k, &ra, &a, &why), COALESCE_LEADER);
-    ck_assert_int_eq(coalescer_join(co, k, &rb, &b, &why),
+    ck_assert_int_eq(join(co, k, &ra, &a, &why), COALESCE_LEADER);
+    ck_assert_int_eq(join(co, k, &rb, &b, &why),
                      COALESCE_FOLLOWER);
     ck_assert_ptr_eq(a, b);
     ck_assert_uint_eq(flight_readers(a), 2);
@@ -90,6 +100,65 @@ START_TEST(test_leader_then_follower)
 }
 END_TEST
 
+/*
+ * The status view's copy of the map: what the leader said of the flight,
+ * its followers now and at most, and how far its call is.
+ */
+START_TEST(test_status_copies_the_map)
+{
+    struct coalescer *co = coalescer_new(&cfg);
+    unsigned char k[FLIGHT_KEY_LEN], k2[FLIGHT_KEY_LEN];
+    struct flight_reader ra, rb, rc, rd;
+    struct flight *a, *b, *c, *d;
+    struct coalesce_flight_status st[2];
+    enum metrics_bypass why;
+    char hex[13];
+
+    key_of("{\"x\":1}", k);
+    coalesce_key_hex(k, hex);
+    ck_assert_int_eq(join(co, k, &ra, &a, &why), COALESCE_LEADER);
+    ck_assert_int_eq(join(co, k, &rb, &b, &why), COALESCE_FOLLOWER);
+    ck_assert_int_eq(join(co, k, &rc, &c, &why), COALESCE_FOLLOWER);
+    coalescer_detach(co, k, c, &rc);
+    ck_assert_uint_eq(coalescer_status(co, st, 2), 1);
+    ck_assert_str_eq(st[0].key, hex);
+    ck_assert_str_eq(st[0].model, "m");
+    ck_assert_str_eq(st[0].tenant, "t");
+    ck_assert_str_eq(st[0].upstream, "");
+    ck_assert_int_eq(st[0].phase, FLIGHT_PHASE_QUEUED);
+    ck_assert_uint_eq(st[0].followers, 1);
+    ck_assert_uint_eq(st[0].followers_peak, 2);
+    ck_assert_uint_eq(st[0].bytes, 0);
+    ck_assert_int_le(st[0].start_ms, gw_now_ms());
+
+    flight_set_upstream(a, "u1");
+    coalescer_status(co, st, 2);
+    ck_assert_int_eq(st[0].phase, FLIGHT_PHASE_WAITING);
+    ck_assert_str_eq(st[0].upstream, "u1");
+    flight_set_head(a, 200, "text/event-stream", -1, 0);
+    ck_assert_int_eq(flight_append(a, "hello", 5, 1 << 20, 1 << 20), 0);
+    coalescer_status(co, st, 2);
+    ck_assert_int_eq(st[0].phase, FLIGHT_PHASE_STREAMING);
+    ck_assert_uint_eq(st[0].bytes, 5);
+
+    /* A cap: the count says how many there are, the copy stops. */
+    key_of("{\"x\":2}", k2);
+    ck_assert_int_eq(join(co, k2, &rd, &d, &why), COALESCE_LEADER);
+    ck_assert_uint_eq(coalescer_status(co, st, 1), 2);
+    ck_assert_uint_eq(coalescer_status(co, NULL, 0), 2);
+
+    coalescer_finish(co, k2, d, &complete);
+    coalescer_detach(co, k2, d, &rd);
+    flight_unref(d);
+    coalescer_finish(co, k, a, &complete);
+    ck_assert_uint_eq(coalescer_status(co, st, 2), 0);
+    coalescer_detach(co, k, b, &rb);
+    coalescer_detach(co, k, a, &ra);
+    flight_unref(a);
+    coalescer_free(co);
+}
+END_TEST
+
 START_TEST(test_after_finish_is_fresh_call)
 {
     struct coalescer *co = coalescer_new(&cfg);
@@ -99,10 +168,10 @@ START_TEST(test_after_finish_is_fresh_call)
     enum metrics_bypass why;
 
     key_of("{\"x\":1}", k);
-    ck_assert_int_eq(coalescer_join(co, k, &ra, &a, &why), COALESCE_LEADER);
+    ck_assert_int_eq(join(co, k, &ra, &a, &why), COALESCE_LEADER);
     coalescer_finish(co, k, a, &complete);
     /* Not a cache: the same key now leads a new flight. */
-    ck_assert_int_eq(coalescer_join(co, k, &rb, &b, &why), COALESCE_LEADER);
+    ck_assert_int_eq(join(co, k, &rb, &b, &why), COALESCE_LEADER);
     ck_assert_ptr_ne(a, b);
     ck_assert_str_ne(a->id, b->id);
     coalescer_finish(co, k, b, &complete);
@@ -123,17 +192,17 @@ START_TEST(test_stale_flight_keeps_successor)
     enum metrics_bypass why;
 
     key_of("{\"x\":1}", k);
-    ck_assert_int_eq(coalescer_join(co, k, &ra, &a, &why), COALESCE_LEADER);
+    ck_assert_int_eq(join(co, k, &ra, &a, &why), COALESCE_LEADER);
     /* A's only client leaves: A is unlinked while its leader still runs. */
     coalescer_detach(co, k, a, &ra);
     ck_assert_uint_eq(coalescer_count(co), 0);
-    ck_assert_int_eq(coalescer_join(co, k, &rb, &b, &why), COALESCE_LEADER);
+    ck_assert_int_eq(join(co, k, &rb, &b, &why), COALESCE_LEADER);
     ck_assert_ptr_ne(a, b);
     /* A's leader finishes late: B must stay in the map. */
     coalescer_finish(co, k, a, &nobody);
     flight_unref(a);
     ck_assert_uint_eq(coalescer_count(co), 1);
-    ck_assert_int_eq(coalescer_join(co, k, &rc, &c, &why),
+    ck_assert_int_eq(join(co, k, &rc, &c, &why),
                      COALESCE_FOLLOWER);
     ck_assert_ptr_eq(c, b);
     coalescer_finish(co, k, b, &complete);
@@ -158,34 +227,34 @@ START_TEST(test_bounds_bypass)
     co = coalescer_new(&cfg);
     key_of("{\"x\":1}", k1);
     key_of("{\"x\":2}", k2);
-    ck_assert_int_eq(coalescer_join(co, k1, &ra, &a, &why), COALESCE_LEADER);
-    ck_assert_int_eq(coalescer_join(co, k2, &rx, &x, &why), COALESCE_BYPASS);
+    ck_assert_int_eq(join(co, k1, &ra, &a, &why), COALESCE_LEADER);
+    ck_assert_int_eq(join(co, k2, &rx, &x, &why), COALESCE_BYPASS);
     ck_assert_int_eq(why, METRICS_BYPASS_MAX_FLIGHTS);
     ck_assert_ptr_null(x);
-    ck_assert_int_eq(coalescer_join(co, k1, &rb, &b, &why),
+    ck_assert_int_eq(join(co, k1, &rb, &b, &why),
                      COALESCE_FOLLOWER);
-    ck_assert_int_eq(coalescer_join(co, k1, &rx, &x, &why), COALESCE_BYPASS);
+    ck_assert_int_eq(join(co, k1, &rx, &x, &why), COALESCE_BYPASS);
     ck_assert_int_eq(why, METRICS_BYPASS_MAX_FOLLOWERS);
     /* max_followers counts the followers attached now: one leaves, the
      * next one joins. */
     coalescer_detach(co, k1, b, &rb);
-    ck_assert_int_eq(coalescer_join(co, k1, &rb, &b, &why),
+    ck_assert_int_eq(join(co, k1, &rb, &b, &why),
                      COALESCE_FOLLOWER);
-    ck_assert_int_eq(coalescer_join(co, k1, &rx, &x, &why), COALESCE_BYPASS);
+    ck_assert_int_eq(join(co, k1, &rx, &x, &why), COALESCE_BYPASS);
     ck_assert_int_eq(why, METRICS_BYPASS_MAX_FOLLOWERS);
     /* The leader's client leaving frees no follower slot. */
     coalescer_detach(co, k1, a, &ra);
-    ck_assert_int_eq(coalescer_join(co, k1, &rx, &x, &why), COALESCE_BYPASS);
+    ck_assert_int_eq(join(co, k1, &rx, &x, &why), COALESCE_BYPASS);
     ck_assert_int_eq(why, METRICS_BYPASS_MAX_FOLLOWERS);
     coalescer_finish(co, k1, a, &complete);
     coalescer_detach(co, k1, b, &rb);
     flight_unref(a);
 
     /* Past max_flight_bytes the flight stops taking joiners. */
-    ck_assert_int_eq(coalescer_join(co, k1, &ra, &a, &why), COALESCE_LEADER);
+    ck_assert_int_eq(join(co, k1, &ra, &a, &why), COALESCE_LEADER);
     flight_set_head(a, 200, "text/event-stream", -1, 0);
     ck_assert_int_eq(flight_append(a, "0123456789ab", 12, 10, 1 << 30), 0);
-    ck_assert_int_eq(coalescer_join(co, k1, &rx, &x, &why), COALESCE_BYPASS);
+    ck_assert_int_eq(join(co, k1, &rx, &x, &why), COALESCE_BYPASS);
     ck_assert_int_eq(why, METRICS_BYPASS_MAX_FLIGHT_BYTES);
     coalescer_finish(co, k1, a, &complete);
     coalescer_detach(co, k1, a, &ra);
@@ -210,7 +279,7 @@ START_TEST(test_join_enomem_bypasses)
     key_of("{\"x\":1}", k);
     for (long n = 1; n <= 2; n++) {
         alloc_fail_after(n, 0);
-        ck_assert_int_eq(coalescer_join(co, k, &ra, &a, &why),
+        ck_assert_int_eq(join(co, k, &ra, &a, &why),
                          COALESCE_BYPASS);
         ck_assert_int_eq(why, METRICS_BYPASS_NOMEM);
         ck_assert_ptr_null(a);
@@ -218,8 +287,8 @@ START_TEST(test_join_enomem_bypasses)
         alloc_fail_after(0, 0);
         ck_assert_uint_eq(coalescer_count(co), 0);
     }
-    ck_assert_int_eq(coalescer_join(co, k, &ra, &a, &why), COALESCE_LEADER);
-    ck_assert_int_eq(coalescer_join(co, k, &rb, &b, &why),
+    ck_assert_int_eq(join(co, k, &ra, &a, &why), COALESCE_LEADER);
+    ck_assert_int_eq(join(co, k, &rb, &b, &why),
                      COALESCE_FOLLOWER);
     coalescer_finish(co, k, a, &complete);
     coalescer_detach(co, k, b, &rb);
@@ -480,6 +549,7 @@ coalesce_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 10);
     tcase_add_test(tc, test_leader_then_follower);
+    tcase_add_test(tc, test_status_copies_the_map);
     tcase_add_test(tc, test_after_finish_is_fresh_call);
     tcase_add_test(tc, test_stale_flight_keeps_successor);
     tcase_add_test(tc, test_bounds_bypass);

@@ -37,6 +37,20 @@ static struct {
 static struct gw_config cfg;
 static struct pool *pool;
 
+/* dispatch_ctx.on_upstream's calls: the names, in order. */
+static struct {
+    const char *name[8];
+    size_t n;
+} noted;
+
+static void
+note_upstream(void *arg, const char *name)
+{
+    (void)arg;
+    ck_assert_uint_lt(noted.n, 8);
+    noted.name[noted.n++] = name;
+}
+
 int
 upstream_retryable_status(int status)
 {
@@ -110,7 +124,7 @@ static int
 run(const struct step *steps, size_t n, const char *model,
     struct dispatch_result *out)
 {
-    struct dispatch_ctx dc = { &cfg, pool, NULL, -1 };
+    struct dispatch_ctx dc = { &cfg, pool, NULL, -1, note_upstream, NULL };
     struct upstream_request req = { "POST", "/v1/completions", "{}", 2,
                                     "id", NULL, NULL };
     struct upstream_sink sink = { NULL, NULL, NULL, NULL, NULL };
@@ -118,6 +132,7 @@ run(const struct step *steps, size_t n, const char *model,
     up.steps = steps;
     up.n = n;
     up.next = 0;
+    noted.n = 0;
     return dispatch_run(&dc, &req, model, 0, CONFIG_MAX_TENANTS, &sink, -1,
                         out);
 }
@@ -128,11 +143,21 @@ START_TEST(test_connect_failure_retried_elsewhere)
                                      { CALL_OK, 200, 1, 0 } };
     struct dispatch_result out;
 
+    struct pool_upstream_status st[2];
+
     make(2, "");
     ck_assert_int_eq(run(s, 2, "m", &out), 0);
     ck_assert_int_eq(out.attempts, 2);
     ck_assert_uint_ne(up.idx[0], up.idx[1]);
     ck_assert_int_eq(out.res.outcome.kind, CALL_OK);
+    /* The status view follows the call: first one upstream, then the
+     * one the retry went to, which counts it. */
+    ck_assert_uint_eq(noted.n, 2);
+    ck_assert_str_eq(noted.name[0], cfg.upstreams[up.idx[0]].name);
+    ck_assert_str_eq(noted.name[1], cfg.upstreams[up.idx[1]].name);
+    ck_assert_uint_eq(pool_status(pool, st, 2), 2);
+    ck_assert_uint_eq(st[up.idx[1]].retries, 1);
+    ck_assert_uint_eq(st[up.idx[0]].retries, 0);
 }
 END_TEST
 
@@ -237,11 +262,18 @@ START_TEST(test_a_hedge_goes_to_another_upstream)
     static const struct step s[] = { { CALL_OK, 200, 1, 1 } };
     struct dispatch_result out;
 
+    struct pool_upstream_status st[2];
+
     make(2, "hedge_after = 100ms\n");
     ck_assert_int_eq(run(s, 1, "m", &out), 0);
     ck_assert_uint_ne(up.hedged[0], SIZE_MAX);
     ck_assert_uint_ne(up.hedged[0], up.idx[0]);
     ck_assert_int_eq(out.attempts, 2);
+    /* It fired on the hedge's upstream, and lost (no winner here). */
+    ck_assert_uint_eq(pool_status(pool, st, 2), 2);
+    ck_assert_uint_eq(st[up.hedged[0]].hedges, 1);
+    ck_assert_uint_eq(st[up.hedged[0]].hedges_won, 0);
+    ck_assert_uint_eq(st[up.idx[0]].hedges, 0);
 }
 END_TEST
 

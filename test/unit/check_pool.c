@@ -631,20 +631,31 @@ END_TEST
 
 START_TEST(test_budget_share_and_minimum)
 {
+    struct pool_upstream_status st[2];
+    struct pool_slot s;
     int i, n = 0;
 
     make_pool(2, "retry_budget = 20%\nretry_budget_min = 3\n", "");
+    ck_assert_int_eq(take(&s), 0);
     for (i = 0; i < 10; i++)
         pool_note_request(pool);
-    while (pool_budget_take(pool, 0))
+    while (pool_budget_take(pool, &s, 0))
         n++;
     ck_assert_int_eq(n, 3);                 /* max(3, 20% of 10) */
     ck_assert(!pool_budget_peek(pool));
     for (i = 0; i < 20; i++)
         pool_note_request(pool);
-    while (pool_budget_take(pool, 1))
+    while (pool_budget_take(pool, &s, 1))
         n++;
     ck_assert_int_eq(n, 6);                 /* 20% of 30 */
+    /* Each went to the slot's upstream, for the status view. */
+    pool_note_hedge_won(pool, &s);
+    ck_assert_uint_eq(pool_status(pool, st, 2), 2);
+    ck_assert_uint_eq(st[s.idx].retries, 3);
+    ck_assert_uint_eq(st[s.idx].hedges, 3);
+    ck_assert_uint_eq(st[s.idx].hedges_won, 1);
+    ck_assert_uint_eq(st[1 - s.idx].retries + st[1 - s.idx].hedges, 0);
+    pool_release(pool, &s, POOL_OK, 0);
 }
 END_TEST
 

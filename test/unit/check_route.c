@@ -1,16 +1,18 @@
 /*
  * check_route.c - unit tests for gateway/route.c: which route a request
- * takes (404 and 405 with Allow, the admin listener's three routes), the
- * key checks (a tenant's, /metrics's [admin] one), the body checks (413
+ * takes (404 and 405 with Allow, the admin listener's routes, the status
+ * view there alone), the key checks (a tenant's, the [admin] one of
+ * /metrics and /status.json), the body checks (413
  * before reading, 100-continue, malformed, not a JSON object), the
  * tenant's admission (429) and what is forwarded (coalescable or not,
  * the model noted for the access log).
  *
  * No socket: this test defines the functions route.c calls in reply.c
- * (they record what would be sent), proxy.c (records the forward) and
- * pool.c (answers as the test sets), and links the other objects from an
- * archive, from which the linker takes only the members still needed, so
- * reply.o, proxy.o and pool.o never are (the Makefile's check_route rule).
+ * (they record what would be sent), proxy.c (records the forward),
+ * pool.c and status.c (answer as the test sets), and links the other
+ * objects from an archive, from which the linker takes only the members
+ * still needed, so reply.o, proxy.o, pool.o and status.o never are (the
+ * Makefile's check_route rule).
  * Every body is already in the connection's buffer when the request is
  * routed, so route.c never reads the client socket.
  */
@@ -33,6 +35,7 @@
 #include "proxy.h"
 #include "reply.h"
 #include "route.h"
+#include "status.h"
 #include "tenant.h"
 #include "util.h"
 #include "testutil.h"
@@ -72,6 +75,7 @@ static struct {
     int models_rc;              /* pool_models_json */
     int metrics_rc;             /* pool_render_metrics */
     int continue_rc;            /* reply_continue */
+    int status_rc;              /* status_render_json */
 } stub;
 
 static void
@@ -158,6 +162,31 @@ reply_continue(struct reply *r)
     (void)r;
     seen.continues++;
     return stub.continue_rc;
+}
+
+void
+reply_note_error(struct reply *r, const char *code, const char *message)
+{
+    (void)r;
+    (void)code;
+    (void)message;
+}
+
+int
+status_render_json(const struct handler_ctx *hctx, struct buf *out)
+{
+    (void)hctx;
+    return stub.status_rc != 0 ? stub.status_rc
+                               : buf_append_str(out, "{\"version\":\"x\"}");
+}
+
+const char *
+status_page(size_t *len)
+{
+    static const char page[] = "<!DOCTYPE html><title>s</title>";
+
+    *len = sizeof(page) - 1;
+    return page;
 }
 
 void
@@ -429,6 +458,19 @@ static const struct route_case {
       "Allow: POST\r\n", "HEAD is no POST" },
     { "DELETE", "/metrics", 1, METRICS_ROUTE_METRICS, 405, 0,
       "Allow: GET, HEAD\r\n", "the admin listener checks the method too" },
+
+    { "GET", "/status.json", 1, METRICS_ROUTE_STATUS, 200, 0, NULL,
+      "the status view on the admin listener" },
+    { "GET", "/status", 1, METRICS_ROUTE_STATUS, 200, 0, NULL,
+      "its page on the admin listener" },
+    { "GET", "/status.json", 0, METRICS_ROUTE_OTHER, 404, 0, NULL,
+      "the status view is never on an API port" },
+    { "GET", "/status", 0, METRICS_ROUTE_OTHER, 404, 0, NULL,
+      "nor its page" },
+    { "POST", "/status.json", 1, METRICS_ROUTE_STATUS, 405, 0,
+      "Allow: GET, HEAD\r\n", "the status view is a GET" },
+    { "GET", "/status/", 1, METRICS_ROUTE_OTHER, 404, 0, NULL,
+      "a trailing slash is another path there too" },
 };
 
 START_TEST(test_route_table)
@@ -664,6 +706,43 @@ START_TEST(test_metrics_allowed)
     assert_answered(c->status, c->status == 401 ? "invalid_api_key" : NULL);
     if (c->status == 200)
         ck_assert_ptr_nonnull(strstr(seen.body, "infergw_"));
+}
+END_TEST
+
+/*
+ * /status.json names every tenant and flight: the same keys as /metrics
+ * on the admin listener (it is served nowhere else).  The page holds no
+ * data and asks for none.
+ */
+START_TEST(test_status_allowed)
+{
+    const struct metrics_case *c = &metrics_cases[_i];
+
+    if (!c->admin)
+        return;                 /* 404 there: test_route_table */
+    load(c->conf);
+    route(1, "GET", "/status.json", c->auth, NULL);
+    ck_assert_msg(seen.status == c->status, "%s: status %d, want %d",
+                  c->note, seen.status, c->status);
+    assert_answered(c->status, c->status == 401 ? "invalid_api_key" : NULL);
+    if (c->status == 200) {
+        ck_assert_str_eq(seen.content_type, "application/json");
+        ck_assert_str_eq(seen.body, "{\"version\":\"x\"}");
+    }
+    route(1, "GET", "/status", c->auth, NULL);
+    ck_assert_int_eq(seen.status, 200);
+    ck_assert_str_eq(seen.content_type, "text/html; charset=utf-8");
+    ck_assert_ptr_nonnull(strstr(seen.body, "<!DOCTYPE html>"));
+}
+END_TEST
+
+/* A status view that cannot be built is a 503, not a half document. */
+START_TEST(test_status_fails_whole)
+{
+    stub.status_rc = GW_ENOMEM;
+    route(1, "GET", "/status.json", "", NULL);
+    stub.status_rc = 0;
+    assert_answered(503, "overloaded");
 }
 END_TEST
 
@@ -965,6 +1044,8 @@ route_suite(void)
     tcase_add_test(tc, test_tenant_key_required);
     tcase_add_loop_test(tc, test_metrics_allowed, 0,
                         (int)GW_ARRAY_LEN(metrics_cases));
+    tcase_add_loop_test(tc, test_status_allowed, 0,
+                        (int)GW_ARRAY_LEN(metrics_cases));
     suite_add_tcase(s, tc);
 
     tc = fixture("body");
@@ -985,6 +1066,7 @@ route_suite(void)
     tc = fixture("endpoints");
     tcase_add_test(tc, test_readyz);
     tcase_add_test(tc, test_models_and_metrics_errors);
+    tcase_add_test(tc, test_status_fails_whole);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -10,6 +10,7 @@
 
 #include <mbedtls/sha256.h>
 
+#include "alloc.h"
 #include "buf.h"
 #include "config.h"
 #include "http.h"
@@ -503,6 +504,59 @@ START_TEST(test_requests_by_status)
 }
 END_TEST
 
+/*
+ * The status view's copy: in flight, admitted in the last minute (the
+ * seconds before it no longer count), 429s by limit, tokens and the
+ * tokens saved.
+ */
+START_TEST(test_status)
+{
+    struct tenants *ts = tenants_new();
+    struct tenant_entry *p1, *p2, *p3;
+    struct tenant_status *v;
+    size_t n;
+    int wait;
+
+    load("[tenant a]\napi_key = " KEY_1 "\nmax_inflight = 2\n");
+    ck_assert_int_eq(tenants_status(ts, 0, &v, &n), 0);
+    ck_assert_uint_eq(n, 0);
+    ck_assert_ptr_null(v);
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 1 * S_US, &p1, &wait, NULL),
+                     TENANT_ADMITTED);
+    tenants_bill(ts, p1, "m", 10, 5, 1);
+    tenants_leave(ts, p1);
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 50 * S_US, &p1, &wait,
+                                   NULL), TENANT_ADMITTED);
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 50 * S_US, &p2, &wait,
+                                   NULL), TENANT_ADMITTED);
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 50 * S_US, &p3, &wait,
+                                   NULL), TENANT_MAX_INFLIGHT);
+    tenants_bill(ts, p1, "n", 1, 2, 0);
+
+    ck_assert_int_eq(tenants_status(ts, 60 * S_US, &v, &n), 0);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_str_eq(v[0].name, "a");
+    ck_assert_uint_eq(v[0].inflight, 2);
+    ck_assert_uint_eq(v[0].last_minute, 3);
+    ck_assert_uint_eq(v[0].rejected_inflight, 1);
+    ck_assert_uint_eq(v[0].rejected_rate, 0);
+    ck_assert_uint_eq(v[0].prompt_tokens, 11);
+    ck_assert_uint_eq(v[0].completion_tokens, 7);
+    ck_assert_uint_eq(v[0].saved, 15);
+    gw_free(v);
+    /* Second 1 is past the minute at 61 s; second 50 is not. */
+    ck_assert_int_eq(tenants_status(ts, 61 * S_US, &v, &n), 0);
+    ck_assert_uint_eq(v[0].last_minute, 2);
+    gw_free(v);
+    ck_assert_int_eq(tenants_status(ts, 110 * S_US, &v, &n), 0);
+    ck_assert_uint_eq(v[0].last_minute, 0);
+    gw_free(v);
+    tenants_leave(ts, p1);
+    tenants_leave(ts, p2);
+    tenants_free(ts);
+}
+END_TEST
+
 static Suite *
 tenant_suite(void)
 {
@@ -520,6 +574,7 @@ tenant_suite(void)
     tc = tcase("limits");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_max_inflight);
+    tcase_add_test(tc, test_status);
     tcase_add_test(tc, test_requests_per_minute);
     tcase_add_test(tc, test_rate_as_the_headers_tell_it);
     tcase_add_test(tc, test_rate_starts_full_and_refills_continuously);
