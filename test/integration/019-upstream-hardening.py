@@ -230,6 +230,12 @@ def stray_test(t, stray, then_close):
 
     up = Scripted(script)
     g = gateway_over(t, [up.port])
+    # The start's probe runs on its beat thread.  Taking a kept connection
+    # in the 50 ms before its stray came, it would read the stray as its
+    # own answer, and its GET's 404 would be the stray the next request
+    # finds: no client request can be told from a racing stray, and the
+    # test is about strays that came while the connection was idle.
+    wait_for(lambda: up.gets >= 1, msg="the start's GET /v1/models")
     stale0 = value(g, CLOSED, reason="stale")
     for i in range(6):
         sent.clear()
