@@ -333,6 +333,10 @@ head_failed(struct conn *c, int rc)
     write_access(c, gw_now_us() - c->reply.start_us,
                  c->req.error_msg != NULL ? c->req.error_msg : "-");
     metrics_request(METRICS_ROUTE_OTHER, NULL, 0, c->reply.status, 0, -1);
+    /* The head's views may point into bytes since moved or freed, so
+     * the recent error has no path either. */
+    c->req.path = NULL;
+    c->req.path_len = 0;
     note_error(c);
 }
 

@@ -4,14 +4,14 @@ and a client that goes away mid-stream."""
 import time
 
 from gwtest import (JSON_HEADERS, assert_error, budget, build_request,
-                    chat_body, closed_port, connect, normalise, sse_data,
+                    chat_body, refused_port, connect, normalise, sse_data,
                     sse_events, wait_for)
 
 UPSTREAM_502 = {"upstream_error", "upstream_unreachable"}
 
 
 def test_upstream_down_is_502_unreachable(t):
-    port = closed_port()
+    port = refused_port()
     g = t.gateway(port, {"upstream": {"connect_timeout": "2s"}})
     t0 = time.monotonic()
     r = g.post("/v1/chat/completions", chat_body("anyone there?"))

@@ -11,7 +11,7 @@ import re
 import threading
 import time
 
-from gwtest import assert_error, budget, chat_body, closed_port, \
+from gwtest import assert_error, budget, chat_body, refused_port, \
     completion_body, request, sse_data, sse_events, wait_for
 
 from coalesce_util import (CHAT, COMPLETIONS, assert_complete_stream,
@@ -268,7 +268,7 @@ def test_no_log_line_carries_a_query_string(t):
     tenant = "[tenant a]\napi_key = %s\n" % key
     h = dict(auth(key), **{"Content-Type": "application/json"})
     debug = {"log_level": "debug"}
-    dead = t.gateway(closed_port(), conf={
+    dead = t.gateway(refused_port(), conf={
         "server": debug, "routing": {"retries": 0, "health_interval": 0}},
         extra=tenant)
     assert_error(dead.post(CHAT + q, chat_body("dead"), h), 502,

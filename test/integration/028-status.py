@@ -21,7 +21,7 @@ import subprocess
 import gwtest
 from coalesce_util import finish, finish_all, new_tag, send, start, \
     wait_state
-from gwtest import (ADMIN_KEY, assert_error, budget, chat_body, closed_port,
+from gwtest import (ADMIN_KEY, assert_error, budget, chat_body, refused_port,
                     request, wait_for)
 
 CHAT = "/v1/chat/completions"
@@ -177,7 +177,7 @@ def test_queued_then_waiting_then_streaming(t):
 
 def test_upstreams_breaker_load_and_retries(t):
     m = t.mock()
-    dead = closed_port()
+    dead = refused_port()
     g = t.gateway(None, conf=ADMIN, extra=(
         "[routing]\neject_after = 1\neject_time = 60s\nretries = 1\n"
         "health_interval = 0\nbalance = round_robin\n"

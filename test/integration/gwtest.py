@@ -776,6 +776,21 @@ def closed_port():
     return port
 
 
+_REFUSING = []
+
+
+def refused_port():
+    """A port where a connect is refused, for as long as the test runs: a
+    socket bound there that does not listen.  closed_port() would do but
+    for one race: a gateway started later may be given that very port
+    for its own listener (port 0), and an upstream there is the gateway
+    itself (028 saw a request come back and join its own flight)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    _REFUSING.append(s)             # held open: the port stays taken
+    return s.getsockname()[1]
+
+
 # --------------------------------------------------------------------------
 # Body helpers and assertions.
 
