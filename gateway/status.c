@@ -62,6 +62,37 @@ copy_printable(char *out, size_t n, const char *s)
     out[i] = '\0';
 }
 
+/*
+ * 'url' into out[0..n) without its user info: an upstream URL may carry
+ * user:password@ (config.c takes it, libcurl sends it), and the status
+ * view is no place for a password.
+ */
+static void
+copy_url(char *out, size_t n, const char *url)
+{
+    const char *auth = strstr(url, "://"), *end, *at = NULL;
+    size_t head;
+
+    if (auth == NULL) {
+        copy_printable(out, n, url);
+        return;
+    }
+    auth += 3;
+    end = auth + strcspn(auth, "/?#");
+    for (const char *p = auth; p < end; p++)
+        if (*p == '@')
+            at = p;
+    if (at == NULL) {
+        copy_printable(out, n, url);
+        return;
+    }
+    head = (size_t)(auth - url);
+    if (head >= n)
+        head = n - 1;
+    memcpy(out, url, head);
+    copy_printable(out + head, n - head, at + 1);
+}
+
 void
 status_note_error(const struct status_error_note *n)
 {
@@ -245,6 +276,7 @@ render_upstreams(const struct handler_ctx *ctx, json_t *doc)
     struct pool_upstream_status *v;
     size_t n;
     json_t *a = json_array();
+    char url[1024];                 /* shown cut past this */
     int failed = 0;
 
     v = gw_calloc(CONFIG_MAX_UPSTREAMS, sizeof(*v));
@@ -258,7 +290,8 @@ render_upstreams(const struct handler_ctx *ctx, json_t *doc)
         json_t *o = json_object(), *fails = json_object();
 
         put(o, "name", json_string(u->name), &failed);
-        put(o, "url", json_string(u->url), &failed);
+        copy_url(url, sizeof(url), u->url);
+        put(o, "url", json_string(url), &failed);
         put(o, "state", json_string(state_name(u->state)), &failed);
         put(o, "state_left_ms", u->state == POOL_OPEN
                                 ? json_integer(u->state_left_ms)
@@ -400,6 +433,7 @@ render_head(const struct handler_ctx *ctx, json_t *doc, int64_t now)
 {
     struct generation_status gs;
     json_t *reload = json_null();
+    char why[sizeof(gs.reload_error)];
     int failed = 0;
 
     generations_status(ctx->gens, &gs);
@@ -414,7 +448,10 @@ render_head(const struct handler_ctx *ctx, json_t *doc, int64_t now)
             &failed);
         put(reload, "result", json_string(gs.reload_ok ? "ok" : "failed"),
             &failed);
-        put(reload, "error", str_or_null(gs.reload_error), &failed);
+        /* The loader quotes the bad value, which may be any bytes:
+         * json_string() refuses what is not UTF-8. */
+        copy_printable(why, sizeof(why), gs.reload_error);
+        put(reload, "error", str_or_null(why), &failed);
     }
     put(doc, "last_reload", reload, &failed);
     return failed ? GW_ENOMEM : 0;

@@ -388,14 +388,17 @@ def test_the_last_reload(t):
     m = t.mock()
     g = t.gateway(m, conf=ADMIN)
     good = g.conf_text
-    with open(g.conf_path, "a") as f:
-        f.write("[routing]\nretries = many\n")
+    # The loader quotes the bad value, here bytes that are not UTF-8:
+    # the document must still render (jansson refuses such a string).
+    with open(g.conf_path, "ab") as f:
+        f.write(b"[routing]\nretries = many\xff\xfe\n")
     g.send_signal(signal.SIGHUP)
     s = wait_for(lambda: (lambda s: s if s["last_reload"] else None)
                  (status(g)), 10, msg="a reload noted")
     r = s["last_reload"]
     assert r["result"] == "failed" and s["generation"] == 1, s
     assert g.conf_path in r["error"] and "retries" in r["error"], r
+    assert "many??" in r["error"], r
     assert r["time_unix_ms"] > 0, r
     with open(g.conf_path, "w") as f:
         f.write(good)
@@ -405,6 +408,22 @@ def test_the_last_reload(t):
     assert s["last_reload"]["result"] == "ok", s
     assert s["last_reload"]["error"] is None, s
     assert s["last_reload"]["time_unix_ms"] >= r["time_unix_ms"], s
+
+
+def test_no_password_of_an_upstream_url(t):
+    """user:password@ in an upstream's url goes to libcurl, not into the
+    status view."""
+    m = t.mock()
+    g = t.gateway(None, conf=ADMIN, extra=(
+        "[upstream u]\nurl = http://svc:s3cr3t@127.0.0.1:%d\n" % m.port))
+    h = {}
+    if g.admin_key is not None:
+        h["Authorization"] = "Bearer %s" % g.admin_key
+    r = request(g.admin_port, "GET", "/status.json", h)
+    assert r.status == 200, r
+    assert b"s3cr3t" not in r.body and b"svc" not in r.body, r.body
+    assert upstream(r.json(), "u")["url"] == \
+        "http://127.0.0.1:%d" % m.port, r.body
 
 
 def chromium_dom(t, url):
