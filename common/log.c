@@ -219,8 +219,9 @@ utf8_seq(const unsigned char *s, size_t n)
 
 /*
  * s[0..len) as a JSON string: '"' and '\' escaped, control characters
- * and DEL as \uXXXX (a terminal showing the log obeys none of them),
- * well-formed UTF-8 as it is, any other byte as U+FFFD.  Cut between
+ * and DEL as \u escapes (\u001b for ESC: a terminal showing the log
+ * obeys none of them), well-formed UTF-8 as it is, any other byte as
+ * U+FFFD.  Cut between
  * characters if the line runs out; 'full' only if not even "" fits.
  */
 static void
