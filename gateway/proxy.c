@@ -219,7 +219,7 @@ forward_direct(struct handler_req *hr, const struct fwd *fw)
     struct reply *r = hr->reply;
     int64_t prompt, completion;
 
-    usage_scan_init(&d.usage);
+    usage_scan_init(&d.usage, usage_limit(hr->ctx->cfg->max_request_body));
     dispatch_run(&dc, &fw->ur, fw->model, fw->prefix_hash, hr->tenant,
                  &sink, net_stream_fd(r->stream), &out);
     hr->upstream = out.upstream;
@@ -457,7 +457,7 @@ lead(struct handler_req *hr, struct flight *f, struct fanout_reader *self,
     int64_t prompt, completion;
 
     memset(&l, 0, sizeof(l));
-    usage_scan_init(&l.usage);
+    usage_scan_init(&l.usage, usage_limit(hr->ctx->cfg->max_request_body));
     l.hr = hr;
     l.self = self;
     l.f = f;

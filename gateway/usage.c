@@ -3,6 +3,7 @@
  */
 #include "usage.h"
 
+#include <stdint.h>
 #include <string.h>
 #include <strings.h>
 
@@ -11,11 +12,22 @@
 #include "jsonx.h"
 #include "util.h"
 
+size_t
+usage_limit(uint64_t max_request_body)
+{
+    uint64_t lim = max_request_body + USAGE_ANSWER_ROOM;
+
+    if (lim < max_request_body || lim > SIZE_MAX)
+        return SIZE_MAX;                /* config.c bounds it far below */
+    return (size_t)lim;
+}
+
 void
-usage_scan_init(struct usage_scan *u)
+usage_scan_init(struct usage_scan *u, size_t limit)
 {
     memset(u, 0, sizeof(*u));
-    buf_init(&u->pending, USAGE_MAX_BODY);
+    u->limit = limit;
+    buf_init(&u->pending, limit);
     u->prompt = u->completion = -1;
 }
 
@@ -162,7 +174,7 @@ feed_sse(struct usage_scan *u, const char *p, size_t n)
         if (buf_len(&u->pending) == 0 && !u->overflow) {
             sse_line(u, p, len);        /* whole in this piece: no copy */
         } else if (!u->overflow
-                   && buf_len(&u->pending) + len <= USAGE_MAX_LINE
+                   && buf_len(&u->pending) + len <= u->limit
                    && buf_append(&u->pending, p, len) == 0) {
             sse_line(u, buf_ptr(&u->pending), buf_len(&u->pending));
         }
@@ -171,7 +183,7 @@ feed_sse(struct usage_scan *u, const char *p, size_t n)
         p = nl + 1;
     }
     if (p < end && !u->overflow) {
-        if (buf_len(&u->pending) + (size_t)(end - p) > USAGE_MAX_LINE
+        if (buf_len(&u->pending) + (size_t)(end - p) > u->limit
             || buf_append(&u->pending, p, (size_t)(end - p)) != 0) {
             buf_reset(&u->pending);
             u->overflow = 1;            /* ignored up to its '\n' */
@@ -191,7 +203,7 @@ usage_scan_feed(struct usage_scan *u, const char *p, size_t n)
     case USAGE_JSON:
         if (!u->overflow && buf_append(&u->pending, p, n) != 0) {
             buf_release(&u->pending);
-            buf_init(&u->pending, USAGE_MAX_BODY);
+            buf_init(&u->pending, u->limit);
             u->overflow = 1;
         }
         return;

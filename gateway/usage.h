@@ -16,11 +16,14 @@
  * {"total_tokens": N}, all input.  A usage with none of them (an audio
  * transcription's duration) is not billed.
  *
- * Only 2xx responses are read.  Memory is bounded: a JSON body is kept
- * up to USAGE_MAX_BODY bytes (a larger one is not billed), and of a stream
- * only a line that did not arrive whole, up to USAGE_MAX_LINE, as large:
- * a response.completed event carries the whole response, its text
- * included.  Lines that
+ * Only 2xx responses are read.  Memory is bounded by the scan's
+ * 'limit': a JSON body is kept up to it (a larger one is not billed), and
+ * of a stream only a line that did not arrive whole, up to as much: a
+ * response.completed event carries the whole response, its text
+ * included, and echoes the request's instructions, tools and metadata.
+ * So the limit is usage_limit(): the largest request body the gateway
+ * takes plus room for the answer, and a client cannot pad a request to
+ * push its usage past what is read.  Lines that
  * cannot hold a usage object ("usage": then '{') are never parsed, so a
  * stream costs one memmem() per line.
  *
@@ -34,8 +37,8 @@
 
 #include "buf.h"
 
-#define USAGE_MAX_BODY (1u << 20)
-#define USAGE_MAX_LINE (1u << 20)
+/* Room for what an answer adds to the request it may echo. */
+#define USAGE_ANSWER_ROOM (8u << 20)
 
 enum usage_mode {
     USAGE_OFF = 0,              /* not 2xx, or no head yet */
@@ -47,12 +50,20 @@ struct usage_scan {
     enum usage_mode mode;
     struct buf pending;         /* JSON: the body so far; SSE: the
                                    unfinished line */
-    int overflow;               /* JSON: past USAGE_MAX_BODY; SSE: this
-                                   line is past USAGE_MAX_LINE */
+    size_t limit;               /* the most kept of a body or a line */
+    int overflow;               /* JSON: the body is past 'limit'; SSE:
+                                   this line is */
     int64_t prompt, completion; /* -1 until a usage object was read */
 };
 
-void usage_scan_init(struct usage_scan *u);
+/*
+ * The limit for a gateway that takes request bodies up to
+ * 'max_request_body': that plus USAGE_ANSWER_ROOM.
+ */
+size_t usage_limit(uint64_t max_request_body);
+
+/* Ready to scan one response, keeping at most 'limit' bytes. */
+void usage_scan_init(struct usage_scan *u, size_t limit);
 
 /* The response head: what to look for (text/event-stream or JSON). */
 void usage_scan_head(struct usage_scan *u, int status,

@@ -133,8 +133,18 @@ def test_model_and_stream_labels(t):
     for name in ("stranger-1", "stranger-2"):
         assert g.post(CHAT, chat_body("x", model=name)).status in (200, 404)
     assert g.get("/v1/models").status == 200
-    ms = g.metrics()
     chat = {"route": "chat_completions"}
+
+    # A request is counted after its client has the answer: wait until
+    # the last two are (six chat requests, two /v1/models at least).
+    def counted():
+        ms = g.metrics()
+        n = sum(v for (name, ls), v in ms.items() if name == DURATION
+                and dict(ls).get("route") == "chat_completions")
+        m = sum(v for (name, ls), v in ms.items() if name == DURATION
+                and dict(ls).get("route") == "models")
+        return ms if n >= 6 and m >= 2 else None
+    ms = wait_for(counted, msg="every request counted")
     for fam in (DURATION, TTFB):
         assert has_metric(ms, fam, model="mock-model", stream="true", **chat)
         assert metric(ms, fam, model="mock-model", stream="true", **chat) == 1

@@ -466,7 +466,11 @@ def test_the_openai_npm_client(t):
     # The Vercel AI SDK's openai(model): the Responses API, both ways.
     for k in ("ai_generate", "ai_stream"):
         assert out[k]["text"] and out[k]["usage"]["outputTokens"] == 8, out
-    gm = g.metrics()
+    # Counted after each client has its answer: wait for the fifth.
+    gm = wait_for(lambda: (lambda gm: gm if has_metric(
+        gm, REQUESTS, route="responses", status="200") and metric(
+        gm, REQUESTS, route="responses", status="200") >= 5 else None)(
+        g.metrics()), msg="the SDKs' five calls counted")
     assert present(gm, REQUESTS, route="responses", status="200") == 5, \
         "the SDKs' calls did not all go to /v1/responses"
     # Billed: every response's usage, streamed or not (8 tokens each but

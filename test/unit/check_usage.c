@@ -11,12 +11,17 @@
 
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "buf.h"
 #include "usage.h"
+
 #include "util.h"
 #include "testutil.h"
+
+/* The scans' limit here (the fixed bound of old). */
+#define LIMIT ((size_t)1 << 20)
 
 #define NONE (-1)               /* no usage found: not billed */
 
@@ -195,7 +200,7 @@ check_scan(const struct usage_case *c, const size_t *cuts, size_t ncuts,
     int64_t prompt = NONE, completion = NONE;
     int found;
 
-    usage_scan_init(&u);
+    usage_scan_init(&u, LIMIT);
     usage_scan_head(&u, c->status, c->ctype);
     for (size_t i = 0; i < ncuts; i++) {
         size_t end = i + 1 < ncuts ? cuts[i + 1] : n;
@@ -253,14 +258,16 @@ START_TEST(test_byte_by_byte)
 }
 END_TEST
 
-/* Feed body[0..n) in pieces of 'step' bytes; the prompt count or NONE. */
+/* Feed body[0..n) in pieces of 'step' bytes to a scan limited to
+ * 'limit'; the prompt count or NONE. */
 static int64_t
-scan(int status, const char *ctype, const char *body, size_t n, size_t step)
+scan_limit(size_t limit, int status, const char *ctype, const char *body,
+           size_t n, size_t step)
 {
     struct usage_scan u;
     int64_t prompt = NONE, completion;
 
-    usage_scan_init(&u);
+    usage_scan_init(&u, limit);
     usage_scan_head(&u, status, ctype);
     for (size_t i = 0; i < n; i += step)
         usage_scan_feed(&u, body + i, n - i < step ? n - i : step);
@@ -268,6 +275,12 @@ scan(int status, const char *ctype, const char *body, size_t n, size_t step)
         prompt = NONE;
     usage_scan_release(&u);
     return prompt;
+}
+
+static int64_t
+scan(int status, const char *ctype, const char *body, size_t n, size_t step)
+{
+    return scan_limit(LIMIT, status, ctype, body, n, step);
 }
 
 /* Make 'b' 'before', 'npad' bytes of 'a's, then 'after': a big input. */
@@ -286,14 +299,14 @@ START_TEST(test_json_past_max_body_is_not_billed)
     static const char head[] = "{\"usage\":{\"prompt_tokens\":2},\"pad\":\"";
     struct buf big;
 
-    buf_init(&big, 4 * USAGE_MAX_BODY);
-    padded(&big, "{\"pad\":\"", USAGE_MAX_BODY,
+    buf_init(&big, 4 * LIMIT);
+    padded(&big, "{\"pad\":\"", LIMIT,
            "\",\"usage\":{\"prompt_tokens\":1}}");
     ck_assert_int_eq(scan(200, "application/json", buf_ptr(&big),
                           buf_len(&big), 65536), NONE);
-    /* A body of exactly USAGE_MAX_BODY bytes is read. */
-    padded(&big, head, USAGE_MAX_BODY - strlen(head) - strlen("\"}"), "\"}");
-    ck_assert_uint_eq(buf_len(&big), USAGE_MAX_BODY);
+    /* A body of exactly LIMIT bytes is read. */
+    padded(&big, head, LIMIT - strlen(head) - strlen("\"}"), "\"}");
+    ck_assert_uint_eq(buf_len(&big), LIMIT);
     ck_assert_int_eq(scan(200, "application/json", buf_ptr(&big),
                           buf_len(&big), 65536), 2);
     buf_release(&big);
@@ -304,9 +317,9 @@ START_TEST(test_sse_line_past_max_line_is_skipped)
 {
     struct buf big;
 
-    buf_init(&big, 4 * USAGE_MAX_LINE);
+    buf_init(&big, 4 * LIMIT);
     padded(&big, "data: {\"usage\":{\"prompt_tokens\":5},\"pad\":\"",
-           USAGE_MAX_LINE, "\"}\n");
+           LIMIT, "\"}\n");
     ck_assert_int_eq(scan(200, "text/event-stream", buf_ptr(&big),
                           buf_len(&big), 1000), NONE);
     /* ... and the next line is read again. */
@@ -315,6 +328,46 @@ START_TEST(test_sse_line_past_max_line_is_skipped)
     ck_assert_int_eq(scan(200, "text/event-stream", buf_ptr(&big),
                           buf_len(&big), 1000), 6);
     buf_release(&big);
+}
+END_TEST
+
+/* The limit follows max_request_body, with room for the answer. */
+START_TEST(test_the_limit_follows_the_largest_request)
+{
+    ck_assert_uint_eq(usage_limit(0), USAGE_ANSWER_ROOM);
+    ck_assert_uint_eq(usage_limit(16u << 20), (16u << 20) + USAGE_ANSWER_ROOM);
+    ck_assert_uint_eq(usage_limit(UINT64_MAX), SIZE_MAX);
+}
+END_TEST
+
+/*
+ * A Responses API stream's last event echoes the request's instructions:
+ * a client that pads them past 1 MiB must still be billed (a review
+ * found that it was not, with a fixed 1 MiB bound).
+ */
+START_TEST(test_a_padded_responses_event_is_billed)
+{
+    size_t limit = usage_limit(16u << 20), npad = 3u << 20;
+    char *pad = malloc(npad);
+    struct buf big;
+
+    ck_assert_ptr_nonnull(pad);
+    memset(pad, 'a', npad);         /* one append: fast under TSan too */
+    buf_init(&big, 8u << 20);
+    ck_assert_int_eq(buf_append_str(&big, "event: response.completed\n"
+                                    "data: {\"type\":\"response.completed"
+                                    "\",\"response\":{\"instructions\":\""),
+                     0);
+    ck_assert_int_eq(buf_append(&big, pad, npad), 0);
+    ck_assert_int_eq(buf_append_str(&big, "\",\"usage\":{\"input_tokens\""
+                                    ":7,\"output_tokens\":3}}}\n\n"), 0);
+    ck_assert_int_eq(scan_limit(limit, 200, "text/event-stream",
+                                buf_ptr(&big), buf_len(&big), 65536), 7);
+    /* With the old fixed bound it went unbilled. */
+    ck_assert_int_eq(scan_limit(LIMIT, 200, "text/event-stream",
+                                buf_ptr(&big), buf_len(&big), 65536), NONE);
+    buf_release(&big);
+    free(pad);
 }
 END_TEST
 
@@ -331,7 +384,7 @@ START_TEST(test_a_new_head_starts_over)
     int64_t prompt, completion;
 
     /* A billed first attempt, then a 503: nothing to bill. */
-    usage_scan_init(&u);
+    usage_scan_init(&u, LIMIT);
     usage_scan_head(&u, 200, "text/event-stream");
     usage_scan_feed(&u, event, strlen(event));
     usage_scan_head(&u, 503, "application/json");
@@ -365,6 +418,8 @@ usage_suite(void)
     tc = tcase("bounds");
     tcase_add_test(tc, test_json_past_max_body_is_not_billed);
     tcase_add_test(tc, test_sse_line_past_max_line_is_skipped);
+    tcase_add_test(tc, test_the_limit_follows_the_largest_request);
+    tcase_add_test(tc, test_a_padded_responses_event_is_billed);
     suite_add_tcase(s, tc);
 
     tc = tcase("reuse");
