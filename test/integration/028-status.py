@@ -281,20 +281,30 @@ def test_tenants_limits_429s_tokens_and_savings(t):
     assert [x["name"] for x in s["tenants"]] == ["a", "b"], s["tenants"]
 
 
+def noted(g, n):
+    """Wait for the n-th error to be noted: it is noted after its answer
+    was written, so the next request could otherwise be noted first."""
+    wait_for(lambda: len(status(g)["errors"]) >= n, 10,
+             msg="%d errors noted" % n)
+
+
 def test_recent_errors(t):
     m = t.mock()
     g = t.gateway(m, conf=ADMIN)
     r = g.get("/nope?api_key=sk-secret-in-a-query",
               headers={"X-Request-Id": "err-404"})
     assert r.status == 404
+    noted(g, 1)
     r = g.post(CHAT, b'{"api_key": sk-secret-in-a-body}',
                {"Content-Type": "application/json",
                 "X-Request-Id": "err-400"})
     assert r.status == 400
+    noted(g, 2)
     r = g.post(CHAT, chat_body("boom", mock_status=500),
                {"Content-Type": "application/json",
                 "X-Request-Id": "err-500"})
     assert r.status == 500
+    noted(g, 3)
     r = g.post(CHAT, chat_body("cut", stream=True,
                                mock_fault="die_mid_stream"),
                {"Content-Type": "application/json",
@@ -322,11 +332,18 @@ def test_recent_errors(t):
     text = request(g.admin_port, "GET", "/status.json").text
     assert "sk-secret" not in text and "api_key" not in text, text
 
-    # Bounded: the newest 50.
+    # Bounded: the newest 50.  An error is noted after its answer is
+    # written, so requests on separate connections could be noted out of
+    # order; on one kept connection each is noted before the next is read.
+    c = g.connection()
     for i in range(60):
-        assert g.get("/nope", headers={"X-Request-Id": "n%d" % i}).status \
-            == 404
-    e = status(g)["errors"]
+        assert c.request("GET", "/nope",
+                         headers={"X-Request-Id": "n%d" % i}).status == 404
+
+    def last_noted():
+        s = status(g)
+        return s if s["errors"][0]["request_id"] == "n59" else None
+    e = wait_for(last_noted, 10, msg="n59 noted")["errors"]
     assert len(e) == 50, len(e)
     assert e[0]["request_id"] == "n59" and e[-1]["request_id"] == "n10", e
 
