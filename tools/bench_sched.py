@@ -50,7 +50,8 @@ calls per upstream, the client's lag and CPU and the machine's CPU.
 With --reps N every number is the median of N runs (the modes
 interleaved).  BENCH_SCHED_TRACE=1 in the environment prints each
 measured request's "trace MODE CLASS ARRIVAL_S TTFT_S" to stderr (how
-the cold start of c0 was read).  The targets of issue 18 are checked and printed, met or
+the cold start of c0 was read), and each mock's read as "engine T_S
+MOCK running N waiting N".  The targets of issue 18 are checked and printed, met or
 not; the script never fails on them (docs/BENCHMARKS.md).
 
 Gateway settings: the defaults, except [routing] balance, queue_timeout =
@@ -473,6 +474,11 @@ class Loop:
 
     def engine_read(self, ix, ms):
         self.waiting_now[ix] = gwtest.metric(ms, "vllm:num_requests_waiting")
+        if os.environ.get("BENCH_SCHED_TRACE"):
+            print("engine %.3f s%d running %g waiting %g" % (
+                time.monotonic() - self.t0, ix,
+                gwtest.metric(ms, "vllm:num_requests_running"),
+                self.waiting_now[ix]), file=sys.stderr)
         self.kv_max = max(self.kv_max,
                           gwtest.metric(ms, "vllm:kv_cache_usage_perc"))
         self.engine.append((time.monotonic() - self.t0,
