@@ -195,6 +195,7 @@ static const struct setting settings[] = {
       1, DAY_MS },
     { "routing", "kv_high", T_DECIMAL, C(kv_high), "0.9", 0, 1 },
     { "routing", "max_waiting", T_UINT, C(max_waiting), "4", 1, 1000000 },
+    { "routing", "headroom", T_PERCENT, C(headroom), "10%", 0, 50 },
 
     { "coalesce", "enabled", T_BOOL, C(coalesce), "on", 0, 0 },
     { "coalesce", "omitted_temperature", T_DECIMAL,

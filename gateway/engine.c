@@ -149,6 +149,25 @@ engine_has_place(const struct engine_load *l, const struct gw_config *cfg,
     return place_within(l, cfg, now_ms, room_of(l, cfg));
 }
 
+double
+engine_room(const struct engine_load *l, const struct gw_config *cfg,
+            int64_t now_ms)
+{
+    return engine_fresh(l, cfg, now_ms) ? room_of(l, cfg) : -1;
+}
+
+double
+engine_free_places(const struct engine_load *l, const struct gw_config *cfg,
+                   int64_t now_ms)
+{
+    double n;
+
+    if (!engine_fresh(l, cfg, now_ms))
+        return -1;
+    n = room_of(l, cfg) - holding_now(l);
+    return n > 0 ? n : 0;
+}
+
 int
 engine_has_place_slowly(const struct engine_load *l,
                         const struct gw_config *cfg, int64_t now_ms)

@@ -372,22 +372,51 @@ enum share {
 };
 
 /*
- * The same for a call of a tenant standing 'sh': while tenants compete,
- * no call goes into an engine's queue, only to a place its batch has
- * now (engine.h); one ahead of its share learns an engine's room only
- * one place at a time.
+ * Are more places free in the batches of 'fleet' (the upstreams a call
+ * may use) than the headroom keeps: 'headroom' of the places those
+ * batches have, to the nearest whole one?  One whose engine's load is
+ * not known counts as room without end: nothing says no.
+ */
+static int
+headroom_left(const struct pool *p, uint64_t fleet, int64_t now)
+{
+    double room = 0, free = 0, n;
+    size_t i;
+
+    if (p->cfg->headroom <= 0)
+        return 1;
+    for (i = 0; i < p->n; i++) {
+        if (!(fleet & (UINT64_C(1) << i)))
+            continue;
+        n = engine_free_places(&p->m[i].load, p->cfg, now);
+        if (n < 0)
+            return 1;
+        room += engine_room(&p->m[i].load, p->cfg, now);
+        if (has_room(&p->m[i]))
+            free += n;
+    }
+    return free > (double)(uint64_t)(p->cfg->headroom * room + 0.5);
+}
+
+/*
+ * The same for a call of a tenant standing 'sh' that may use 'fleet':
+ * while tenants compete, no call goes into an engine's queue, only to a
+ * place its batch has now (engine.h); one ahead of its share learns an
+ * engine's room only one place at a time, and leaves the last
+ * 'headroom' places of the fleet to the others.
  */
 static int
 full_for(const struct pool *p, const struct member *m, int64_t now,
-         enum share sh)
+         enum share sh, uint64_t fleet)
 {
     if (sh == SHARE_ALONE || !engine_aware(p))
         return full(p, m, now);
     if (!has_room(m))
         return 1;
-    return sh == SHARE_AHEAD
-           ? !engine_has_place_slowly(&m->load, p->cfg, now)
-           : !engine_has_place(&m->load, p->cfg, now);
+    if (sh == SHARE_FAIR)
+        return !engine_has_place(&m->load, p->cfg, now);
+    return !engine_has_place_slowly(&m->load, p->cfg, now)
+           || !headroom_left(p, fleet, now);
 }
 
 /* Its load as the balancer scores it (engine.h), to compare per weight. */
@@ -1016,7 +1045,9 @@ grant(struct pool *p, size_t idx, int64_t now)
     struct pool_slot s;
 
     while ((w = next_waiter_locked(p, idx, now)) != NULL
-           && !full_for(p, m, now, share_locked(p, w->tenant, now))) {
+           && !full_for(p, m, now, share_locked(p, w->tenant, now),
+                        usable_mask_locked(p, w->serve, w->mask, now,
+                                           NULL))) {
         take_slot(p, m, &s, idx, w->tenant, now);
         w->granted = (int)idx;
         w->trial = s.trial;
@@ -1057,7 +1088,7 @@ pool_acquire(struct pool *p, const struct pool_want *want,
         if (use & bit) {
             if (!full(p, &p->m[i], now))
                 open |= bit;
-            if (!full_for(p, &p->m[i], now, sh))
+            if (!full_for(p, &p->m[i], now, sh, use))
                 room |= bit;
         } else if ((cand & bit) && wait_of(&p->m[i], now) < soonest) {
             soonest = wait_of(&p->m[i], now);

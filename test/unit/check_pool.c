@@ -990,7 +990,10 @@ END_TEST
 
 /* ---- tenants in the queue ---- */
 
-#define TENANTS "max_waiting = 1\nqueue_timeout = 5s\n" TENANT_SECTIONS
+/* (No headroom: these show the order of the queue, test_a_tenant_ahead_
+ * leaves_the_headroom_to_the_others the headroom.) */
+#define TENANTS "max_waiting = 1\nqueue_timeout = 5s\nheadroom = 0%\n" \
+    TENANT_SECTIONS
 #define TENANT_SECTIONS \
     "[tenant a]\napi_key = key-a-0123456789ab\n" \
     "[tenant b]\napi_key = key-b-0123456789ab\n" \
@@ -1122,8 +1125,8 @@ START_TEST(test_competing_tenants_get_no_place_in_the_engines_queue)
     struct pool_slot a, b[2];
     pthread_t ta, tb, td;
 
-    make_pool(1, "max_waiting = 4\nqueue_timeout = 5s\n" TENANT_SECTIONS,
-              "");
+    make_pool(1, "max_waiting = 4\nqueue_timeout = 5s\nheadroom = 0%\n"
+              TENANT_SECTIONS, "");
     report_full(0, 1, 8, 0.1);          /* capacity 8 is known */
     report(0, 0, 5, 0.1);               /* 5 running, someone else's */
     ck_assert_int_eq(take_as(0, &a), 0);
@@ -1160,6 +1163,52 @@ START_TEST(test_competing_tenants_get_no_place_in_the_engines_queue)
     pool_release(pool, &aw.slot, POOL_OK, 0);
     pool_release(pool, &bw.slot, POOL_OK, 0);
     pool_release(pool, &dw.slot, POOL_OK, 0);
+}
+END_TEST
+
+/*
+ * [routing] headroom: while tenants compete, one ahead of its share
+ * leaves that share of the fleet's places free for the others, so
+ * a light tenant's next call starts at once instead of waiting for one
+ * of the flood's long calls to end.
+ */
+START_TEST(test_a_tenant_ahead_leaves_the_headroom_to_the_others)
+{
+    struct tenant_waiter bw = { 1, 1, 0, { -1, 0, 0, 0 } };
+    struct pool_slot a[3], b[13];
+    pthread_t tb;
+
+    make_pool(2, "max_waiting = 4\nqueue_timeout = 5s\nheadroom = 12%\n"
+              TENANT_SECTIONS, "");
+    for (size_t i = 0; i < 2; i++) {
+        report_full(i, 1, 8, 0.1);      /* each batch holds 8 */
+        report(i, 0, 0, 0.1);           /* and both are empty now */
+    }
+    ck_assert_int_eq(take_as(0, &a[0]), 0);
+    /* 16 places, 12 % of them (2) the headroom; a holds 1: b may
+       take 13, leaving 2. */
+    for (int i = 0; i < 13; i++)
+        ck_assert_int_eq(take_as(1, &b[i]), 0);
+    ck_assert_int_eq(pthread_create(&tb, NULL, tenant_waiter, &bw), 0);
+    wait_queued(1);
+    /* The two places left are a's at once. */
+    ck_assert_int_eq(take_as(0, &a[1]), 0);
+    ck_assert_int_eq(take_as(0, &a[2]), 0);
+    ck_assert_int_eq(atomic_load(&bw.done), 0);
+    /* Two of a's calls end: the fleet has 2 free, no more than the
+       headroom, so b still waits; the third makes 3, one for b. */
+    pool_release(pool, &a[0], POOL_OK, 0);
+    pool_release(pool, &a[1], POOL_OK, 0);
+    ck_assert_int_eq(atomic_load(&bw.done), 0);
+    ck_assert_int_eq(pool_metric("infergw_tenant_queued{tenant=\"b\","
+                                 "priority=\"0\"}"), 1);
+    pool_release(pool, &a[2], POOL_OK, 0);
+    wait_done(&bw);
+    pthread_join(tb, NULL);
+    ck_assert_int_eq(bw.rc, 0);
+    pool_release(pool, &bw.slot, POOL_OK, 0);
+    for (int i = 0; i < 13; i++)
+        pool_release(pool, &b[i], POOL_OK, 0);
 }
 END_TEST
 
@@ -1230,6 +1279,7 @@ pool_suite(void)
     tcase_add_checked_fixture(tc, NULL, teardown);
     tcase_add_test(tc, test_priority_then_fewest_open_per_weight_then_oldest);
     tcase_add_test(tc, test_competing_tenants_get_no_place_in_the_engines_queue);
+    tcase_add_test(tc, test_a_tenant_ahead_leaves_the_headroom_to_the_others);
     tcase_add_test(tc, test_sheddable_tenant_gets_429_at_saturation);
     suite_add_tcase(s, tc);
     return s;
