@@ -61,7 +61,9 @@
  * engine's queue, only to a place its batch has now (engine.h), and
  * the calls that find none wait here, where the order above applies (a
  * tenant ahead of its share, one that another active one goes before,
- * learns an engine's room one place at a time).  A lone tenant may fill
+ * learns an engine's room one place at a time, and leaves 'headroom' of
+ * the places in the batches of the upstreams it may use free for the
+ * others, whose next calls then start at once).  A lone tenant may fill
  * the engines' queues up to max_waiting.  A tenant
  * with a negative priority is sheddable: when every usable candidate is
  * full or saturated it gets GW_ESHED (429) at once instead of waiting.  A call that finds no
