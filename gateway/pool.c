@@ -402,8 +402,8 @@ headroom_left(const struct pool *p, uint64_t fleet, int64_t now)
  * The same for a call of a tenant standing 'sh' that may use 'fleet':
  * while tenants compete, no call goes into an engine's queue, only to a
  * place its batch has now (engine.h); one ahead of its share learns an
- * engine's room only one place at a time, and leaves the last
- * 'headroom' places of the fleet to the others.
+ * engine's room only one place at a time, and leaves 'headroom' of the
+ * fleet's places free for the others (headroom_left).
  */
 static int
 full_for(const struct pool *p, const struct member *m, int64_t now,
