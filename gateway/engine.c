@@ -149,23 +149,17 @@ engine_has_place(const struct engine_load *l, const struct gw_config *cfg,
     return place_within(l, cfg, now_ms, room_of(l, cfg));
 }
 
-double
-engine_room(const struct engine_load *l, const struct gw_config *cfg,
-            int64_t now_ms)
+int
+engine_places(const struct engine_load *l, const struct gw_config *cfg,
+              int64_t now_ms, double *room, double *free)
 {
-    return engine_fresh(l, cfg, now_ms) ? room_of(l, cfg) : -1;
-}
-
-double
-engine_free_places(const struct engine_load *l, const struct gw_config *cfg,
-                   int64_t now_ms)
-{
-    double n;
-
     if (!engine_fresh(l, cfg, now_ms))
         return -1;
-    n = room_of(l, cfg) - holding_now(l);
-    return n > 0 ? n : 0;
+    *room = room_of(l, cfg);
+    *free = *room - holding_now(l);
+    if (*free < 0)
+        *free = 0;
+    return 0;
 }
 
 int

@@ -130,14 +130,12 @@ int engine_has_place_slowly(const struct engine_load *l,
                             const struct gw_config *cfg, int64_t now_ms);
 
 /*
- * How many sequences its batch holds ('room'), and how many more calls
- * would run there at once (room - holding, at least 0); -1 when that is
- * not known (not fresh).
+ * How many sequences its batch holds ('room') and how many more calls
+ * would run there at once ('free': room - holding, at least 0).  -1 when
+ * that is not known (not fresh), and then neither is set.
  */
-double engine_room(const struct engine_load *l, const struct gw_config *cfg,
-                   int64_t now_ms);
-double engine_free_places(const struct engine_load *l,
-                          const struct gw_config *cfg, int64_t now_ms);
+int engine_places(const struct engine_load *l, const struct gw_config *cfg,
+                  int64_t now_ms, double *room, double *free);
 
 /* Is its KV cache above kv_high (fresh only)? */
 int engine_kv_high(const struct engine_load *l, const struct gw_config *cfg,

@@ -372,51 +372,51 @@ enum share {
 };
 
 /*
- * Are more places free in the batches of 'fleet' (the upstreams a call
- * may use) than the headroom keeps: 'headroom' of the places those
- * batches have, to the nearest whole one?  One whose engine's load is
- * not known counts as room without end: nothing says no.
- */
-static int
-headroom_left(const struct pool *p, uint64_t fleet, int64_t now)
-{
-    double room = 0, free = 0, n;
-    size_t i;
-
-    if (p->cfg->headroom <= 0)
-        return 1;
-    for (i = 0; i < p->n; i++) {
-        if (!(fleet & (UINT64_C(1) << i)))
-            continue;
-        n = engine_free_places(&p->m[i].load, p->cfg, now);
-        if (n < 0)
-            return 1;
-        room += engine_room(&p->m[i].load, p->cfg, now);
-        if (has_room(&p->m[i]))
-            free += n;
-    }
-    return free > (double)(uint64_t)(p->cfg->headroom * room + 0.5);
-}
-
-/*
- * The same for a call of a tenant standing 'sh' that may use 'fleet':
- * while tenants compete, no call goes into an engine's queue, only to a
- * place its batch has now (engine.h); one ahead of its share learns an
- * engine's room only one place at a time, and leaves 'headroom' of the
- * fleet's places free for the others (headroom_left).
+ * The same for a call of a tenant standing 'sh': while tenants compete,
+ * no call goes into an engine's queue, only to a place its batch has
+ * now (engine.h); one ahead of its share learns an engine's room only
+ * one place at a time (and leaves the headroom, headroom_left).
  */
 static int
 full_for(const struct pool *p, const struct member *m, int64_t now,
-         enum share sh, uint64_t fleet)
+         enum share sh)
 {
     if (sh == SHARE_ALONE || !engine_aware(p))
         return full(p, m, now);
     if (!has_room(m))
         return 1;
-    if (sh == SHARE_FAIR)
-        return !engine_has_place(&m->load, p->cfg, now);
-    return !engine_has_place_slowly(&m->load, p->cfg, now)
-           || !headroom_left(p, fleet, now);
+    return sh == SHARE_AHEAD
+           ? !engine_has_place_slowly(&m->load, p->cfg, now)
+           : !engine_has_place(&m->load, p->cfg, now);
+}
+
+/*
+ * May a call of a tenant standing 'sh' take a place in 'fleet' (the
+ * upstreams it may use)?  One ahead of its share leaves 'headroom' of
+ * the places those batches have (to the nearest whole one) free for the
+ * others: it may take one only while more than that are free.  An
+ * upstream whose engine's load is not known counts as room without end:
+ * nothing says no.
+ */
+static int
+headroom_left(const struct pool *p, uint64_t fleet, int64_t now,
+              enum share sh)
+{
+    double room = 0, free = 0, r, f;
+    size_t i;
+
+    if (sh != SHARE_AHEAD || p->cfg->headroom <= 0)
+        return 1;
+    for (i = 0; i < p->n; i++) {
+        if (!(fleet & (UINT64_C(1) << i)))
+            continue;
+        if (engine_places(&p->m[i].load, p->cfg, now, &r, &f) != 0)
+            return 1;
+        room += r;
+        if (has_room(&p->m[i]))
+            free += f;
+    }
+    return free > (double)(uint64_t)(p->cfg->headroom * room + 0.5);
 }
 
 /* Its load as the balancer scores it (engine.h), to compare per weight. */
@@ -1043,11 +1043,14 @@ grant(struct pool *p, size_t idx, int64_t now)
     struct member *m = &p->m[idx];
     struct waiter *w;
     struct pool_slot s;
+    enum share sh;
 
-    while ((w = next_waiter_locked(p, idx, now)) != NULL
-           && !full_for(p, m, now, share_locked(p, w->tenant, now),
-                        usable_mask_locked(p, w->serve, w->mask, now,
-                                           NULL))) {
+    while ((w = next_waiter_locked(p, idx, now)) != NULL) {
+        sh = share_locked(p, w->tenant, now);
+        if (full_for(p, m, now, sh)
+            || !headroom_left(p, usable_mask_locked(p, w->serve, w->mask,
+                                                    now, NULL), now, sh))
+            break;
         take_slot(p, m, &s, idx, w->tenant, now);
         w->granted = (int)idx;
         w->trial = s.trial;
@@ -1088,7 +1091,7 @@ pool_acquire(struct pool *p, const struct pool_want *want,
         if (use & bit) {
             if (!full(p, &p->m[i], now))
                 open |= bit;
-            if (!full_for(p, &p->m[i], now, sh, use))
+            if (!full_for(p, &p->m[i], now, sh))
                 room |= bit;
         } else if ((cand & bit) && wait_of(&p->m[i], now) < soonest) {
             soonest = wait_of(&p->m[i], now);
@@ -1110,6 +1113,8 @@ pool_acquire(struct pool *p, const struct pool_want *want,
         rc = GW_EUNAVAIL;
         goto out;
     }
+    if (room != 0 && !headroom_left(p, use, now, sh))
+        room = 0;
     if (room != 0) {
         i = pick(p, room, use, want->prefix_hash, now);
         take_slot(p, &p->m[i], slot, i, t, now);
