@@ -133,17 +133,21 @@ def test_distinct_requests_spread_over_every_gateway(t):
         r = request(hp.port, "POST", CHAT, {"Content-Type":
                     "application/json"}, chat_body("distinct %d" % i))
         assert r.status == 200, r
-    counts = [present(g.metrics(), "infergw_requests_total",
-                      route="chat_completions", status="200") for g in gws]
-    assert sum(counts) == 30 and min(counts) > 0, counts
+    def ok_counts(total):
+        """Each gateway's 200s, once they add up to 'total' (a request
+        is counted after its client has the answer)."""
+        c = [present(g.metrics(), "infergw_requests_total",
+                     route="chat_completions", status="200") for g in gws]
+        return c if sum(c) == total else None
+    counts = wait_for(lambda: ok_counts(30), msg="30 counted")
+    assert min(counts) > 0, counts
     # The tenant's key is hashed too: one body from many keys spreads.
     for i in range(30):
         r = request(hp.port, "POST", CHAT, {
             "Content-Type": "application/json",
             "Authorization": "Bearer key-%d" % i}, chat_body("same body"))
         assert r.status == 200, r
-    after = [present(g.metrics(), "infergw_requests_total",
-                     route="chat_completions", status="200") for g in gws]
+    after = wait_for(lambda: ok_counts(60), msg="60 counted")
     assert min(a - c for a, c in zip(after, counts)) > 0, (counts, after)
 
 
