@@ -807,6 +807,39 @@ START_TEST(test_least_load_reads_the_engines)
 }
 END_TEST
 
+/*
+ * balance = prefix bounds the load with the engines' own numbers: the
+ * prefix's upstream, loaded from elsewhere, is past (1 + epsilon) times
+ * the mean, so the call spills to the next on the ring.
+ */
+START_TEST(test_prefix_bounds_on_the_engines_load)
+{
+    struct pool_want w = { NULL, UINT64_C(0x1234567890abcdef), 0, 0, NULL,
+                           NULL, CONFIG_MAX_TENANTS };
+    struct pool_slot s;
+    int first, ra;
+
+    make_pool(3, "balance = prefix\nprefix_epsilon = 0.25\n"
+              "max_waiting = 1000\n", "");
+    for (size_t i = 0; i < 3; i++)
+        report(i, 0, 0, 0.1);
+    ck_assert_int_eq(pool_acquire(pool, &w, &s, &ra), 0);
+    first = s.idx;
+    pool_release(pool, &s, POOL_OK, 0);
+    report((size_t)first, 0, 0, 0.1);
+    ck_assert_int_eq(pool_acquire(pool, &w, &s, &ra), 0);
+    ck_assert_int_eq(s.idx, first);         /* idle: it sticks */
+    pool_release(pool, &s, POOL_OK, 0);
+    /* 10 running from another client: bound 1.25 x (10 + 1) / 3. */
+    report((size_t)first, 0, 10, 0.1);
+    for (int i = 0; i < 5; i++) {
+        ck_assert_int_eq(pool_acquire(pool, &w, &s, &ra), 0);
+        ck_assert_int_ne(s.idx, first);
+        pool_release(pool, &s, POOL_OK, 0);
+    }
+}
+END_TEST
+
 START_TEST(test_least_load_without_metrics_is_least_inflight)
 {
     struct pool_slot s[8];
@@ -1262,6 +1295,7 @@ pool_suite(void)
     tcase_add_test(tc, test_budget_share_and_minimum);
     tcase_add_test(tc, test_round_robin_weights);
     tcase_add_test(tc, test_prefix_sticks_and_bounds);
+    tcase_add_test(tc, test_prefix_bounds_on_the_engines_load);
     tcase_add_test(tc, test_models_route);
     suite_add_tcase(s, tc);
     tc = tcase("engines");
