@@ -314,22 +314,32 @@ keep_startup_settings(const struct gw_config *old, struct gw_config *c)
     return 0;
 }
 
-/* The last reload's outcome, for the status view and /metrics: 'err'
- * NULL if it made generation 'id'. */
+/*
+ * The last reload's outcome: 'g' (NULL if it failed, with 'err') goes in
+ * force, and the status view and /metrics say so, before the log line
+ * does.  One locked section: a status reader never sees the new
+ * generation with the previous reload's result.
+ */
 static void
-note_reload(struct generations *l, uint64_t id, const char *err)
+end_reload(struct generations *l, struct generation *g, const char *err)
 {
-    if (err == NULL)
-        metrics_config_loaded(id);
-    else
-        metrics_config_reload_failed();
     gw_mutex_lock(&l->lock);
+    if (g != NULL) {
+        g->next = l->gens;
+        l->gens = g;
+        l->cur = g;
+        atomic_store_explicit(&l->cur_id, g->id, memory_order_release);
+    }
     l->status.reloaded = 1;
     l->status.reload_unix_ms = gw_wall_ms();
-    l->status.reload_ok = err == NULL;
+    l->status.reload_ok = g != NULL;
     snprintf(l->status.reload_error, sizeof(l->status.reload_error), "%s",
-             err != NULL ? err : "");
+             g == NULL ? err : "");
     gw_mutex_unlock(&l->lock);
+    if (g != NULL)
+        metrics_config_loaded(g->id);
+    else
+        metrics_config_reload_failed();
 }
 
 int
@@ -342,37 +352,31 @@ generations_reload(struct generations *l)
 
     rc = generation_load_config(old->cfg.path, &cfg, err, sizeof(err));
     if (rc != 0) {
+        end_reload(l, NULL, err);
         log_msg(GW_LOG_ERROR, "reload: %s; the configuration in force "
                 "stays generation=%llu", err, (unsigned long long)old->id);
-        note_reload(l, 0, err);
         return rc;
     }
     rc = keep_startup_settings(&old->cfg, &cfg);
     if (rc != 0) {
         config_release(&cfg);
+        end_reload(l, NULL, rc == GW_ENOMEM ? "out of memory"
+                       : "refused: the TLS listener in force needs "
+                         "tls_cert and tls_key");
         log_msg(GW_LOG_ERROR, "reload: %s; the configuration in force "
                 "stays generation=%llu", rc == GW_ENOMEM ? "out of memory"
                 : "refused", (unsigned long long)old->id);
-        note_reload(l, 0, rc == GW_ENOMEM ? "out of memory"
-                       : "refused: the TLS listener in force needs "
-                         "tls_cert and tls_key");
         return rc;
     }
     g = gen_build(l, &cfg, old);
     if (g == NULL) {
+        end_reload(l, NULL, "cannot start the new configuration");
         log_msg(GW_LOG_ERROR, "reload: cannot start the new configuration; "
                 "the one in force stays generation=%llu",
                 (unsigned long long)old->id);
-        note_reload(l, 0, "cannot start the new configuration");
         return GW_ENOMEM;
     }
-    gw_mutex_lock(&l->lock);
-    g->next = l->gens;
-    l->gens = g;
-    l->cur = g;
-    atomic_store_explicit(&l->cur_id, g->id, memory_order_release);
-    gw_mutex_unlock(&l->lock);
-    note_reload(l, g->id, NULL);
+    end_reload(l, g, NULL);
     /* The old generation's requests finish without its health and load
      * beats (its pool no longer balances new calls). */
     health_stop(old->health);

@@ -128,7 +128,8 @@ def test_checkpoint4_map_cleans_up_not_a_cache(t):
 def test_late_joiner_replays_from_chunk_zero(t):
     m = t.mock()
     g = t.gateway(m)
-    body = chat_body("late joiner", stream=True, mock_chunks=10,
+    # 3 s of stream: the late one joins mid-way on a slow machine too.
+    body = chat_body("late joiner", stream=True, mock_chunks=30,
                      mock_delay_ms=100)
     lead = start(send(g, body))
     assert role(lead) == "leader", role(lead)

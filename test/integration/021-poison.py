@@ -22,8 +22,8 @@ import random
 import threading
 import time
 
-from gwtest import (JSON_HEADERS, Connection, chat_body, has_metric, metric,
-                    request, wait_for)
+from gwtest import (JSON_HEADERS, Connection, budget, chat_body, has_metric,
+                    metric, refused_port, request, wait_for)
 
 from coalesce_util import send, start
 
@@ -101,9 +101,17 @@ def test_poison_prompts_cannot_take_the_fleet_away(t):
         rnd = random.Random(k)
         c = Connection(g.port, timeout=10.0)
         n = 0
-        end = time.monotonic() + seconds
+        start = time.monotonic()
+        end, last = start + seconds, start + budget(4 * seconds)
+
+        def going():
+            # 'seconds', and on a slow build on until enough clean ones.
+            now = time.monotonic()
+            with lock:
+                enough = sum(counts["clean"].values()) >= 120
+            return now < end or (not enough and now < last)
         try:
-            while time.monotonic() < end:
+            while going():
                 n += 1
                 kind = "marked" if rnd.random() < 0.8 else "clean"
                 text = "client %d request %d" % (k, n)
@@ -214,10 +222,7 @@ def test_max_ejected_keeps_half_of_a_models_upstreams_in(t):
     most 2 (50%) are ejected, the third down one stays in however many
     failures it has."""
     live = t.mock()
-    dead = [t.mock() for _ in range(3)]
-    ports = [m.port for m in dead]
-    for m in dead:
-        m.close()
+    ports = [refused_port() for _ in range(3)]
     g = pool(t, ports + [live], routing={
         "balance": "round_robin", "eject_after": 1, "eject_time": "1m",
         "health_interval": 0, "panic_below": "0%", "retries": 3,
@@ -286,8 +291,10 @@ def test_panic_ignores_retry_after_and_ends_with_it(t):
     Retry-After, so none is usable; calls still go to them, and the
     panic ends (gauge 0, a log line) when the holds do."""
     a, b = t.mock(), t.mock()
+    ra = round(budget(3))           # the steps up to the panic fit in it
     for m in (a, b):
-        r = request(m.port, "POST", "/control?status=429&retry_after=3")
+        r = request(m.port, "POST",
+                    "/control?status=429&retry_after=%d" % ra)
         assert r.status == 200, r
     g = pool(t, [a, b], routing={"eject_after": 1000, "health_interval": 0})
     r = post(g, "throttled")
@@ -302,7 +309,7 @@ def test_panic_ignores_retry_after_and_ends_with_it(t):
     assert r.status == 200, r
     assert value(g, PANIC) == 1
     g.wait_log(r"pool: panic usable=0/2")
-    wait_for(lambda: value(g, PANIC) == 0, timeout=10,
+    wait_for(lambda: value(g, PANIC) == 0, timeout=ra + 7,
              msg="the panic ends with the holds")
     # Each hold ends on its own: the first to end ends the panic.
     g.wait_log(r"pool: panic over usable=[12]/2")

@@ -194,7 +194,7 @@ def test_the_step_time_grows_with_the_batch(t):
         lone * 1e3)
     assert min(batch) >= 0.08, "a step of 8 took %.1f ms, want >= 90" % (
         min(batch) * 1e3)
-    assert min(batch) >= 2.5 * lone, \
+    assert min(batch) >= 2 * lone, \
         "8 running: %.1f ms a token, alone %.1f ms: the step did not grow" \
         % (min(batch) * 1e3, lone * 1e3)
 

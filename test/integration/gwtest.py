@@ -192,6 +192,12 @@ class _Output:
         with self.cond:
             return list(self.lines)
 
+    def wait_eof(self, timeout):
+        """Wait until every line the process wrote has been read (its
+        output closed), for at most 'timeout' seconds; True if so."""
+        with self.cond:
+            return self.cond.wait_for(lambda: self.eof, timeout)
+
     def wait_line(self, pattern, timeout):
         """First line matching regex 'pattern' (a match object), or None
         at EOF or after 'timeout' seconds (not scaled here)."""
@@ -1165,6 +1171,8 @@ class Gateway:
             kill_process(self.proc)
             raise AssertionError("infergw did not exit within %.1fs of "
                                  "signal %d" % (budget(timeout), sig))
+        # Its last lines may still be in the pipe: read them all first.
+        assert self.out.wait_eof(budget(10)), "infergw's output not closed"
         return rc
 
     def close(self):
