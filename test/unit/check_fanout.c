@@ -332,10 +332,12 @@ START_TEST(test_helper_serves_its_own_client_between_takes)
         /* Once it has written for a first batch, a second chunk comes. */
         while (!tail_at(f, 1))
             sched_yield();
+        append_str(f, "second");
+        /* Asked after the append: a reader still parked at 0 is one the
+         * helper takes later, and before that it serves its own client. */
         gw_mutex_lock(&f->lock);
         busy = f->parked != NULL && flight_reader_pos(f->parked) == 0;
         gw_mutex_unlock(&f->lock);
-        append_str(f, "second");
         pthread_join(t, NULL);
         c[0].r.fr.helper = 0;   /* flight_wait() clears it, as it returns */
         if (busy) {
