@@ -390,23 +390,27 @@ full_for(const struct pool *p, const struct member *m, int64_t now,
            : !engine_has_place(&m->load, p->cfg, now);
 }
 
+/* Does a call of a tenant standing 'sh' leave the headroom free? */
+static int
+keeps_headroom(const struct pool *p, enum share sh)
+{
+    return sh == SHARE_AHEAD && p->cfg->headroom > 0;
+}
+
 /*
- * May a call of a tenant standing 'sh' take a place in 'fleet' (the
- * upstreams it may use)?  One ahead of its share leaves 'headroom' of
- * the places those batches have (to the nearest whole one) free for the
- * others: it may take one only while more than that are free.  An
- * upstream whose engine's load is not known counts as room without end:
- * nothing says no.
+ * May a call that keeps the headroom (keeps_headroom(): its tenant is
+ * ahead of its share) take a place in 'fleet' (the upstreams it may
+ * use)?  It leaves 'headroom' of the places those batches have (to the
+ * nearest whole one) free for the others: it may take one only while
+ * more than that are free.  An upstream whose engine's load is not known
+ * counts as room without end: nothing says no.
  */
 static int
-headroom_left(const struct pool *p, uint64_t fleet, int64_t now,
-              enum share sh)
+headroom_left(const struct pool *p, uint64_t fleet, int64_t now)
 {
     double room = 0, free = 0, r, f;
     size_t i;
 
-    if (sh != SHARE_AHEAD || p->cfg->headroom <= 0)
-        return 1;
     for (i = 0; i < p->n; i++) {
         if (!(fleet & (UINT64_C(1) << i)))
             continue;
@@ -1047,9 +1051,12 @@ grant(struct pool *p, size_t idx, int64_t now)
 
     while ((w = next_waiter_locked(p, idx, now)) != NULL) {
         sh = share_locked(p, w->tenant, now);
-        if (full_for(p, m, now, sh)
-            || !headroom_left(p, usable_mask_locked(p, w->serve, w->mask,
-                                                    now, NULL), now, sh))
+        if (full_for(p, m, now, sh))
+            break;
+        /* The waiter's fleet is walked only when the headroom applies. */
+        if (keeps_headroom(p, sh)
+            && !headroom_left(p, usable_mask_locked(p, w->serve, w->mask,
+                                                    now, NULL), now))
             break;
         take_slot(p, m, &s, idx, w->tenant, now);
         w->granted = (int)idx;
@@ -1113,7 +1120,7 @@ pool_acquire(struct pool *p, const struct pool_want *want,
         rc = GW_EUNAVAIL;
         goto out;
     }
-    if (room != 0 && !headroom_left(p, use, now, sh))
+    if (room != 0 && keeps_headroom(p, sh) && !headroom_left(p, use, now))
         room = 0;
     if (room != 0) {
         i = pick(p, room, use, want->prefix_hash, now);

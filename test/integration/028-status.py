@@ -53,11 +53,10 @@ def flight(s, key):
     return found[0]
 
 
-def release(m, tag, n=1):
+def release(g, m, tag, n=1):
     """Let go the n calls held at mock 'm' under 'tag', once it holds
     them: the status view shows a call sent before the mock has it."""
-    wait_for(lambda: m.stats()["held"] == n, 10,
-             msg="%d held at the mock" % n)
+    wait_state(g, m, held=n)
     assert m.release(tag) == n
 
 
@@ -140,7 +139,7 @@ def test_a_held_flight_its_followers_and_its_end(t):
     d = tenant(s, "default")
     assert d["inflight"] == 3 and d["requests_last_minute"] == 4, d
 
-    release(m, tag)
+    release(g, m, tag)
     for st in finish_all([lead] + followers[1:]):
         assert st.resp.status == 200 and st.clean_end, st.resp
     wait_for(lambda: status(g)["flights"] == [], 10, msg="no flight left")
@@ -165,13 +164,13 @@ def test_queued_then_waiting_then_streaming(t):
     assert u["queued"] == 1, u
 
     # a ends, b takes its slot and waits at the mock in turn.
-    release(m, ta)
+    release(g, m, ta)
     assert finish(a).resp.status == 200
     s = flights_where(g, lambda f: f["key"] == kb
                       and f["state"] == "waiting_first_byte", "b sent")
     assert flight(s, kb)["upstream"] == "default"
     assert upstream(s, "default")["queued"] == 0
-    release(m, tb)
+    release(g, m, tb)
     assert finish(b).resp.status == 200
 
     # A stream's first event is in, the next is a minute away.
@@ -274,7 +273,7 @@ def test_tenants_limits_429s_tokens_and_savings(t):
     assert a["requests_per_minute"] == 100, a
     r = g.post(CHAT, chat_body("over"), dict(ha, **gwtest.JSON_HEADERS))
     assert_error(r, 429, "rate_limit_exceeded")
-    release(m, tag)
+    release(g, m, tag)
     for st in finish_all(conns):
         assert st.resp.status == 200, st.resp
 
@@ -373,7 +372,7 @@ def test_flights_past_the_cap_are_counted(t):
     assert s["flights_total"] == 3 and s["flights_not_listed"] == 1, s
     ages = [f["age_ms"] for f in s["flights"]]
     assert ages == sorted(ages, reverse=True), ages     # oldest first
-    release(m, tag, 3)
+    release(g, m, tag, 3)
     finish_all(conns)
     s = wait_for(lambda: (lambda s: s if s["flights_total"] == 0 else None)
                  (status(g)), 10, msg="no flight")
@@ -387,7 +386,7 @@ def test_flights_past_the_cap_are_counted(t):
     s = wait_for(lambda: (lambda s: s if s["flights_total"] == 1 else None)
                  (status(g0)), 10, msg="one flight")
     assert s["flights"] == [] and s["flights_not_listed"] == 1, s
-    release(m, tag)
+    release(g0, m, tag)
     finish(c)
 
 
@@ -492,5 +491,5 @@ def test_page_in_headless_chromium(t):
     cells = re.findall(r"<td[^>]*>([^<]*)</td>", rows[0])
     assert cells[:2] == ["alpha", "http://127.0.0.1:%d" % m.port], cells
     assert "HTTP 4" not in dom and "HTTP 5" not in dom, dom
-    release(m, tag)
+    release(g, m, tag)
     finish_all(conns)
