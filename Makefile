@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # infergw - OpenAI-compatible LLM gateway with request coalescing.
 #
 #   make            build ./infergw and the tools (build/default/bin/)
@@ -210,6 +211,7 @@ deps:
 
 unit: $(UNITS) $(FUZZ_REPLAY)
 	@python3 test/check_includes.py
+	@python3 test/check_licence.py
 	@python3 test/integration/run_selftest.py
 	@sh test/unit/run.sh $(UNITS)
 	@for n in $(FUZZ_NAMES); do \

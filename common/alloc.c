@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * alloc.c - malloc wrappers, with a failure countdown in test builds.
  */

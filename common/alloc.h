@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * alloc.h - the allocator every module uses, with fault injection for tests.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * buf.h - a growable byte buffer with a hard size limit (curl's dynbuf).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * cfg.c - the configuration file syntax: lines into entries, and value
  * parsers with units.

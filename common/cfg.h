@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * cfg.h - the configuration file syntax and value parsers.
  *

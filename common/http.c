@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * http.c - strict HTTP/1.1 request heads (RFC 9112), the chunked body
  * decoder and the blocking request readers built on net.c.

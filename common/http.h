@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * http.h - strict, zero-copy HTTP/1.1 request parsing (RFC 9112), the
  * blocking request reader shared by the gateway and the mock upstream,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * jsonx.c - bounded JSON parsing of request bodies and OpenAI-shaped error
  * bodies.

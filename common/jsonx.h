@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * jsonx.h - JSON helpers over jansson: bounded parsing of request bodies,
  * OpenAI-shaped error bodies.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * log.c - single-write log lines with timestamp, level and request id,
  * as key=value text or as JSON objects.

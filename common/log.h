@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * log.h - one-line logging with a per-thread request id, as key=value
  * text or as JSON.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * multipart.c - find a form field in a multipart/form-data body
  * (multipart.h).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * multipart.h - a strict, bounded reader of multipart/form-data bodies
  * (RFC 7578 on RFC 2046 section 5.1), enough to find one form field:

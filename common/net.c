@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * net.c - non-blocking sockets with poll()-based deadlines, and the
  * stream interface a client connection's bytes go through.

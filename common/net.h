@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * net.h - sockets with deadlines: listen, connect, read, write.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * prom.c - the Prometheus text exposition format, one line at a time.
  */

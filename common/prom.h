@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * prom.h - the Prometheus text exposition format (version 0.0.4), written
  * into a caller's buffer: families, samples, label escaping, histograms.

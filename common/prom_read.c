@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * prom_read.c - sums of named series in Prometheus text, one line at a
  * time (the grammar is in prom_read.h).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * prom_read.h - reading the Prometheus text exposition format (0.0.4):
  * the sum, over every label set, of a few named series in a scrape.

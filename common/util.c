@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * util.c - error strings, monotonic clocks and small string helpers.
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * util.h - error codes, clocks and small helpers shared by every module.
  *

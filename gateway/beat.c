@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * beat.c - a thread per upstream, on an interval (beat.h).
  *

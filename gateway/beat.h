@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * beat.h - a thread per upstream that runs a function every interval
  * until stopped: health.c's probes and scrape.c's load scrapes.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * coalesce.c - eligibility, key and the map of flights.
  */

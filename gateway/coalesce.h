@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * coalesce.h - request coalescing ("singleflight"): who may coalesce, the
  * key that says two requests are the same, and the map of flights in

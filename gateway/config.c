@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * config.c - the gateway's settings: the schema table, defaults, loading
  * and validation.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * config.h - the gateway's settings: schema, defaults and loading.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * conn.c - one client connection: the keep-alive request loop and its
  * access log.  Design: see conn.h.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * conn.h - one client connection: the keep-alive loop of one thread.
  *

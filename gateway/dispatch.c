@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * dispatch.c - an upstream call made on the pool, with retries
  * (dispatch.h).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * dispatch.h - one upstream call for a request (a flight's, or a direct
  * one), made on the pool: choose an upstream, take its slot, run the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * engine.h - an upstream's load as its engine reports it, and what the
  * gateway makes of it: a score to balance on, and whether it is

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fanout.c - the writer policies and the relay loop: pushing and relaying
  * a flight's chunks to its clients.  Design: see fanout.h; the readers'

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fanout.h - how a flight's chunks reach its clients: the writer policy
  * on top of the flight's readers, and the loop each client's own thread

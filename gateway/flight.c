@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * flight.c - the shared, append-only response of one upstream call, and
  * the readers attached to it.  Design: see flight.h.

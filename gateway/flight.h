@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * flight.h - one upstream response shared by every client that asked for
  * it: the response head, an append-only log of immutable chunks, the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * generation.c - generations of the configuration, and the reload
  * (generation.h).

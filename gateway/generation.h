@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * generation.h - the configuration in force, and its reload (SIGHUP).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * handler.h - what a request handler (route.c, proxy.c) is given: the
  * process's shared objects, and the one request it answers.

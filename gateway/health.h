@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * health.h - the active side of upstream health: a thread per upstream
  * (beat.h) that, every health_interval, asks it GET /health (vLLM's) and,

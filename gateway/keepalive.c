@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * keepalive.c - idle upstream sessions, their checks and the reaper
  * (keepalive.h).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * keepalive.h - the upstream connections kept alive between calls.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * metrics.h - process-wide counters and their Prometheus text rendering.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * outcome.c - the table behind a call's outcome (outcome.h): for each
  * kind, its text, its code and whose fault it usually is.

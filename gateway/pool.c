@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * pool.c - the upstream fleet: balancing, circuit breakers, admission and
  * the retry budget (pool.h).

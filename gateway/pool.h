@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * pool.h - the upstream fleet: which upstream takes a call, how healthy
  * each one is, how many calls each may have open, and the retry budget.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * probe.c - a GET of a small document from an upstream (probe.h).
  */

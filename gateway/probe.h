@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * probe.h - a GET of a small document from one upstream, the gateway's
  * own (not a client's): health.c's /health and /v1/models, scrape.c's

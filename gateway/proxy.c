@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * proxy.c - the three paths a request upstream takes: direct, leader,
  * follower (proxy.h).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * proxy.h - forward one client request upstream and relay the answer,
  * by one of three paths (each makes its upstream call through

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * reply.c - one response to a client: head, framing, body, errors.
  *

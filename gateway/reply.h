@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * reply.h - writing one response to a client: the held-back head, the
  * body's framing, errors in OpenAI's shape, and the facts the access log

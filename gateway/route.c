@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * route.c - the route table and the checks a request passes before it is
  * forwarded: method, API key, body size and framing, body is a JSON

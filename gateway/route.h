@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * route.h - the HTTP routes: health, readiness, metrics, and the OpenAI
  * endpoints that go upstream; and the checks a request passes before it

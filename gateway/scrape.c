@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * scrape.c - the load beat (scrape.h).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * scrape.h - the load beat: every load_interval, each upstream's
  * GET /metrics (vLLM's Prometheus text), read for its engine's queue,

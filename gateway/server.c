@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * server.c - listen, accept, spawn one thread per connection, drain,
  * stop.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * server.h - listening socket, accept loop, one thread per connection,
  * and the drain and stop that end the process.

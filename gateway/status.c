@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * status.c - the status view: /status.json from each module's snapshot,
  * the ring of recent errors, and the /status page (status.h).

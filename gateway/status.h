@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * status.h - the status view on the admin listener: GET /status.json,
  * what the gateway is doing now (its flights, upstreams and tenants, and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * status_page.h - the /status page (status.h), private to status.c: one
  * HTML document with its style and script inline, so that it loads

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * tenant.c - tenants: who, limits, bill (tenant.h).
  */

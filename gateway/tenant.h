@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * tenant.h - who a request belongs to, the limits that keep one tenant
  * from starving the others, and each tenant's bill.

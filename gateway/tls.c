@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * tls.c - server-side TLS with mbedTLS 2.28 (API and contracts in tls.h).
  *

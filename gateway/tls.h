@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * tls.h - server-side TLS over a socket, with mbedTLS 2.28.
  *

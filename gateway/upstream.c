@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * upstream.c - libcurl transfers to the upstreams: one call (and, when it
  * hedges, a second attempt) driven by the calling thread in its own wait,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * upstream.h - the libcurl side: one call per upstream_perform(), driven
  * by the calling thread in its own wait (and a hedge beside it, when

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * upstream_call.h - one call's state (struct call and its attempts,
  * struct xfer): private to upstream.c, which runs calls, and to

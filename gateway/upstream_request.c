@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * upstream_request.c - the request an upstream receives, set on a libcurl
  * handle (upstream_request.h).

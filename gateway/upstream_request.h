@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * upstream_request.h - the request an upstream receives: what of a
  * client's request goes (struct upstream_request), and how it is set on

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * upstream_session.c - sessions of libcurl handles, their sockets, and the
  * cache that keeps them warm (upstream_session.h).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * upstream_session.h - the libcurl handles an upstream call runs on, and
  * the cache that keeps them, with their connections, warm between calls.

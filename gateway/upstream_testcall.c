@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * upstream_testcall.c - a call driven by hand, for the fuzzer
  * (upstream_testcall.h).  Built into test builds only.

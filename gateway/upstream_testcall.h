@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * upstream_testcall.h - test builds only (INFERGW_UNIT_TEST): a call
  * whose attempts have no libcurl transfer, so that a test

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * usage.h - the token usage in an upstream response, read from the bytes
  * as they pass to the clients.

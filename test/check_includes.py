@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """check_includes - the module graph is the one written down here.
 
     python3 test/check_includes.py [--readme] [ROOT]

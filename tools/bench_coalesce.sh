@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # tools/bench_coalesce.sh - request coalescing under load (issue 3).
 #
 # Every scenario starts a fresh mock upstream with the tutorial's demo

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """bench_flight_memory - what a long coalesced stream costs in memory.
 
     python3 tools/bench_flight_memory.py [--bin build/default/bin] [--reps 3]

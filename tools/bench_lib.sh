@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # tools/bench_lib.sh - shared by the benchmark scripts (sourced, not run).
 #
 # free_port: a free loopback port (the kernel's pick, released before use,

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # tools/bench_pool.sh - upstream pools under failure (issue 9): failover
 # and hedging, with tools/loadgen as the clients and mocks as upstreams.
 #

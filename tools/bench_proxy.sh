@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # tools/bench_proxy.sh - proxy overhead of infergw against nginx (issue 2).
 #
 # One run measures, with wrk and keep-alive connections, the same tiny

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """tools/bench_scaleout.py - the tutorial's stretch test through HAProxy
 in front of three gateways, against one gateway alone (issue 11).
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """tools/bench_sched.py - fleet-aware scheduling (issue 18): the four
 [routing] balance policies over a fleet of engine-mode mocks.
 

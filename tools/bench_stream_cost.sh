@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # tools/bench_stream_cost.sh - what relaying a stream costs (issue 9):
 # C concurrent distinct (never coalesced) streams of 100 chunks, 10 ms
 # apart, from the bundled mock, through infergw and through nginx (one

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # tools/bench_tls.sh - what TLS costs in infergw against nginx (issue 10).
 #
 # One run, with the same certificate and key for both servers (from

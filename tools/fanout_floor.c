@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fanout_floor.c - the least work a server can do to give N waiting
  * clients the same first bytes: a yardstick for the fan-out gap that

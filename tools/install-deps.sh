@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Make sure the Debian packages infergw builds and tests with are present.
 # Installs what is missing when run as root (or through sudo); otherwise
 # prints the exact command and fails.  Extra package names may be passed

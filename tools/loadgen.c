@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * loadgen.c - fan-out and closed-loop HTTP load for infergw's coalescing
  * benchmarks (tools/bench_coalesce.sh writes docs/BENCHMARKS.md with it).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * mkcert.c - throwaway certificates for TLS tests, made with mbedTLS's
  * own x509write API (no openssl command needed).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * mock_upstream.c - a mock vLLM server speaking the OpenAI-compatible API,
  * with knobs for tests, demos and benchmarks.  docs/MOCK_UPSTREAM.md is its

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * relay_floor.c - the least work a thread-per-connection, blocking
  * HTTP/1.1 proxy can do: a yardstick for tools/bench_proxy.sh, not a

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # 'make run': start the bundled mock vLLM upstream with the tutorial's demo
 # timing (about 800 ms per response) on the port the config points at,
 # then ./infergw -c CONF in the foreground.  Ctrl-C stops both.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """soak.py - a bounded fault soak for infergw (loopback only).
 
 Usage:

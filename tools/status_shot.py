@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Take docs/status.png: the /status page of a gateway with some traffic.
 
 Starts two mocks and a gateway (two upstreams, two tenants, the admin

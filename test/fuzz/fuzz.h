@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fuzz.h - what every libFuzzer target in test/fuzz/ shares (header-only:
  * each target is one translation unit, built with libFuzzer or with

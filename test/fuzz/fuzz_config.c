@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fuzz_config.c - libFuzzer target for the configuration file: its
  * syntax (common/cfg.c) and its schema (gateway/config.c).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fuzz_http.c - libFuzzer target for the request parser and the chunked
  * decoder in common/http.c.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fuzz_multipart.c - libFuzzer target for common/multipart.c: the
  * boundary of a Content-Type, and the form field found in a body.

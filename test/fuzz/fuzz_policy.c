@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fuzz_policy.c - libFuzzer target for the coalescing policy in
  * gateway/coalesce.c: who may coalesce (coalesce_eligible) and the key

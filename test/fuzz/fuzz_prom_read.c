@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fuzz_prom_read.c - libFuzzer target for common/prom_read.c, the sums
  * of named series read from Prometheus text.

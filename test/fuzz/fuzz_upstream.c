@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fuzz_upstream.c - libFuzzer target for the upstream response path in
  * gateway/upstream.c: its header and body callbacks, fed the way libcurl

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * replay.c - run a libFuzzer target over its corpus without libFuzzer, so
  * that `make check` exercises the fuzz targets with gcc (jansson's

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """001 - basics: start-up, health endpoints, metrics, request ids, the
 access log."""
 

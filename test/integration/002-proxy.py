@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """002 - proxying: the OpenAI routes relayed from the mock, routing,
 body validation, byte-exact bodies, upstream headers, keep-alive on both
 sides."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """003 - streaming: SSE relayed as it arrives, exact bytes, one [DONE]."""
 
 import time

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """004 - errors made by the gateway: the OpenAI shape, the codes, which
 errors close the connection, request timeouts."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """005 - hostile input: request smuggling shapes, malformed framing,
 oversized heads and bodies, slow clients.  Every refused request gets
 the right status with Connection: close, the server closes the socket,

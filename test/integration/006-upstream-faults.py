@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """006 - upstream faults: unreachable, slow, broken, erroring upstreams,
 and a client that goes away mid-stream."""
 

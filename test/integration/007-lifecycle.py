@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """007 - lifecycle: the connection limit, draining on SIGTERM/SIGINT,
 drain_timeout, a second signal."""
 

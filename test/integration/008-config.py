@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """008 - the command line and the configuration file: -t, -h, -V, errors
 that name FILE:LINE, settings that take effect."""
 

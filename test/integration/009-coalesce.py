@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """009 - request coalescing: one upstream call serves identical concurrent
 requests (DESIGN.md "Key and eligibility", the seed chapter's checkpoints).
 

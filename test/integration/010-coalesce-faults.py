@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """010 - coalescing when things go wrong: clients that leave, upstream
 errors and failures shared by every client, and the bounds past which a
 request bypasses coalescing (DESIGN.md "Threads and data flow",

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """011 - the coalescing contract (coalesce.h, DESIGN.md "Key and
 eligibility"): every byte the upstream receives for a coalesced call is a
 constant of the configuration or derived from data in the key.  So clients

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """012 - upstream pools (issue 9): model routing, /v1/models union,
 balancing, passive and active health, retries and their budget, Retry-After,
 admission control, all-down, /readyz.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """013 - /metrics is valid Prometheus text exposition (issue 10), checked
 with a real parser (prometheus_client's, see metrics_check.py) and with
 Prometheus's own linter (`promtool check metrics`) after traffic that

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """014 - make install / make uninstall (issue 10): every file at its
 path with its mode, an operator's gateway.conf never overwritten and kept
 on uninstall once edited, man pages that lint clean and render, a systemd

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """015 - tenants (issue 10): max_inflight and requests_per_minute limits
 (429 with Retry-After; coalesced followers count as the tenant's
 requests, not as upstream calls), keys stored as api_key_sha256, and the

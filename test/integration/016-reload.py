@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """016 - SIGHUP reloads the configuration file (issue 10): new requests
 use the new settings; open streams and flights finish on the old ones; an
 invalid file is reported with FILE:LINE and the old configuration stays;

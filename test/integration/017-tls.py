@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """017 - TLS for clients (issue 10), with a throwaway CA made at test
 time by tools/mkcert (mbedTLS's own x509write API): curl verifies the
 gateway against that CA; a wrong CA, plain HTTP on the TLS port and a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """018 - several gateways behind HAProxy (issue 11), with the shipped
 etc/haproxy/infergw.cfg: identical requests still meet on one gateway
 (one upstream call, identical bodies), distinct ones spread over all of

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """019 - the upstream's bytes (issue 16, items 1-6 and 8): an answer only
 ever reaches the request it answers, every request the upstream receives
 is counted, the response head is read strictly, and idle connections

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """020 - /metrics behind an admin key, and the admin listener (issue 16
 item 11).  /metrics names every tenant and counts its traffic: with
 tenants configured, the API port serves it only to a request with an

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """021 - a fleet a poison prompt cannot eject (issue 16 item 7).
 
 A poison request fails on every upstream it reaches: here a prompt

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """022 - a slow reader cannot make a flight hold the whole response
 ([coalesce] max_reader_lag, DESIGN.md "Threads and data flow").
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """023 - TLS cipher suites and session resumption (issue 16 item 13),
 against OpenSSL (Python's ssl), with mkcert's ECDSA and RSA certificates:
 every TLS 1.2 suite OpenSSL has is offered alone, and only ECDHE with

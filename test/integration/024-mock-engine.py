@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """024 - the mock's engine mode (docs/MOCK_UPSTREAM.md "Engine mode"):
 continuous batching over a FIFO, a step time that grows with the batch,
 prefill and the prefix cache, KV usage, vLLM's /metrics and its /control

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """026 - make run (tools/run.sh) for someone who already runs vLLM: a port
 that is taken stops it with a message saying how to pick others, and
 PORT / UPSTREAM_PORT / ADMIN_PORT move the demo to free ports; a new

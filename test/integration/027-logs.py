@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """027 - logs (issue 19 item 4): every access line, a 401 and a 429 too,
 names tenant, client, model, status, bytes, ttft_ms, duration_ms, role,
 flight, upstream and attempts; the client comes from X-Forwarded-For

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """027 - the status view on the admin listener (issue 19 items 1, 2).
 
 GET /status.json on [admin] listen says what the gateway is doing now:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """029 - the Debian package (issue 19 item 9): 'make deb' builds
 infergw_VERSION_ARCH.deb holding the gateway (built for /etc, stripped),
 its man pages, its unit and /etc/infergw/gateway.conf as a conffile, with

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """030 - the other vLLM routes (issue 19 item 6): POST /v1/responses
 (streamed or not), /tokenize, /detokenize, the three rerank paths, the
 two score paths, /pooling, and the two audio routes (multipart/form-data,

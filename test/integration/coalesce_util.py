@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """coalesce_util - helpers for the request-coalescing integration tests
 (009-coalesce.py, 010-coalesce-faults.py), on top of gwtest.
 

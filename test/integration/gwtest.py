@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """gwtest - the harness for infergw's integration tests.
 
 Python 3 standard library only.  HTTP is spoken over raw sockets so that a

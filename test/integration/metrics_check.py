@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """metrics_check - is a /metrics text valid Prometheus text exposition?
 
     python3 test/integration/metrics_check.py < metrics.txt

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Run infergw's integration tests.
 
     python3 test/integration/run.py --bin build/default/bin [-k SUBSTR] [-v]

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """run_selftest - run.py's own rules, checked on made-up tests.
 
     python3 test/integration/run_selftest.py

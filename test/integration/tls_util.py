@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Helpers for the TLS integration tests (017, 023): throwaway
 certificates from tools/mkcert, a gateway with a TLS listener, and
 gwtest connections over Python's ssl."""

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * check_buf.c - unit tests for common/buf.c, common/util.c and
  * common/alloc.c: the bounded buffer, the small helpers and the fault

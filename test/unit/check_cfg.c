@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * check_cfg.c - unit tests for common/cfg.c (syntax, value parsers) and
  * gateway/config.c (schema, validation, defaults, etc/gateway.conf).

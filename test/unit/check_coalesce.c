@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * check_coalesce.c - the coalescer: eligibility, key and the map of
  * flights, without any sockets.

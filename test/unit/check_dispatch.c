@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * check_dispatch.c - dispatch.c's decisions over a scripted upstream: what
  * is retried and where, what the retry budget stops, a hedge, poison,

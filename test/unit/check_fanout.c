@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * check_fanout.c - the writer policies over parked readers: pushing,
  * helpers, the sweep, and the relay loop, with socketpairs as clients.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * check_flight.c - the flight: the shared chunk log, its readers, its
  * memory bound and its snapshots, without sockets; and the readers'

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * check_http.c - unit tests for common/http.c: the request parser, the
  * response head checks, the chunked decoder and the blocking readers.

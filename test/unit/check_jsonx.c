@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * check_jsonx.c - unit tests for common/jsonx.c: bounded parsing of
  * request bodies and OpenAI error bodies.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * check_log.c - unit tests for common/log.c: both line formats, the
  * structured event (the access line's), and that no message or value,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * check_metrics.c - unit tests for gateway/metrics.c's counters and their
  * rendering.

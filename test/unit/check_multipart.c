@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * check_multipart.c - unit tests for common/multipart.c: the boundary of
  * a multipart/form-data Content-Type, and the one form field the gateway

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * check_net.c - unit tests for common/net.c's address parsers:
  * net_parse_hostport(), the one reading of "HOST:PORT" that the

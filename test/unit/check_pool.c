@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * check_pool.c - the upstream pool (gateway/pool.c): the breaker and its
  * half-open trial, late and poison verdicts, max_ejected and panic over a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * check_prom.c - unit tests for common/prom.c, the Prometheus text
  * exposition format (0.0.4) that /metrics is written in.

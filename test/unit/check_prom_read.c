@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * check_prom_read.c - unit tests for common/prom_read.c: the sums of
  * named series read from Prometheus text (a vLLM upstream's /metrics).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * check_proxy.c - the leader, follower and direct paths end to end, and
  * what they do when memory runs out (common/alloc's fault injection),

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * check_reply.c - unit tests for gateway/reply.c: the head (status line,
  * Content-Type, framing, X-Request-Id, Connection, the extra lines), the

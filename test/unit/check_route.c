@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * check_route.c - unit tests for gateway/route.c: which route a request
  * takes (404 and 405 with Allow, the admin listener's routes, the status

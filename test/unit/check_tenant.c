@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * check_tenant.c - unit tests for gateway/tenant.c: who a request belongs
  * to (keys as digests), the limits and the bill.  The usage that is billed

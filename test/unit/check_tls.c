@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * check_tls.c - unit tests for gateway/tls.c: server-side TLS over a
  * socket, against an mbedTLS client in a thread (over a socketpair) and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * check_usage.c - unit tests for gateway/usage.c: the token usage a
  * tenant is billed for, read from the response bytes as they pass (a

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Run each Check test binary given as an argument; fail if any fails.
 # CK_RUN_CASE / CK_RUN_SUITE pick one case or suite; CK_FORK=no for gdb.
 # A sanitizer build runs slower: Check's per-test timeout is scaled by

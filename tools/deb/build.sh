@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # make deb: the Debian package infergw_VERSION_ARCH.deb, from a staged
 # 'make install'.
 #

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * engine.c - mock_upstream's vLLM-like engine: the batching scheduler, the
  * prefix cache, the token accounting and vLLM's /metrics text (engine.h).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * engine.h - the vLLM-like engine behind mock_upstream's engine mode (-e):
  * continuous batching over a FIFO, step times that grow with the batch,

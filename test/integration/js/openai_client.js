@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Real clients against the gateway (030-routes.py): the openai npm
 // client's Responses API (not streamed, streamed, chained) and an audio
 // transcription (the client's own multipart/form-data); then the Vercel
