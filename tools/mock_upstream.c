@@ -88,6 +88,7 @@
 #define MOCK_BODY_MS 60000          /* a whole body */
 #define MOCK_SEND_MS 30000          /* a client that stops reading */
 #define MOCK_HOLD_MS 30000          /* longest mock_hold */
+#define MOCK_GATE_MS 30000          /* longest wait at a mock_gate */
 #define MOCK_HOLD_SLICE_MS 20       /* socket check interval while held */
 #define MOCK_STALL_MS 60000         /* longest stall */
 #define MOCK_PIECE_GAP_MS 20        /* between chunked_json pieces */
@@ -181,6 +182,9 @@ static struct mock_state {
     uint64_t held;
     struct holder *holders;
     json_t *released;           /* object used as a set of released tags */
+    json_t *gates;              /* tag -> the content chunks a request
+                                   gated on it may send (POST /gate) */
+    uint64_t gated;             /* requests waiting at a gate now */
     json_t *last_headers;       /* of the last /v1 request */
     struct rec_entry *rec;      /* ring of MOCK_REC_MAX, for /recorded */
     size_t rec_head;            /* index of the oldest entry */
@@ -245,6 +249,7 @@ enum route {
     R_RECORDED,
     R_RESET,
     R_RELEASE,
+    R_GATE,
     R_CONTROL,
     R_METRICS,
 };
@@ -278,6 +283,7 @@ static const struct route_def {
     { "GET", "/recorded", R_RECORDED, 1 },
     { "POST", "/stats/reset", R_RESET, 1 },
     { "POST", "/release", R_RELEASE, 1 },
+    { "POST", "/gate", R_GATE, 1 },
 };
 
 enum fault {
@@ -295,6 +301,7 @@ enum fault {
 
 struct req;
 static void note_prefix(const struct req *q);
+static int gate_wait(struct req *q, long i);
 static int query_param(const struct http_request *r, const char *name,
                        char *out, size_t outlen);
 
@@ -323,6 +330,7 @@ struct req {
     json_t *json;
     const char *model;
     const char *hold;
+    const char *gate;           /* mock_gate: chunks wait for POST /gate */
     enum fault fault;
     long chunks;
     long first_ms;
@@ -598,12 +606,17 @@ wait_tokens(struct req *q, long n)
 }
 
 /*
- * Wait until content chunk 'i' may be sent: the -d or mock_delay_ms
- * delay, or in engine mode until its token has been generated.
+ * Wait until content chunk 'i' may be sent: its mock_gate is open that
+ * far, then the -d or mock_delay_ms delay, or in engine mode until its
+ * token has been generated.
  */
 static int
 wait_chunk(struct req *q, long i)
 {
+    int rc;
+
+    if (q->gate != NULL && (rc = gate_wait(q, i)) != 0)
+        return rc;
     if (q->seq != NULL)
         return wait_tokens(q, i + 1);
     return q->delay_ms > 0 ? wait_client(q, q->delay_ms) : 0;
@@ -906,6 +919,29 @@ knob_int(const json_t *o, const char *key, long lo, long hi, long *out,
 }
 
 /*
+ * The tag knob 'key' of 'o' into OUT *tag (borrowed from 'o'; left alone
+ * when the knob is absent or null).  Returns 0, or GW_EINVAL with a
+ * message in 'err' when it is not a string of 1 to MOCK_MAX_TAG bytes.
+ */
+static int
+knob_tag(const json_t *o, const char *key, const char **tag, char *err,
+         size_t errlen)
+{
+    const json_t *v = json_object_get(o, key);
+
+    if (v == NULL || json_is_null(v))
+        return 0;
+    if (!json_is_string(v) || json_string_length(v) == 0
+        || json_string_length(v) > MOCK_MAX_TAG) {
+        snprintf(err, errlen, "%s must be a tag of 1 to %d bytes", key,
+                 MOCK_MAX_TAG);
+        return GW_EINVAL;
+    }
+    *tag = json_string_value(v);
+    return 0;
+}
+
+/*
  * Read the mock_* knobs of the body, over the command-line defaults.
  * A knob of the wrong type or out of range is refused rather than
  * ignored, so a test with a typo fails loudly.
@@ -944,16 +980,11 @@ read_knobs(struct req *q, char *err, size_t errlen, const char **param)
         return GW_EINVAL;
 
     *param = "mock_hold";
-    v = json_object_get(q->json, *param);
-    if (v != NULL && !json_is_null(v)) {
-        if (!json_is_string(v) || json_string_length(v) == 0
-            || json_string_length(v) > MOCK_MAX_TAG) {
-            snprintf(err, errlen, "mock_hold must be a tag of 1 to %d "
-                     "bytes", MOCK_MAX_TAG);
-            return GW_EINVAL;
-        }
-        q->hold = json_string_value(v);
-    }
+    if (knob_tag(q->json, *param, &q->hold, err, errlen) != 0)
+        return GW_EINVAL;
+    *param = "mock_gate";
+    if (knob_tag(q->json, *param, &q->gate, err, errlen) != 0)
+        return GW_EINVAL;
 
     *param = "mock_fault";
     v = json_object_get(q->json, *param);
@@ -1240,6 +1271,37 @@ out:
 }
 
 /*
+ * A JSON body p[0..n) with its Content-Length, under a mock_gate: in
+ * q->chunks pieces of about the same size (at least one), piece i sent
+ * once the gate is open past i, so that a test decides how far the body
+ * has gone.  A gate that stays shut cuts the body short (gate_wait()).
+ */
+static void
+send_gated_body(struct req *q, const char *p, size_t n)
+{
+    size_t pieces = q->chunks > 0 ? (size_t)q->chunks : 1;
+    size_t off = 0, len;
+    size_t i;
+
+    if (send_head(q, 200, "application/json", (int64_t)n, NULL, 0) != 0
+        || q->head_only)
+        return;
+    for (i = 0; i < pieces; i++) {
+        len = i + 1 < pieces ? n / pieces : n - off;
+        if (gate_wait(q, (long)i) != 0)
+            return;
+        if (len > 0 && net_write_all(q->c->fd, p + off, len,
+                                     gw_now_ms() + MOCK_SEND_MS, -1) != 0) {
+            q->gone = 1;
+            q->close = 1;
+            return;
+        }
+        q->bytes += len;
+        off += len;
+    }
+}
+
+/*
  * Send a complete JSON body p[0..n) as a 200, applying the non-stream
  * faults: die_mid_stream announces the full length, sends half and
  * closes; stall_mid_stream sends half and stalls; chunked_json sends
@@ -1258,6 +1320,10 @@ send_json_body(struct req *q, const char *p, size_t n)
             && q->fault == FAULT_STALL_MID)
             wait_client(q, MOCK_STALL_MS);
         q->close = 1;           /* the body is cut short */
+        return;
+    }
+    if (q->gate != NULL && q->fault == FAULT_NONE) {
+        send_gated_body(q, p, n);
         return;
     }
     if ((q->fault != FAULT_CHUNKED_JSON && q->fault != FAULT_CHUNKED_JSON_DIE)
@@ -1496,6 +1562,74 @@ hold_wait(struct req *q)
         q->gone = 1;
     if (rc == GW_ECLOSED || rc == GW_EABORTED)
         q->close = 1;           /* a timeout is answered and kept alive */
+    return rc;
+}
+
+/* The chunks a request gated on 'tag' may send so far.  st.mu held. */
+static json_int_t
+gate_open_locked(const char *tag)
+{
+    return json_integer_value(json_object_get(st.gates, tag));
+}
+
+/*
+ * Wait until the request's mock_gate lets content chunk 'i' (from 0) go:
+ * until POST /gate has opened it past 'i', the client goes away,
+ * MOCK_GATE_MS passes or the process stops.  Returns 0, GW_ECLOSED
+ * (client gone), GW_ETIMEDOUT or GW_EABORTED, with q->close set on an
+ * error: the body is then cut short, which the client sees as a broken
+ * upstream.  Takes st.mu; releases it around each socket check.
+ */
+static int
+gate_wait(struct req *q, long i)
+{
+    struct timespec ts;
+    int64_t deadline = gw_now_ms() + MOCK_GATE_MS;
+    int gone = 0, counted = 0, rc;
+
+    lock();
+    while (gate_open_locked(q->gate) <= i && !st.stopping && !gone
+           && gw_now_ms() < deadline) {
+        if (!counted) {
+            st.gated++;
+            counted = 1;
+        }
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_nsec += MOCK_HOLD_SLICE_MS * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        rc = pthread_cond_timedwait(&st.cv, &st.mu, &ts);
+        if (rc != 0 && rc != ETIMEDOUT) {
+            log_errno(GW_LOG_ERROR, rc, "mock: pthread_cond_timedwait");
+            abort();
+        }
+        if (gate_open_locked(q->gate) > i || st.stopping)
+            break;
+        unlock();
+        gone = net_peer_gone(q->c->fd);
+        lock();
+    }
+    if (counted)
+        st.gated--;
+    if (gate_open_locked(q->gate) > i)
+        rc = 0;
+    else if (st.stopping)
+        rc = GW_EABORTED;
+    else if (gone)
+        rc = GW_ECLOSED;
+    else
+        rc = GW_ETIMEDOUT;
+    unlock();
+    if (rc == GW_ECLOSED)
+        q->gone = 1;
+    if (rc == GW_ETIMEDOUT)
+        log_msg(GW_LOG_WARN, "mock: mock_gate \"%s\" not opened past "
+                "chunk %ld within %d s: the body is cut short", q->gate, i,
+                MOCK_GATE_MS / 1000);
+    if (rc != 0)
+        q->close = 1;
     return rc;
 }
 
@@ -2490,7 +2624,7 @@ note_prefix(const struct req *q)
 static void
 handle_stats(struct req *q)
 {
-    uint64_t v[10];
+    uint64_t v[11];
     json_t *hdrs;
 
     lock();
@@ -2504,10 +2638,11 @@ handle_stats(struct req *q)
     v[7] = st.probes;
     v[8] = st.prefix_hits;
     v[9] = st.prefix_misses;
+    v[10] = st.gated;
     hdrs = json_deep_copy(st.last_headers);
     unlock();
     send_json(q, 200, json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
-                                "s:I, s:I, s:o}",
+                                "s:I, s:I, s:I, s:o}",
                                 "probes", (json_int_t)v[7],
                                 "prefix_hits", (json_int_t)v[8],
                                 "prefix_misses", (json_int_t)v[9],
@@ -2518,6 +2653,7 @@ handle_stats(struct req *q)
                                 "aborted", (json_int_t)v[4],
                                 "in_progress", (json_int_t)v[5],
                                 "held", (json_int_t)v[6],
+                                "gated", (json_int_t)v[10],
                                 "last_headers", hdrs), 0);
 }
 
@@ -2613,6 +2749,7 @@ handle_reset(struct req *q)
     st.num_prefixes = 0;
     st.stored_next = st.stored_count = 0;
     json_object_clear(st.released);
+    json_object_clear(st.gates);
     old = st.last_headers;
     st.last_headers = fresh;
     old_ring = st.rec;
@@ -2717,6 +2854,52 @@ handle_release(struct req *q)
         return;
     }
     send_json(q, 200, json_pack("{s:I}", "released", n), 0);
+}
+
+/*
+ * POST /gate?tag=T&chunks=N: requests gated on T (mock_gate) may send
+ * their content chunks up to N (now and later requests; it only opens
+ * further: a smaller N leaves it as it was).  Answers {"gate": the
+ * opening now, "gated": requests waiting at any gate}.
+ */
+static void
+handle_gate(struct req *q)
+{
+    char tag[MOCK_MAX_TAG + 1], num[24];
+    json_int_t open = 0, gated = 0;
+    long chunks;
+    int rc;
+
+    rc = query_param(q->r, "tag", tag, sizeof(tag));
+    if (rc != 0 || tag[0] == '\0' || strlen(tag) > MOCK_MAX_TAG) {
+        send_error(q, 400, "use POST /gate?tag=T&chunks=N with a tag of 1 "
+                   "to 256 bytes", "tag", "invalid_tag");
+        return;
+    }
+    if (query_param(q->r, "chunks", num, sizeof(num)) != 0
+        || gw_parse_long(num, 0, MOCK_MAX_CHUNKS, &chunks) != 0) {
+        send_error(q, 400, "use POST /gate?tag=T&chunks=N with N from 0 to "
+                   "100000", "chunks", "invalid_chunks");
+        return;
+    }
+    lock();
+    open = gate_open_locked(tag);
+    rc = 0;
+    if (chunks > open) {
+        /* Keys must be UTF-8, as /release's. */
+        rc = json_object_set_new(st.gates, tag, json_integer(chunks));
+        if (rc == 0)
+            open = chunks;
+    }
+    gated = (json_int_t)st.gated;
+    pthread_cond_broadcast(&st.cv);
+    unlock();
+    if (rc != 0) {
+        send_error(q, 400, "tag must be UTF-8", "tag", "invalid_tag");
+        return;
+    }
+    send_json(q, 200, json_pack("{s:I, s:I}", "gate", open, "gated", gated),
+              0);
 }
 
 /*
@@ -3028,6 +3211,9 @@ handle_request(struct conn *c, struct http_request *r)
     case R_RELEASE:
         handle_release(&q);
         break;
+    case R_GATE:
+        handle_gate(&q);
+        break;
     case R_BAD_METHOD:
         send_error(&q, 405, "method not allowed on this route", NULL,
                    "method_not_allowed");
@@ -3165,11 +3351,13 @@ state_init(void)
         return GW_EIO;
     }
     st.released = json_object();
+    st.gates = json_object();
     st.last_headers = json_object();
     st.rec = gw_calloc(MOCK_REC_MAX, sizeof(*st.rec));
     st.prefixes = gw_calloc(MOCK_PREFIX_SLOTS, sizeof(*st.prefixes));
     st.stored = gw_calloc(MOCK_STORED, sizeof(*st.stored));
-    if (st.released == NULL || st.last_headers == NULL || st.rec == NULL
+    if (st.released == NULL || st.gates == NULL || st.last_headers == NULL
+        || st.rec == NULL
         || st.prefixes == NULL || st.stored == NULL)
         return GW_ENOMEM;
     st.slow_every = opt.slow_every;

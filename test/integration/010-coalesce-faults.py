@@ -13,11 +13,11 @@ import json
 from gwtest import (JSON_HEADERS, assert_error, chat_body, normalise,
                     sse_data, wait_for)
 
-from coalesce_util import (PUSHED, assert_complete_stream,
+from coalesce_util import (PUSHED, Tail, assert_complete_stream,
                            assert_same_bodies, counter, events_of,
                            expect_state, finish, finish_all, gateway_kib,
                            held_trio, measured_env, memory_factor, new_tag,
-                           role, send, start, wait_state)
+                           pace, role, send, start, wait_state)
 
 
 def read_events(s, n):
@@ -223,31 +223,54 @@ def test_follower_timeout_is_504(t):
 def test_flight_memory_follows_the_slowest_reader(t):
     """max_flight_bytes bounds memory, not only joining: a 20 MiB stream
     through a flight bounded to 1k raises the gateway's peak RSS by about
-    what the slowest reader has still to read, not by the stream."""
+    what the slowest reader has still to read, not by the stream.  The
+    test sets that: the upstream is paced (mock_gate) so that it sends
+    STEP chunks only once all three clients have everything before, so
+    the slowest is at most a step behind on any machine, and the design
+    bounds the flight by max_flight_bytes + max_reader_lag (flight.h),
+    which no reader reaches here: nobody is cut."""
+    pad, step, chunks = 65536, 8, 320
+    max_bytes, max_lag = 1024, 4 << 20
     m = t.mock()
-    g = t.gateway(m, {"coalesce": {"max_flight_bytes": "1k"}},
+    g = t.gateway(m, {"coalesce": {"max_flight_bytes": "1k",
+                                   "max_reader_lag": "4m"}},
                   env=measured_env())
     # Warm up: threads, libcurl, buffers of a stream of the same shape.
     warm = finish(send(g, chat_body("warm", stream=True, mock_chunks=8,
-                                    mock_pad=65536)))
+                                    mock_pad=pad)))
     assert_complete_stream(warm)
     base = gateway_kib(g, "VmHWM")
     tag = new_tag()
-    body = chat_body("twenty megabytes", stream=True, mock_chunks=320,
-                     mock_pad=65536, mock_hold=tag)
-    streams = finish_all(held_trio(g, m, body), timeout=60)
+    body = chat_body("twenty megabytes", stream=True, mock_chunks=chunks,
+                     mock_pad=pad, mock_hold=tag, mock_gate=tag)
+    lead = send(g, body)
+    wait_state(g, m, leaders=2, held=1)             # the warm-up's, this
+    rest = [send(g, body) for _ in range(2)]
+    wait_state(g, m, followers=2, held=1)
+    readers = [Tail(c) for c in [lead] + rest]
+    assert m.release(tag) == 1
+    # The role chunk, then an event per content chunk, for every reader.
+    pace(m, tag, chunks, step,
+         lambda k: all(r.has(events=1 + k) for r in readers),
+         "all three readers")
+    streams = [r.result() for r in readers]
     for s in streams:
         assert_complete_stream(s)
     assert_same_bodies(streams)
     size = len(streams[0].body)
     assert size > 20 * 1024 * 1024, size
-    peak = gateway_kib(g, "VmHWM")
-    grew = peak - base
-    # Without freeing, the flight alone would hold the whole 20 MiB (five
-    # times that in RSS under ThreadSanitizer, as the bound here).
-    assert grew < 8 * 1024 * memory_factor(g), (
-        "peak RSS grew by %d KiB for a %d KiB stream (from %d to %d KiB)"
-        % (grew, size // 1024, base, peak))
+    assert counter(g, "infergw_coalesce_readers_cut_total", reason="lag") \
+        == 0
+    grew = gateway_kib(g, "VmHWM") - base
+    # The configured bound, and as much again for a reader's pending copy
+    # of a chunk, libcurl's buffers and the allocator's share (five times
+    # the heap in RSS under ThreadSanitizer).  Without freeing, the flight
+    # alone would hold the whole 20 MiB.
+    bound = 2 * (max_bytes + max_lag) // 1024 * memory_factor(g)
+    assert grew < bound, (
+        "peak RSS grew by %d KiB for a %d KiB stream (from %d to %d KiB); "
+        "the bound is %d KiB" % (grew, size // 1024, base, base + grew,
+                                 bound))
 
 
 # ---- upstream errors --------------------------------------------------------

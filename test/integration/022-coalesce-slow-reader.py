@@ -9,75 +9,31 @@ end; a JSON body is cut short), logged and counted, and the others go on
 untouched; so a flight holds at most about max_flight_bytes +
 max_reader_lag.
 
-The slow client reads steadily but slowly: 16 KiB, then a pause, through
-a small receive buffer (the pause paces a client; no result depends on
-it).  The fast ones read as fast as they can.  As in 009 and 010, the
-clients meet in one flight by "mock_hold".
+The slow client is held by the test: it reads nothing (through a small
+receive buffer) until the fast one has the whole response, then reads
+what it was given.  (A follower's own thread learns of its cut only when
+its client takes the bytes it is writing, so the cut is counted then.)  The fast one reads as fast as it can while the test paces the
+upstream (mock_gate): a step of STEP chunks goes out only once the fast
+one has everything before it, so the fast one is never more than a step
+(1 MiB) behind, well inside max_reader_lag (4 MiB), and the slow one
+falls behind by all the upstream sends: neither outcome depends on the
+machine's speed.  As in 009 and 010, the clients meet in one flight by
+"mock_hold".
 """
 
 import hashlib
 import json
-import re
-import socket
-import threading
-import time
 
 import gwtest
-from gwtest import budget, chat_body, wait_for
+from gwtest import chat_body, wait_for
 
-from coalesce_util import (assert_complete_stream, counter, finish,
-                           gateway_kib, measured_env, memory_factor,
-                           new_tag, role, send, wait_state)
+from coalesce_util import (HeldClient, Tail, assert_complete_stream, counter,
+                           finish, gateway_kib, measured_env, memory_factor,
+                           new_tag, pace, role, send, wait_state)
 
 CUT = "infergw_coalesce_readers_cut_total"
 PAD = 65536
-SLOW_PIECE = 16384
-SLOW_PAUSE = 0.01               # about 1.6 MB/s
-
-
-class SlowClient:
-    """A raw client that reads SLOW_PIECE bytes every SLOW_PAUSE seconds
-    through a 64 KiB receive buffer, on its own thread, until the server
-    closes (it asks for Connection: close) or 'timeout' (scaled)
-    passes."""
-
-    def __init__(self, g, body, timeout=60):
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
-        s.settimeout(budget(5))
-        s.connect(("127.0.0.1", g.port))
-        self.sock = gwtest._register(s)
-        self.raw = bytearray()
-        self.closed = False
-        self.deadline = time.monotonic() + budget(timeout)
-        headers = dict(gwtest.JSON_HEADERS, Connection="close")
-        s.sendall(gwtest.build_request("POST", "/v1/chat/completions",
-                                       headers, body))
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def start(self):
-        self.thread.start()
-        return self
-
-    def _run(self):
-        while time.monotonic() < self.deadline:
-            self.sock.settimeout(max(0.1, self.deadline - time.monotonic()))
-            try:
-                piece = self.sock.recv(SLOW_PIECE)
-            except (ConnectionResetError, socket.timeout):
-                piece = b""
-            if not piece:
-                self.closed = True
-                return
-            self.raw += piece
-            time.sleep(SLOW_PAUSE)
-
-    def response(self):
-        """Wait for the end; the parsed response (de-chunked body)."""
-        self.thread.join(budget(120))
-        assert not self.thread.is_alive(), "the slow client never ended"
-        assert self.closed, "the gateway never closed the slow client"
-        return gwtest.parse_response(bytes(self.raw))
+STEP = 16                       # chunks of PAD per paced step: 1 MiB
 
 
 def assert_cut(resp, stream_body, what):
@@ -104,43 +60,62 @@ def assert_cut(resp, stream_body, what):
 
 
 def lag_gateway(t, m, max_bytes="1m", max_lag="4m"):
-    return t.gateway(m, {"coalesce": {"max_flight_bytes": max_bytes,
+    """A gateway with these bounds, whose clients may take nothing for
+    as long as the test holds them (send_timeout)."""
+    return t.gateway(m, {"server": {"send_timeout": "10m"},
+                         "coalesce": {"max_flight_bytes": max_bytes,
                                       "max_reader_lag": max_lag}},
                      env=measured_env())
 
 
-def meet(g, m, body, slow_leads, leaders=0):
-    """A fast client and a SlowClient in one flight, met by the body's
-    "mock_hold" tag: the slow one leads if 'slow_leads' ('leaders': the
-    gateway's leaders before).  Returns (the fast one's whole Stream,
-    checked complete, the SlowClient, still reading).  'body' asks for
-    a stream unless it has no "stream" field: then a JSON answer."""
-    tag = re.search(rb'"mock_hold":"([^"]+)"', body).group(1).decode()
-    first = SlowClient(g, body) if slow_leads else send(g, body,
-                                                        timeout=120)
-    wait_state(g, m, leaders=leaders + 1, held=1)
-    second = send(g, body, timeout=120) if slow_leads else SlowClient(g,
-                                                                      body)
-    wait_state(g, m, followers=1, held=1)
-    slow, fast_c = (first, second) if slow_leads else (second, first)
-    slow.start()
-    # The fast one reads from before the release: a reader that started
-    # only after the mock's /control answer could be max_reader_lag
-    # behind already on a loaded machine (seen in make check).
-    got = {}
-    reader = threading.Thread(target=lambda: got.update(
-        fast=finish(fast_c, timeout=120)), daemon=True)
-    reader.start()
-    assert m.release(tag) == 1
-    reader.join(budget(120))
-    assert "fast" in got, "the fast client never finished"
-    fast = got["fast"]
-    if b'"stream"' in body:
-        assert_complete_stream(fast, "the fast client")
+def paced_body(content, chunks, stream=True):
+    """A chat body held at the mock ("mock_hold") and then paced by the
+    test ("mock_gate", the same tag); returns (body, tag)."""
+    tag = new_tag()
+    extra = {"stream": True} if stream else {}
+    return chat_body(content, mock_chunks=chunks, mock_pad=PAD,
+                     mock_hold=tag, mock_gate=tag, **extra), tag
+
+
+def meet(g, m, body, tag, chunks, slow_leads, leaders=0):
+    """A fast client and a HeldClient in one flight, met by the body's
+    "mock_hold": the held one leads if 'slow_leads' ('leaders': the
+    gateway's leaders before).  Then the upstream is paced STEP chunks
+    at a time behind the fast one.  Returns (the fast one's whole
+    Stream, checked complete, the HeldClient, still unread).  'body'
+    asks for a stream unless it has no "stream" field: then a JSON
+    answer, sent in 'chunks' pieces."""
+    stream = b'"stream"' in body
+    if slow_leads:
+        slow = HeldClient(g, body)
+        wait_state(g, m, leaders=leaders + 1, held=1)
+        fast_c = send(g, body, timeout=120)
     else:
-        assert fast.resp.status == 200 and fast.clean_end, fast.resp
-    assert role(fast) == ("follower" if slow_leads else "leader"), role(fast)
-    return fast, slow
+        fast_c = send(g, body, timeout=120)
+        wait_state(g, m, leaders=leaders + 1, held=1)
+        slow = HeldClient(g, body)
+    wait_state(g, m, followers=1, held=1)
+    fast = Tail(fast_c)
+    assert m.release(tag) == 1
+    if stream:
+        # The role chunk, then one event per content chunk.
+        def caught_up(k):
+            return fast.has(events=1 + k)
+    else:
+        # The head comes with the first piece (the gateway holds it
+        # until then), and with it the length the pieces divide.
+        def caught_up(k):
+            n = fast.length
+            return n is not None and fast.has(
+                received=n if k >= chunks else n // chunks * k)
+    pace(m, tag, chunks, STEP, caught_up, "the fast client")
+    s = fast.result()
+    if stream:
+        assert_complete_stream(s, "the fast client")
+    else:
+        assert s.resp.status == 200 and s.clean_end, s.resp
+    assert role(s) == ("follower" if slow_leads else "leader"), role(s)
+    return s, slow
 
 
 def cut_lines(g, who):
@@ -151,20 +126,19 @@ def cut_lines(g, who):
 
 def test_slow_follower_cut_memory_bounded(t):
     """The issue's case: a 100 MB stream, a fast leader and a follower
-    that reads slowly but steadily.  The follower is cut with the error
-    event, the leader gets the whole body, byte for byte the upstream's,
-    and the gateway grows by about max_flight_bytes + max_reader_lag
-    (1 + 4 MiB), not by the stream (+96.6 MiB before)."""
+    that falls behind.  The follower is cut with the error event, the
+    leader gets the whole body, byte for byte the upstream's, and the
+    gateway grows by about max_flight_bytes + max_reader_lag (1 + 4
+    MiB), not by the stream (+96.6 MiB before)."""
     m = t.mock()
     g = lag_gateway(t, m)
     warm = finish(send(g, chat_body("warm", stream=True, mock_chunks=64,
                                     mock_pad=PAD)), timeout=60)
     assert_complete_stream(warm)
     base = gateway_kib(g, "VmHWM")
-    tag = new_tag()
-    body = chat_body("a hundred megabytes", stream=True, mock_chunks=1600,
-                     mock_pad=PAD, mock_hold=tag)
-    lead, slow = meet(g, m, body, slow_leads=False, leaders=1)  # warm-up's
+    body, tag = paced_body("a hundred megabytes", 1600)
+    lead, slow = meet(g, m, body, tag, 1600, slow_leads=False,
+                      leaders=1)                # the warm-up's
     size = len(lead.body)
     assert size > 100 * 1000 * 1000, size
     # The peak so far: the stream has all gone through.  5 MiB of flight,
@@ -174,7 +148,7 @@ def test_slow_follower_cut_memory_bounded(t):
     assert grew < 13 * 1024 * memory_factor(g), (
         "peak RSS grew by %d KiB for a %d KiB stream with max_flight_bytes "
         "1m and max_reader_lag 4m" % (grew, size // 1024))
-    cut = slow.response()
+    cut = slow.read_all()
     assert cut.headers.get("X-Infergw-Coalesce") == "follower", cut
     assert_cut(cut, lead.body, "the slow follower")
     assert counter(g, CUT, reason="lag") == 1
@@ -198,8 +172,8 @@ def events_digest(events):
 
 def direct_digest(m, body):
     """events_digest() of the mock's own answer to 'body' (its words
-    come from a hash of the body, its "mock_hold" tag included: released
-    already, so it does not wait), read as it streams so that 100 MB need
+    come from a hash of the body, its "mock_hold" and "mock_gate" tag
+    included: released and open already, so it does not wait), read as it streams so that 100 MB need
     not sit in memory twice."""
     s = gwtest.stream(m.port, "POST", "/v1/chat/completions",
                       gwtest.JSON_HEADERS, body, timeout=120)
@@ -212,11 +186,9 @@ def test_slow_leader_cut_flight_goes_on(t):
     the whole stream; the call completes (not aborted)."""
     m = t.mock()
     g = lag_gateway(t, m)
-    tag = new_tag()
-    body = chat_body("slow leader", stream=True, mock_chunks=480,
-                     mock_pad=PAD, mock_hold=tag)
-    fol, slow = meet(g, m, body, slow_leads=True)
-    cut = slow.response()
+    body, tag = paced_body("slow leader", 480)
+    fol, slow = meet(g, m, body, tag, 480, slow_leads=True)
+    cut = slow.read_all()
     assert cut.headers.get("X-Infergw-Coalesce") == "leader", cut
     assert_cut(cut, fol.body, "the slow leader")
     assert counter(g, CUT, reason="lag") == 1
@@ -227,14 +199,16 @@ def test_slow_leader_cut_flight_goes_on(t):
 def test_slow_lone_client_cut_aborts_call(t):
     """A slow client alone in its flight: once it is cut nobody reads the
     call, so it is aborted, as when the last client leaves; the client
-    still gets what it was given and the error event."""
+    still gets what it was given and the error event.  It reads nothing
+    until the call is aborted (the upstream goes as fast as the gateway
+    takes it)."""
     m = t.mock()
     g = lag_gateway(t, m)
     body = chat_body("alone and slow", stream=True, mock_chunks=1600,
-                     mock_pad=PAD, mock_delay_ms=1)
-    slow = SlowClient(g, body).start()
+                     mock_pad=PAD)
+    slow = HeldClient(g, body)
     wait_state(g, m, aborted=1, in_progress=0, flights=0, timeout=30)
-    cut = slow.response()
+    cut = slow.read_all()
     assert cut.status == 200 and not cut.clean_end, cut
     head, _, last = cut.body.rpartition(b"data: ")
     assert json.loads(last)["error"]["code"] == "client_too_slow", last
@@ -248,13 +222,11 @@ def test_slow_json_client_cut_short(t):
     every HTTP client reports as an error; the fast one gets all of it."""
     m = t.mock()
     g = lag_gateway(t, m)
-    tag = new_tag()
-    body = chat_body("fifteen megabytes of json", mock_chunks=230,
-                     mock_pad=PAD, mock_hold=tag)
-    lead, slow = meet(g, m, body, slow_leads=False)
+    body, tag = paced_body("fifteen megabytes of json", 230, stream=False)
+    lead, slow = meet(g, m, body, tag, 230, slow_leads=False)
     size = len(json.loads(lead.body)["choices"][0]["message"]["content"])
     assert size > 14 * 1000 * 1000, size
-    cut = slow.response()
+    cut = slow.read_all()
     assert cut.status == 200 and cut.framing == "length", cut
     assert not cut.clean_end and lead.body.startswith(cut.body), \
         "the slow client got %d of %d bytes, cleanly" % (len(cut.body),
@@ -266,14 +238,24 @@ def test_slow_json_client_cut_short(t):
 
 def test_no_cut_under_max_flight_bytes(t):
     """A flight under max_flight_bytes behaves as before: however tight
-    max_reader_lag, nobody is cut, the slow client included."""
+    max_reader_lag, nobody is cut, the slow client included, though it
+    reads nothing until the upstream call has ended and the fast one
+    has all of it."""
     m = t.mock()
     g = lag_gateway(t, m, max_bytes="8m", max_lag="1k")
     tag = new_tag()
     body = chat_body("small enough", stream=True, mock_chunks=64,
                      mock_pad=PAD, mock_hold=tag)
-    lead, slow = meet(g, m, body, slow_leads=False)
-    resp = slow.response()
+    fast_c = send(g, body, timeout=120)
+    wait_state(g, m, leaders=1, held=1)
+    slow = HeldClient(g, body)
+    wait_state(g, m, followers=1, held=1)
+    fast = Tail(fast_c)
+    assert m.release(tag) == 1
+    lead = fast.result()
+    assert_complete_stream(lead, "the fast client")
+    wait_state(g, m, completions=1, in_progress=0)
+    resp = slow.read_all()
     assert resp.clean_end and resp.body == lead.body, \
         "the slow client did not get the whole body (%d of %d bytes)" % (
             len(resp.body), len(lead.body))

@@ -194,6 +194,129 @@ def finish_all(conns, timeout=None, workers=32):
     return out
 
 
+# ---- clients whose pace the test sets --------------------------------------
+
+class Tail:
+    """Reads the response of a sent request on a thread of its own, as
+    fast as it can, and tells how far it has got, so that a test can
+    wait for it before the upstream sends more (pace()).  .result() is
+    the finished Stream (a failure in the thread is raised there)."""
+
+    def __init__(self, conn, timeout=120):
+        self._conn = conn
+        self._timeout = timeout
+        self._lock = threading.Lock()
+        self._bytes = 0
+        self._events = 0
+        self._head = None
+        self._out = None
+        self._error = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        try:
+            s = start(self._conn, self._timeout)
+            with self._lock:
+                self._head = s.resp
+            tail = b""
+            for piece in s.chunks():
+                # Count whole "data: " lines: an event may span pieces.
+                tail += piece
+                n = tail.count(b"\n\n")
+                tail = tail[tail.rfind(b"\n\n") + 2:] if n else tail[-8:]
+                with self._lock:
+                    self._bytes += len(piece)
+                    self._events += n
+            self._out = s
+        except BaseException as e:          # noqa: B902
+            self._error = e
+
+    @property
+    def length(self):
+        """The response's Content-Length once its head has come, else
+        None (the gateway holds a head until the first body byte)."""
+        with self._lock:
+            head = self._head
+        cl = head.headers.get("Content-Length") if head else None
+        return int(cl) if cl is not None else None
+
+    @property
+    def received(self):
+        """Body bytes received so far."""
+        with self._lock:
+            return self._bytes
+
+    @property
+    def events(self):
+        """SSE events (blank-line ended) received so far."""
+        with self._lock:
+            return self._events
+
+    def has(self, events=0, received=0):
+        """Whether it has 'events' SSE events and 'received' body bytes;
+        raises if its reading failed or ended before."""
+        alive = self._thread.is_alive()     # before the counts: see below
+        with self._lock:
+            ok = self._events >= events and self._bytes >= received
+        if ok:
+            return True
+        if self._error is not None:
+            raise AssertionError("the reader failed: %s" % self._error)
+        # Counts read after the thread was seen dead are its last ones.
+        assert alive, (
+            "the reader's response ended at %d events, %d bytes"
+            % (self._events, self._bytes))
+        return False
+
+    def head(self):
+        """The response head, once it has come (waits for it)."""
+        wait_for(lambda: self._head is not None or self._error is not None
+                 or not self._thread.is_alive(), 30, msg="a response head")
+        if self._error is not None:
+            raise self._error
+        assert self._head is not None, "the response ended without a head"
+        return self._head
+
+    def result(self):
+        self._thread.join(budget(self._timeout))
+        assert not self._thread.is_alive(), "the reader never finished"
+        if self._error is not None:
+            raise self._error
+        return self._out
+
+
+class HeldClient:
+    """A client that sends its request and then reads nothing, through a
+    small receive buffer, until the test lets it (read_all()): a reader
+    that falls behind by construction, whatever the machine's speed."""
+
+    def __init__(self, g, body, path=CHAT, rcvbuf=16384):
+        self.conn = send(g, body, path,
+                         headers={"Connection": "close"}, rcvbuf=rcvbuf)
+
+    def read_all(self, timeout=60):
+        """Read everything to the end; the parsed Response (de-chunked
+        body; .clean_end says whether it ended as its framing says)."""
+        return gwtest.read_response(self.conn.reader,
+                                    self.conn.deadline(budget(timeout)),
+                                    "POST")
+
+
+def pace(m, tag, chunks, step, caught_up, what="the paced reader"):
+    """Send a mock_gate'd response 'step' content chunks at a time: open
+    gate 'tag' to k + step, then wait until caught_up(k + step) says the
+    readers that must keep up have what was sent, until 'chunks' are
+    open.  A reader waited for is never more than 'step' chunks behind
+    the upstream, on any machine."""
+    k = 0
+    while k < chunks:
+        k = min(chunks, k + step)
+        m.gate(tag, k)
+        wait_for(lambda: caught_up(k), 30,
+                 msg="%s to have %d chunks" % (what, k))
+
+
 def role(s):
     """The X-Infergw-Coalesce header of a Stream (or Response)."""
     resp = s.resp if isinstance(s, Stream) else s

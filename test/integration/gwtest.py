@@ -1012,6 +1012,14 @@ class Mock:
         assert r.status == 200, "mock /release: %r" % r
         return r.json().get("released")
 
+    def gate(self, tag, chunks):
+        """Open mock_gate 'tag' up to 'chunks' content chunks; returns
+        how far it is open now."""
+        r = request(self.port, "POST", "/gate?tag=%s&chunks=%d"
+                    % (tag, chunks))
+        assert r.status == 200, "mock /gate: %r" % r
+        return r.json()["gate"]
+
     def call(self, method, path, body=b"", headers=None):
         """A direct request to the mock (for comparing with the gateway).
         Stats are changed by it, so read them afterwards."""

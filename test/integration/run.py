@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: MIT
 """Run infergw's integration tests.
 
-    python3 test/integration/run.py --bin build/default/bin [-k SUBSTR] [-v]
+    python3 test/integration/run.py --bin build/default/bin [-k SUBSTR]...
+        [--repeat N] [-v]
 
 Discovers test/integration/NNN-topic.py, runs every test_* function of each
 file in file order, each with a fresh temp dir and a hard timeout, and
@@ -94,7 +95,11 @@ def run_one(fn, ctx, timeout):
     t.start()
     t.join(timeout)
     if t.is_alive():
-        return TimeoutError("test timed out after %.0fs" % timeout), None
+        # Where it is stuck: the test thread's stack, innermost last.
+        frame = sys._current_frames().get(t.ident)
+        where = "".join(traceback.format_stack(frame)[-6:]) if frame else ""
+        return TimeoutError("test timed out after %.0fs, in:\n%s"
+                            % (timeout, where.rstrip())), None
     return result.get("exc", (None, None))
 
 
@@ -185,8 +190,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bin", required=True,
                     help="directory holding infergw and mock_upstream")
-    ap.add_argument("-k", dest="substr", default=None,
-                    help="run only tests whose FILE::NAME contains this")
+    ap.add_argument("-k", dest="substr", action="append", default=[],
+                    help="run only tests whose FILE::NAME contains this "
+                    "(repeatable: any of them)")
+    ap.add_argument("--repeat", type=int, default=1, metavar="N",
+                    help="run the chosen tests N times over (a test that "
+                    "fails by the machine shows here)")
     ap.add_argument("-v", action="store_true", help="verbose failures")
     ap.add_argument("--keep", action="store_true",
                     help="keep every test's temp dir")
@@ -205,7 +214,9 @@ def main():
 
     tests = discover()
     if args.substr:
-        tests = [t for t in tests if args.substr in "%s::%s" % (t[0], t[1])]
+        tests = [t for t in tests
+                 if any(k in "%s::%s" % (t[0], t[1]) for k in args.substr)]
+    tests = tests * max(1, args.repeat)
     res = run_tests(tests, bin_dir, gwtest.budget(TEST_TIMEOUT), strict,
                     provided, args.v, args.keep)
     print(res.summary())
