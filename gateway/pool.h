@@ -30,10 +30,13 @@
  *   again.  One upstream of a set may always be out.
  * - panic_below: while fewer than that share of the set serving a call's
  *   model are usable (CLOSED, or HALF_OPEN with no trial out, and not
- *   held back), the call may go to any of them, ejected or held back or
- *   not: the breakers can be wrong (a poison request, below), and then
- *   the choice is between some answers and none.  A call made so on an
- *   upstream that is not usable is no trial.
+ *   held back), the call may go to any of them that is not held back,
+ *   ejected or not: the breakers can be wrong (a poison request, below),
+ *   and then the choice is between some answers and none.  A Retry-After
+ *   is no guess of ours but the upstream's own word, so panic never
+ *   overrules it: with every one held back a call fails at once, told
+ *   the time left.  A call made so on an upstream that is not usable is
+ *   no trial.
  * The sets in panic are noted as calls find them (up to POOL_PANIC_MAX
  * at once), logged when they enter and leave, and counted by a gauge.
  *
@@ -69,7 +72,8 @@
  * with a negative priority is sheddable: when every usable candidate is
  * full or saturated it gets GW_ESHED (429) at once instead of waiting.  A call that finds no
  * usable candidate at all (every one ejected or held back) fails at
- * once: it never waits for a timeout.
+ * once: it never waits for a timeout, and a waiter whose candidates all
+ * go so is told at once.
  *
  * The retry budget: retries and hedges together, over the last
  * POOL_BUDGET_WINDOW_S seconds, may be at most retry_budget times the
@@ -173,7 +177,8 @@ int pool_serves(struct pool *p, const char *model);
  * want->model, are usable, not excluded and not full; wait for one in
  * the queue up to queue_timeout while every such upstream is full.
  * OUT *slot; OUT *retry_after_s: for the 503 on GW_EUNAVAIL/GW_ETIMEDOUT
- * and the 429 on GW_ESHED.
+ * and the 429 on GW_ESHED (on GW_EUNAVAIL for want of a usable one, the
+ * time until the first may take a call again: a hold's remaining time).
  * Returns 0, GW_ENOTFOUND (no upstream serves the model, or every one
  * that does is excluded), GW_EUNAVAIL (none usable; or, with no_wait,
  * all full), GW_ESHED (all full, and the tenant is sheddable), GW_ETIMEDOUT
