@@ -68,12 +68,12 @@
  * learns an engine's room one place at a time, and leaves 'headroom' of
  * the places in the batches of the upstreams it may use free for the
  * others, whose next calls then start at once).  A lone tenant may fill
- * the engines' queues up to max_waiting.  A tenant
- * with a negative priority is sheddable: when every usable candidate is
- * full or saturated it gets GW_ESHED (429) at once instead of waiting.  A call that finds no
- * usable candidate at all (every one ejected or held back) fails at
- * once: it never waits for a timeout, and a waiter whose candidates all
- * go so is told at once.
+ * the engines' queues up to max_waiting.  A tenant with a negative
+ * priority is sheddable: when every usable candidate is full or
+ * saturated it gets GW_ESHED (429) at once instead of waiting.  A call
+ * that finds no usable candidate at all (every one ejected or held back)
+ * fails at once: it never waits for a timeout, and a waiter whose
+ * candidates all go so is told at once.
  *
  * The retry budget: retries and hedges together, over the last
  * POOL_BUDGET_WINDOW_S seconds, may be at most retry_budget times the
