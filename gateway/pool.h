@@ -231,7 +231,9 @@ int pool_has_other(struct pool *p, const struct pool_want *want, size_t idx);
  * reused one failed before any answer (upstream.h on_resend): one more
  * call the upstream receives, counted as a call and charged to the retry
  * budget, but never refused by it (it is not a retry of a failure: the
- * request had not reached the upstream).
+ * request had not reached the upstream).  Whether it may be made at all
+ * is dispatch.c's to say: it is one of the request's 1 + retries
+ * attempts.
  */
 void pool_note_resend(struct pool *p, struct pool_slot *slot);
 
