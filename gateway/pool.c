@@ -1059,7 +1059,8 @@ goes_before(const struct pool *p, const struct waiter *a,
 
 /*
  * Of the waiters that may use upstream 'idx' now (while it is not
- * usable, only one whose set is in panic), the one whose turn it is.
+ * usable, only one whose set is in panic, and none while it is held
+ * back), the one whose turn it is.
  */
 static struct waiter *
 next_waiter_locked(struct pool *p, size_t idx, int64_t now)
