@@ -39,18 +39,48 @@ struct run {
     const struct dispatch_ctx *dc;
     const struct upstream_sink *sink;
     int watch_fd;
+    struct upstream_opts *opts;     /* the call's, read by upstream.c at
+                                       each response head */
     struct pool_want want;          /* .exclude: every upstream tried */
     struct pool_slot slot[2];       /* an attempt and its hedge */
     struct dispatch_result *out;
+    int more;                       /* another attempt may follow the
+                                       current one (the loop's) */
     /* Each attempt goes to another upstream, so there are at most as
      * many held verdicts as upstreams, each of another status. */
     struct held held[CONFIG_MAX_UPSTREAMS];
     size_t num_held;
     int poison_status;              /* the 5xx met twice; 0 none yet */
-    int resends;                    /* of out->attempts: the same request
-                                       sent again on a fresh connection,
-                                       which is no retry (upstream.h) */
 };
+
+/*
+ * May the request reach an upstream once more?  At most 1 + retries
+ * times in all: a retry, a hedge and a resend on a fresh connection
+ * (upstream.h on_resend) are each one more request the upstream
+ * receives, whatever made it.
+ */
+static int
+attempt_left(const struct run *r)
+{
+    return (uint64_t)r->out->attempts <= r->dc->cfg->retries;
+}
+
+/*
+ * One more request goes to an upstream: counted.  When it was the last
+ * the retries allow, a retryable status it meets is relayed as it is
+ * (upstream.h stop_on_retryable), not stopped at for a retry that can
+ * no longer come.
+ */
+static void
+count_attempt(struct run *r)
+{
+    r->out->attempts++;
+    metrics_upstream_call();
+    if (!attempt_left(r)) {
+        r->more = 0;
+        r->opts->stop_on_retryable = 0;
+    }
+}
 
 /* The slot held on upstream 'idx', or NULL. */
 static struct pool_slot *
@@ -171,25 +201,30 @@ on_winner(void *arg, size_t idx, int status)
 }
 
 /*
- * upstream_opts.on_resend: the attempt on 'idx' went out once more, on a
- * fresh connection; the upstream receives one more call.
+ * upstream_opts.on_resend: the attempt on 'idx' is to go out once more,
+ * on a fresh connection, which is one more request the upstream
+ * receives: an attempt like any, so not made when the request has none
+ * left (-1; upstream.c then fails the attempt, CALL_NOT_RESENT, and logs
+ * why).
  */
-static void
+static int
 on_resend(void *arg, size_t idx)
 {
     struct run *r = arg;
     struct pool_slot *s = slot_of(r, idx);
 
+    if (!attempt_left(r))
+        return -1;
     if (s != NULL)
         pool_note_resend(r->dc->pool, s);
-    r->out->attempts++;
-    r->resends++;
-    metrics_upstream_call();
+    count_attempt(r);
+    return 0;
 }
 
 /*
- * upstream_opts.hedge: a slot on another upstream, at once (no queue),
- * then the budget's leave.  0 with *idx, or -1: no hedge.
+ * upstream_opts.hedge: while the request has an attempt left, a slot on
+ * another upstream, at once (no queue), then the budget's leave.  0 with
+ * *idx, or -1: no hedge.
  */
 static int
 hedge(void *arg, size_t first, size_t *idx)
@@ -198,6 +233,8 @@ hedge(void *arg, size_t first, size_t *idx)
     struct pool_want w = r->want;
     int retry_after;
 
+    if (!attempt_left(r))
+        return -1;
     w.exclude |= UINT64_C(1) << first;
     w.no_wait = 1;
     if (pool_acquire(r->dc->pool, &w, &r->slot[1], &retry_after) != 0)
@@ -208,8 +245,7 @@ hedge(void *arg, size_t first, size_t *idx)
     }
     *idx = (size_t)r->slot[1].idx;
     r->want.exclude |= UINT64_C(1) << *idx;
-    r->out->attempts++;
-    metrics_upstream_call();
+    count_attempt(r);
     return 0;
 }
 
@@ -275,7 +311,7 @@ dispatch_run(const struct dispatch_ctx *dc,
     struct upstream_opts opts;
     struct pool_want next;
     struct run r;
-    int rc, retry_after, more, budget;
+    int rc, retry_after, budget;
     size_t idx;
 
     memset(out, 0, sizeof(*out));
@@ -288,6 +324,7 @@ dispatch_run(const struct dispatch_ctx *dc,
     r.want.gone_arg = &r;
     r.sink = sink;
     r.watch_fd = watch_fd;
+    r.opts = &opts;
     r.out = out;
     r.slot[0].idx = r.slot[1].idx = -1;
     memset(&opts, 0, sizeof(opts));
@@ -306,27 +343,25 @@ dispatch_run(const struct dispatch_ctx *dc,
     for (;;) {
         /*
          * A retryable status stops the transfer unheard only when another
-         * attempt may follow: an upstream with room now, and the budget.
-         * Else the upstream's answer is relayed as it is.
+         * attempt may follow: one left (a hedge or a resend may still
+         * take it, count_attempt()), an upstream with room now, and the
+         * budget.  Else the upstream's answer is relayed as it is.
          */
         idx = (size_t)r.slot[0].idx;
-        more = (uint64_t)(out->attempts - r.resends) < cfg->retries
-               && pool_has_other(dc->pool, &r.want, idx);
-        budget = more && pool_budget_peek(dc->pool);
-        opts.stop_on_retryable = more && budget;
         r.want.exclude |= UINT64_C(1) << idx;
-        out->attempts++;
-        metrics_upstream_call();
+        count_attempt(&r);
+        r.more = attempt_left(&r) && pool_has_other(dc->pool, &r.want, idx);
+        budget = r.more && pool_budget_peek(dc->pool);
+        opts.stop_on_retryable = r.more && budget;
         note_upstream(dc, idx);
         upstream_perform(dc->up, idx, req, &opts, sink, &out->res);
         out->upstream = cfg->upstreams[out->res.upstream].name;
         release(&r, &out->res);
         /* A retryable status relayed as it came: the budget was spent. */
-        if (more && !budget && out->res.head_seen
+        if (r.more && !budget && out->res.head_seen
             && upstream_retryable_status(out->res.outcome.status))
             pool_budget_refuse(dc->pool);
-        if (!retryable(&out->res)
-            || (uint64_t)(out->attempts - r.resends) > cfg->retries)
+        if (!retryable(&out->res) || !attempt_left(&r))
             goto out;
         /* The next upstream first, then the budget: no leave is spent on
          * a retry that has nowhere to go. */

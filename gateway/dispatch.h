@@ -15,6 +15,14 @@
  * upstream sent it.  Once the sink has the head, never: a failure later is
  * the sink's to report (an SSE error event).
  *
+ * The bound is on what the upstreams receive: a request reaches them at
+ * most 1 + retries times, hedges and resends on a fresh connection
+ * (upstream.h on_resend) included, since each is one more request the
+ * upstream must read.  So a resend is made only while an attempt is
+ * left (it keeps the idle-close race invisible to clients while retries
+ * is at least 1), and a hedge too; a resend is charged to the retry
+ * budget but never refused by it (pool_note_resend()).
+ *
  * The sink sees one response: the one attempt that got as far as a body.
  * For a flight that means every client of it, so a retry is invisible to
  * them except in logs and metrics.
@@ -65,7 +73,8 @@ struct dispatch_result {
                                        pool's refusal when no attempt was
                                        made; CALL_FAULT_REQUEST when the
                                        request was found to be poison) */
-    int attempts;                   /* upstream calls made, hedges too */
+    int attempts;                   /* upstream calls made, hedges and
+                                       resends too: 1 + retries at most */
     const char *upstream;           /* name of the last one; NULL none */
 };
 

@@ -64,6 +64,11 @@ static const struct kind_info kinds[CALL_KIND_COUNT] = {
     [CALL_OPTION_REFUSED]       = { "libcurl refused an option", GW_EINVAL,
                                     GW },
     [CALL_MULTI_FAILED]         = { "libcurl multi failure", GW_ENOMEM, GW },
+    /* Ours: a bound the gateway keeps, not a failure of the upstream's
+     * (the idle-close race), so no verdict on it and no retry. */
+    [CALL_NOT_RESENT]           = { "connection closed before an answer, "
+                                    "no attempt left to resend it",
+                                    GW_EUPSTREAM, GW },
     [CALL_NO_UPSTREAM]          = { "no upstream available", GW_EUNAVAIL,
                                     GW },
     [CALL_ALL_FULL]             = { "every upstream is at max_inflight",

@@ -67,6 +67,10 @@ enum call_kind {
     CALL_BAD_URL,
     CALL_OPTION_REFUSED,        /* libcurl refused an option */
     CALL_MULTI_FAILED,          /* libcurl's multi handle failed */
+    CALL_NOT_RESENT,            /* a kept connection failed before an
+                                   answer (upstream.h on_resend), and the
+                                   request had no attempt left to be sent
+                                   again on a fresh one */
 
     /* The pool's refusal, before any attempt (dispatch.h). */
     CALL_NO_UPSTREAM,           /* every one ejected or held back */

@@ -323,13 +323,20 @@ state_now(struct member *m, int64_t now)
     return m->state;
 }
 
+/* Is it held back by its own Retry-After? */
+static int
+held(const struct member *m, int64_t now)
+{
+    return now < m->hold_until_ms;
+}
+
 /* May it get a new call (ignoring max_inflight)? */
 static int
 usable(struct member *m, int64_t now)
 {
     enum pool_state s = state_now(m, now);
 
-    if (now < m->hold_until_ms)
+    if (held(m, now))
         return 0;
     return s == POOL_CLOSED || (s == POOL_HALF_OPEN && !m->trial_out);
 }
@@ -512,13 +519,17 @@ saturation_note_locked(struct pool *p, struct member *m, int64_t now,
              m->load.ended - m->load.ended_then);
 }
 
-/* Milliseconds until an unusable upstream may be usable again. */
+/*
+ * Milliseconds until an unusable upstream may take a call again: when
+ * its hold ends and (unless its set is in 'panic', which routes across
+ * ejected ones) its ejection does.
+ */
 static int64_t
-wait_of(const struct member *m, int64_t now)
+wait_of(const struct member *m, int64_t now, int panic)
 {
     int64_t w = 0;
 
-    if (m->state == POOL_OPEN && m->open_until_ms - now > w)
+    if (!panic && m->state == POOL_OPEN && m->open_until_ms - now > w)
         w = m->open_until_ms - now;
     if (m->hold_until_ms - now > w)
         w = m->hold_until_ms - now;
@@ -603,8 +614,11 @@ in_panic_locked(struct pool *p, uint64_t set, int64_t now)
 
 /*
  * Of 'cand' (upstreams of the set 'serve' a call may still try), the ones
- * it may use now: the usable ones, or all of them while 'serve' is in
- * panic (OUT *panic, unless NULL).
+ * it may use now: the usable ones, or while 'serve' is in panic (OUT
+ * *panic, unless NULL) every one not held back.  Panic overrules the
+ * breakers, which may be wrong (a poison request); a Retry-After is the
+ * upstream's own word that it cannot take a call now, and calls sent
+ * anyway would only earn more 429s and 503s.
  */
 static uint64_t
 usable_mask_locked(struct pool *p, uint64_t serve, uint64_t cand,
@@ -618,14 +632,40 @@ usable_mask_locked(struct pool *p, uint64_t serve, uint64_t cand,
 
     if (panic != NULL)
         *panic = in;
-    if (in)
-        return cand;
     for (i = 0; i < p->n; i++) {
         bit = UINT64_C(1) << i;
-        if ((cand & bit) && usable(&p->m[i], now))
+        if ((cand & bit) && (in ? !held(&p->m[i], now)
+                                : usable(&p->m[i], now)))
             use |= bit;
     }
     return use;
+}
+
+/*
+ * The Retry-After, in seconds, for a call of the set 'serve' that finds
+ * none of 'mask' usable: until the first of them may take a call again
+ * (a hold's remaining time, say), at least 1.
+ */
+static int
+retry_after_locked(struct pool *p, uint64_t serve, uint64_t mask,
+                   int64_t now)
+{
+    int64_t soonest = INT64_MAX, w;
+    int panic = in_panic_locked(p, serve, now);
+    size_t i;
+
+    assert(gw_mutex_held(&p->lock));
+
+    for (i = 0; i < p->n; i++) {
+        if (!(mask & (UINT64_C(1) << i)))
+            continue;
+        w = wait_of(&p->m[i], now, panic);
+        if (w < soonest)
+            soonest = w;
+    }
+    if (soonest == INT64_MAX || soonest <= 0)
+        return 1;
+    return (int)gw_ms_to_s_ceil((uint64_t)soonest);
 }
 
 /* A call found 'set' in panic: remember it, and log it if it is new. */
@@ -1019,7 +1059,8 @@ goes_before(const struct pool *p, const struct waiter *a,
 
 /*
  * Of the waiters that may use upstream 'idx' now (while it is not
- * usable, only one whose set is in panic), the one whose turn it is.
+ * usable, only one whose set is in panic, and none while it is held
+ * back), the one whose turn it is.
  */
 static struct waiter *
 next_waiter_locked(struct pool *p, size_t idx, int64_t now)
@@ -1075,7 +1116,7 @@ pool_acquire(struct pool *p, const struct pool_want *want,
     size_t t = want->tenant <= CONFIG_MAX_TENANTS ? want->tenant
                                                    : CONFIG_MAX_TENANTS;
     uint64_t serve, cand, use, room = 0, open = 0, bit;
-    int64_t now = gw_now_ms(), soonest = INT64_MAX, deadline;
+    int64_t now = gw_now_ms(), deadline;
     struct waiter w;
     size_t i;
     int rc, gone, panic;
@@ -1090,7 +1131,9 @@ pool_acquire(struct pool *p, const struct pool_want *want,
     serve = serving_mask(p, want->model);
     cand = serve & ~want->exclude;
     use = usable_mask_locked(p, serve, cand, now, &panic);
-    if (panic && cand != 0)
+    /* A panic that leaves nothing to send to (every one held back) has
+     * changed no call: not noted. */
+    if (panic && use != 0)
         panic_note_locked(p, serve, now, &ev);
     /* A retry or hedge goes on with a request already admitted. */
     sh = want->no_wait ? SHARE_ALONE : share_locked(p, t, now);
@@ -1101,8 +1144,6 @@ pool_acquire(struct pool *p, const struct pool_want *want,
                 open |= bit;
             if (!full_for(p, &p->m[i], now, sh))
                 room |= bit;
-        } else if ((cand & bit) && wait_of(&p->m[i], now) < soonest) {
-            soonest = wait_of(&p->m[i], now);
         }
     }
     if (cand == 0) {
@@ -1114,10 +1155,7 @@ pool_acquire(struct pool *p, const struct pool_want *want,
          * request is answered with the failure it retried. */
         if (!want->no_wait)
             p->unavailable++;
-        if (soonest != INT64_MAX)
-            *retry_after_s = (int)gw_ms_to_s_ceil((uint64_t)soonest);
-        if (*retry_after_s < 1)
-            *retry_after_s = 1;
+        *retry_after_s = retry_after_locked(p, serve, cand, now);
         rc = GW_EUNAVAIL;
         goto out;
     }
@@ -1192,8 +1230,10 @@ pool_acquire(struct pool *p, const struct pool_want *want,
         slot->queued = 1;
         rc = 0;
     } else if (w.granted == -2) {
+        /* Every upstream it could use went away (ejected, held back). */
         p->unavailable++;
-        rc = GW_EUNAVAIL;       /* every upstream it could use went away */
+        *retry_after_s = retry_after_locked(p, serve, w.mask, gw_now_ms());
+        rc = GW_EUNAVAIL;
     } else if (w.granted == -3) {
         queue_remove(p, &w);
         rc = GW_EABORTED;       /* its client left: no slot, no call */

@@ -30,10 +30,13 @@
  *   again.  One upstream of a set may always be out.
  * - panic_below: while fewer than that share of the set serving a call's
  *   model are usable (CLOSED, or HALF_OPEN with no trial out, and not
- *   held back), the call may go to any of them, ejected or held back or
- *   not: the breakers can be wrong (a poison request, below), and then
- *   the choice is between some answers and none.  A call made so on an
- *   upstream that is not usable is no trial.
+ *   held back), the call may go to any of them that is not held back,
+ *   ejected or not: the breakers can be wrong (a poison request, below),
+ *   and then the choice is between some answers and none.  A Retry-After
+ *   is no guess of ours but the upstream's own word, so panic never
+ *   overrules it: with every one held back a call fails at once, told
+ *   the time left.  A call made so on an upstream that is not usable is
+ *   no trial.
  * The sets in panic are noted as calls find them (up to POOL_PANIC_MAX
  * at once), logged when they enter and leave, and counted by a gauge.
  *
@@ -65,11 +68,12 @@
  * learns an engine's room one place at a time, and leaves 'headroom' of
  * the places in the batches of the upstreams it may use free for the
  * others, whose next calls then start at once).  A lone tenant may fill
- * the engines' queues up to max_waiting.  A tenant
- * with a negative priority is sheddable: when every usable candidate is
- * full or saturated it gets GW_ESHED (429) at once instead of waiting.  A call that finds no
- * usable candidate at all (every one ejected or held back) fails at
- * once: it never waits for a timeout.
+ * the engines' queues up to max_waiting.  A tenant with a negative
+ * priority is sheddable: when every usable candidate is full or
+ * saturated it gets GW_ESHED (429) at once instead of waiting.  A call
+ * that finds no usable candidate at all (every one ejected or held back)
+ * fails at once: it never waits for a timeout, and a waiter whose
+ * candidates all go so is told at once.
  *
  * The retry budget: retries and hedges together, over the last
  * POOL_BUDGET_WINDOW_S seconds, may be at most retry_budget times the
@@ -173,7 +177,8 @@ int pool_serves(struct pool *p, const char *model);
  * want->model, are usable, not excluded and not full; wait for one in
  * the queue up to queue_timeout while every such upstream is full.
  * OUT *slot; OUT *retry_after_s: for the 503 on GW_EUNAVAIL/GW_ETIMEDOUT
- * and the 429 on GW_ESHED.
+ * and the 429 on GW_ESHED (on GW_EUNAVAIL for want of a usable one, the
+ * time until the first may take a call again: a hold's remaining time).
  * Returns 0, GW_ENOTFOUND (no upstream serves the model, or every one
  * that does is excluded), GW_EUNAVAIL (none usable; or, with no_wait,
  * all full), GW_ESHED (all full, and the tenant is sheddable), GW_ETIMEDOUT
@@ -226,7 +231,9 @@ int pool_has_other(struct pool *p, const struct pool_want *want, size_t idx);
  * reused one failed before any answer (upstream.h on_resend): one more
  * call the upstream receives, counted as a call and charged to the retry
  * budget, but never refused by it (it is not a retry of a failure: the
- * request had not reached the upstream).
+ * request had not reached the upstream).  Whether it may be made at all
+ * is dispatch.c's to say: it is one of the request's 1 + retries
+ * attempts.
  */
 void pool_note_resend(struct pool *p, struct pool_slot *slot);
 

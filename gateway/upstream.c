@@ -19,7 +19,10 @@
  * count, and the pre-request
  * callback (CURLOPT_PREREQFUNCTION, called right before each request is
  * sent) tells a resend from the first send and reports it
- * (upstream_opts.on_resend), so the caller counts it as a call.
+ * (upstream_opts.on_resend), so the caller counts it as an attempt, or
+ * refuses it when the request has none left: an upstream that resets
+ * every connection must not receive a request more often than the
+ * retries allow just because each failure came on a kept connection.
  *
  * The loop (upstream_perform): the thread adds its transfer to the
  * session's multi handle and waits in its own poll() (upstream_session.h
@@ -181,9 +184,12 @@ upstream_retryable_status(int status)
 
 /*
  * CURLOPT_PREREQFUNCTION: attempt 'arg' is about to send its request, on
- * a connection new or reused.  A second time within one attempt is
- * libcurl's resend on a fresh connection (the file comment): one more
- * request for the upstream, so it is reported.  Always goes on.
+ * a connection new or reused.  A second time within one attempt is a
+ * resend on a fresh connection (libcurl's, the file comment, or
+ * attempt_restart()'s after a 408): one more request for the upstream,
+ * so it is reported, and not sent when the caller refuses it (libcurl
+ * then ends the transfer with CURLE_ABORTED_BY_CALLBACK, which
+ * map_result() turns into our kind).
  */
 static int
 prereq_cb(void *arg, char *ip, char *local_ip, int port, int local_port)
@@ -200,12 +206,14 @@ prereq_cb(void *arg, char *ip, char *local_ip, int port, int local_port)
     x->opened_seen = x->h->opened;
     if (++x->sends == 1)
         return CURL_PREREQFUNC_OK;
+    if (o->on_resend != NULL && o->on_resend(o->arg, x->idx) != 0) {
+        xfer_fail(x, CALL_NOT_RESENT);
+        return CURL_PREREQFUNC_ABORT;
+    }
     log_msg(GW_LOG_INFO, "upstream: resent upstream=%s reason=\"reused "
             "connection closed before an answer\" id=%s", x->up->name,
             x->call->req->request_id != NULL ? x->call->req->request_id
                                              : "-");
-    if (o->on_resend != NULL)
-        o->on_resend(o->arg, x->idx);
     return CURL_PREREQFUNC_OK;
 }
 

@@ -12,7 +12,7 @@
  * reused across requests and threads.  A session belongs to one thread
  * between upstream_perform()'s take and put.  Every request the upstream
  * receives is reported: libcurl's own resend on a fresh connection, too
- * (upstream_opts.on_resend).
+ * (upstream_opts.on_resend), which the caller may refuse.
  *
  * The sink's callbacks run on the calling thread, inside the transfer
  * loop: they must not block for long (a coalescing leader only appends to
@@ -69,13 +69,15 @@ struct upstream_opts {
      * hears.  May be NULL. */
     void (*on_winner)(void *arg, size_t idx, int status);
     /*
-     * The attempt on upstream 'idx' is sent again, on a fresh connection:
-     * the reused one it was sent on failed before any byte of an answer
-     * (the upstream's idle close raced it, so it never reached the
-     * upstream).  It is one more request the upstream receives: the
-     * caller counts it.  At most once per attempt.  May be NULL.
+     * The attempt on upstream 'idx' is about to be sent again, on a fresh
+     * connection: the reused one it was sent on failed before any byte
+     * of an answer (the upstream's idle close raced it, or answered 408).
+     * It is one more request the upstream receives: the caller counts
+     * it and returns 0, or refuses it (nonzero: the request's attempts
+     * are spent), and the attempt then ends unsent as CALL_NOT_RESENT.
+     * At most once per attempt.  May be NULL (always sent).
      */
-    void (*on_resend)(void *arg, size_t idx);
+    int (*on_resend)(void *arg, size_t idx);
     void *arg;
 };
 

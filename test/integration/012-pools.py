@@ -434,6 +434,33 @@ def test_retry_after_keeps_calls_off_for_that_long(t):
     assert value(g, FAILURES, upstream="u0", kind="throttled") == 1
 
 
+def test_an_upstream_held_back_by_retry_after_gets_no_call_in_panic(t):
+    """The issue's probe: the only upstream answers 503 with Retry-After.
+    It is then held back, so fewer than panic_below (50%) are usable, and
+    ejected too (eject_after = 1); panic routes across ejected upstreams
+    but never across one held back by its own word: the next request gets
+    the gateway's 503 at once, told the time the hold has left, and no
+    call is made."""
+    a = t.mock()
+    ra = 30                         # far longer than the steps below
+    control(a, status=503, retry_after=ra)
+    g = pool(t, [a], routing={"eject_after": 1, "health_interval": 0})
+    r = post(g, chat_body("first"))
+    assert r.status == 503 and r.headers.get("Retry-After") == str(ra), r
+    assert a.stats()["completions"] == 1
+    wait_for(lambda: value(g, STATE, upstream="u0") == 2, msg="ejected")
+    t0 = time.monotonic()
+    r = post(g, chat_body("second"))
+    assert time.monotonic() - t0 < budget(0.5), "not at once"
+    assert_error(r, 503, "upstream_unavailable")
+    # The hold's time left (not the 30 s ejection's, nor a flat 1 s).
+    left = int(r.headers.get("Retry-After"))
+    assert ra - budget(3) <= left <= ra, r.headers
+    assert a.stats()["completions"] == 1, "a call went to a held upstream"
+    assert value(g, CALLS, upstream="u0") == 1
+    assert value(g, "infergw_upstream_panic") == 0
+
+
 def test_retry_budget_spares_a_failing_fleet(t):
     a, b = t.mock(), t.mock()
     g = pool(t, [a, b], routing={"retries": 1, "retry_budget": "20%",

@@ -204,13 +204,15 @@ def content_of(r):
     return r.json()["choices"][0]["message"]["content"]
 
 
+def completion_lines(g):
+    """The access lines of completions (not of the /metrics reads)."""
+    return [l for l in g.access_lines() if "path=/v1/chat/completions" in l]
+
+
 def attempts_logged(g):
     """The attempts= of every access line of a completion."""
-    total = 0
-    for line in g.access_lines():
-        if "path=/v1/chat/completions" in line:
-            total += int(line.split(" attempts=")[1].split()[0])
-    return total
+    return sum(int(line.split(" attempts=")[1].split()[0])
+               for line in completion_lines(g))
 
 
 # ---- 1. stray bytes on an idle connection ---------------------------------
@@ -390,7 +392,7 @@ def test_an_idle_connection_closed_by_the_upstream_is_closed_here(t):
 
 # ---- 2, 3. the idle-close race, and counting every send ------------------
 
-def race_test(t, how):
+def race_test(t, how, routing=None):
     """Every request after the first on a connection is dropped unanswered
     (the upstream's idle close won the race): each is sent once more on a
     fresh connection, every time (libcurl stopped after five), and each
@@ -406,7 +408,7 @@ def race_test(t, how):
         return None
 
     up = Scripted(script)
-    g = gateway_over(t, [up.port])
+    g = gateway_over(t, [up.port], routing=routing)
     wait_for(lambda: up.gets >= 1, msg="the start's GET /v1/models")
     for i in range(12):
         prompt = "race %d" % i
@@ -445,10 +447,15 @@ def test_the_idle_close_race_is_resent_every_time_rst(t):
     race_test(t, lambda n: "reset" if n % 2 else "close")
 
 
-def test_a_resend_is_not_one_of_the_retries(t):
-    """retries = 1: a request whose kept connection to u0 was closed under
-    it is sent again on a fresh one (a resend), gets a 503 there, and
-    still has its one retry, on u1."""
+def test_the_idle_close_race_is_invisible_with_one_retry(t):
+    """The resend is one of the retries, and one is enough for it."""
+    race_test(t, lambda n: "close", routing={"retries": "1"})
+
+
+def resend_then_503(t, retries):
+    """u0's kept connection is closed under the request, which is sent
+    again on a fresh one (a resend) and gets a 503 there.  Returns the
+    answer, the resends counted for it, and what u1 received of it."""
     def script0(req, c):
         if req.nth > 1:
             return "close"              # the idle close won the race
@@ -459,11 +466,17 @@ def test_a_resend_is_not_one_of_the_retries(t):
         c.sendall(response(answer_json(req.prompt())))
         return None
 
+    got1 = []
+
+    def script1(req, c):
+        got1.append(req.prompt())
+        c.sendall(response(answer_json("u1: " + req.prompt())))
+
     u0 = Scripted(script0)
-    u1 = Scripted(lambda req, c: c.sendall(response(answer_json(
-        "u1: " + req.prompt()))))
+    u1 = Scripted(script1)
     g = gateway_over(t, [u0.port, u1.port],
-                     routing={"balance": "round_robin", "retries": "1"})
+                     routing={"balance": "round_robin",
+                              "retries": str(retries)})
     wait_for(lambda: u0.gets >= 1 and u1.gets >= 1,
              msg="the start's GET /v1/models on both")
     # Round robin: u0, u1, then u0 again, on the connection kept from the
@@ -474,8 +487,76 @@ def test_a_resend_is_not_one_of_the_retries(t):
                              chat_body("other"))) == "answer to u1: other"
     resends = value(g, RESENDS)
     r = g.post("/v1/chat/completions", chat_body("test"))
+    wait_for(lambda: len(completion_lines(g)) == 3,
+             msg="the request's access line")
+    return r, value(g, RESENDS) - resends, got1.count("test"), g
+
+
+def test_a_resend_is_one_of_the_retries(t):
+    """retries = 1: the resend on u0 was the request's one retry, so u0's
+    503 there is the answer and u1 never sees the request; with
+    retries = 2 there is one more, on u1."""
+    r, resent, on_u1, g = resend_then_503(t, 1)
+    assert r.status == 503, r
+    assert resent == 1 and on_u1 == 0, (resent, on_u1)
+    assert " attempts=2" in completion_lines(g)[-1], completion_lines(g)[-1]
+    r, resent, on_u1, g = resend_then_503(t, 2)
     assert content_of(r) == "answer to u1: test", r
-    assert value(g, RESENDS) == resends + 1
+    assert resent == 1 and on_u1 == 1, (resent, on_u1)
+    assert " attempts=3" in completion_lines(g)[-1], completion_lines(g)[-1]
+
+
+def reset_everywhere(t, retries):
+    """Two upstreams, each with a connection kept from a first answer;
+    then every request they receive resets its connection.  Returns the
+    answer to one request, and how many requests the upstreams got."""
+    broken = threading.Event()
+
+    def script(req, c):
+        if broken.is_set():
+            return "reset"
+        c.sendall(response(answer_json(req.prompt())))
+        return None
+
+    ups = [Scripted(script), Scripted(script)]
+    g = gateway_over(t, [u.port for u in ups],
+                     routing={"balance": "round_robin",
+                              "retries": str(retries)})
+    wait_for(lambda: all(u.gets >= 1 for u in ups),
+             msg="the start's GET /v1/models on both")
+    for i in range(2):
+        assert content_of(g.post("/v1/chat/completions",
+                                 chat_body("warm %d" % i))) \
+            == "answer to warm %d" % i
+    wait_for(lambda: value(g, IDLE) == 2, msg="both connections kept")
+    posts = sum(u.posts for u in ups)
+    calls = value(g, CALLS)
+    broken.set()
+    r = g.post("/v1/chat/completions", chat_body("every send resets"))
+    wait_for(lambda: len(completion_lines(g)) == 3,
+             msg="the request's access line")
+    got = sum(u.posts for u in ups) - posts
+    # Every request the upstreams received is counted, as many times.
+    assert value(g, CALLS) - calls == got, (value(g, CALLS) - calls, got)
+    assert " attempts=%d" % got in completion_lines(g)[-1], \
+        (got, completion_lines(g)[-1])
+    return r, got
+
+
+def test_a_request_reaches_the_upstreams_at_most_1_plus_retries_times(t):
+    """The issue's probe: every delivery resets the connection, each
+    first on a kept one.  With retries = 1 the request reached the
+    upstreams 4 times (a free resend after each attempt); now twice:
+    the resend on a fresh connection is its one retry.  With retries = 0
+    once: the race is then the client's 502, and not the upstream's
+    failure."""
+    r, got = reset_everywhere(t, 1)
+    assert_error(r, 502, "upstream_error")
+    assert got == 2, got
+    r, got = reset_everywhere(t, 0)
+    assert_error(r, 502, "upstream_error")
+    assert got == 1, got
+    assert "no attempt left" in r.json()["error"]["message"], r.json()
 
 
 # ---- 4, 5, 6. the response head, strictly -------------------------------

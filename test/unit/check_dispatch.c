@@ -21,10 +21,13 @@
 
 /* One scripted attempt. */
 struct step {
-    enum call_kind kind;
+    enum call_kind kind;        /* CALL_NOT_RESENT: what a refused resend
+                                   ends as (upstream.c) */
     int status;
     int head_seen;
     int hedge;                  /* ask for a hedge first; it loses */
+    int resend;                 /* then ask to send it again on a fresh
+                                   connection (on_resend) */
 };
 
 static struct {
@@ -33,6 +36,8 @@ static struct {
     size_t idx[8];              /* the upstream of each attempt */
     size_t hedged[8];           /* the hedge's upstream, or SIZE_MAX */
     int stop_on_retryable[8];
+    int resend_rc[8];           /* on_resend's answer; 1 not asked */
+    int stop_after_resend[8];   /* stop_on_retryable after it */
 } up;
 
 static struct gw_config cfg;
@@ -82,6 +87,11 @@ upstream_perform(struct upstream *u, size_t idx,
 
         up.hedged[i] = h;
         opts->attempt_done(opts->arg, &lost);
+    }
+    up.resend_rc[i] = 1;
+    if (s->resend) {
+        up.resend_rc[i] = opts->on_resend(opts->arg, idx);
+        up.stop_after_resend[i] = opts->stop_on_retryable;
     }
     memset(res, 0, sizeof(*res));
     res->outcome = call_outcome_make(s->kind);
@@ -140,8 +150,8 @@ run(const struct step *steps, size_t n, const char *model,
 
 START_TEST(test_connect_failure_retried_elsewhere)
 {
-    static const struct step s[] = { { CALL_CONNECT, 0, 0, 0 },
-                                     { CALL_OK, 200, 1, 0 } };
+    static const struct step s[] = { { CALL_CONNECT, 0, 0, 0, 0 },
+                                     { CALL_OK, 200, 1, 0, 0 } };
     struct dispatch_result out;
 
     struct pool_upstream_status st[2];
@@ -164,7 +174,7 @@ END_TEST
 
 START_TEST(test_no_retry_after_a_byte_reached_the_client)
 {
-    static const struct step s[] = { { CALL_BROKEN, 200, 1, 0 } };
+    static const struct step s[] = { { CALL_BROKEN, 200, 1, 0, 0 } };
     struct dispatch_result out;
 
     make(2, "");
@@ -176,7 +186,7 @@ END_TEST
 
 START_TEST(test_retries_zero_lets_the_failure_stand)
 {
-    static const struct step s[] = { { CALL_FIRST_BYTE_TIMEOUT, 0, 0, 0 } };
+    static const struct step s[] = { { CALL_FIRST_BYTE_TIMEOUT, 0, 0, 0, 0 } };
     struct dispatch_result out;
 
     make(2, "retries = 0\n");
@@ -189,9 +199,9 @@ END_TEST
 
 START_TEST(test_retries_bound_the_attempts)
 {
-    static const struct step s[] = { { CALL_CONNECT, 0, 0, 0 },
-                                     { CALL_CONNECT, 0, 0, 0 },
-                                     { CALL_CONNECT, 0, 0, 0 } };
+    static const struct step s[] = { { CALL_CONNECT, 0, 0, 0, 0 },
+                                     { CALL_CONNECT, 0, 0, 0, 0 },
+                                     { CALL_CONNECT, 0, 0, 0, 0 } };
     struct dispatch_result out;
 
     make(4, "retries = 1\n");
@@ -202,8 +212,8 @@ END_TEST
 
 START_TEST(test_a_spent_budget_stops_the_retry)
 {
-    static const struct step s[] = { { CALL_CONNECT, 0, 0, 0 },
-                                     { CALL_OK, 200, 1, 0 } };
+    static const struct step s[] = { { CALL_CONNECT, 0, 0, 0, 0 },
+                                     { CALL_OK, 200, 1, 0, 0 } };
     struct dispatch_result out;
 
     make(2, "retry_budget = 0%\nretry_budget_min = 0\n");
@@ -216,8 +226,8 @@ END_TEST
 
 START_TEST(test_unheard_503_is_retried_and_an_alone_one_relayed)
 {
-    static const struct step s[] = { { CALL_STATUS, 503, 0, 0 },
-                                     { CALL_OK, 200, 1, 0 } };
+    static const struct step s[] = { { CALL_STATUS, 503, 0, 0, 0 },
+                                     { CALL_OK, 200, 1, 0, 0 } };
     struct dispatch_result out;
 
     make(2, "");
@@ -234,8 +244,8 @@ END_TEST
 
 START_TEST(test_the_same_5xx_twice_is_the_requests_fault)
 {
-    static const struct step s[] = { { CALL_STATUS, 502, 0, 0 },
-                                     { CALL_STATUS, 502, 0, 0 } };
+    static const struct step s[] = { { CALL_STATUS, 502, 0, 0, 0 },
+                                     { CALL_STATUS, 502, 0, 0, 0 } };
     struct dispatch_result out;
 
     make(2, "");
@@ -248,8 +258,8 @@ END_TEST
 
 START_TEST(test_different_5xx_stay_the_upstreams)
 {
-    static const struct step s[] = { { CALL_STATUS, 502, 0, 0 },
-                                     { CALL_STATUS, 503, 0, 0 } };
+    static const struct step s[] = { { CALL_STATUS, 502, 0, 0, 0 },
+                                     { CALL_STATUS, 503, 0, 0, 0 } };
     struct dispatch_result out;
 
     make(2, "");
@@ -260,7 +270,7 @@ END_TEST
 
 START_TEST(test_a_hedge_goes_to_another_upstream)
 {
-    static const struct step s[] = { { CALL_OK, 200, 1, 1 } };
+    static const struct step s[] = { { CALL_OK, 200, 1, 1, 0 } };
     struct dispatch_result out;
 
     struct pool_upstream_status st[2];
@@ -275,6 +285,89 @@ START_TEST(test_a_hedge_goes_to_another_upstream)
     ck_assert_uint_eq(st[up.hedged[0]].hedges, 1);
     ck_assert_uint_eq(st[up.hedged[0]].hedges_won, 0);
     ck_assert_uint_eq(st[up.idx[0]].hedges, 0);
+}
+END_TEST
+
+/* ---- 1 + retries: every request an upstream receives ---- */
+
+START_TEST(test_a_resend_is_one_of_the_attempts)
+{
+    static const struct step s[] = { { CALL_BROKEN, 0, 0, 0, 1 },
+                                     { CALL_OK, 200, 1, 0, 0 } };
+    struct dispatch_result out;
+
+    /* retries = 1: the first attempt's kept connection failed and it is
+     * sent again on a fresh one; that is its one retry, so its failure
+     * there is the answer, and the status it might meet is relayed, not
+     * stopped at for a retry that cannot come. */
+    make(2, "retries = 1\n");
+    ck_assert_int_eq(run(s, 2, "m", &out), GW_EUPSTREAM);
+    ck_assert_int_eq(up.resend_rc[0], 0);
+    ck_assert_int_eq(up.stop_on_retryable[0], 1);
+    ck_assert_int_eq(up.stop_after_resend[0], 0);
+    ck_assert_int_eq(out.attempts, 2);
+    ck_assert_uint_eq(up.next, 1);
+    ck_assert_int_eq(out.res.outcome.kind, CALL_BROKEN);
+    teardown();
+
+    /* retries = 2: one left after the resend, on the other upstream. */
+    make(2, "retries = 2\n");
+    ck_assert_int_eq(run(s, 2, "m", &out), 0);
+    ck_assert_int_eq(up.resend_rc[0], 0);
+    ck_assert_int_eq(up.stop_after_resend[0], 1);
+    ck_assert_int_eq(out.attempts, 3);
+    ck_assert_uint_eq(up.next, 2);
+    ck_assert_uint_ne(up.idx[0], up.idx[1]);
+}
+END_TEST
+
+START_TEST(test_no_resend_past_the_retries)
+{
+    static const struct step zero[] = {
+        { CALL_NOT_RESENT, 0, 0, 0, 1 } };
+    static const struct step one[] = {
+        { CALL_CONNECT, 0, 0, 0, 0 }, { CALL_NOT_RESENT, 0, 0, 0, 1 },
+        { CALL_OK, 200, 1, 0, 0 } };
+    struct pool_upstream_status st[2];
+    struct dispatch_result out;
+
+    /* retries = 0: the request may reach an upstream once, so a kept
+     * connection's failure is not made good by a resend: a 502, and no
+     * verdict on the upstream (the race is not its failure). */
+    make(2, "retries = 0\neject_after = 1\n");
+    ck_assert_int_eq(run(zero, 1, "m", &out), GW_EUPSTREAM);
+    ck_assert_int_ne(up.resend_rc[0], 0);
+    ck_assert_int_eq(out.attempts, 1);
+    ck_assert_int_eq(out.res.outcome.kind, CALL_NOT_RESENT);
+    ck_assert_uint_eq(pool_status(pool, st, 2), 2);
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(st[i].state, POOL_CLOSED);
+        for (int k = 0; k < POOL_OUTCOME_COUNT; k++)
+            ck_assert_uint_eq(st[i].failures[k], 0);
+    }
+    teardown();
+
+    /* retries = 1: the retry's kept connection fails; no third send. */
+    make(2, "retries = 1\n");
+    ck_assert_int_eq(run(one, 3, "m", &out), GW_EUPSTREAM);
+    ck_assert_int_eq(up.resend_rc[0], 1);
+    ck_assert_int_ne(up.resend_rc[1], 0);
+    ck_assert_int_eq(out.attempts, 2);
+    ck_assert_uint_eq(up.next, 2);
+}
+END_TEST
+
+START_TEST(test_no_hedge_past_the_retries)
+{
+    static const struct step s[] = { { CALL_OK, 200, 1, 1, 0 } };
+    struct dispatch_result out;
+
+    /* A hedge is one more request for an upstream: with retries = 0,
+     * none. */
+    make(2, "retries = 0\nhedge_after = 100ms\n");
+    ck_assert_int_eq(run(s, 1, "m", &out), 0);
+    ck_assert_uint_eq(up.hedged[0], SIZE_MAX);
+    ck_assert_int_eq(out.attempts, 1);
 }
 END_TEST
 
@@ -356,6 +449,13 @@ dispatch_suite(void)
 
     tc = tcase("prefix");
     tcase_add_test(tc, test_prefix_of_each_api);
+    suite_add_tcase(s, tc);
+
+    tc = tcase("attempts");
+    tcase_add_checked_fixture(tc, NULL, teardown);
+    tcase_add_test(tc, test_a_resend_is_one_of_the_attempts);
+    tcase_add_test(tc, test_no_resend_past_the_retries);
+    tcase_add_test(tc, test_no_hedge_past_the_retries);
     suite_add_tcase(s, tc);
 
     tc = tcase("refusal");

@@ -27,8 +27,8 @@ static struct pool *pool;
 
 /*
  * For the breaker alone: with panic_below at its default, a pool whose
- * one upstream is ejected or held back is in panic and calls go to it
- * anyway (tested in "sets" below).
+ * one upstream is ejected is in panic and calls go to it anyway (tested
+ * in "sets" below; one held back by its Retry-After gets none).
  */
 #define NO_PANIC "panic_below = 0%\n"
 
@@ -394,23 +394,72 @@ START_TEST(test_panic_call_is_no_trial)
 }
 END_TEST
 
-START_TEST(test_panic_ends_with_the_hold)
+START_TEST(test_panic_leaves_a_held_upstream_alone)
 {
     struct pool_slot s;
+    int ra = 0;
+    struct pool_want w = { NULL, 0, 0, 0, NULL, NULL, CONFIG_MAX_TENANTS };
 
-    /* Held back by Retry-After, the only upstream still takes calls in
-     * panic; the gauge drops once the hold is over. */
+    /* Held back by its Retry-After, the only upstream takes no call,
+     * panic (the default 50%) or not: refused at once, told the time
+     * the hold has left. */
     make_pool(1, "eject_after = 100\n", "");
     ck_assert_int_eq(take(&s), 0);
-    pool_release(pool, &s, POOL_FAIL_THROTTLED, 1000);
+    pool_release(pool, &s, POOL_FAIL_THROTTLED, 30000);
     ck_assert(!pool_ready(pool));
+    ck_assert_int_eq(pool_acquire(pool, &w, &s, &ra), GW_EUNAVAIL);
+    ck_assert_int_ge(ra, 29);
+    ck_assert_int_le(ra, 30);
+    ck_assert_int_eq(upstream_metric("infergw_upstream_calls_total", "u0"),
+                     1);
+    ck_assert_int_eq(pool_metric("infergw_upstream_unavailable_total"), 1);
+    /* No call went anywhere in panic: nothing to note. */
+    ck_assert_int_eq(pool_metric("infergw_upstream_panic"), 0);
+    teardown();
+
+    /* Once the hold is over it takes calls again. */
+    make_pool(1, "eject_after = 100\n", "");
     ck_assert_int_eq(take(&s), 0);
-    ck_assert_int_eq(pool_metric("infergw_upstream_panic"), 1);
+    pool_release(pool, &s, POOL_FAIL_THROTTLED, 200);
+    ck_assert_int_eq(take(&s), GW_EUNAVAIL);
+    for (int64_t end = gw_now_ms() + 5000; take(&s) != 0; poll(NULL, 0, 10))
+        ck_assert_msg(gw_now_ms() < end, "still held back");
     pool_release(pool, &s, POOL_OK, 0);
-    for (int64_t end = gw_now_ms() + 5000;
-         pool_metric("infergw_upstream_panic") != 0; poll(NULL, 0, 10))
-        ck_assert_msg(gw_now_ms() < end, "still in panic");
     ck_assert(pool_ready(pool));
+}
+END_TEST
+
+START_TEST(test_panic_routes_across_ejected_never_across_held)
+{
+    struct pool_want w = { NULL, 0, 0, 0, NULL, NULL, CONFIG_MAX_TENANTS };
+    struct pool_slot s;
+    int ra = 0;
+
+    /* u0 held back by its Retry-After, u1 ejected: none usable, so the
+     * set is in panic, and every call goes to u1, none to u0. */
+    make_pool(2, "eject_after = 1\neject_time = 1m\nmax_ejected = 100%\n",
+              "");
+    w.exclude = UINT64_C(1) << 1;
+    ck_assert_int_eq(pool_acquire(pool, &w, &s, &ra), 0);
+    ck_assert_int_eq(s.idx, 0);
+    pool_release(pool, &s, POOL_FAIL_STATUS, 30000);
+    ck_assert_int_eq(pool_state_of(pool, 0), POOL_OPEN);
+    fail_on(1, POOL_FAIL_CONNECT);
+    ck_assert_int_eq(pool_state_of(pool, 1), POOL_OPEN);
+    for (int i = 0; i < 8; i++) {
+        ck_assert_int_eq(take(&s), 0);
+        ck_assert_int_eq(s.idx, 1);
+        ck_assert_uint_eq(s.trial, 0);
+        pool_release(pool, &s, POOL_NEUTRAL, 0);
+    }
+    ck_assert_int_eq(pool_metric("infergw_upstream_panic"), 1);
+    /* A retry from u1 has nowhere to go: u0 is held back, and its
+     * ejection (1m) does not lengthen the wait panic would have. */
+    w.exclude = UINT64_C(1) << 1;
+    ck_assert_int_eq(pool_acquire(pool, &w, &s, &ra), GW_EUNAVAIL);
+    ck_assert_int_ge(ra, 29);
+    ck_assert_int_le(ra, 30);
+    ck_assert(!pool_has_other(pool, &w, 1));
 }
 END_TEST
 
@@ -419,14 +468,16 @@ END_TEST
 struct waiter_arg {
     int rc;
     struct pool_slot slot;
+    int ra;                     /* its Retry-After */
 };
 
 static void *
 waiter(void *arg)
 {
     struct waiter_arg *a = arg;
+    struct pool_want w = { NULL, 0, 0, 0, NULL, NULL, CONFIG_MAX_TENANTS };
 
-    a->rc = take(&a->slot);
+    a->rc = pool_acquire(pool, &w, &a->slot, &a->ra);
     return NULL;
 }
 
@@ -537,7 +588,8 @@ END_TEST
 
 START_TEST(test_queue_granted_in_order)
 {
-    struct waiter_arg a = { 1, { -1, 0, 0, 0 } }, b = { 1, { -1, 0, 0, 0 } };
+    struct waiter_arg a = { 1, { -1, 0, 0, 0 }, 0 };
+    struct waiter_arg b = { 1, { -1, 0, 0, 0 }, 0 };
     struct pool_slot s;
     pthread_t ta, tb;
 
@@ -578,7 +630,7 @@ END_TEST
 
 START_TEST(test_queue_stop_and_hopeless)
 {
-    struct waiter_arg a = { 1, { -1, 0, 0, 0 } };
+    struct waiter_arg a = { 1, { -1, 0, 0, 0 }, 0 };
     struct pool_slot s;
     pthread_t ta;
 
@@ -591,6 +643,24 @@ START_TEST(test_queue_stop_and_hopeless)
     pool_release(pool, &s, POOL_FAIL_CONNECT, 0);
     pthread_join(ta, NULL);
     ck_assert_int_eq(a.rc, GW_EUNAVAIL);
+    teardown();
+
+    /* Held back by its Retry-After while a call waits for it: in panic
+     * too (the default), the waiter is told at once, with the hold's
+     * time left. */
+    make_pool(1, "queue_timeout = 10s\neject_after = 100\n",
+              "max_inflight = 1\n");
+    ck_assert_int_eq(take(&s), 0);
+    a.rc = 1;
+    ck_assert_int_eq(pthread_create(&ta, NULL, waiter, &a), 0);
+    wait_queued(1);
+    pool_release(pool, &s, POOL_FAIL_STATUS, 30000);
+    pthread_join(ta, NULL);
+    ck_assert_int_eq(a.rc, GW_EUNAVAIL);
+    ck_assert_int_ge(a.ra, 29);
+    ck_assert_int_le(a.ra, 30);
+    ck_assert_int_eq(upstream_metric("infergw_upstream_calls_total", "u0"),
+                     1);
     teardown();
 
     /* The stop ends the wait. */
@@ -608,7 +678,7 @@ END_TEST
 
 START_TEST(test_panic_grants_a_waiter_an_ejected_slot)
 {
-    struct waiter_arg a = { 1, { -1, 0, 0, 0 } };
+    struct waiter_arg a = { 1, { -1, 0, 0, 0 }, 0 };
     struct pool_slot s;
     pthread_t ta;
 
@@ -966,7 +1036,7 @@ END_TEST
 
 START_TEST(test_saturated_fleet_waits_until_a_scrape_frees_it)
 {
-    struct waiter_arg a = { 1, { -1, 0, 0, 0 } };
+    struct waiter_arg a = { 1, { -1, 0, 0, 0 }, 0 };
     struct pool_slot s;
     pthread_t ta;
 
@@ -1286,7 +1356,8 @@ pool_suite(void)
     tcase_add_test(tc, test_max_ejected_unlisted_and_share);
     tcase_add_test(tc, test_panic_routes_across_all);
     tcase_add_test(tc, test_panic_call_is_no_trial);
-    tcase_add_test(tc, test_panic_ends_with_the_hold);
+    tcase_add_test(tc, test_panic_leaves_a_held_upstream_alone);
+    tcase_add_test(tc, test_panic_routes_across_ejected_never_across_held);
     suite_add_tcase(s, tc);
     tc = tcase("admission");
     tcase_add_checked_fixture(tc, NULL, teardown);
