@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: MIT
 # infergw - OpenAI-compatible LLM gateway with request coalescing.
 #
-#   make            build ./infergw and the tools (build/default/bin/)
+#   make            build ./infergw and the tools (build/default/bin/);
+#                   'make all' and 'make build' are the same
 #   make run        install missing Debian packages, build, start the mock
 #                   upstream and ./infergw -c etc/gateway.conf
 #   make check      install missing Debian packages, then every test
@@ -94,10 +95,12 @@ TOOLS := $(TOOL_SRC:tools/%.c=$(BUILD)/bin/%)
 UNITS := $(UNIT_SRC:test/unit/%.c=$(BUILD)/test/%)
 LIB := $(BUILD)/libinfergw.a
 
-.PHONY: all deps run check unit integration asan ubsan tsan fuzz \
+.PHONY: all build deps run check unit integration asan ubsan tsan fuzz \
         install uninstall deb clean format bench
 
 all: $(BUILD)/bin/infergw $(TOOLS)
+# What newcomers type first; build/ itself is only where objects go.
+build: all
 ifeq ($(VARIANT),default)
 all: infergw
 infergw: $(BUILD)/bin/infergw

@@ -61,12 +61,25 @@ hostport=${url#http://}
 hostport=${hostport%%/*}
 [ -n "$hostport" ] || hostport=127.0.0.1:8000
 
+# Ctrl-C is for the gateway alone.  In a terminal, job control puts each
+# command in a process group of its own and the gateway's in the
+# foreground, so the terminal's SIGINT reaches the gateway only: it
+# drains and exits 0, and so do this script and make (which would
+# otherwise die of the signal too, "make: *** [run] Interrupt").  Without
+# a terminal there is no job control to turn on.
+if [ -t 0 ] && [ -t 1 ]; then
+    set -m
+fi
+
 mkdir -p "$RUN_DIR"
 ready=$RUN_DIR/run-mock.out
 : > "$ready"
 "$BIN/mock_upstream" -l "$hostport" -n 16 -f 100 -d 45 > "$ready" &
 mock=$!
-trap 'kill "$mock" 2>/dev/null; wait "$mock" 2>/dev/null' EXIT INT TERM
+# The mock goes with the script, however it ends (|| : so that set -e
+# does not turn a mock already gone into a failure).
+trap 'kill "$mock" 2>/dev/null || :; wait "$mock" 2>/dev/null || :' EXIT
+trap 'exit 0' INT TERM
 
 # It prints "mock_upstream listening port=N" once it listens; one that
 # cannot bind (a vLLM already there, say) exits at once instead.
@@ -86,4 +99,8 @@ done
 
 echo "infergw: mock vLLM upstream on $hostport (pid $mock); starting the gateway"
 echo "infergw: try the demo in README.md; Ctrl-C stops both"
-"$INFERGW" -c "$CONF" || true
+# The gateway's own exit status: 0 after Ctrl-C (or SIGTERM) and a clean
+# drain, 1 when it cannot start (its message says why).
+status=0
+"$INFERGW" -c "$CONF" || status=$?
+exit $status
