@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * status.h - the status view on the admin listener: GET /status.json,
- * what the gateway is doing now (its flights, upstreams and tenants, and
- * the last errors it answered), and GET /status, a page that shows it.
+ * what the gateway is doing now (its flights, upstreams and tenants, what
+ * /readyz answers, and the last errors it answered), and GET /status, a
+ * page that shows it.
  *
  * Design: this module owns no numbers but the ring of recent errors.
  * Each module that does exposes a snapshot function that copies its own

@@ -87,8 +87,8 @@ def test_document_shape(t):
     g = t.gateway(m, conf=ADMIN)
     s = status(g)
     for k in ("version", "uptime_s", "generation", "last_reload", "flights",
-              "flights_total", "flights_not_listed", "upstreams", "tenants",
-              "errors"):
+              "flights_total", "flights_not_listed", "upstreams", "readyz",
+              "tenants", "errors"):
         assert k in s, (k, s)
     assert s["version"] == "0.1.0", s
     assert s["generation"] == 1 and s["last_reload"] is None, s
@@ -96,9 +96,9 @@ def test_document_shape(t):
     assert s["flights"] == [] and s["flights_total"] == 0, s
     u = upstream(s, "default")
     assert u["url"] == "http://127.0.0.1:%d" % m.port, u
-    for k in ("state", "inflight", "max_inflight", "queued", "engine",
-              "calls", "failures", "retries", "hedges", "hedges_won",
-              "ttft_p50_ms", "ttft_p99_ms"):
+    for k in ("state", "probe", "ready", "inflight", "max_inflight",
+              "queued", "engine", "calls", "failures", "retries", "hedges",
+              "hedges_won", "ttft_p50_ms", "ttft_p99_ms"):
         assert k in u, (k, u)
     assert set(u["failures"]) == {"connect", "timeout", "status",
                                   "throttled", "broken"}, u
@@ -513,7 +513,11 @@ def test_page_in_headless_chromium(t):
     conns.append(send(g, chat_body("page", temperature=0, stream=True,
                                    mock_hold=tag)))
     flights_where(g, lambda f: f["followers"] == 1, "a follower")
+    g.wait_ready()
     dom = chromium_dom(t, "http://127.0.0.1:%d/status" % g.admin_port)
+    # The head says what /readyz answers.
+    head = re.search(r"<div id=\"head\">([^<]*)</div>", dom)
+    assert head and head.group(1).startswith("ready \u00b7 "), dom
     # The script drew the flight's row: its key, state and upstream.
     rows = re.findall(r"<tr class=\"waiting_first_byte\">(.*?)</tr>", dom)
     assert len(rows) == 1, dom
@@ -524,6 +528,7 @@ def test_page_in_headless_chromium(t):
     assert len(rows) == 1, dom
     cells = re.findall(r"<td[^>]*>([^<]*)</td>", rows[0])
     assert cells[:2] == ["alpha", "http://127.0.0.1:%d" % m.port], cells
+    assert cells[3:5] == ["passed", "yes"], cells   # probe, takes calls
     assert "HTTP 4" not in dom and "HTTP 5" not in dom, dom
     release(g, m, tag)
     finish_all(conns)
