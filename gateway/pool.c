@@ -1592,6 +1592,26 @@ pool_probe_end(struct pool *p, size_t idx, uint64_t trial,
 }
 
 void
+pool_carry_probes(struct pool *to, struct pool *from)
+{
+    enum pool_probe v[CONFIG_MAX_UPSTREAMS];
+    size_t i, k;
+
+    /* Copied out first: never two pools' locks at once. */
+    gw_mutex_lock(&from->lock);
+    for (k = 0; k < from->n; k++)
+        v[k] = from->m[k].probe;
+    gw_mutex_unlock(&from->lock);
+    gw_mutex_lock(&to->lock);
+    for (i = 0; i < to->n; i++)
+        for (k = 0; k < from->n; k++)
+            if (strcmp(to->m[i].cfg->name, from->m[k].cfg->name) == 0
+                && strcmp(to->m[i].cfg->url, from->m[k].cfg->url) == 0)
+                to->m[i].probe = v[k];
+    gw_mutex_unlock(&to->lock);
+}
+
+void
 pool_set_models(struct pool *p, size_t idx, char **ids, char **texts,
                 size_t n)
 {

@@ -298,6 +298,15 @@ void pool_probe_end(struct pool *p, size_t idx, uint64_t trial,
                     enum pool_outcome o, int status);
 
 /*
+ * A reload's new pool 'to', before its health beat starts, takes from
+ * 'from' (the generation in force) the probe verdict of each upstream
+ * both have (the same name and url), so that /readyz does not turn 503
+ * for as long as the new beat's first probes take.  Nothing else carries
+ * over (the breakers start closed).  Borrows both; locks one at a time.
+ */
+void pool_carry_probes(struct pool *to, struct pool *from);
+
+/*
  * Upstream 'idx' answered GET /v1/models: its "data" entries, each one
  * object's JSON text and its "id" (the arrays and their strings are
  * stolen; the old ones freed).  Only upstreams without a configured

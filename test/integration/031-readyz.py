@@ -5,17 +5,19 @@
 call: ejected, held back by a Retry-After, or, with the health beat on,
 not probed yet or its last GET /health failed (the first failed probe,
 not the eject_after-th).  With the beat off the breakers and holds alone
-decide.  README "Upstreams: routing,
+decide.  A reload keeps the verdicts.  README "Upstreams: routing,
 health, retries, hedging, admission" has the reasons.
 
 The probes are the test's to answer: Upstream below holds every
 GET /health until the test says how it ends, so "not probed yet", "the
-first failed probe" are moments the test makes, never races it hopes to win.  A held probe must
+first failed probe" and "the new configuration's first probe" are
+moments the test makes, never races it hopes to win.  A held probe must
 be answered within the gateway's HEALTH_PROBE_MAX_MS (5 s); the checks
 made meanwhile are a few local requests.
 """
 
 import http.server
+import signal
 import threading
 
 import gwtest
@@ -231,3 +233,19 @@ def test_beat_off_ready_from_the_start_until_ejected(t):
     # The verdict may land just after its answer reached the client.
     wait_for(lambda: g.get("/readyz").status == 503, msg="ejected: 503")
     assert_not_ready(g)
+
+
+def test_a_reload_keeps_the_verdict_while_its_probes_run(t):
+    up = Upstream()
+    g = gateway(t, up.port, {"health_interval": "1h"})
+    g.wait_ready()
+    up.hold()
+    g.send_signal(signal.SIGHUP)
+    g.wait_log(r"reload: configuration generation=2 in force")
+    up.wait_held()                  # the new generation's first probe
+    s = status(g)
+    assert s["generation"] == 2, s
+    assert the_upstream(s)["probe"] == "passed", s
+    r = g.get("/readyz")
+    assert r.status == 200, r
+    up.answer(200)

@@ -565,6 +565,41 @@ START_TEST(test_any_upstream_of_any_model_makes_it_ready)
 }
 END_TEST
 
+#define URL "url = http://127.0.0.1:"
+
+START_TEST(test_a_reload_carries_the_probe_verdicts)
+{
+    struct gw_config cfg2;
+    struct pool *next;
+    struct pool_upstream_status v[4];
+    char err[256];
+
+    make_pool(3, BEAT_ON, "");
+    probe(0, POOL_OK, 200);
+    probe(1, POOL_FAIL_CONNECT, 0);
+    probe(2, POOL_OK, 200);
+    /* u0 as it was, u1 too, u2 elsewhere now, u3 new. */
+    ck_assert_msg(config_load_text("t2.conf", "[routing]\n" BEAT_ON
+                                   "[upstream u1]\n" URL "9001\n"
+                                   "[upstream u0]\n" URL "9000\n"
+                                   "[upstream u2]\n" URL "9999\n"
+                                   "[upstream u3]\n" URL "9003\n",
+                                   &cfg2, err, sizeof(err)) == 0, "%s", err);
+    next = pool_new(&cfg2);
+    ck_assert_ptr_nonnull(next);
+    pool_carry_probes(next, pool);
+    ck_assert_uint_eq(pool_status(next, v, 4), 4);
+    ck_assert_int_eq(v[0].probe, POOL_PROBE_FAILED);    /* u1 */
+    ck_assert_int_eq(v[1].probe, POOL_PROBE_PASSED);    /* u0 */
+    ck_assert(v[1].ready);
+    ck_assert_int_eq(v[2].probe, POOL_PROBE_PENDING);   /* u2 moved */
+    ck_assert_int_eq(v[3].probe, POOL_PROBE_PENDING);   /* u3 */
+    ck_assert(pool_ready(next));
+    pool_free(next);
+    config_release(&cfg2);
+}
+END_TEST
+
 /* ---- admission ---- */
 
 struct waiter_arg {
@@ -1447,6 +1482,7 @@ pool_suite(void)
     tcase_add_test(tc, test_held_is_not_ready_though_its_probe_passes);
     tcase_add_test(tc, test_beat_off_ready_until_ejected);
     tcase_add_test(tc, test_any_upstream_of_any_model_makes_it_ready);
+    tcase_add_test(tc, test_a_reload_carries_the_probe_verdicts);
     suite_add_tcase(s, tc);
     tc = tcase("admission");
     tcase_add_checked_fixture(tc, NULL, teardown);
