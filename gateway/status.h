@@ -19,9 +19,8 @@
  * error (a status of 400 or more, or a stream that ended in an error
  * event; never /readyz's 503 nor /healthz's answer, which a balancer
  * asks for every second), noted by conn.c where it writes the access
- * line.  It is
- * process-wide (like metrics.h's counters) and guarded by its own mutex,
- * held only to copy one entry in or all of them out.  An entry holds the
+ * line.  It is process-wide (like metrics.h's counters) and guarded by
+ * its own mutex, held only to copy one entry in or all of them out.  An entry holds the
  * time, the request id, the status, the error's code and message, the
  * upstream and the path: never a query string (conn.c gives the path
  * without it) nor a key (no error message carries one).

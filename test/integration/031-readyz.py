@@ -203,7 +203,7 @@ def test_held_back_by_retry_after_is_not_ready(t):
     g = gateway(t, m, {"eject_after": 1000})
     g.wait_ready()
     r = g.post("/v1/chat/completions", chat_body("busy"))
-    assert r.status == 429, r
+    assert r.status in (429, 503), r    # relayed, or the gateway's for it
 
     def held():
         s = status(g)

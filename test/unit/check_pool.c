@@ -553,9 +553,20 @@ START_TEST(test_beat_off_ready_until_ejected)
 }
 END_TEST
 
+#define URL "url = http://127.0.0.1:"
+
 START_TEST(test_any_upstream_of_any_model_makes_it_ready)
 {
-    make_pool(2, BEAT_ON NO_PANIC, "");
+    char err[256];
+
+    /* /readyz is the gateway's, not a model's: b's upstream is enough,
+     * though no call for a could go anywhere. */
+    ck_assert_msg(config_load_text("t.conf", "[routing]\n" BEAT_ON NO_PANIC
+                                   "[upstream ua]\n" URL "9000\nmodels = a\n"
+                                   "[upstream ub]\n" URL "9001\nmodels = b\n",
+                                   &cfg, err, sizeof(err)) == 0, "%s", err);
+    pool = pool_new(&cfg);
+    ck_assert_ptr_nonnull(pool);
     ck_assert(!pool_ready(pool));
     probe(1, POOL_OK, 200);
     ck_assert(pool_ready(pool));
@@ -564,8 +575,6 @@ START_TEST(test_any_upstream_of_any_model_makes_it_ready)
     ck_assert(!pool_ready(pool));
 }
 END_TEST
-
-#define URL "url = http://127.0.0.1:"
 
 START_TEST(test_a_reload_carries_the_probe_verdicts)
 {
