@@ -256,6 +256,10 @@ write_access(struct conn *c, int64_t us, const char *error)
  * An answer with an error (a status of 400 or more, or an error event
  * that ended a stream) goes into the status view's recent errors.  One
  * the upstream made is relayed as it came, without a code of ours.
+ * /readyz's 503 (and /healthz's answer) is no error but the verdict a
+ * balancer asks for, every second or so: noted, it would push every
+ * real error out of the ring.  An error on those routes (a 405) has a
+ * code and is noted.
  */
 static void
 note_error(struct conn *c)
@@ -263,8 +267,10 @@ note_error(struct conn *c)
     const struct reply *r = &c->reply;
     char path[96], msg[64];
     struct status_error_note n;
+    int probe = c->hr.route == METRICS_ROUTE_READYZ
+                || c->hr.route == METRICS_ROUTE_HEALTHZ;
 
-    if (r->status < 400 && r->error_code[0] == '\0')
+    if (r->error_code[0] == '\0' && (r->status < 400 || probe))
         return;
     snprintf(path, sizeof(path), "%.*s", (int)c->req.path_len,
              c->req.path != NULL ? c->req.path : "");
@@ -277,8 +283,11 @@ note_error(struct conn *c)
     if (strcmp(r->error_code, "invalid_json") == 0)
         n.message = "body is not valid JSON";
     if (r->error_code[0] == '\0') {
-        snprintf(msg, sizeof(msg), "upstream answered %d", r->status);
-        n.kind = "upstream_status";
+        /* Only an upstream's answer is relayed without a code of ours;
+         * should one of ours lack it, it is not blamed on an upstream. */
+        snprintf(msg, sizeof(msg), "%s answered %d",
+                 r->upstream_status > 0 ? "upstream" : "gateway", r->status);
+        n.kind = r->upstream_status > 0 ? "upstream_status" : "";
         n.message = msg;
     }
     n.upstream = c->hr.upstream;

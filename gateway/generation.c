@@ -174,6 +174,10 @@ gen_build(struct generations *l, struct gw_config *cfg,
         gen_free(l, g);
         return NULL;
     }
+    /* What the beat in force knows of the upstreams holds until the new
+     * beat knows better: a reload is no reason for /readyz to say 503. */
+    if (prev != NULL)
+        pool_carry_probes(g->pool, prev->pool);
     g->health = health_start(&g->cfg, g->pool, g->up);
     g->scrape = scrape_start(&g->cfg, g->pool, g->up);
     if (g->health == NULL || g->scrape == NULL) {

@@ -137,7 +137,7 @@ beat(void *arg, size_t i, const _Atomic int *stopping)
     probe_init(&pr, stopping, HEALTH_MODELS_MAX_BYTES);
     if (h->probe_health && pool_probe_begin(h->pool, i, &trial)) {
         o = probe(h, i, "/health", &pr);
-        pool_probe_end(h->pool, i, trial, o);
+        pool_probe_end(h->pool, i, trial, o, pr.status);
         if (o != POOL_OK && o != POOL_NEUTRAL) {
             log_msg(GW_LOG_WARN, "health: upstream %s failed GET /health "
                     "kind=%s status=%d", h->cfg->upstreams[i].name,

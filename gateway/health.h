@@ -6,7 +6,10 @@
  *
  * A probe is judged like a call (pool.h): a failing one counts as a
  * failure, a passing one closes a half-open upstream (in HALF_OPEN a
- * probe is the one trial let through).  /v1/models answers feed the
+ * probe is the one trial let through).  Its verdict alone, the last
+ * one, also says whether the upstream can take a call for /readyz
+ * (pool_ready()): from the first failed probe, not the eject_after-th,
+ * and not before a first one has passed.  /v1/models answers feed the
  * model routing of upstreams without a models list and the /v1/models
  * union.  With health_interval = 0 there are no /health probes; the
  * models are still asked every HEALTH_MODELS_ONLY_MS.

@@ -55,6 +55,7 @@ struct member {
     int capped;                 /* max_ejected kept it in, logged; cleared
                                    when it goes, or another one comes back
                                    (the cap may let it go then) */
+    enum pool_probe probe;      /* the health beat's last verdict */
 
     uint64_t inflight;          /* calls holding a slot */
     struct engine_load load;    /* its engine's own (engine.h) */
@@ -339,6 +340,16 @@ usable(struct member *m, int64_t now)
     if (held(m, now))
         return 0;
     return s == POOL_CLOSED || (s == POOL_HALF_OPEN && !m->trial_out);
+}
+
+/* Can it take a call, as /readyz counts (pool_ready() says why)? */
+static int
+ready_locked(struct pool *p, struct member *m, int64_t now)
+{
+    assert(gw_mutex_held(&p->lock));
+    if (state_now(m, now) == POOL_OPEN || now < m->hold_until_ms)
+        return 0;
+    return p->cfg->health_interval_ms == 0 || m->probe == POOL_PROBE_PASSED;
 }
 
 static int
@@ -1532,10 +1543,8 @@ pool_ready(struct pool *p)
     int ok = 0;
 
     gw_mutex_lock(&p->lock);
-    for (i = 0; i < p->n && !ok; i++) {
-        state_now(&p->m[i], now);
-        ok = p->m[i].state != POOL_OPEN && now >= p->m[i].hold_until_ms;
-    }
+    for (i = 0; i < p->n && !ok; i++)
+        ok = ready_locked(p, &p->m[i], now);
     gw_mutex_unlock(&p->lock);
     return ok;
 }
@@ -1607,9 +1616,39 @@ pool_probe_begin(struct pool *p, size_t idx, uint64_t *trial)
 
 void
 pool_probe_end(struct pool *p, size_t idx, uint64_t trial,
-               enum pool_outcome o)
+               enum pool_outcome o, int status)
 {
+    struct member *m = &p->m[idx];
+
+    /* The verdict first, in a section of its own: a reader in between
+     * sees it before the failure it comes with, never the reverse. */
+    gw_mutex_lock(&p->lock);
+    if (o != POOL_OK && o != POOL_NEUTRAL)
+        m->probe = POOL_PROBE_FAILED;
+    else if (status > 0)
+        m->probe = POOL_PROBE_PASSED;
+    gw_mutex_unlock(&p->lock);
     settle(p, idx, trial, NULL, o, 0);
+}
+
+void
+pool_carry_probes(struct pool *to, struct pool *from)
+{
+    enum pool_probe v[CONFIG_MAX_UPSTREAMS];
+    size_t i, k;
+
+    /* Copied out first: never two pools' locks at once. */
+    gw_mutex_lock(&from->lock);
+    for (k = 0; k < from->n; k++)
+        v[k] = from->m[k].probe;
+    gw_mutex_unlock(&from->lock);
+    gw_mutex_lock(&to->lock);
+    for (i = 0; i < to->n; i++)
+        for (k = 0; k < from->n; k++)
+            if (strcmp(to->m[i].cfg->name, from->m[k].cfg->name) == 0
+                && strcmp(to->m[i].cfg->url, from->m[k].cfg->url) == 0)
+                to->m[i].probe = v[k];
+    gw_mutex_unlock(&to->lock);
 }
 
 void
@@ -1783,6 +1822,8 @@ pool_status(struct pool *p, struct pool_upstream_status *out, size_t max)
                                                    : 0;
         st->held_left_ms = m->hold_until_ms > now ? m->hold_until_ms - now
                                                   : 0;
+        st->probe = m->probe;
+        st->ready = ready_locked(p, m, now);
         st->inflight = m->inflight;
         st->max_inflight = m->cfg->max_inflight;
         st->queued = queued_for_locked(p, i);

@@ -118,6 +118,13 @@ enum pool_state {
     POOL_OPEN = 2,
 };
 
+/* What the health beat last learned of an upstream (pool_ready()). */
+enum pool_probe {
+    POOL_PROBE_PENDING = 0,     /* not probed yet */
+    POOL_PROBE_PASSED,          /* its last GET /health was answered */
+    POOL_PROBE_FAILED,          /* its last GET /health failed */
+};
+
 /* How a call (or probe) went, as far as the upstream's health goes. */
 enum pool_outcome {
     POOL_OK = 0,            /* an answer: any status but 5xx and 429 */
@@ -257,9 +264,17 @@ int pool_budget_peek(struct pool *p);
 void pool_budget_refuse(struct pool *p);
 
 /*
- * Is any upstream usable (not ejected, not held back)?  For /readyz.
- * Panic does not make one so: calls still go out, but to upstreams the
- * breakers judge down.
+ * Can any upstream take a call now?  For /readyz, which answers 503 from
+ * the moment none can.  One can while it is not ejected (OPEN), not held
+ * back by a Retry-After and, with the health beat on (health_interval >
+ * 0), its last GET /health answered (enum pool_probe): an upstream not
+ * probed yet, or whose last probe failed, cannot, whatever its breaker
+ * says (a failed probe is one failure toward eject_after; readiness
+ * needs no more).  With the beat off nothing ever probes, so the
+ * breakers and holds alone decide: a call is the only probe there is,
+ * and a balancer sends none to a gateway that is not ready.  An upstream
+ * that is full or saturated can (a call waits in the queue for it).
+ * Panic makes none so: calls still go out, but to upstreams judged down.
  */
 int pool_ready(struct pool *p);
 
@@ -278,9 +293,25 @@ size_t pool_size(const struct pool *p);
  */
 int pool_probe_begin(struct pool *p, size_t idx, uint64_t *trial);
 
-/* A probe's outcome: judged like a call's (POOL_OK closes HALF_OPEN). */
+/*
+ * A probe's outcome: judged like a call's (POOL_OK closes HALF_OPEN).
+ * 'status': the HTTP status of its answer, 0 none.  It is also the
+ * upstream's probe verdict (pool_ready()): a failure ('o') is
+ * POOL_PROBE_FAILED; any other answer, a server's without the endpoint
+ * (404, judged POOL_NEUTRAL) too, is POOL_PROBE_PASSED: it answers; no
+ * answer and no failure (the probe was stopped) changes nothing.
+ */
 void pool_probe_end(struct pool *p, size_t idx, uint64_t trial,
-                    enum pool_outcome o);
+                    enum pool_outcome o, int status);
+
+/*
+ * A reload's new pool 'to', before its health beat starts, takes from
+ * 'from' (the generation in force) the probe verdict of each upstream
+ * both have (the same name and url), so that /readyz does not turn 503
+ * for as long as the new beat's first probes take.  Nothing else carries
+ * over (the breakers start closed).  Borrows both; locks one at a time.
+ */
+void pool_carry_probes(struct pool *to, struct pool *from);
 
 /*
  * Upstream 'idx' answered GET /v1/models: its "data" entries, each one
@@ -323,6 +354,8 @@ struct pool_upstream_status {
     enum pool_state state;
     int64_t state_left_ms;      /* OPEN: until it turns HALF_OPEN; else 0 */
     int64_t held_left_ms;       /* a Retry-After holds it back this long */
+    enum pool_probe probe;      /* (meaningless with the health beat off) */
+    int ready;                  /* it can take a call (pool_ready()) */
     uint64_t inflight;
     uint64_t max_inflight;      /* 0: no limit */
     uint64_t queued;            /* calls in the queue that could take it */

@@ -255,6 +255,20 @@ state_name(enum pool_state s)
     return "?";
 }
 
+/* What the health beat last said of it; null with the beat off. */
+static json_t *
+probe_json(const struct handler_ctx *ctx, enum pool_probe p)
+{
+    if (ctx->cfg->health_interval_ms == 0)
+        return json_null();
+    switch (p) {
+    case POOL_PROBE_PENDING:    return json_string("pending");
+    case POOL_PROBE_PASSED:     return json_string("passed");
+    case POOL_PROBE_FAILED:     return json_string("failed");
+    }
+    return json_string("?");
+}
+
 static json_t *
 engine_json(const struct pool_upstream_status *u, int *failed)
 {
@@ -278,7 +292,7 @@ render_upstreams(const struct handler_ctx *ctx, json_t *doc)
     size_t n;
     json_t *a = json_array();
     char url[1024];                 /* shown cut past this */
-    int failed = 0;
+    int failed = 0, any_ready = 0;
 
     v = gw_calloc(CONFIG_MAX_UPSTREAMS, sizeof(*v));
     if (v == NULL) {
@@ -298,6 +312,9 @@ render_upstreams(const struct handler_ctx *ctx, json_t *doc)
                                 ? json_integer(u->state_left_ms)
                                 : json_null(), &failed);
         put(o, "held_ms", json_integer(u->held_left_ms), &failed);
+        put(o, "probe", probe_json(ctx, u->probe), &failed);
+        put(o, "ready", json_boolean(u->ready), &failed);
+        any_ready |= u->ready;
         put(o, "inflight", count(u->inflight), &failed);
         put(o, "max_inflight", u->max_inflight > 0 ? count(u->max_inflight)
                                                   : json_null(), &failed);
@@ -316,6 +333,10 @@ render_upstreams(const struct handler_ctx *ctx, json_t *doc)
         append(a, o, &failed);
     }
     put(doc, "upstreams", a, &failed);
+    /* /readyz's word (route.c), from the rows above: the same instant. */
+    put(doc, "readyz", json_string(handler_draining(ctx) ? "draining"
+                                   : any_ready ? "ready" : "no_upstream"),
+        &failed);
     gw_free(v);
     return failed ? GW_ENOMEM : 0;
 }

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * status.h - the status view on the admin listener: GET /status.json,
- * what the gateway is doing now (its flights, upstreams and tenants, and
- * the last errors it answered), and GET /status, a page that shows it.
+ * what the gateway is doing now (its flights, upstreams and tenants, what
+ * /readyz answers, and the last errors it answered), and GET /status, a
+ * page that shows it.
  *
  * Design: this module owns no numbers but the ring of recent errors.
  * Each module that does exposes a snapshot function that copies its own
@@ -16,9 +17,10 @@
  *
  * The ring of recent errors: the last STATUS_ERRORS answers with an
  * error (a status of 400 or more, or a stream that ended in an error
- * event), noted by conn.c where it writes the access line.  It is
- * process-wide (like metrics.h's counters) and guarded by its own mutex,
- * held only to copy one entry in or all of them out.  An entry holds the
+ * event; never /readyz's 503 nor /healthz's answer, which a balancer
+ * asks for every second), noted by conn.c where it writes the access
+ * line.  It is process-wide (like metrics.h's counters) and guarded by
+ * its own mutex, held only to copy one entry in or all of them out.  An entry holds the
  * time, the request id, the status, the error's code and message, the
  * upstream and the path: never a query string (conn.c gives the path
  * without it) nor a key (no error message carries one).

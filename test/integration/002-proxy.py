@@ -159,6 +159,7 @@ def test_head_on_every_get_route(t):
 def test_query_string_ignored_for_routing(t):
     m = t.mock()
     g = t.gateway(m)
+    g.wait_ready()
     assert g.get("/healthz?probe=1").status == 200
     assert g.get("/readyz?x=y&z").status == 200
     assert g.get("/metrics?").status == 200

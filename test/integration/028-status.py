@@ -87,8 +87,8 @@ def test_document_shape(t):
     g = t.gateway(m, conf=ADMIN)
     s = status(g)
     for k in ("version", "uptime_s", "generation", "last_reload", "flights",
-              "flights_total", "flights_not_listed", "upstreams", "tenants",
-              "errors"):
+              "flights_total", "flights_not_listed", "upstreams", "readyz",
+              "tenants", "errors"):
         assert k in s, (k, s)
     assert s["version"] == "0.1.0", s
     assert s["generation"] == 1 and s["last_reload"] is None, s
@@ -96,9 +96,9 @@ def test_document_shape(t):
     assert s["flights"] == [] and s["flights_total"] == 0, s
     u = upstream(s, "default")
     assert u["url"] == "http://127.0.0.1:%d" % m.port, u
-    for k in ("state", "inflight", "max_inflight", "queued", "engine",
-              "calls", "failures", "retries", "hedges", "hedges_won",
-              "ttft_p50_ms", "ttft_p99_ms"):
+    for k in ("state", "probe", "ready", "inflight", "max_inflight",
+              "queued", "engine", "calls", "failures", "retries", "hedges",
+              "hedges_won", "ttft_p50_ms", "ttft_p99_ms"):
         assert k in u, (k, u)
     assert set(u["failures"]) == {"connect", "timeout", "status",
                                   "throttled", "broken"}, u
@@ -360,6 +360,39 @@ def test_recent_errors(t):
     assert e[0]["request_id"] == "n59" and e[-1]["request_id"] == "n10", e
 
 
+def test_readyz_and_healthz_answers_are_no_errors(t):
+    """/readyz's 503 and /healthz's 200 are what a balancer asks for every
+    second, on either listener: never noted as errors (were they, the
+    first would read "upstream answered 503" and push every real error
+    out of the 50).  An error on those routes, a 405, is one."""
+    g = t.gateway(refused_port(), conf=dict(ADMIN, routing={
+        "eject_after": 1, "eject_time": "5m"}))
+    # Its first probe is refused: out, and /readyz says 503.
+    wait_for(lambda: g.get("/readyz").status == 503, msg="/readyz 503")
+    for port, mark in ((g.port, "mark-api"), (g.admin_port, "mark-admin")):
+        # One kept connection: each answer is noted, if at all, before
+        # the next request is read, so before the mark's.
+        c = gwtest.Connection(port)
+        for _ in range(55):             # more than the 50 kept
+            r = c.request("GET", "/readyz")
+            assert r.status == 503, r
+            assert r.json() == {"status": "no_upstream"}, r
+            assert c.request("HEAD", "/readyz").status == 503
+            assert c.request("GET", "/healthz").status == 200
+        r = c.request("GET", "/nope", headers={"X-Request-Id": mark})
+        assert r.status == 404, r
+    r = g.request("POST", "/readyz", headers={"X-Request-Id": "post"})
+    assert_error(r, 405, "method_not_allowed")
+
+    def three():
+        s = status(g)
+        return s if len(s["errors"]) >= 3 else None
+    e = wait_for(three, 10, msg="three errors")["errors"]
+    assert [x["request_id"] for x in e] == ["post", "mark-admin",
+                                            "mark-api"], (len(e), e[:4])
+    assert e[0]["path"] == "/readyz" and e[0]["status"] == 405, e[0]
+
+
 def test_flights_past_the_cap_are_counted(t):
     m = t.mock()
     g = t.gateway(m, conf={"admin": {"listen": "127.0.0.1:0",
@@ -480,7 +513,11 @@ def test_page_in_headless_chromium(t):
     conns.append(send(g, chat_body("page", temperature=0, stream=True,
                                    mock_hold=tag)))
     flights_where(g, lambda f: f["followers"] == 1, "a follower")
+    g.wait_ready()
     dom = chromium_dom(t, "http://127.0.0.1:%d/status" % g.admin_port)
+    # The head says what /readyz answers.
+    head = re.search(r"<div id=\"head\">([^<]*)</div>", dom)
+    assert head and head.group(1).startswith("ready \u00b7 "), dom
     # The script drew the flight's row: its key, state and upstream.
     rows = re.findall(r"<tr class=\"waiting_first_byte\">(.*?)</tr>", dom)
     assert len(rows) == 1, dom
@@ -491,6 +528,7 @@ def test_page_in_headless_chromium(t):
     assert len(rows) == 1, dom
     cells = re.findall(r"<td[^>]*>([^<]*)</td>", rows[0])
     assert cells[:2] == ["alpha", "http://127.0.0.1:%d" % m.port], cells
+    assert cells[3:5] == ["passed", "yes"], cells   # probe, takes calls
     assert "HTTP 4" not in dom and "HTTP 5" not in dom, dom
     release(g, m, tag)
     finish_all(conns)

@@ -1125,6 +1125,14 @@ class Gateway:
             headers = JSON_HEADERS
         return stream(self.port, "POST", path, headers, body, timeout)
 
+    def wait_ready(self, timeout=5.0):
+        """Wait for /readyz to answer 200 (with the health beat on, once
+        an upstream's first probe has passed); returns that answer."""
+        def ready():
+            r = self.get("/readyz")
+            return r if r.status == 200 else None
+        return wait_for(ready, timeout, msg="/readyz 200")
+
     def metrics_response(self):
         """GET /metrics on the API port, with the admin key if any."""
         h = {}

@@ -32,15 +32,20 @@ static struct pool *pool;
  */
 #define NO_PANIC "panic_below = 0%\n"
 
-/* A pool over 'n' upstreams u0.. with [routing] and per-upstream text. */
+/*
+ * A pool over 'n' upstreams u0.. with [routing] and per-upstream text;
+ * the health beat off unless 'routing' sets health_interval (the pool
+ * runs no beat: a test plays the probes' part).
+ */
 static void
 make_pool(int n, const char *routing, const char *per)
 {
     char text[4096], err[256];
     int len;
 
-    len = snprintf(text, sizeof(text), "[routing]\nhealth_interval = 0\n%s",
-                   routing);
+    len = snprintf(text, sizeof(text), "[routing]\n%s%s",
+                   strstr(routing, "health_interval") != NULL
+                   ? "" : "health_interval = 0\n", routing);
     for (int i = 0; i < n; i++)
         len += snprintf(text + len, sizeof(text) - (size_t)len,
                         "[upstream u%d]\nurl = http://127.0.0.1:%d\n%s", i,
@@ -460,6 +465,196 @@ START_TEST(test_panic_routes_across_ejected_never_across_held)
     ck_assert_int_ge(ra, 29);
     ck_assert_int_le(ra, 30);
     ck_assert(!pool_has_other(pool, &w, 1));
+}
+END_TEST
+
+/* ---- readiness (/readyz) ---- */
+
+/* The health beat on, for the pool's judgement; nothing runs it. */
+#define BEAT_ON "health_interval = 1h\n"
+
+/* One probe of upstream 'idx' with outcome 'o' and answer 'status'. */
+static void
+probe(size_t idx, enum pool_outcome o, int status)
+{
+    uint64_t trial;
+
+    ck_assert(pool_probe_begin(pool, idx, &trial));
+    pool_probe_end(pool, idx, trial, o, status);
+}
+
+/* Upstream 'idx' as the status view sees it. */
+static struct pool_upstream_status
+status_of(size_t idx)
+{
+    struct pool_upstream_status v[4];
+
+    ck_assert_uint_gt(pool_status(pool, v, 4), idx);
+    return v[idx];
+}
+
+START_TEST(test_ready_from_a_passing_probe_to_a_failed_one)
+{
+    struct pool_slot s;
+
+    make_pool(1, BEAT_ON NO_PANIC, "");
+    /* Not probed yet: no call is known to go anywhere. */
+    ck_assert(!pool_ready(pool));
+    ck_assert_int_eq(status_of(0).probe, POOL_PROBE_PENDING);
+    ck_assert(!status_of(0).ready);
+    probe(0, POOL_OK, 200);
+    ck_assert(pool_ready(pool));
+    ck_assert(status_of(0).ready);
+    /* One failed probe is enough, three (eject_after) are not needed. */
+    probe(0, POOL_FAIL_STATUS, 503);
+    ck_assert_int_eq(pool_state_of(pool, 0), POOL_CLOSED);
+    ck_assert(!pool_ready(pool));
+    ck_assert_int_eq(status_of(0).probe, POOL_PROBE_FAILED);
+    /* A call's answer is no probe's. */
+    ck_assert_int_eq(take(&s), 0);
+    pool_release(pool, &s, POOL_OK, 0);
+    ck_assert(!pool_ready(pool));
+    /* A probe stopped before any answer says nothing. */
+    probe(0, POOL_NEUTRAL, 0);
+    ck_assert(!pool_ready(pool));
+    /* A server without /health answers all the same. */
+    probe(0, POOL_NEUTRAL, 404);
+    ck_assert(pool_ready(pool));
+    ck_assert_int_eq(status_of(0).probe, POOL_PROBE_PASSED);
+    probe(0, POOL_FAIL_CONNECT, 0);
+    ck_assert(!pool_ready(pool));
+    probe(0, POOL_OK, 200);
+    ck_assert(pool_ready(pool));
+}
+END_TEST
+
+START_TEST(test_half_open_needs_a_passing_probe)
+{
+    make_pool(1, BEAT_ON NO_PANIC "eject_after = 1\neject_time = 100ms\n",
+              "");
+    probe(0, POOL_OK, 200);
+    probe(0, POOL_FAIL_CONNECT, 0);
+    ck_assert_int_eq(pool_state_of(pool, 0), POOL_OPEN);
+    wait_state(POOL_HALF_OPEN);
+    /* Its time is up, but the last word on it is still the failure. */
+    ck_assert(!pool_ready(pool));
+    ck_assert(!status_of(0).ready);
+    probe(0, POOL_OK, 200);                 /* the trial */
+    ck_assert_int_eq(pool_state_of(pool, 0), POOL_CLOSED);
+    ck_assert(pool_ready(pool));
+}
+END_TEST
+
+START_TEST(test_ejected_is_not_ready_though_its_probe_passes)
+{
+    struct pool_slot s;
+
+    make_pool(1, BEAT_ON NO_PANIC "eject_after = 1\neject_time = 100ms\n",
+              "");
+    probe(0, POOL_OK, 200);
+    ck_assert_int_eq(take(&s), 0);
+    pool_release(pool, &s, POOL_FAIL_STATUS, 0);
+    ck_assert_int_eq(pool_state_of(pool, 0), POOL_OPEN);
+    probe(0, POOL_OK, 200);                 /* while ejected */
+    ck_assert_int_eq(pool_state_of(pool, 0), POOL_OPEN);
+    ck_assert(!pool_ready(pool));
+    wait_state(POOL_HALF_OPEN);
+    ck_assert(pool_ready(pool));            /* it may take the trial */
+    ck_assert_int_eq(take(&s), 0);
+    pool_release(pool, &s, POOL_OK, 0);
+    ck_assert_int_eq(pool_state_of(pool, 0), POOL_CLOSED);
+}
+END_TEST
+
+START_TEST(test_held_is_not_ready_though_its_probe_passes)
+{
+    struct pool_slot s;
+
+    /* Held back by Retry-After (and not ejected): no call goes there
+     * until the hold is over. */
+    make_pool(1, BEAT_ON NO_PANIC "eject_after = 100\n", "");
+    probe(0, POOL_OK, 200);
+    ck_assert(pool_ready(pool));
+    ck_assert_int_eq(take(&s), 0);
+    pool_release(pool, &s, POOL_FAIL_THROTTLED, 300);
+    ck_assert(!pool_ready(pool));
+    ck_assert_int_eq(pool_state_of(pool, 0), POOL_CLOSED);
+    ck_assert_int_gt(status_of(0).held_left_ms, 0);
+    ck_assert(!status_of(0).ready);
+    for (int64_t end = gw_now_ms() + 5000; !pool_ready(pool);
+         poll(NULL, 0, 10))
+        ck_assert_msg(gw_now_ms() < end, "still held back");
+}
+END_TEST
+
+START_TEST(test_beat_off_ready_until_ejected)
+{
+    /* Nothing will ever probe it: the breaker alone decides. */
+    make_pool(2, "eject_after = 1\neject_time = 5m\nmax_ejected = 100%\n"
+              NO_PANIC, "");
+    ck_assert(pool_ready(pool));
+    ck_assert(status_of(0).ready && status_of(1).ready);
+    fail_on(0, POOL_FAIL_CONNECT);
+    ck_assert(pool_ready(pool));            /* u1 can */
+    ck_assert(!status_of(0).ready && status_of(1).ready);
+    fail_on(1, POOL_FAIL_CONNECT);
+    ck_assert(!pool_ready(pool));
+}
+END_TEST
+
+#define URL "url = http://127.0.0.1:"
+
+START_TEST(test_any_upstream_of_any_model_makes_it_ready)
+{
+    char err[256];
+
+    /* /readyz is the gateway's, not a model's: b's upstream is enough,
+     * though no call for a could go anywhere. */
+    ck_assert_msg(config_load_text("t.conf", "[routing]\n" BEAT_ON NO_PANIC
+                                   "[upstream ua]\n" URL "9000\nmodels = a\n"
+                                   "[upstream ub]\n" URL "9001\nmodels = b\n",
+                                   &cfg, err, sizeof(err)) == 0, "%s", err);
+    pool = pool_new(&cfg);
+    ck_assert_ptr_nonnull(pool);
+    ck_assert(!pool_ready(pool));
+    probe(1, POOL_OK, 200);
+    ck_assert(pool_ready(pool));
+    ck_assert(!status_of(0).ready && status_of(1).ready);
+    probe(1, POOL_FAIL_TIMEOUT, 0);
+    ck_assert(!pool_ready(pool));
+}
+END_TEST
+
+START_TEST(test_a_reload_carries_the_probe_verdicts)
+{
+    struct gw_config cfg2;
+    struct pool *next;
+    struct pool_upstream_status v[4];
+    char err[256];
+
+    make_pool(3, BEAT_ON, "");
+    probe(0, POOL_OK, 200);
+    probe(1, POOL_FAIL_CONNECT, 0);
+    probe(2, POOL_OK, 200);
+    /* u0 as it was, u1 too, u2 elsewhere now, u3 new. */
+    ck_assert_msg(config_load_text("t2.conf", "[routing]\n" BEAT_ON
+                                   "[upstream u1]\n" URL "9001\n"
+                                   "[upstream u0]\n" URL "9000\n"
+                                   "[upstream u2]\n" URL "9999\n"
+                                   "[upstream u3]\n" URL "9003\n",
+                                   &cfg2, err, sizeof(err)) == 0, "%s", err);
+    next = pool_new(&cfg2);
+    ck_assert_ptr_nonnull(next);
+    pool_carry_probes(next, pool);
+    ck_assert_uint_eq(pool_status(next, v, 4), 4);
+    ck_assert_int_eq(v[0].probe, POOL_PROBE_FAILED);    /* u1 */
+    ck_assert_int_eq(v[1].probe, POOL_PROBE_PASSED);    /* u0 */
+    ck_assert(v[1].ready);
+    ck_assert_int_eq(v[2].probe, POOL_PROBE_PENDING);   /* u2 moved */
+    ck_assert_int_eq(v[3].probe, POOL_PROBE_PENDING);   /* u3 */
+    ck_assert(pool_ready(next));
+    pool_free(next);
+    config_release(&cfg2);
 }
 END_TEST
 
@@ -1358,6 +1553,16 @@ pool_suite(void)
     tcase_add_test(tc, test_panic_call_is_no_trial);
     tcase_add_test(tc, test_panic_leaves_a_held_upstream_alone);
     tcase_add_test(tc, test_panic_routes_across_ejected_never_across_held);
+    suite_add_tcase(s, tc);
+    tc = tcase("readiness");
+    tcase_add_checked_fixture(tc, NULL, teardown);
+    tcase_add_test(tc, test_ready_from_a_passing_probe_to_a_failed_one);
+    tcase_add_test(tc, test_half_open_needs_a_passing_probe);
+    tcase_add_test(tc, test_ejected_is_not_ready_though_its_probe_passes);
+    tcase_add_test(tc, test_held_is_not_ready_though_its_probe_passes);
+    tcase_add_test(tc, test_beat_off_ready_until_ejected);
+    tcase_add_test(tc, test_any_upstream_of_any_model_makes_it_ready);
+    tcase_add_test(tc, test_a_reload_carries_the_probe_verdicts);
     suite_add_tcase(s, tc);
     tc = tcase("admission");
     tcase_add_checked_fixture(tc, NULL, teardown);
