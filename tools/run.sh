@@ -62,6 +62,9 @@ hostport=${hostport%%/*}
 [ -n "$hostport" ] || hostport=127.0.0.1:8000
 
 mkdir -p "$RUN_DIR"
+# The mock logs each completion (the demo's) but not the gateway's own
+# health probes and ten-a-second load scrapes: without -v it leaves
+# those out, so they do not bury the coalesce: lines.
 ready=$RUN_DIR/run-mock.out
 : > "$ready"
 "$BIN/mock_upstream" -l "$hostport" -n 16 -f 100 -d 45 > "$ready" &
