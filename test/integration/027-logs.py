@@ -21,6 +21,7 @@ import http.server
 import json
 import os
 import re
+import resource
 import signal
 import socket
 import subprocess
@@ -394,20 +395,20 @@ def feed_lines(g, what):
     return [l for l in g.log_lines() if (" %s " % what) in l]
 
 
-def check_one_failure(lines, what):
-    """'lines' (one feed's) are one repeating failure, whole: a start,
-    summaries never closer than PERIOD_MS whose counts add up, an end
-    with the count and the time it lasted; all at warn."""
+def check_one_failure(lines, what, why, level="warn"):
+    """'lines' (one feed's) are one repeating failure, whole: a start
+    saying 'why', summaries never closer than PERIOD_MS whose counts add
+    up, an end with the count and the time it lasted; all at 'level'."""
     kinds = []
     for l in lines:
         rest = l.split(" %s " % what, 1)[1]
         kinds.append(rest.split(" ")[0] if not rest.startswith("still ")
                      else "still")
-        assert " level=warn " in l, l
+        assert " level=%s " % level in l, l
     assert kinds[0] == "failing" and kinds[-1] == "recovered" and \
         set(kinds[1:-1]) == {"still"} and len(kinds) >= 4, \
         "want one start, summaries, one end:\n%s" % "\n".join(lines)
-    assert 'reason="connect failed"' in lines[0], lines[0]
+    assert why in lines[0], lines[0]
     said = [ts_ms(l) for l in lines[:-1]]
     gaps = [b - a for a, b in zip(said, said[1:])]
     assert min(gaps) >= PERIOD_MS - 20, \
@@ -446,11 +447,43 @@ def test_an_upstream_down_is_one_failure_not_a_line_a_beat(t):
     for what in feeds:
         g.wait_log(re.escape(what) + " recovered ", timeout=10)
     for what in feeds:
-        check_one_failure(feed_lines(g, what), what)
+        check_one_failure(feed_lines(g, what), what,
+                          'reason="connect failed"')
     assert not [l for l in g.log_lines() if "upstream: failed" in l], \
         "a line per attempt:\n%s" % "\n".join(g.log_tail())
     # The engine's load is read again, and said once.
     g.wait_log(r"scrape: upstream default reports its engine load")
+
+
+def test_out_of_descriptors_is_one_failure_too(t):
+    """The acceptor out of descriptors: accept() fails again after every
+    50 ms backoff while a connection waits.  The test lowers the
+    gateway's RLIMIT_NOFILE to what it holds plus two, holds two
+    connections and a third that cannot be accepted until the test has
+    seen two summaries, then lets all three go.  (Mutant: a line per
+    failure again: "lines [50, ...] ms apart".)"""
+    g = t.gateway(gwtest.refused_port(), conf={
+        "server": {"log_repeat_interval": "%dms" % PERIOD_MS},
+        "routing": {"health_interval": 0, "load_interval": 0}})
+    # Its first GET /v1/models is over (the next is 30 s away): what it
+    # holds now stays put.
+    g.wait_log(r"health: upstream default GET /v1/models failing ")
+    held = len(os.listdir("/proc/%d/fd" % g.proc.pid))
+    _, hard = resource.prlimit(g.proc.pid, resource.RLIMIT_NOFILE)
+    resource.prlimit(g.proc.pid, resource.RLIMIT_NOFILE, (held + 2, hard))
+    conns = [socket.create_connection(("127.0.0.1", g.port),
+                                      timeout=budget(5)) for _ in range(3)]
+    try:
+        what = "server: accept"
+        wait_for(lambda: len([l for l in feed_lines(g, what)
+                              if " still failing " in l]) >= 2,
+                 timeout=10, msg="two summaries of %s" % what)
+    finally:
+        for c in conns:
+            c.close()
+    g.wait_log(r"server: accept recovered ", timeout=10)
+    check_one_failure(feed_lines(g, what), what,
+                      'err="Too many open files"', level="error")
 
 
 def test_the_gateways_own_probes_are_never_a_warning(t):
