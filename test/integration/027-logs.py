@@ -31,7 +31,7 @@ import time
 import gwtest
 from gwtest import (JSON_HEADERS, REPO_ROOT, Connection, assert_error,
                     budget, build_request, chat_body, closed_port,
-                    has_metric, jbody, kill_process, parse_metrics,
+                    has_metric, jbody, kill_group, parse_metrics,
                     recv_all, request, run_infergw, send_raw, skip,
                     wait_for)
 
@@ -505,6 +505,18 @@ def test_the_gateways_own_probes_are_never_a_warning(t):
             assert len(mine) == 1 and " level=info " in mine[0], mine
 
 
+def leader_leaves(g, conn):
+    """The leader's client reads its first event and hangs up; returns
+    the leader's line about it (the first one since)."""
+    def gone():
+        return [l for l in g.log_lines() if "coalesce: leader client" in l]
+    before = len(gone())
+    s = start(conn)
+    assert s.next_event() is not None
+    s.close()
+    return wait_for(lambda: gone()[before:], msg="the leader's line")[0]
+
+
 def test_the_leader_line_says_what_becomes_of_the_call(t):
     """The leader's client goes: with no follower the call stops, and
     the line says so (it used to say the flight continues for
@@ -518,10 +530,7 @@ def test_the_leader_line_says_what_becomes_of_the_call(t):
     lone = send(g, body)
     wait_state(g, m, leaders=1, held=1)
     assert m.release(tag) == 1
-    s = start(lone)
-    assert s.next_event() is not None
-    s.close()
-    line = g.wait_log(r"coalesce: leader client gone")
+    line = leader_leaves(g, lone)
     assert re.search(r"coalesce: leader client gone, no follower: the "
                      r"upstream call stops flight=flight-", line), line
     g.wait_log(r"upstream: call stopped, its clients hung up")
@@ -531,10 +540,7 @@ def test_the_leader_line_says_what_becomes_of_the_call(t):
     body = chat_body("shared", stream=True, mock_chunks=20,
                      mock_delay_ms=50, mock_hold=tag)
     lead_c, f1, f2 = held_trio(g, m, body)
-    s = start(lead_c)
-    assert s.next_event() is not None
-    s.close()
-    line = g.wait_log(r"coalesce: leader client gone, the")
+    line = leader_leaves(g, lead_c)
     assert re.search(r"coalesce: leader client gone, the upstream call "
                      r"goes on for 2 followers flight=flight-", line), line
     for c in (f1, f2):
@@ -592,8 +598,4 @@ def test_make_run_mock_logs_completions_not_probes_or_scrapes(t):
         assert not beat, "probes and scrapes logged:\n%s" % "\n".join(
             beat[:5])
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        kill_process(proc)
+        kill_group(proc)
