@@ -79,7 +79,8 @@ scrape_one(void *arg, size_t i, const _Atomic int *stopping)
     struct probe pr;
     struct call_outcome o;
     const char *why = NULL;
-    char what[64], failed[PROBE_WHY_MAX];
+    char what[64], fail[PROBE_WHY_MAX];
+    int failed;
 
     probe_init(&pr, stopping, SCRAPE_MAX_BYTES);
     sent = pool_load_mark(sc->pool, i);
@@ -92,12 +93,15 @@ scrape_one(void *arg, size_t i, const _Atomic int *stopping)
     } else {
         why = read_load(&pr, &r);
     }
-    probe_why(&pr, &o, failed, sizeof(failed));
+    /* No answer, or the server's own error: not what it serves. */
+    failed = o.kind != CALL_OK || o.status >= 500;
+    if (failed)
+        probe_why(&pr, &o, fail, sizeof(fail));
     probe_release(&pr);
     if (atomic_load(stopping))
         return;                         /* cut short: says nothing */
     probe_note(&sc->failing[i], "scrape", name, "/metrics",
-               o.kind != CALL_OK || o.status >= 500 ? failed : NULL);
+               failed ? fail : NULL);
     pool_set_load(sc->pool, i, why == NULL ? &r : NULL, &sent);
     if (why == NULL && sc->known[i] != 1)
         log_msg(GW_LOG_INFO, "scrape: upstream %s reports its engine load "

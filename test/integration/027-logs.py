@@ -455,6 +455,22 @@ def test_an_upstream_down_is_one_failure_not_a_line_a_beat(t):
     g.wait_log(r"scrape: upstream default reports its engine load")
 
 
+def test_a_server_without_vllm_metrics_is_not_failing(t):
+    """GET /metrics answered 404 is what that server serves, said once
+    (balancing on its open calls), not a failure summed up forever.
+    The failure's line would come first, in the same scrape (with
+    log_repeat_interval 0 at once).  (Mutant: any status but 200 a
+    failure.)"""
+    m = t.mock()
+    assert request(m.port, "POST", "/control?metrics=off").status == 200
+    g = t.gateway(m, conf={"server": {"log_repeat_interval": 0},
+                           "routing": {"load_interval": "50ms"}})
+    g.wait_log(r"scrape: upstream default has no engine load \(GET "
+               r"/metrics: status 404\): balancing on its open calls")
+    assert not feed_lines(g, "scrape: upstream default GET /metrics"), \
+        "\n".join(g.log_tail())
+
+
 def test_out_of_descriptors_is_one_failure_too(t):
     """The acceptor out of descriptors: accept() fails again after every
     50 ms backoff while a connection waits.  The test lowers the
@@ -470,7 +486,11 @@ def test_out_of_descriptors_is_one_failure_too(t):
     g.wait_log(r"health: upstream default GET /v1/models failing ")
     held = len(os.listdir("/proc/%d/fd" % g.proc.pid))
     _, hard = resource.prlimit(g.proc.pid, resource.RLIMIT_NOFILE)
-    resource.prlimit(g.proc.pid, resource.RLIMIT_NOFILE, (held + 2, hard))
+    try:
+        resource.prlimit(g.proc.pid, resource.RLIMIT_NOFILE,
+                         (held + 2, hard))
+    except PermissionError as e:
+        skip("cannot lower another process's RLIMIT_NOFILE here: %s" % e)
     conns = [socket.create_connection(("127.0.0.1", g.port),
                                       timeout=budget(5)) for _ in range(3)]
     try:
