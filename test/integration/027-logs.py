@@ -451,8 +451,10 @@ def test_an_upstream_down_is_one_failure_not_a_line_a_beat(t):
                           'reason="connect failed"')
     assert not [l for l in g.log_lines() if "upstream: failed" in l], \
         "a line per attempt:\n%s" % "\n".join(g.log_tail())
-    # The engine's load is read again, and said once.
+    # The engine's load is read again, and that is said once.
     g.wait_log(r"scrape: upstream default reports its engine load")
+    assert len([l for l in g.log_lines()
+                if "reports its engine load" in l]) == 1, g.log_tail()
 
 
 def test_a_server_without_vllm_metrics_is_not_failing(t):
