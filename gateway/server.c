@@ -266,6 +266,15 @@ reload(struct server *s)
         coalescer_set_limits(s->ctx.co, cfg_of(s));
 }
 
+/* Is a connection waiting on listener 'lfd'? */
+static int
+waiting(int lfd)
+{
+    struct pollfd p = { .fd = lfd, .events = POLLIN };
+
+    return poll(&p, 1, 0) == 1;
+}
+
 /*
  * Take everything pending on one listener: one poll per burst.  Out of
  * descriptors, accept() fails again after every backoff for as long as
@@ -284,6 +293,14 @@ accept_all(struct server *s, int lfd, int tls, int admin)
     if (rc == GW_EIO) {
         int err = errno;
 
+        /*
+         * Linux's accept() takes a descriptor before it looks for a
+         * connection, so at the limit the try that would have found
+         * none (EAGAIN) fails too.  Only a connection left waiting
+         * makes it a failure; else the next one will tell.
+         */
+        if (!waiting(lfd))
+            return;
         snprintf(why, sizeof(why), "err=\"%s\"",
                  strerror_r(err, ebuf, sizeof(ebuf)));
         /* The interval in force: a reload may have changed it. */

@@ -434,9 +434,12 @@ def test_an_upstream_down_is_one_failure_not_a_line_a_beat(t):
     attempt.  (Mutants: no period, each failure a line: "lines [50, ...]
     ms apart"; the per-attempt line at warn again: "upstream: failed".)"""
     up = DownUpstream()
+    # load_timeout: once up, a slow answer of ours (Python, a busy
+    # machine) must not pass for a new failure.
     g = t.gateway(up.port, conf={
         "server": {"log_repeat_interval": "%dms" % PERIOD_MS},
-        "routing": {"health_interval": "50ms", "load_interval": "50ms"}})
+        "routing": {"health_interval": "50ms", "load_interval": "50ms",
+                    "load_timeout": "5s"}})
     feeds = ("health: upstream default GET /health",
              "scrape: upstream default GET /metrics")
     for what in feeds:
@@ -476,27 +479,54 @@ def test_a_server_without_vllm_metrics_is_not_failing(t):
 def test_out_of_descriptors_is_one_failure_too(t):
     """The acceptor out of descriptors: accept() fails again after every
     50 ms backoff while a connection waits.  The test lowers the
-    gateway's RLIMIT_NOFILE to what it holds plus two, holds two
+    gateway's RLIMIT_NOFILE so that two descriptors are left, holds two
     connections and a third that cannot be accepted until the test has
-    seen two summaries, then lets all three go.  (Mutant: a line per
-    failure again: "lines [50, ...] ms apart".)"""
+    seen two summaries, then lets all three go.  (Mutants: a line per
+    failure again: "lines [50, ...] ms apart"; any EMFILE a failure, the
+    one of the try that finds nobody waiting too: a line before the
+    third connection.)"""
     g = t.gateway(gwtest.refused_port(), conf={
         "server": {"log_repeat_interval": "%dms" % PERIOD_MS},
         "routing": {"health_interval": 0, "load_interval": 0}})
     # Its first GET /v1/models is over (the next is 30 s away): what it
     # holds now stays put.
     g.wait_log(r"health: upstream default GET /v1/models failing ")
-    held = len(os.listdir("/proc/%d/fd" % g.proc.pid))
+    held = {int(fd) for fd in os.listdir("/proc/%d/fd" % g.proc.pid)}
+    # The limit is on the numbers (a new descriptor takes the lowest one
+    # free), and what was closed left holes: the one that leaves two.
+    limit = free = 0
+    while free < 2:
+        free += limit not in held
+        limit += 1
     _, hard = resource.prlimit(g.proc.pid, resource.RLIMIT_NOFILE)
     try:
-        resource.prlimit(g.proc.pid, resource.RLIMIT_NOFILE,
-                         (held + 2, hard))
+        resource.prlimit(g.proc.pid, resource.RLIMIT_NOFILE, (limit, hard))
     except PermissionError as e:
         skip("cannot lower another process's RLIMIT_NOFILE here: %s" % e)
-    conns = [socket.create_connection(("127.0.0.1", g.port),
-                                      timeout=budget(5)) for _ in range(3)]
+    what = "server: accept"
+
+    def answered(c):
+        assert c.request("GET", "/healthz").status == 200
+        return c
+
+    def fds():
+        return len(os.listdir("/proc/%d/fd" % g.proc.pid))
+
+    conns = [answered(Connection(g.port)) for _ in range(2)]
+    # Every descriptor taken and nobody waiting: the accept() that finds
+    # no connection fails too (EMFILE before EAGAIN), and is no failure.
+    # One given back and taken again: that accept's line, had there been
+    # a failure to end, comes before the new connection is answered.
+    n = fds()
+    conns.pop(0).close()
+    wait_for(lambda: fds() == n - 1, msg="the gateway closes one")
+    conns.append(answered(Connection(g.port)))
+    assert not feed_lines(g, what), "\n".join(g.log_tail())
+
+    # A connection waits that cannot be taken.
+    conns.append(socket.create_connection(("127.0.0.1", g.port),
+                                          timeout=budget(5)))
     try:
-        what = "server: accept"
         wait_for(lambda: len([l for l in feed_lines(g, what)
                               if " still failing " in l]) >= 2,
                  timeout=10, msg="two summaries of %s" % what)
