@@ -14,6 +14,7 @@
 #include "log.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -489,4 +490,47 @@ log_fields(int level, const char *event, const struct log_field *f,
     for (i = 0; i < n; i++)
         len = kv_field(line, len, &f[i]);
     kv_end(line, len);
+}
+
+/* ---- a repeating failure ------------------------------------------ */
+
+void
+log_repeat_init(struct log_repeat *r, int level, int64_t every_ms)
+{
+    memset(r, 0, sizeof(*r));
+    r->level = level;
+    r->every_ms = every_ms;
+}
+
+void
+log_repeat_fail(struct log_repeat *r, int64_t now_ms, const char *what,
+                const char *why)
+{
+    const char *sep = why[0] != '\0' ? " " : "";
+
+    if (r->failures++ == 0) {
+        r->since_ms = r->said_ms = now_ms;
+        r->unsaid = 0;
+        log_msg(r->level, "%s failing%s%s", what, sep, why);
+        return;
+    }
+    r->unsaid++;
+    if (now_ms - r->said_ms < r->every_ms)
+        return;                 /* counted, said in the next line */
+    log_msg(r->level, "%s still failing failures=%" PRIu64 " new=%" PRIu64
+            " for_ms=%" PRId64 "%s%s", what, r->failures, r->unsaid,
+            now_ms - r->since_ms, sep, why);
+    r->said_ms = now_ms;
+    r->unsaid = 0;
+}
+
+void
+log_repeat_ok(struct log_repeat *r, int64_t now_ms, const char *what)
+{
+    if (r->failures == 0)
+        return;
+    log_msg(r->level, "%s recovered failures=%" PRIu64 " for_ms=%" PRId64,
+            what, r->failures, now_ms - r->since_ms);
+    r->failures = 0;
+    r->unsaid = 0;
 }

@@ -34,6 +34,7 @@
 
 #include <stdatomic.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "util.h"
@@ -129,6 +130,50 @@ log_opt_int(const char *key, long long v)
  */
 void log_fields(int level, const char *event, const struct log_field *f,
                 size_t n);
+
+/*
+ * A failure that repeats in the background, such as a probe or a scrape
+ * of an upstream that is down (STYLE.md section 7), logged the way nginx
+ * and HAProxy log one: a line when it starts, then at most one line per
+ * 'every_ms' with a count, and a line when it ends with the count and
+ * how long it lasted.  A beat that fails ten times a second then writes
+ * a few lines a minute, not six hundred.
+ *
+ *   WHAT failing WHY
+ *   WHAT still failing failures=57 new=50 for_ms=10012 WHY
+ *   WHAT recovered failures=123 for_ms=25030
+ *
+ * 'failures' counts from the start, 'new' since the line before.  Every
+ * line is at the tracker's level, the end too, so that a log filtered
+ * at that level shows both ends of each failure.  Times are the
+ * caller's (gw_now_ms()), so a test can drive it on a fake clock.
+ *
+ * Not thread-safe: one tracker belongs to one thread (a beat's upstream
+ * thread, say), or to callers that hold a lock around it.
+ */
+struct log_repeat {
+    int level;                  /* of every line */
+    int64_t every_ms;           /* the least time between two lines */
+    int64_t since_ms;           /* when the failure started */
+    int64_t said_ms;            /* when its last line went out */
+    uint64_t failures;          /* since it started; 0: not failing */
+    uint64_t unsaid;            /* ... since its last line */
+};
+
+/* Not failing; lines at 'level', at most one per 'every_ms' (>= 0). */
+void log_repeat_init(struct log_repeat *r, int level, int64_t every_ms);
+
+/*
+ * One more failure at 'now_ms' of what 'what' names ("health: upstream
+ * u0 GET /health"); 'why' says what this one was (key=value text, "" for
+ * nothing).  Logs the start line, a summary once every_ms has passed
+ * since the last line, or nothing.  Borrows both strings.
+ */
+void log_repeat_fail(struct log_repeat *r, int64_t now_ms, const char *what,
+                     const char *why);
+
+/* A success at 'now_ms': the end line if it was failing, else nothing. */
+void log_repeat_ok(struct log_repeat *r, int64_t now_ms, const char *what);
 
 #define GW_LOG_LEVEL() \
     atomic_load_explicit(&gw_log_level_cur, memory_order_relaxed)

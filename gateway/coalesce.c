@@ -376,7 +376,7 @@ coalescer_finish(struct coalescer *co, const unsigned char key[FLIGHT_KEY_LEN],
     gw_mutex_unlock(&co->lock);
 }
 
-void
+unsigned
 coalescer_detach(struct coalescer *co, const unsigned char key[FLIGHT_KEY_LEN],
                  struct flight *f, struct flight_reader *r)
 {
@@ -397,6 +397,7 @@ coalescer_detach(struct coalescer *co, const unsigned char key[FLIGHT_KEY_LEN],
     }
     gw_mutex_unlock(&co->lock);
     flight_unref(f);
+    return left;
 }
 
 size_t

@@ -162,11 +162,12 @@ void coalescer_finish(struct coalescer *co,
  * A reader leaves (its client is done or gone): detaches 'r' and drops
  * its reference.  When the last reader leaves a running flight, the
  * entry goes, so the next identical request starts afresh while the
- * leader aborts the now useless upstream call.
+ * leader aborts the now useless upstream call.  Returns the readers
+ * still attached: with 0 none can join any more.
  */
-void coalescer_detach(struct coalescer *co,
-                      const unsigned char key[FLIGHT_KEY_LEN],
-                      struct flight *f, struct flight_reader *r);
+unsigned coalescer_detach(struct coalescer *co,
+                          const unsigned char key[FLIGHT_KEY_LEN],
+                          struct flight *f, struct flight_reader *r);
 
 /* Flights in the map now (tests, /metrics). */
 size_t coalescer_count(struct coalescer *co);

@@ -129,6 +129,8 @@ static const struct setting settings[] = {
     { "server", "log_level", T_LOG_LEVEL, C(log_level), "info", 0, 0 },
     { "server", "log_format", T_LOG_FORMAT, C(log_format), "kv", 0, 0 },
     { "server", "access_log", T_BOOL, C(access_log), "on", 0, 0 },
+    { "server", "log_repeat_interval", T_DURATION,
+      C(log_repeat_interval_ms), "10s", 0, DAY_MS },
     { "server", "trusted_proxies", T_CIDRS, C(trusted_proxies), "", 0, 0 },
 
     { "upstream", "url", T_URL, UP(url), NULL, 0, 0 },

@@ -101,6 +101,8 @@ struct gw_config {
     int log_level;              /* GW_LOG_INFO */
     int log_format;             /* GW_LOG_FORMAT_KV (log.h) */
     int access_log;             /* on */
+    int64_t log_repeat_interval_ms; /* 10s: a background failure's
+                                       summary lines (log.h) */
     /* Peers whose X-Forwarded-For names the client (conn.c); none by
      * default: every client is its socket's peer. */
     struct net_cidr trusted_proxies[CONFIG_MAX_TRUSTED_PROXIES];

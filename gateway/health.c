@@ -2,9 +2,11 @@
 /*
  * health.c - the health beat (health.h).
  *
- * Locking: none of its own.  struct health is immutable once started;
- * each upstream's beat runs on its own thread (beat.h) with its own
- * probe, and hands what it learns to the pool, which locks itself.
+ * Locking: none of its own.  struct health is immutable once started
+ * but for 'failing', whose entries each upstream's thread alone reads
+ * and writes (its own); each upstream's beat runs on its own thread
+ * (beat.h) with its own probe, and hands what it learns to the pool,
+ * which locks itself.
  */
 #include "health.h"
 
@@ -25,20 +27,32 @@
 #include "upstream.h"
 #include "util.h"
 
+/* What each upstream's beat asks, each a failure of its own. */
+enum { HEALTH, MODELS, NUM_PROBES };
+
 struct health {
     const struct gw_config *cfg;
     struct pool *pool;
     struct upstream *up;
     int probe_health;           /* health_interval > 0 */
     struct beat *beat;          /* a thread per upstream */
+    /* Per upstream and probe, its thread's: logged once when it starts
+     * failing, then summed up (log.h), not a line a beat. */
+    struct log_repeat failing[CONFIG_MAX_UPSTREAMS][NUM_PROBES];
 };
 
-/* GET 'path' on upstream 'idx' into 'pr'.  Returns the outcome. */
+/*
+ * GET 'path' on upstream 'idx' into 'pr'.  Returns the outcome, as the
+ * pool judges it; OUT *co: the call's.
+ */
 static enum pool_outcome
-probe(struct health *h, size_t idx, const char *path, struct probe *pr)
+probe(struct health *h, size_t idx, const char *path, struct probe *pr,
+      struct call_outcome *co)
 {
     struct call_outcome o = probe_get(h->up, idx, path, HEALTH_PROBE_MAX_MS,
                                       pr);
+
+    *co = o;
 
     /* A server without the endpoint says nothing about its health. */
     if (o.kind == CALL_OK
@@ -68,10 +82,12 @@ free_models(char **ids, char **texts, size_t n)
 /*
  * Keep upstream idx's GET /v1/models answer: each "data" entry that is an
  * object with a string "id", as compact JSON.  Bad answers change nothing.
+ * Returns NULL, or what was wrong with the answer (for the log line).
  */
-static void
+static const char *
 take_models(struct health *h, size_t idx, const struct buf *body)
 {
+    const char *why = NULL;
     json_t *root = NULL, *data, *e;
     char **ids = NULL, **texts = NULL, *dumped, err[128];
     size_t n = 0, i;
@@ -83,8 +99,7 @@ take_models(struct health *h, size_t idx, const struct buf *body)
         root = NULL;
     data = json_object_get(root, "data");
     if (!json_is_array(data)) {
-        log_msg(GW_LOG_WARN, "health: upstream %s: GET /v1/models is not "
-                "a model list", h->cfg->upstreams[idx].name);
+        why = "reason=\"not a model list\"";
         goto out;
     }
     ids = gw_calloc(HEALTH_MODELS_MAX, sizeof(*ids));
@@ -123,31 +138,49 @@ out:
     if (ids != NULL || texts != NULL)
         free_models(ids, texts, n);
     json_decref(root);
+    return why;
 }
 
-/* One upstream's beat (beat.h): /health, then /v1/models. */
+/*
+ * One upstream's beat (beat.h): /health, then /v1/models.  A probe cut
+ * by the stop says nothing, and is not logged.
+ */
 static void
 beat(void *arg, size_t i, const _Atomic int *stopping)
 {
     struct health *h = arg;
+    const char *name = h->cfg->upstreams[i].name;
+    const char *bad = NULL;
+    char why[PROBE_WHY_MAX];
+    struct call_outcome co;
     struct probe pr;
     enum pool_outcome o;
     uint64_t trial;
 
     probe_init(&pr, stopping, HEALTH_MODELS_MAX_BYTES);
     if (h->probe_health && pool_probe_begin(h->pool, i, &trial)) {
-        o = probe(h, i, "/health", &pr);
+        o = probe(h, i, "/health", &pr, &co);
         pool_probe_end(h->pool, i, trial, o, pr.status);
-        if (o != POOL_OK && o != POOL_NEUTRAL) {
-            log_msg(GW_LOG_WARN, "health: upstream %s failed GET /health "
-                    "kind=%s status=%d", h->cfg->upstreams[i].name,
-                    pool_outcome_name(o), pr.status);
-            probe_release(&pr);
-            return;             /* no models from a failing upstream */
-        }
+        if (atomic_load(stopping))
+            goto out;
+        if (o != POOL_OK && o != POOL_NEUTRAL)
+            bad = probe_why(&pr, &co, why, sizeof(why));
+        probe_note(&h->failing[i][HEALTH], "health", name, "/health", bad);
+        if (bad != NULL)
+            goto out;           /* no models from a failing upstream */
     }
-    if (!atomic_load(stopping) && probe(h, i, "/v1/models", &pr) == POOL_OK)
-        take_models(h, i, &pr.body);
+    if (atomic_load(stopping))
+        goto out;
+    o = probe(h, i, "/v1/models", &pr, &co);
+    if (atomic_load(stopping))
+        goto out;
+    if (o == POOL_OK)
+        bad = take_models(h, i, &pr.body);
+    else if (o != POOL_NEUTRAL)
+        bad = probe_why(&pr, &co, why, sizeof(why));
+    probe_note(&h->failing[i][MODELS], "health", name, "/v1/models", bad);
+
+out:
     probe_release(&pr);
 }
 
@@ -165,6 +198,10 @@ health_start(const struct gw_config *cfg, struct pool *pool,
     h->pool = pool;
     h->up = up;
     h->probe_health = every > 0;
+    for (size_t i = 0; i < CONFIG_MAX_UPSTREAMS; i++)
+        for (size_t k = 0; k < NUM_PROBES; k++)
+            log_repeat_init(&h->failing[i][k], GW_LOG_WARN,
+                            cfg->log_repeat_interval_ms);
     if (!h->probe_health)
         every = HEALTH_MODELS_ONLY_MS;
     h->beat = beat_start("health", pool_size(pool), every, beat, h);

@@ -16,6 +16,11 @@
  *
  * Each probe is bounded by HEALTH_PROBE_MAX_MS; a hung upstream delays
  * only its own beat (the next then starts at once), never another's.
+ *
+ * A failing probe (no answer, a bad status, a /v1/models answer that is
+ * no model list) is logged as a repeating failure (log.h), each of the
+ * two probes of each upstream its own: a line when it starts, at most
+ * one per log_repeat_interval with a count, and one when it ends.
  */
 #ifndef INFERGW_GATEWAY_HEALTH_H
 #define INFERGW_GATEWAY_HEALTH_H

@@ -4,6 +4,9 @@
  */
 #include "probe.h"
 
+#include <stdio.h>
+
+#include "log.h"
 #include "util.h"
 
 static int
@@ -37,6 +40,7 @@ probe_init(struct probe *pr, const _Atomic int *stopping, size_t max_body)
 {
     pr->stopping = stopping;
     pr->status = 0;
+    pr->detail[0] = '\0';
     buf_init(&pr->body, max_body);
 }
 
@@ -57,11 +61,40 @@ probe_get(struct upstream *up, size_t idx, const char *path,
         .total_timeout_ms = timeout_ms,
         .watch_fd = -1,
         .stop_fd = -1,
+        .quiet = 1,
+        .detail = pr->detail,
+        .detail_size = sizeof(pr->detail),
     };
     struct upstream_result res;
 
     pr->status = 0;
+    pr->detail[0] = '\0';
     buf_reset(&pr->body);
     upstream_perform(up, idx, &req, &opts, &sink, &res);
     return res.outcome;
+}
+
+const char *
+probe_why(const struct probe *pr, const struct call_outcome *o, char *out,
+          size_t n)
+{
+    if (o->kind == CALL_OK)
+        snprintf(out, n, "status=%d", pr->status);
+    else
+        snprintf(out, n, "reason=\"%s\" detail=\"%s\"",
+                 call_kind_text(o->kind), pr->detail);
+    return out;
+}
+
+void
+probe_note(struct log_repeat *r, const char *feed, const char *name,
+           const char *path, const char *why)
+{
+    char what[128];
+
+    snprintf(what, sizeof(what), "%s: upstream %s GET %s", feed, name, path);
+    if (why != NULL)
+        log_repeat_fail(r, gw_now_ms(), what, why);
+    else
+        log_repeat_ok(r, gw_now_ms(), what);
 }

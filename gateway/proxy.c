@@ -274,9 +274,17 @@ opts_of(const struct handler_ctx *ctx)
     return o;
 }
 
+/*
+ * The leader's own client stops being a reader ('why': "gone", ...).
+ * Said as what follows: the call goes on for the followers still
+ * attached, or, with none, it stops (lead_nobody(); none can join once
+ * the last reader left, coalesce.h).
+ */
 static void
 leader_detach_client(struct leader *l, const char *why)
 {
+    unsigned left;
+
     if (l->cut) {
         l->cut = 0;             /* not a reader already: nothing to say */
         reply_gone(l->hr->reply);
@@ -286,9 +294,14 @@ leader_detach_client(struct leader *l, const char *why)
         return;
     l->attached = 0;
     reply_gone(l->hr->reply);
-    coalescer_detach(l->hr->ctx->co, l->key, l->f, &l->self->fr);
-    log_msg(GW_LOG_INFO, "coalesce: leader client %s, flight continues "
-            "for followers flight=%s", why, l->f->id);
+    left = coalescer_detach(l->hr->ctx->co, l->key, l->f, &l->self->fr);
+    if (left == 0)
+        log_msg(GW_LOG_INFO, "coalesce: leader client %s, no follower: "
+                "the upstream call stops flight=%s", why, l->f->id);
+    else
+        log_msg(GW_LOG_INFO, "coalesce: leader client %s, the upstream "
+                "call goes on for %u follower%s flight=%s", why, left,
+                left == 1 ? "" : "s", l->f->id);
 }
 
 /*

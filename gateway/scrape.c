@@ -3,8 +3,8 @@
  * scrape.c - the load beat (scrape.h).
  *
  * Locking: none of its own.  struct scrape is immutable once started but
- * for 'known', which each upstream's thread alone reads and writes (its
- * own entry); the pool locks itself.
+ * for 'known' and 'failing', which each upstream's thread alone reads and
+ * writes (its own entry); the pool locks itself.
  */
 #include "scrape.h"
 
@@ -29,6 +29,11 @@ struct scrape {
     /* Per upstream, its thread's: 1 the last scrape had the load, 0 it
      * had not, -1 none yet (so the first failure is logged too). */
     int known[CONFIG_MAX_UPSTREAMS];
+    /* Per upstream, its thread's: scrapes that got no answer, or a 5xx,
+     * logged as one repeating failure (log.h).  An answer without the
+     * series is what that server serves, not a failure: 'known' says
+     * it, once. */
+    struct log_repeat failing[CONFIG_MAX_UPSTREAMS];
 };
 
 /* The series read; WAITING and RUNNING must be there. */
@@ -74,7 +79,8 @@ scrape_one(void *arg, size_t i, const _Atomic int *stopping)
     struct probe pr;
     struct call_outcome o;
     const char *why = NULL;
-    char what[64];
+    char what[64], fail[PROBE_WHY_MAX];
+    int failed;
 
     probe_init(&pr, stopping, SCRAPE_MAX_BYTES);
     sent = pool_load_mark(sc->pool, i);
@@ -87,9 +93,15 @@ scrape_one(void *arg, size_t i, const _Atomic int *stopping)
     } else {
         why = read_load(&pr, &r);
     }
+    /* No answer, or the server's own error: not what it serves. */
+    failed = o.kind != CALL_OK || o.status >= 500;
+    if (failed)
+        probe_why(&pr, &o, fail, sizeof(fail));
     probe_release(&pr);
     if (atomic_load(stopping))
         return;                         /* cut short: says nothing */
+    probe_note(&sc->failing[i], "scrape", name, "/metrics",
+               failed ? fail : NULL);
     pool_set_load(sc->pool, i, why == NULL ? &r : NULL, &sent);
     if (why == NULL && sc->known[i] != 1)
         log_msg(GW_LOG_INFO, "scrape: upstream %s reports its engine load "
@@ -113,8 +125,11 @@ scrape_start(const struct gw_config *cfg, struct pool *pool,
     sc->cfg = cfg;
     sc->pool = pool;
     sc->up = up;
-    for (size_t i = 0; i < CONFIG_MAX_UPSTREAMS; i++)
+    for (size_t i = 0; i < CONFIG_MAX_UPSTREAMS; i++) {
         sc->known[i] = -1;
+        log_repeat_init(&sc->failing[i], GW_LOG_WARN,
+                        cfg->log_repeat_interval_ms);
+    }
     if (cfg->load_interval_ms == 0)
         return sc;                      /* off: no thread */
     sc->beat = beat_start("scrape", pool_size(pool), cfg->load_interval_ms,

@@ -14,8 +14,11 @@
  * An upstream that does not answer 200 with the first two has no engine
  * load: the pool balances on its open calls (pool_set_load(NULL)).  That
  * is logged when it starts and when it ends, so once for a server that
- * has no such metrics.  Scrapes are not calls: they are not counted in
- * the upstream's calls and do not bear on its health.
+ * has no such metrics.  A scrape that gets no answer at all, or a 5xx,
+ * failed besides: that is logged as a repeating failure (log.h), once
+ * when it starts, summed up every log_repeat_interval, and when it ends.
+ * Scrapes are not calls: they are not counted in the upstream's calls
+ * and do not bear on its health.
  */
 #ifndef INFERGW_GATEWAY_SCRAPE_H
 #define INFERGW_GATEWAY_SCRAPE_H

@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
@@ -26,6 +27,7 @@
 #include "metrics.h"
 #include "net.h"
 #include "reply.h"
+#include "util.h"
 
 /*
  * Listen backlogs: connections the kernel completes while the acceptor
@@ -120,6 +122,8 @@ server_init(struct server *s, struct generations *gens,
     s->ctx.wake_fd = s->wake_rd;
     s->ctx.stop_fd = s->stop_rd;
     s->ctx.ncpu = ncpu >= 1 && ncpu <= 1024 ? (unsigned)ncpu : 1;
+    log_repeat_init(&s->accept_failing, GW_LOG_ERROR,
+                    cfg->log_repeat_interval_ms);
     rc = 0;
 
 out:
@@ -262,18 +266,47 @@ reload(struct server *s)
         coalescer_set_limits(s->ctx.co, cfg_of(s));
 }
 
-/* Take everything pending on one listener: one poll per burst. */
+/* Is a connection waiting on listener 'lfd'? */
+static int
+waiting(int lfd)
+{
+    struct pollfd p = { .fd = lfd, .events = POLLIN };
+
+    return poll(&p, 1, 0) == 1;
+}
+
+/*
+ * Take everything pending on one listener: one poll per burst.  Out of
+ * descriptors, accept() fails again after every backoff for as long as
+ * that lasts: one repeating failure (log.h), not twenty lines a second.
+ */
 static void
 accept_all(struct server *s, int lfd, int tls, int admin)
 {
+    char why[160], ebuf[128];
     int cfd, rc;
 
-    while ((rc = net_accept(lfd, &cfd)) == 0)
+    while ((rc = net_accept(lfd, &cfd)) == 0) {
+        log_repeat_ok(&s->accept_failing, gw_now_ms(), "server: accept");
         spawn(s, cfd, tls, admin);
+    }
     if (rc == GW_EIO) {
         int err = errno;
 
-        log_errno(GW_LOG_ERROR, err, "server: accept");
+        /*
+         * Linux's accept() takes a descriptor before it looks for a
+         * connection, so at the limit the try that would have found
+         * none (EAGAIN) fails too.  Only a connection left waiting
+         * makes it a failure; else the next one will tell.
+         */
+        if (!waiting(lfd))
+            return;
+        snprintf(why, sizeof(why), "err=\"%s\"",
+                 strerror_r(err, ebuf, sizeof(ebuf)));
+        /* The interval in force: a reload may have changed it. */
+        s->accept_failing.every_ms = cfg_of(s)->log_repeat_interval_ms;
+        log_repeat_fail(&s->accept_failing, gw_now_ms(), "server: accept",
+                        why);
         if (err == EMFILE || err == ENFILE || err == ENOBUFS
             || err == ENOMEM) {
             /* Out of descriptors: back off instead of spinning. */

@@ -40,6 +40,7 @@
 #include <stdint.h>
 
 #include "handler.h"
+#include "log.h"
 
 struct generations;
 struct coalescer;
@@ -63,6 +64,9 @@ struct server {
     _Atomic int stopping;
     _Atomic long active;            /* connection threads alive */
     pthread_attr_t attr;            /* detached, configured stack size */
+    struct log_repeat accept_failing;   /* the acceptor's alone: out of
+                                           descriptors, accept() fails
+                                           every backoff (log.h) */
 };
 
 /*

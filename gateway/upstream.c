@@ -541,9 +541,13 @@ attempt_end(struct call *c, struct xfer *x, CURLcode cc, enum call_kind own)
                 x->up->name, o->status, x->res.bytes,
                 gw_log_path_len(c->req->path), c->req->path);
     } else if (kind != CALL_OK && !x->lost) {
+        if (c->opts->detail != NULL)
+            snprintf(c->opts->detail, c->opts->detail_size, "%s",
+                     cc != CURLE_OK ? x->h->errbuf : "");
         /* The sink reports its own reasons; everything else is ours. */
-        log_msg(x->sink_stopped || kind == CALL_STATUS ? GW_LOG_INFO
-                                                       : GW_LOG_WARN,
+        log_msg(c->opts->quiet ? GW_LOG_DEBUG
+                : x->sink_stopped || kind == CALL_STATUS ? GW_LOG_INFO
+                                                         : GW_LOG_WARN,
                 "upstream: failed upstream=%s reason=\"%s\" error=\"%s\" "
                 "curl=\"%s\" detail=\"%s\" status=%d bytes=%" PRIu64
                 " path=%.*s", x->up->name, call_kind_text(kind),

@@ -79,6 +79,16 @@ struct upstream_opts {
      */
     int (*on_resend)(void *arg, size_t idx);
     void *arg;
+    /*
+     * A background feed's call (probe.h): a failed attempt is logged
+     * here at debug only, since the feed logs its failures as one
+     * repeating failure (log.h's log_repeat), not a line per beat.
+     * 'detail' (when not NULL) gets libcurl's text for the failure,
+     * NUL-terminated within 'detail_size' bytes; "" when it has none.
+     */
+    int quiet;
+    char *detail;
+    size_t detail_size;
 };
 
 /* What the sink is told of the upstream's response head. */

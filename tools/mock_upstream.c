@@ -125,7 +125,8 @@ static struct options {
     long chunks;
     long first_ms;
     long delay_ms;
-    int quiet;
+    int quiet;                  /* -q: no request logged */
+    int verbose;                /* -v: the beat's requests logged too */
     const char *models[MOCK_MAX_MODELS];    /* -m: GET /v1/models */
     size_t num_models;
     long slow_every;            /* -s N:MS: every Nth completion ... */
@@ -133,8 +134,8 @@ static struct options {
     long prefix_bytes;          /* -p: prompt bytes a prefix is */
     int engine;                 /* -e (or -E): engine mode */
     struct engine_params engine_params;     /* -E, over the defaults */
-} opt = { "127.0.0.1:8000", 8, 0, 0, 0, { MOCK_MODEL, MOCK_DEMO_MODEL }, 2,
-          0, 0, 256, 0, { 0 } };
+} opt = { "127.0.0.1:8000", 8, 0, 0, 0, 0,
+          { MOCK_MODEL, MOCK_DEMO_MODEL }, 2, 0, 0, 256, 0, { 0 } };
 
 /* The engine in engine mode, else NULL; set in main() before any thread. */
 static struct engine *engine;
@@ -387,7 +388,8 @@ usage(FILE *f)
     fprintf(f,
             "usage: mock_upstream [-l ADDR] [-n CHUNKS] [-f FIRST_MS] "
             "[-d DELAY_MS] [-m MODELS] [-s N:MS] [-p BYTES] [-e]\n"
-            "                     [-E KEY=VALUE[,KEY=VALUE...]] [-q] [-h]\n"
+            "                     [-E KEY=VALUE[,KEY=VALUE...]] [-q] [-v] "
+            "[-h]\n"
             "A mock vLLM OpenAI-compatible server for tests, demos and "
             "benchmarks.\n"
             "  -l ADDR  listen on HOST:PORT, port 0 picks one "
@@ -412,6 +414,9 @@ usage(FILE *f)
             "           kv_blocks=%ld block_tokens=%ld "
             "default_max_tokens=%ld\n"
             "  -q       quiet: no log line per request\n"
+            "  -v       log a gateway's probes and scrapes too (GET /health,"
+            "\n           /v1/models and /metrics), which are left out "
+            "otherwise\n"
             "  -h       this help\n"
             "Prints \"mock_upstream listening port=N\" when ready.  "
             "Endpoints, the engine and the\nrequest-body knobs "
@@ -3043,7 +3048,13 @@ record_request(const struct http_request *r)
     unlock();
 }
 
-/* One access-log line per request (-q turns them off). */
+/*
+ * One access-log line per request (-q turns them off), but for what a
+ * gateway's beats ask on their own all the time (-v logs those too): its
+ * health probes (GET /health, GET /v1/models) and its load scrapes (GET
+ * /metrics, ten a second by default).  Under 'make run' those buried
+ * the completions the demo asks you to watch.
+ */
 static void
 access_log(const struct req *q)
 {
@@ -3051,6 +3062,9 @@ access_log(const struct req *q)
     char model[65];
 
     if (opt.quiet)
+        return;
+    if (!opt.verbose && (q->route == R_HEALTH || q->route == R_MODELS
+                         || q->route == R_METRICS))
         return;
     log_safe(model, sizeof(model), q->model != NULL ? q->model : "-",
              strlen(q->model != NULL ? q->model : "-"));
@@ -3407,7 +3421,7 @@ parse_args(int argc, char **argv)
     char *colon, *tok, *save = NULL, err[256];
 
     engine_params_init(&opt.engine_params);
-    while ((ch = getopt(argc, argv, "l:n:f:d:m:s:p:eE:qh")) != -1) {
+    while ((ch = getopt(argc, argv, "l:n:f:d:m:s:p:eE:qvh")) != -1) {
         switch (ch) {
         case 'e':
             opt.engine = 1;
@@ -3474,6 +3488,9 @@ parse_args(int argc, char **argv)
             break;
         case 'q':
             opt.quiet = 1;
+            break;
+        case 'v':
+            opt.verbose = 1;
             break;
         case 'h':
             usage(stdout);

@@ -72,6 +72,9 @@ if [ -t 0 ] && [ -t 1 ]; then
 fi
 
 mkdir -p "$RUN_DIR"
+# The mock logs each completion (the demo's) but not the gateway's own
+# health probes and ten-a-second load scrapes: without -v it leaves
+# those out, so they do not bury the coalesce: lines.
 ready=$RUN_DIR/run-mock.out
 : > "$ready"
 "$BIN/mock_upstream" -l "$hostport" -n 16 -f 100 -d 45 > "$ready" &

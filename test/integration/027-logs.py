@@ -6,19 +6,37 @@ only when the peer is one of [server] trusted_proxies, read the way
 nginx's realip module with real_ip_recursive on reads it; and
 log_format = json makes every line of a whole run, start to exit, one
 JSON object, with no client's bytes able to break one.
+
+Issue 26 item 3, logs a person can read: a failure that repeats in the
+background (an upstream down, under the health and load beats) is a
+start line, a counted summary at most every log_repeat_interval and an
+end line, never a line per beat; the gateway's own /readyz and /healthz
+answers are never a warning; the leader's line says what becomes of
+the call; and make run's mock logs the completions, not the gateway's
+probes and scrapes.
 """
 
+import calendar
+import http.server
 import json
 import os
 import re
+import resource
 import signal
 import socket
+import subprocess
+import threading
+import time
 
-from gwtest import (JSON_HEADERS, Connection, assert_error, budget,
-                    build_request, chat_body, jbody, recv_all, run_infergw,
-                    send_raw, skip)
+import gwtest
+from gwtest import (JSON_HEADERS, REPO_ROOT, Connection, assert_error,
+                    budget, build_request, chat_body, closed_port,
+                    has_metric, jbody, kill_group, parse_metrics,
+                    recv_all, request, run_infergw, send_raw, skip,
+                    wait_for)
 
-from coalesce_util import CHAT
+from coalesce_util import (CHAT, assert_complete_stream, finish, held_trio,
+                           new_tag, send, start, wait_state)
 
 KEY = "sk-logs-0123456789ab"
 TENANT = "[tenant acme]\napi_key = %s\nrequests_per_minute = 1\n" % KEY
@@ -300,3 +318,336 @@ def test_a_reload_changes_the_format(t):
     assert g.get("/healthz", headers={"X-Request-Id": "r-js"}).status == 200
     line = g.wait_log(r'"req":"r-js","msg":"access"')
     assert json_line(line)["status"] == 200
+
+
+# ---- a failure that repeats in the background (issue 26 item 3) ------------
+
+PERIOD_MS = 1000        # log_repeat_interval in the outage below
+TS = re.compile(r"^ts=(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\.(\d{3})Z ")
+
+VLLM_METRICS = (b"vllm:num_requests_running{model_name=\"m\"} 0.0\n"
+                b"vllm:num_requests_waiting{model_name=\"m\"} 0.0\n")
+
+
+def ts_ms(line):
+    """A kv line's timestamp, in ms since the epoch."""
+    m = TS.match(line)
+    assert m, "no timestamp: %r" % line
+    return (calendar.timegm(time.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S"))
+            * 1000 + int(m.group(2)))
+
+
+def number(line, key):
+    m = re.search(r" %s=(\d+)" % key, line)
+    assert m, "no %s= in %r" % (key, line)
+    return int(m.group(1))
+
+
+class _Answers(http.server.BaseHTTPRequestHandler):
+    """vLLM's /health, /v1/models and /metrics, kept alive."""
+    protocol_version = "HTTP/1.1"
+    bodies = {"/health": b"",
+              "/v1/models": b'{"object":"list","data":[{"id":"m"}]}',
+              "/metrics": VLLM_METRICS}
+
+    def do_GET(self):
+        body = self.bodies.get(self.path)
+        self.send_response(404 if body is None else 200)
+        body = body or b""
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+class DownUpstream:
+    """An upstream that refuses every connection until up() is called:
+    a socket bound to its port that does not listen (as
+    gwtest.refused_port()), then listens and answers on that same socket,
+    so nothing else can take the port in between."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.srv = None
+        gwtest._register(self)
+
+    def up(self):
+        srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Answers,
+                                              bind_and_activate=False)
+        srv.socket.close()
+        srv.socket = self.sock
+        srv.daemon_threads = True
+        self.sock.listen(16)
+        self.srv = srv
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+
+    def close(self):
+        if self.srv is not None:
+            self.srv.shutdown()
+        self.sock.close()
+
+
+def feed_lines(g, what):
+    return [l for l in g.log_lines() if (" %s " % what) in l]
+
+
+def check_one_failure(lines, what, why, level="warn"):
+    """'lines' (one feed's) are one repeating failure, whole: a start
+    saying 'why', summaries never closer than PERIOD_MS whose counts add
+    up, an end with the count and the time it lasted; all at 'level'."""
+    kinds = []
+    for l in lines:
+        rest = l.split(" %s " % what, 1)[1]
+        kinds.append(rest.split(" ")[0] if not rest.startswith("still ")
+                     else "still")
+        assert " level=%s " % level in l, l
+    assert kinds[0] == "failing" and kinds[-1] == "recovered" and \
+        set(kinds[1:-1]) == {"still"} and len(kinds) >= 4, \
+        "want one start, summaries, one end:\n%s" % "\n".join(lines)
+    assert why in lines[0], lines[0]
+    said = [ts_ms(l) for l in lines[:-1]]
+    gaps = [b - a for a, b in zip(said, said[1:])]
+    assert min(gaps) >= PERIOD_MS - 20, \
+        "lines %r ms apart, the period is %d:\n%s" % (
+            gaps, PERIOD_MS, "\n".join(lines))
+    total = 1
+    for l in lines[1:-1]:
+        total += number(l, "new")
+        assert number(l, "failures") == total, (total, l)
+    end = lines[-1]
+    assert number(end, "failures") >= total, end
+    assert number(end, "for_ms") >= number(lines[-2], "for_ms"), end
+    # The point: many failures, a few lines (a beat every 50 ms).
+    assert number(end, "failures") >= 2 * len(lines), end
+
+
+def test_an_upstream_down_is_one_failure_not_a_line_a_beat(t):
+    """The only upstream refuses connections, for as long as the test
+    says (until each beat has been summed up twice), while the health
+    and load beats ask it every 50 ms; then it answers.  Each feed logs
+    one start line, summaries at most once per log_repeat_interval with
+    counts that add up, and one end line with the count; no line per
+    attempt.  (Mutants: no period, each failure a line: "lines [50, ...]
+    ms apart"; the per-attempt line at warn again: "upstream: failed".)"""
+    up = DownUpstream()
+    # load_timeout: once up, a slow answer of ours (Python, a busy
+    # machine) must not pass for a new failure.
+    g = t.gateway(up.port, conf={
+        "server": {"log_repeat_interval": "%dms" % PERIOD_MS},
+        "routing": {"health_interval": "50ms", "load_interval": "50ms",
+                    "load_timeout": "5s"}})
+    feeds = ("health: upstream default GET /health",
+             "scrape: upstream default GET /metrics")
+    for what in feeds:
+        wait_for(lambda: len([l for l in feed_lines(g, what)
+                              if " still failing " in l]) >= 2,
+                 timeout=10, msg="two summaries of %s" % what)
+    up.up()
+    for what in feeds:
+        g.wait_log(re.escape(what) + " recovered ", timeout=10)
+    for what in feeds:
+        check_one_failure(feed_lines(g, what), what,
+                          'reason="connect failed"')
+    assert not [l for l in g.log_lines() if "upstream: failed" in l], \
+        "a line per attempt:\n%s" % "\n".join(g.log_tail())
+    # The engine's load is read again, and that is said once.
+    g.wait_log(r"scrape: upstream default reports its engine load")
+    assert len([l for l in g.log_lines()
+                if "reports its engine load" in l]) == 1, g.log_tail()
+
+
+def test_a_server_without_vllm_metrics_is_not_failing(t):
+    """GET /metrics answered 404 is what that server serves, said once
+    (balancing on its open calls), not a failure summed up forever.
+    The failure's line would come first, in the same scrape (with
+    log_repeat_interval 0 at once).  (Mutant: any status but 200 a
+    failure.)"""
+    m = t.mock()
+    assert request(m.port, "POST", "/control?metrics=off").status == 200
+    g = t.gateway(m, conf={"server": {"log_repeat_interval": 0},
+                           "routing": {"load_interval": "50ms"}})
+    g.wait_log(r"scrape: upstream default has no engine load \(GET "
+               r"/metrics: status 404\): balancing on its open calls")
+    assert not feed_lines(g, "scrape: upstream default GET /metrics"), \
+        "\n".join(g.log_tail())
+
+
+def test_out_of_descriptors_is_one_failure_too(t):
+    """The acceptor out of descriptors: accept() fails again after every
+    50 ms backoff while a connection waits.  The test lowers the
+    gateway's RLIMIT_NOFILE so that two descriptors are left, holds two
+    connections and a third that cannot be accepted until the test has
+    seen two summaries, then lets all three go.  (Mutants: a line per
+    failure again: "lines [50, ...] ms apart"; any EMFILE a failure, the
+    one of the try that finds nobody waiting too: a line before the
+    third connection.)"""
+    g = t.gateway(gwtest.refused_port(), conf={
+        "server": {"log_repeat_interval": "%dms" % PERIOD_MS},
+        "routing": {"health_interval": 0, "load_interval": 0}})
+    # Its first GET /v1/models is over (the next is 30 s away): what it
+    # holds now stays put.
+    g.wait_log(r"health: upstream default GET /v1/models failing ")
+    held = {int(fd) for fd in os.listdir("/proc/%d/fd" % g.proc.pid)}
+    # The limit is on the numbers (a new descriptor takes the lowest one
+    # free), and what was closed left holes: the one that leaves two.
+    limit = free = 0
+    while free < 2:
+        free += limit not in held
+        limit += 1
+    _, hard = resource.prlimit(g.proc.pid, resource.RLIMIT_NOFILE)
+    try:
+        resource.prlimit(g.proc.pid, resource.RLIMIT_NOFILE, (limit, hard))
+    except PermissionError as e:
+        skip("cannot lower another process's RLIMIT_NOFILE here: %s" % e)
+    what = "server: accept"
+
+    def answered(c):
+        assert c.request("GET", "/healthz").status == 200
+        return c
+
+    def fds():
+        return len(os.listdir("/proc/%d/fd" % g.proc.pid))
+
+    conns = [answered(Connection(g.port)) for _ in range(2)]
+    # Every descriptor taken and nobody waiting: the accept() that finds
+    # no connection fails too (EMFILE before EAGAIN), and is no failure.
+    # One given back and taken again: that accept's line, had there been
+    # a failure to end, comes before the new connection is answered.
+    n = fds()
+    conns.pop(0).close()
+    wait_for(lambda: fds() == n - 1, msg="the gateway closes one")
+    conns.append(answered(Connection(g.port)))
+    assert not feed_lines(g, what), "\n".join(g.log_tail())
+
+    # A connection waits that cannot be taken.
+    conns.append(socket.create_connection(("127.0.0.1", g.port),
+                                          timeout=budget(5)))
+    try:
+        wait_for(lambda: len([l for l in feed_lines(g, what)
+                              if " still failing " in l]) >= 2,
+                 timeout=10, msg="two summaries of %s" % what)
+    finally:
+        for c in conns:
+            c.close()
+    g.wait_log(r"server: accept recovered ", timeout=10)
+    check_one_failure(feed_lines(g, what), what,
+                      'err="Too many open files"', level="error")
+
+
+def test_the_gateways_own_probes_are_never_a_warning(t):
+    """A balancer asks /readyz every second; with no usable upstream the
+    answer is a 503, and each is an access line at info, nothing more
+    (a 503 of the gateway's own is no upstream's error)."""
+    g = t.gateway(gwtest.refused_port(), conf={
+        "routing": {"health_interval": "50ms", "eject_after": 1}})
+    wait_for(lambda: g.get("/readyz").status == 503, timeout=10,
+             msg="/readyz 503 with the only upstream refusing")
+    for i in range(5):
+        for path, status in (("/readyz", 503), ("/healthz", 200)):
+            rid = "probe-%s-%d" % (path[1:], i)
+            r = g.get(path, headers={"X-Request-Id": rid})
+            assert r.status == status, r
+            line = access_kv(g, rid)
+            assert line["status"] == str(status), line
+            mine = [l for l in g.log_lines() if " req=%s " % rid in l]
+            assert len(mine) == 1 and " level=info " in mine[0], mine
+
+
+def leader_leaves(g, conn):
+    """The leader's client reads its first event and hangs up; returns
+    the leader's line about it (the first one since)."""
+    def gone():
+        return [l for l in g.log_lines() if "coalesce: leader client" in l]
+    before = len(gone())
+    s = start(conn)
+    assert s.next_event() is not None
+    s.close()
+    return wait_for(lambda: gone()[before:], msg="the leader's line")[0]
+
+
+def test_the_leader_line_says_what_becomes_of_the_call(t):
+    """The leader's client goes: with no follower the call stops, and
+    the line says so (it used to say the flight continues for
+    followers, then "call stopped" in the same millisecond); with two,
+    it goes on for them, and they get it whole."""
+    m = t.mock()
+    g = t.gateway(m)
+    tag = new_tag()
+    body = chat_body("alone", stream=True, mock_chunks=200,
+                     mock_delay_ms=50, mock_hold=tag)
+    lone = send(g, body)
+    wait_state(g, m, leaders=1, held=1)
+    assert m.release(tag) == 1
+    line = leader_leaves(g, lone)
+    assert re.search(r"coalesce: leader client gone, no follower: the "
+                     r"upstream call stops flight=flight-", line), line
+    g.wait_log(r"upstream: call stopped, its clients hung up")
+    wait_state(g, m, aborted=1, flights=0)
+
+    tag = new_tag()
+    body = chat_body("shared", stream=True, mock_chunks=20,
+                     mock_delay_ms=50, mock_hold=tag)
+    lead_c, f1, f2 = held_trio(g, m, body)
+    line = leader_leaves(g, lead_c)
+    assert re.search(r"coalesce: leader client gone, the upstream call "
+                     r"goes on for 2 followers flight=flight-", line), line
+    for c in (f1, f2):
+        assert_complete_stream(finish(c), "a follower")
+    assert not [l for l in g.log_lines() if "flight continues" in l]
+
+
+RUN = os.path.join(REPO_ROOT, "tools", "run.sh")
+BEAT = re.compile(r" mock: method=GET path=/(metrics|health|v1/models) ")
+
+
+def test_make_run_mock_logs_completions_not_probes_or_scrapes(t):
+    """tools/run.sh (make run) on free ports: once the gateway has read
+    the mock's load, the mock's log has the completion the demo sends and
+    none of the probes and scrapes, the gateway's nor ours (sent on the
+    completion's connection first, so their lines, if any, would come
+    before its)."""
+    port, up, admin = closed_port(), closed_port(), closed_port()
+    logpath = os.path.join(t.tmp, "run.log")
+    env = dict(os.environ, BIN=t.bin, INFERGW=os.path.join(t.bin, "infergw"),
+               RUN_DIR=t.tmp, PORT=str(port), UPSTREAM_PORT=str(up),
+               ADMIN_PORT=str(admin))
+    with open(logpath, "w") as out:
+        proc = subprocess.Popen(["sh", RUN], cwd=REPO_ROOT, stdout=out,
+                                stderr=subprocess.STDOUT,
+                                start_new_session=True, env=env)
+    try:
+        def scraped():
+            r = request(admin, "GET", "/metrics")
+            return r.status == 200 and has_metric(
+                parse_metrics(r.text),
+                "infergw_upstream_engine_load_age_seconds")
+        wait_for(scraped, timeout=15, msg="the gateway reads the mock")
+        c = Connection(up)
+        try:
+            for path in ("/metrics", "/health", "/v1/models"):
+                r = c.request("GET", path)
+                assert r.status == 200, (path, r)
+            r = c.request("POST", CHAT, dict(JSON_HEADERS, **{
+                "X-Request-Id": "run-demo"}), chat_body(
+                    "demo", model="llama-3-8b", mock_first_ms=0,
+                    mock_delay_ms=0))
+            assert r.status == 200, r
+        finally:
+            c.close()
+
+        def logged():
+            with open(logpath) as f:
+                text = f.read()
+            return text if re.search(r" req=run-demo mock: method=POST "
+                                     r"path=/v1/chat/completions ",
+                                     text) else None
+        text = wait_for(logged, msg="the mock's line for the completion")
+        beat = [l for l in text.splitlines() if BEAT.search(l)]
+        assert not beat, "probes and scrapes logged:\n%s" % "\n".join(
+            beat[:5])
+    finally:
+        kill_group(proc)

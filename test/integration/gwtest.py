@@ -156,6 +156,17 @@ def kill_process(proc):
         pass
 
 
+def kill_group(proc):
+    """SIGTERM the process group of 'proc', started with
+    start_new_session=True (a script such as tools/run.sh and what it
+    started), then SIGKILL and reap 'proc' itself."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    kill_process(proc)
+
+
 # --------------------------------------------------------------------------
 # Child process output, captured line by line in a background thread.
 

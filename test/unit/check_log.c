@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -314,6 +315,151 @@ START_TEST(test_level_off)
 }
 END_TEST
 
+/* ---- a repeating failure, on a fake clock ---- */
+
+/*
+ * The messages logged so far, one per line, each without its "ts=...
+ * level=LEVEL req=req-1 " head, into lines[0..max); their number.
+ * Every line must be at 'level'.
+ */
+static size_t
+messages(const char *level, char *buf, size_t n, char **lines, size_t max)
+{
+    size_t k = 0;
+    char *p, *nl, *msg, head[32];
+
+    logged(buf, n);
+    for (p = buf; *p != '\0' && k < max; p = nl + 1) {
+        nl = strchr(p, '\n');
+        ck_assert_ptr_nonnull(nl);
+        *nl = '\0';
+        msg = strstr(p, " req=req-1 ");
+        ck_assert_msg(msg != NULL, "no head: %s", p);
+        snprintf(head, sizeof(head), " level=%s ", level);
+        ck_assert_msg(strstr(p, head) != NULL && strstr(p, head) < msg,
+                      "not at %s: %s", level, p);
+        lines[k++] = msg + strlen(" req=req-1 ");
+    }
+    return k;
+}
+
+/* The number after "key=" in 'line'; -1 if none. */
+static long long
+number_of(const char *line, const char *key)
+{
+    char pat[32];
+    const char *p;
+
+    snprintf(pat, sizeof(pat), " %s=", key);
+    p = strstr(line, pat);
+    return p != NULL ? strtoll(p + strlen(pat), NULL, 10) : -1;
+}
+
+/*
+ * Start, one summary per period with the failures since the last line,
+ * the end with the count and the time it lasted; then a new failure is
+ * a new start.
+ */
+START_TEST(test_repeat_lines)
+{
+    static const char *const want[] = {
+        "up u0 GET /health failing reason=x",
+        "up u0 GET /health still failing failures=11 new=10 for_ms=1000 "
+        "reason=x",
+        "up u0 GET /health still failing failures=21 new=10 for_ms=2000 "
+        "reason=x",
+        "up u0 GET /health recovered failures=26 for_ms=2600",
+        "up u0 GET /health failing",
+        "up u0 GET /health recovered failures=1 for_ms=1",
+    };
+    const char *what = "up u0 GET /health";
+    struct log_repeat r;
+    char buf[4096], *lines[16];
+    size_t n, i;
+    int64_t t;
+
+    log_repeat_init(&r, GW_LOG_WARN, 1000);
+    log_repeat_ok(&r, 0, what);             /* not failing: nothing */
+    for (t = 0; t <= 2500; t += 100)
+        log_repeat_fail(&r, 10000 + t, what, "reason=x");
+    log_repeat_ok(&r, 12600, what);
+    log_repeat_ok(&r, 12700, what);         /* over already: nothing */
+    log_repeat_fail(&r, 15000, what, "");
+    log_repeat_ok(&r, 15001, what);
+    n = messages("warn", buf, sizeof(buf), lines, GW_ARRAY_LEN(lines));
+    ck_assert_uint_eq(n, GW_ARRAY_LEN(want));
+    for (i = 0; i < n; i++)
+        ck_assert_str_eq(lines[i], want[i]);
+}
+END_TEST
+
+/*
+ * A failure every 7 ms for 10 s: lines never closer than the period,
+ * and every failure counted once, in the line that follows it.
+ */
+START_TEST(test_repeat_at_most_one_line_per_period)
+{
+    static char buf[65536];
+    char *lines[64];
+    struct log_repeat r;
+    long long last_for = 0, sum = 1, f;
+    size_t n, i;
+    int64_t t, fails = 0;
+
+    log_repeat_init(&r, GW_LOG_WARN, 1000);
+    for (t = 0; t < 10000; t += 7, fails++)
+        log_repeat_fail(&r, t, "u0", "");
+    log_repeat_ok(&r, t, "u0");
+    n = messages("warn", buf, sizeof(buf), lines, GW_ARRAY_LEN(lines));
+    ck_assert_uint_eq(n, 1 + 9 + 1);        /* start, 1 s to 9 s, end */
+    ck_assert_str_eq(lines[0], "u0 failing");
+    for (i = 1; i + 1 < n; i++) {
+        f = number_of(lines[i], "for_ms");
+        ck_assert_msg(f - last_for >= 1000, "%lld ms after the last: %s",
+                      f - last_for, lines[i]);
+        last_for = f;
+        sum += number_of(lines[i], "new");
+        ck_assert_int_eq(number_of(lines[i], "failures"), sum);
+    }
+    ck_assert_int_eq(number_of(lines[n - 1], "failures"), fails);
+    ck_assert_int_eq(number_of(lines[n - 1], "for_ms"), t);
+}
+END_TEST
+
+/*
+ * Below the log level the tracker still counts: a summary said once the
+ * level is on has every failure since the start.  Period 0: a line per
+ * failure.
+ */
+START_TEST(test_repeat_level_and_period_zero)
+{
+    struct log_repeat r;
+    char buf[4096], *lines[8];
+
+    log_repeat_init(&r, GW_LOG_DEBUG, 100);
+    log_repeat_fail(&r, 0, "u0", "");
+    log_repeat_fail(&r, 50, "u0", "");
+    ck_assert_uint_eq(messages("debug", buf, sizeof(buf), lines, 8), 0);
+    log_set_level(GW_LOG_DEBUG);
+    log_repeat_fail(&r, 100, "u0", "");
+    log_repeat_ok(&r, 120, "u0");
+    ck_assert_uint_eq(messages("debug", buf, sizeof(buf), lines, 8), 2);
+    ck_assert_str_eq(lines[0], "u0 still failing failures=3 new=2 "
+                     "for_ms=100");
+    ck_assert_str_eq(lines[1], "u0 recovered failures=3 for_ms=120");
+
+    clear();
+    log_repeat_init(&r, GW_LOG_INFO, 0);
+    log_repeat_fail(&r, 0, "u1", "a=1");
+    log_repeat_fail(&r, 0, "u1", "a=2");
+    log_repeat_fail(&r, 0, "u1", "a=3");
+    ck_assert_uint_eq(messages("info", buf, sizeof(buf), lines, 8), 3);
+    ck_assert_str_eq(lines[0], "u1 failing a=1");
+    ck_assert_str_eq(lines[2], "u1 still failing failures=3 new=1 "
+                     "for_ms=0 a=3");
+}
+END_TEST
+
 static Suite *
 log_suite(void)
 {
@@ -358,6 +504,18 @@ log_suite(void)
     tc = tcase("level_off");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_level_off);
+    suite_add_tcase(s, tc);
+    tc = tcase("repeat_lines");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_repeat_lines);
+    suite_add_tcase(s, tc);
+    tc = tcase("repeat_at_most_one_line_per_period");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_repeat_at_most_one_line_per_period);
+    suite_add_tcase(s, tc);
+    tc = tcase("repeat_level_and_period_zero");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_repeat_level_and_period_zero);
     suite_add_tcase(s, tc);
     return s;
 }
