@@ -100,7 +100,8 @@ def haproxy(ps, ports):
     sock.listen(1024)
     with open(SHIPPED) as f:
         text = f.read()
-    text = text.replace("bind 127.0.0.1:8080", "bind fd@%d" % sock.fileno())
+    text = text.replace("bind 127.0.0.1:8090", "bind fd@%d" % sock.fileno())
+    assert text.count("bind fd@") == 1, "the shipped frontend's bind moved"
     servers = "".join("    server gw%d 127.0.0.1:%d check\n" % (i + 1, p)
                       for i, p in enumerate(ports))
     text = re.sub(r"(    server gw\d 127\.0\.0\.1:\d+ check\n)+", servers,

@@ -7,6 +7,7 @@ finished and no client error.  Without haproxy the tests skip (make
 check's install step installs it, and counts such a skip as a failure).
 """
 
+import json
 import os
 import re
 import signal
@@ -15,7 +16,7 @@ import subprocess
 import threading
 
 import gwtest
-from gwtest import budget, chat_body, request, wait_for
+from gwtest import budget, chat_body, request, tool, wait_for
 
 from coalesce_util import (CHAT, FOLLOWERS, LEADERS, assert_complete_stream,
                            assert_same_bodies, finish_all, new_tag, present,
@@ -38,7 +39,7 @@ class HAProxy:
         self.stats = os.path.join(tmp, "haproxy.sock")
         with open(SHIPPED) as f:
             text = f.read()
-        text = text.replace("bind 127.0.0.1:8080",
+        text = text.replace("bind 127.0.0.1:8090",
                             "bind fd@%d" % self.sock.fileno())
         text = text.replace("default-server inter 1s fall 2 rise 2",
                             "default-server inter 100ms fall 1 rise 1")
@@ -106,6 +107,93 @@ def test_shipped_config_is_valid(t):
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                        timeout=30)
     assert p.returncode == 0, p.stdout
+
+
+def readme_blocks():
+    """The shell blocks of README.md's "Beyond one machine" part: the
+    set-up of its HAProxy recipe and the request sent through it."""
+    with open(os.path.join(gwtest.REPO_ROOT, "README.md")) as f:
+        text = f.read()
+    part = text.split("\n## Beyond one machine\n", 1)[1].split("\n## ")[0]
+    blocks = re.findall(r"\n```sh\n(.*?)```\n", part, re.S)
+    assert len(blocks) == 2, "README's recipe: %d sh blocks" % len(blocks)
+    return blocks
+
+
+def test_readme_recipe_as_written(t):
+    """README's recipe, copied as it is: the mock, three gateways from
+    etc/gateway.conf with their ports changed, the shipped HAProxy
+    config, then a request through HAProxy.  It runs in a network
+    namespace of its own (unshare), so its fixed ports are free whatever
+    else runs here; the tree it runs in is the repository's etc/, with
+    this build's binaries where the recipe looks for them."""
+    tool("haproxy")
+    unshare, ip, curl = tool("unshare", "util-linux"), tool(
+        "ip", "iproute2"), tool("curl")
+    if subprocess.run([unshare, "--net", "--map-root-user", "true"],
+                      capture_output=True).returncode != 0:
+        gwtest.skip("no network namespace for us here (unshare --net "
+                    "--map-root-user refused)")
+    setup_block, request_block = readme_blocks()
+    # Its ports are none of etc/gateway.conf's, so a 'make run' (or
+    # the shipped config itself) fits beside it.
+    with open(os.path.join(gwtest.REPO_ROOT, "etc", "gateway.conf")) as f:
+        conf = set(re.findall(r"^(?:listen|url) = \S*:(\d+)", f.read(),
+                              re.M))
+    with open(SHIPPED) as f:
+        ours = set(re.findall(r"^\s+(?:bind|server \w+) 127\.0\.0\.1:(\d+)",
+                              f.read(), re.M))
+    assert len(conf) == 3 and len(ours) == 4, (conf, ours)
+    assert not conf & ours, "HAProxy's example uses %s, etc/gateway.conf's " \
+        "ports" % sorted(conf & ours)
+    tree = os.path.join(t.tmp, "tree")
+    os.makedirs(os.path.join(tree, "build", "default"))
+    os.symlink(t.bin, os.path.join(tree, "build", "default", "bin"))
+    os.symlink(os.path.join(t.bin, "infergw"), os.path.join(tree, "infergw"))
+    os.symlink(os.path.join(gwtest.REPO_ROOT, "etc"),
+               os.path.join(tree, "etc"))
+    # The test's own wait (a poll with a deadline) between the blocks:
+    # HAProxy takes a gateway in after two good checks a second apart.
+    script = "\n".join([
+        "set -e", "%s link set lo up" % ip, "cd %s" % tree, setup_block,
+        "n=0",
+        "until %s -sf -o /dev/null http://127.0.0.1:8090/readyz; do" % curl,
+        "    n=$((n + 1)); [ $n -lt %d ] || exit 99; sleep 0.1" % int(
+            budget(30) * 10),
+        "done",
+        "echo '--- the request'", request_block])
+    env = dict(os.environ, PATH=os.environ.get("PATH", "") +
+               ":/usr/sbin:/sbin")
+    # Output to a file: the servers it leaves running hold it open.
+    out_path = os.path.join(t.tmp, "recipe.out")
+    with open(out_path, "wb") as out:
+        proc = subprocess.Popen([unshare, "--net", "--map-root-user", "sh",
+                                 "-c", script], stdout=out,
+                                stderr=subprocess.STDOUT,
+                                start_new_session=True, env=env)
+    try:
+        rc = proc.wait(timeout=budget(50))
+    finally:
+        # The recipe's servers run on in the namespace: end them all.
+        gwtest.kill_process(proc)
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    with open(out_path, "rb") as f:
+        text = f.read().decode(errors="replace")
+    assert rc == 0, "exit %d:\n%s" % (rc, text)
+    answer = text.split("--- the request\n", 1)[1]
+    doc = json.loads(answer)
+    assert doc["object"] == "chat.completion", doc
+    assert doc["model"] == "llama-3-8b", doc
+    assert doc["choices"][0]["message"]["content"], doc
+    logs = ""
+    for i in (1, 2, 3):
+        with open(os.path.join(tree, "build", "gw%d.log" % i)) as f:
+            logs += f.read()
+    assert "path=/v1/chat/completions" in logs and "status=200" in logs, \
+        logs[-2000:]
 
 
 def test_300_identical_streams_one_upstream_call(t):

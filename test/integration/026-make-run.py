@@ -10,13 +10,16 @@ of --bin), from the repository's root, with RUN_DIR in the test's temp
 dir for the config copy it writes."""
 
 import os
+import pty
 import re
+import select
 import signal
 import socket
 import subprocess
+import time
 
 from gwtest import (JSON_HEADERS, REPO_ROOT, budget, chat_body, closed_port,
-                    kill_process, request, wait_for)
+                    kill_process, port_refuses, request, wait_for)
 
 from coalesce_util import held_trio, new_tag, start
 
@@ -122,6 +125,95 @@ def test_a_new_sysconfdir_rebuilds_the_default_config_path(t):
     assert again == first, "rebuilt with the same SYSCONFDIR"
     changed, text = make("/opt/b")
     assert changed != first and b"/opt/b/infergw/gateway.conf" in text
+
+
+def test_make_build_builds(t):
+    # 'make build' is 'make all' (build/ is only a directory): in a fresh
+    # BUILD both would make the same things, the gateway among them.
+    build = os.path.join(t.tmp, "fresh")
+
+    def dry(target):
+        p = subprocess.run(["make", "-n", "--no-print-directory",
+                            "BUILD=" + build, target], cwd=REPO_ROOT,
+                           capture_output=True, text=True,
+                           timeout=budget(60))
+        assert p.returncode == 0, (target, p.stdout, p.stderr)
+        return p.stdout
+
+    plan = dry("build")
+    assert "-o %s/bin/infergw " % build in plan, plan[-2000:]
+    assert plan == dry("all")
+
+
+def test_ctrl_c_in_a_terminal_ends_make_run_with_status_0(t):
+    """Ctrl-C in a terminal: the real 'make run' (its install step left
+    out, and the binaries of this build) in a pseudo-terminal, ^C typed
+    once the gateway listens.  The gateway drains and exits 0, and so
+    does make: not "make: *** [run] Interrupt" or "Error 1"; the mock is
+    gone too.  The Makefile runs in a tree of links to the repository,
+    so that its 'all' (up to date) writes nothing in the repository."""
+    tree = os.path.join(t.tmp, "tree")
+    os.mkdir(tree)
+    for name in ("Makefile", "common", "gateway", "tools", "etc", "test"):
+        os.symlink(os.path.join(REPO_ROOT, name), os.path.join(tree, name))
+    port, up, admin = closed_port(), closed_port(), closed_port()
+    argv = ["make", "-o", "deps", "run",
+            "BUILD=" + os.path.dirname(t.bin), "PORT=%d" % port,
+            "UPSTREAM_PORT=%d" % up, "ADMIN_PORT=%d" % admin]
+    env = dict(os.environ, INFERGW=os.path.join(t.bin, "infergw"),
+               RUN_DIR=t.tmp)
+    env.pop("MAKEFLAGS", None)          # make check's own
+    env.pop("MAKELEVEL", None)
+    pid, fd = pty.fork()
+    if pid == 0:                        # the child: make, on the terminal
+        try:
+            os.chdir(tree)
+            os.execvpe(argv[0], argv, env)
+        finally:
+            os._exit(127)
+    out = bytearray()
+    status = None
+
+    def read_some(wait):
+        r, _, _ = select.select([fd], [], [], wait)
+        if not r:
+            return False
+        try:
+            data = os.read(fd, 65536)
+        except OSError:                 # EIO: the terminal's last user left
+            return None
+        out.extend(data)
+        return bool(data)
+
+    try:
+        deadline = time.monotonic() + budget(60)
+        while b"server: listening" not in out:
+            assert time.monotonic() < deadline, out.decode(errors="replace")
+            if read_some(0.1) is None:
+                break
+        assert b"server: listening" in out, out.decode(errors="replace")
+        os.write(fd, b"\x03")            # ^C, as a terminal sends it
+        while status is None:
+            assert time.monotonic() < deadline, out.decode(errors="replace")
+            read_some(0.1)
+            done, st = os.waitpid(pid, os.WNOHANG)
+            if done:
+                status = st
+        while read_some(0) is True:
+            pass
+    finally:
+        if status is None:
+            os.killpg(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        os.close(fd)
+    text = out.decode(errors="replace")
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, (
+        "make run ended with %s:\n%s" % (
+            "status %d" % os.WEXITSTATUS(status) if os.WIFEXITED(status)
+            else "signal %d" % os.WTERMSIG(status), text[-2000:]))
+    assert "main: exit status=0" in text, text[-2000:]
+    assert "make: ***" not in text, text[-2000:]
+    wait_for(lambda: port_refuses(up), msg="the mock gone")
 
 
 def sample_rx(sample):
