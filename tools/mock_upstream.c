@@ -1507,6 +1507,30 @@ answer_embeddings(struct req *q)
 }
 
 /*
+ * Sleep on st.cv for at most MOCK_HOLD_SLICE_MS (st.mu held, and held
+ * again on return): woken by a /release or /gate, or, the usual outcome,
+ * by the time being up, to look at the client's socket.
+ */
+static void
+wait_slice_locked(void)
+{
+    struct timespec ts;
+    int rc;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_nsec += MOCK_HOLD_SLICE_MS * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    rc = pthread_cond_timedwait(&st.cv, &st.mu, &ts);
+    if (rc != 0 && rc != ETIMEDOUT) {
+        log_errno(GW_LOG_ERROR, rc, "mock: pthread_cond_timedwait");
+        abort();
+    }
+}
+
+/*
  * Wait until /release?tag=<q->hold> (or an earlier one), the client goes
  * away, MOCK_HOLD_MS passes or the process stops.
  * Returns 0 (released), GW_ECLOSED (client gone, q->gone set),
@@ -1518,7 +1542,6 @@ hold_wait(struct req *q)
 {
     struct holder h = { q->hold, 0, NULL };
     struct holder **pp;
-    struct timespec ts;
     int64_t deadline = gw_now_ms() + MOCK_HOLD_MS;
     int gone = 0, rc;
 
@@ -1532,18 +1555,7 @@ hold_wait(struct req *q)
     st.held++;
     while (!h.released && !st.stopping && !gone
            && gw_now_ms() < deadline) {
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_nsec += MOCK_HOLD_SLICE_MS * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        /* ETIMEDOUT is the usual outcome: time to look at the socket. */
-        rc = pthread_cond_timedwait(&st.cv, &st.mu, &ts);
-        if (rc != 0 && rc != ETIMEDOUT) {
-            log_errno(GW_LOG_ERROR, rc, "mock: pthread_cond_timedwait");
-            abort();
-        }
+        wait_slice_locked();
         if (h.released || st.stopping)
             break;
         unlock();
@@ -1588,7 +1600,6 @@ gate_open_locked(const char *tag)
 static int
 gate_wait(struct req *q, long i)
 {
-    struct timespec ts;
     int64_t deadline = gw_now_ms() + MOCK_GATE_MS;
     int gone = 0, counted = 0, rc;
 
@@ -1599,17 +1610,7 @@ gate_wait(struct req *q, long i)
             st.gated++;
             counted = 1;
         }
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_nsec += MOCK_HOLD_SLICE_MS * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        rc = pthread_cond_timedwait(&st.cv, &st.mu, &ts);
-        if (rc != 0 && rc != ETIMEDOUT) {
-            log_errno(GW_LOG_ERROR, rc, "mock: pthread_cond_timedwait");
-            abort();
-        }
+        wait_slice_locked();
         if (gate_open_locked(q->gate) > i || st.stopping)
             break;
         unlock();
