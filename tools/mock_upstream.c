@@ -1531,6 +1531,21 @@ wait_slice_locked(void)
 }
 
 /*
+ * How a wait in slices ended (st.mu held): 0 when what it waited for
+ * came ('came'), else GW_EABORTED (stopping), GW_ECLOSED (the client is
+ * 'gone') or GW_ETIMEDOUT.
+ */
+static int
+wait_result_locked(int came, int gone)
+{
+    if (came)
+        return 0;
+    if (st.stopping)
+        return GW_EABORTED;
+    return gone ? GW_ECLOSED : GW_ETIMEDOUT;
+}
+
+/*
  * Wait until /release?tag=<q->hold> (or an earlier one), the client goes
  * away, MOCK_HOLD_MS passes or the process stops.
  * Returns 0 (released), GW_ECLOSED (client gone, q->gone set),
@@ -1566,14 +1581,7 @@ hold_wait(struct req *q)
         ;
     *pp = h.next;
     st.held--;
-    if (h.released)
-        rc = 0;
-    else if (st.stopping)
-        rc = GW_EABORTED;
-    else if (gone)
-        rc = GW_ECLOSED;
-    else
-        rc = GW_ETIMEDOUT;
+    rc = wait_result_locked(h.released, gone);
     unlock();
     if (rc == GW_ECLOSED)
         q->gone = 1;
@@ -1619,14 +1627,7 @@ gate_wait(struct req *q, long i)
     }
     if (counted)
         st.gated--;
-    if (gate_open_locked(q->gate) > i)
-        rc = 0;
-    else if (st.stopping)
-        rc = GW_EABORTED;
-    else if (gone)
-        rc = GW_ECLOSED;
-    else
-        rc = GW_ETIMEDOUT;
+    rc = wait_result_locked(gate_open_locked(q->gate) > i, gone);
     unlock();
     if (rc == GW_ECLOSED)
         q->gone = 1;
