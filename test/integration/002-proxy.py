@@ -6,7 +6,7 @@ sides."""
 import json
 
 from gwtest import (JSON_HEADERS, Connection, assert_error, chat_body,
-                    completion_body, normalise, wait_for)
+                    completion_body, metric, normalise, wait_for)
 
 
 def relay_matches(g, m, method, path, body=b"", headers=None):
@@ -298,13 +298,28 @@ def test_client_authorization_forwarded_when_enabled(t):
 
 
 def test_upstream_connections_reused(t):
+    # No beats: a probe or a scrape taking the idle connection just as a
+    # request wants it would make the request open another.  And each
+    # request waits for the last one's connection to be back in the
+    # cache (a client can have its answer a moment before).
     m = t.mock()
-    g = t.gateway(m)
+    g = t.gateway(m, {"routing": {"health_interval": "0",
+                                  "load_interval": "0"}})
+
+    def kept():
+        wait_for(lambda: metric(g.metrics(),
+                                "infergw_upstream_keepalive_idle") >= 1,
+                 msg="the connection back in the cache")
+    # The start's GET /v1/models (the beat's one probe) is over first.
+    wait_for(lambda: m.stats()["probes"] >= 1, msg="the start's probe")
+    kept()
     assert g.post("/v1/chat/completions", chat_body("warm")).status == 200
+    kept()
     s1 = m.stats()
     for i in range(20):
         r = g.post("/v1/chat/completions", chat_body("reuse %d" % i))
         assert r.status == 200, r
+        kept()
     s2 = m.stats()
     assert s2["requests"] - s1["requests"] == 20, (s1, s2)
     # The /stats call that produced s2 is one of the new connections.

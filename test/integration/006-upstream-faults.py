@@ -2,6 +2,7 @@
 """006 - upstream faults: unreachable, slow, broken, erroring upstreams,
 and a client that goes away mid-stream."""
 
+import os
 import time
 
 from gwtest import (JSON_HEADERS, assert_error, budget, build_request,
@@ -210,11 +211,15 @@ def test_upstream_chunked_json_relayed(t):
 
 
 def test_client_disconnect_aborts_upstream(t):
+    """The client leaves mid-stream: the upstream call is cut.  The mock
+    sends no content chunk until the test opens its gate (mock_gate), so
+    the stream is still running when the client goes, on any machine."""
     m = t.mock()
     g = t.gateway(m)
+    tag = "bye-" + os.urandom(6).hex()
     s = g.stream("/v1/chat/completions",
                  chat_body("bye", stream=True, mock_chunks=20,
-                           mock_delay_ms=200))
+                           mock_gate=tag))
     assert s.resp.status == 200, s.resp
     assert s.next_event() is not None
     assert m.stats()["in_progress"] == 1
@@ -222,18 +227,20 @@ def test_client_disconnect_aborts_upstream(t):
     wait_for(lambda: m.stats()["aborted"] == 1, 5,
              msg="mock sees the upstream request aborted")
     wait_for(lambda: m.stats()["in_progress"] == 0, 5)
+    assert m.stats()["completions"] == 1
     assert g.get("/healthz").status == 200
 
 
 def test_client_disconnect_nonstream_aborts_upstream(t):
-    """A client that leaves while the upstream is still thinking."""
+    """A client that leaves while the upstream is still thinking (held at
+    the mock until the test releases it, which it never does)."""
     m = t.mock()
     g = t.gateway(m)
-    body = chat_body("wait", mock_first_ms=10000)
+    body = chat_body("wait", mock_hold="wait-" + os.urandom(6).hex())
     c = g.connection()
     c.send(build_request("POST", "/v1/chat/completions", JSON_HEADERS, body))
-    wait_for(lambda: m.stats()["requests"] == 1, 5,
-             msg="request reached the mock")
+    wait_for(lambda: m.stats()["held"] == 1, 5,
+             msg="request held at the mock")
     c.close()
     wait_for(lambda: m.stats()["aborted"] == 1, 5,
              msg="mock sees the upstream request aborted")

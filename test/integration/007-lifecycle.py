@@ -89,16 +89,27 @@ def test_over_capacity_flooder_cannot_hold_the_acceptor(t):
     assert c1.request("GET", "/healthz").status == 200
 
 
-SLOW_STREAM = dict(stream=True, mock_chunks=10, mock_delay_ms=200)
+def gated_stream(g, content, chunks, timeout=20):
+    """A stream whose content chunks the mock sends only as far as the
+    test opens their gate (mock_gate): returns (its Stream, read up to
+    its first event, and the gate's tag).  Until the test opens the
+    gate the call is certainly still running, whatever the machine."""
+    tag = "gate-" + os.urandom(6).hex()
+    s = g.stream("/v1/chat/completions",
+                 chat_body(content, stream=True, mock_chunks=chunks,
+                           mock_gate=tag), timeout=timeout)
+    assert s.resp.status == 200, s.resp
+    assert s.next_event() is not None
+    return s, tag
 
 
 def test_drain_finishes_inflight_stream_and_exits_0(t):
+    """The stream is held at the mock's gate until the drain has begun,
+    so it is in flight at SIGTERM by construction; then it runs to its
+    end and the gateway exits 0."""
     m = t.mock()
     g = t.gateway(m, {"server": {"drain_timeout": "10s"}})
-    s = g.stream("/v1/chat/completions", chat_body("drain", **SLOW_STREAM),
-                 timeout=20)
-    assert s.resp.status == 200
-    assert s.next_event() is not None
+    s, tag = gated_stream(g, "drain", 10)
     # an idle keep-alive connection that has been used once
     b = g.connection()
     assert b.request("GET", "/healthz").status == 200
@@ -123,6 +134,9 @@ def test_drain_finishes_inflight_stream_and_exits_0(t):
         if r is not None:
             assert r.status == 503, "readyz while draining: %r" % r
 
+    assert g.proc.poll() is None, "exited with a stream in flight"
+    assert m.stats()["in_progress"] == 1, "the call ended before its gate"
+    m.gate(tag, 10)
     body = s.read_all()
     assert s.clean_end, "in-flight stream cut during the drain"
     events = sse_events(body)
@@ -137,11 +151,7 @@ def test_drain_finishes_inflight_stream_and_exits_0(t):
 def test_drain_timeout_cuts_stream(t):
     m = t.mock()
     g = t.gateway(m, {"server": {"drain_timeout": "1s"}})
-    s = g.stream("/v1/chat/completions",
-                 chat_body("cut", stream=True, mock_chunks=20,
-                           mock_delay_ms=200), timeout=20)
-    assert s.resp.status == 200
-    assert s.next_event() is not None
+    s, _ = gated_stream(g, "cut", 20)      # its gate stays shut
     t0 = time.monotonic()
     g.send_signal(signal.SIGTERM)
     rc = g.wait_exit(5)
@@ -180,8 +190,10 @@ def test_drain_timeout_ends_every_coalesced_stream_alike(t):
     m = t.mock()
     g = t.gateway(m, {"server": {"drain_timeout": "1s"}})
     tag = "drain-" + os.urandom(6).hex()
+    # Held until all three are in, then sending nothing past the role
+    # chunk (the gate stays shut): mid-stream at drain_timeout.
     body = chat_body("cut flight", stream=True, mock_chunks=40,
-                     mock_delay_ms=100, mock_hold=tag)
+                     mock_hold=tag, mock_gate=tag)
     conns = _flight_of_three(g, m, body)
     wait_for(lambda: metric(g.metrics(), "infergw_coalesce_followers_total")
              == 2, msg="two followers")
@@ -251,10 +263,7 @@ def test_stop_answers_a_request_still_arriving(t):
 def test_second_sigterm_exits_at_once(t):
     m = t.mock()
     g = t.gateway(m, {"server": {"drain_timeout": "30s"}})
-    s = g.stream("/v1/chat/completions",
-                 chat_body("again", stream=True, mock_chunks=20,
-                           mock_delay_ms=200), timeout=20)
-    assert s.next_event() is not None
+    s, _ = gated_stream(g, "again", 20)    # its gate stays shut
     g.send_signal(signal.SIGTERM)
     wait_for(lambda: port_refuses(g.port), 3, msg="drain started")
     assert g.wait_exit(0.3) is None, "exited at the first SIGTERM"

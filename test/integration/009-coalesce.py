@@ -127,11 +127,16 @@ def test_checkpoint4_map_cleans_up_not_a_cache(t):
 
 
 def test_late_joiner_replays_from_chunk_zero(t):
+    """An identical request that comes mid-stream joins the flight and
+    gets every byte from chunk 0.  Mid-stream by construction: the mock
+    sends the first two content chunks, then waits at its gate
+    (mock_gate) until the late one has joined."""
     m = t.mock()
     g = t.gateway(m)
-    # 3 s of stream: the late one joins mid-way on a slow machine too.
+    tag = new_tag()
     body = chat_body("late joiner", stream=True, mock_chunks=30,
-                     mock_delay_ms=100)
+                     mock_gate=tag)
+    m.gate(tag, 2)
     lead = start(send(g, body))
     assert role(lead) == "leader", role(lead)
     got = []
@@ -141,7 +146,10 @@ def test_late_joiner_replays_from_chunk_zero(t):
             break
     assert len(got) == 3, "leader stream ended early: %r" % got
     expect_state(g, m, flights=1, in_progress=1)
-    late = start(send(g, body))
+    late = send(g, body)
+    wait_state(g, m, followers=1)
+    m.gate(tag, 30)
+    late = start(late)
     assert role(late) == "follower", \
         "identical request mid-stream is %r, not a follower" % role(late)
     late.read_all()
@@ -515,9 +523,12 @@ def test_stalled_leader_client_does_not_stall_followers(t):
     """The leader's own client stops reading: the upstream transfer still
     runs to its end (the upstream loop never blocks on a client socket),
     the followers get the whole stream on time, and the leader's client
-    gets every byte once it reads again."""
+    gets every byte once it reads again.  (send_timeout is raised: the
+    stalled client is held by the test for as long as the others take,
+    and must not be dropped for that on a slow machine.)"""
     m = t.mock()
-    g = t.gateway(m, {"coalesce": {"max_flight_bytes": "64m"}})
+    g = t.gateway(m, {"coalesce": {"max_flight_bytes": "64m"},
+                      "server": {"send_timeout": "10m"}})
     tag = new_tag()
     body = chat_body("stalled leader", stream=True,
                      mock_chunks=big_stream_chunks(), mock_hold=tag)
@@ -542,8 +553,11 @@ def test_stalled_leader_client_does_not_stall_followers(t):
 
 
 def test_slow_follower_does_not_slow_others(t):
+    # send_timeout raised: the slow client is held by the test for as
+    # long as the others take, and must not be dropped for that.
     m = t.mock()
-    g = t.gateway(m, {"coalesce": {"max_flight_bytes": "64m"}})
+    g = t.gateway(m, {"coalesce": {"max_flight_bytes": "64m"},
+                      "server": {"send_timeout": "10m"}})
     tag = new_tag()
     body = chat_body("slow reader", stream=True,
                      mock_chunks=big_stream_chunks(), mock_hold=tag)

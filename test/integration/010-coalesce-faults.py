@@ -41,18 +41,28 @@ def access_line(g, role_name):
 
 # ---- clients that leave ----------------------------------------------------
 
+def leader_gone_lines(g):
+    return [l for l in g.log_lines() if "coalesce: leader client gone" in l]
+
+
 def test_leader_client_disconnects_followers_complete(t):
+    """Mid-stream by construction: the mock sends one content chunk,
+    then waits at its gate (mock_gate) until the gateway has seen the
+    leader's client go."""
     m = t.mock()
     g = t.gateway(m)
     tag = new_tag()
     body = chat_body("leader leaves", stream=True, mock_chunks=10,
-                     mock_delay_ms=100, mock_hold=tag)
+                     mock_hold=tag, mock_gate=tag)
+    m.gate(tag, 1)
     lead_c, f1, f2 = held_trio(g, m, body)
     lead = start(lead_c)
     assert role(lead) == "leader", role(lead)
     got = read_events(lead, 2)
     expect_state(g, m, in_progress=1, flights=1)    # mid-stream
     lead.close()                                    # the leader's client
+    wait_for(lambda: leader_gone_lines(g), msg="the leader's client gone")
+    m.gate(tag, 10)
     streams = finish_all([f1, f2])
     for i, s in enumerate(streams):
         assert role(s) == "follower", role(s)
@@ -75,8 +85,10 @@ def test_all_clients_disconnect_aborts_upstream(t):
     m = t.mock()
     g = t.gateway(m)
     tag = new_tag()
+    # Mid-stream until the test says: one content chunk, then the gate.
     body = chat_body("everybody leaves", stream=True, mock_chunks=40,
-                     mock_delay_ms=100, mock_hold=tag)
+                     mock_hold=tag, mock_gate=tag)
+    m.gate(tag, 1)
     lead_c, f1, f2 = held_trio(g, m, body)
     streams = [start(c) for c in (lead_c, f1, f2)]
     for s in streams:
@@ -95,6 +107,7 @@ def test_all_clients_disconnect_aborts_upstream(t):
     assert not [l for l in g.log_lines() if "upstream: failed" in l
                 or "level=warn" in l], g.log_tail()
     # An identical request afterwards is a new leader with a new call.
+    m.gate(tag, 40)
     fresh = finish(send(g, body), timeout=15)
     assert role(fresh) == "leader", role(fresh)
     assert_complete_stream(fresh, "fresh request")
@@ -129,20 +142,26 @@ def test_parked_clients_leave_quiet_flight_aborted(t):
 
 
 def test_one_follower_leaves_mid_stream_others_complete(t):
+    """Mid-stream by construction: the mock sends two content chunks,
+    then waits at its gate (mock_gate) until the leaver is seen gone."""
     m = t.mock()
     g = t.gateway(m)
     tag = new_tag()
     body = chat_body("one leaves", stream=True, mock_chunks=20,
-                     mock_delay_ms=50, mock_hold=tag)
+                     mock_hold=tag, mock_gate=tag)
+    m.gate(tag, 2)
     lead_c, f1, f2 = held_trio(g, m, body)
     leaver = start(f1)
     read_events(leaver, 3)
     leaver.close()
-    # The leaver's thread noticed and left; the others go on.
-    # (f2's unbroken line comes at the flight's end, ~1 s from now.)
+    # The leaver's thread noticed and left (parked, it is the leader's
+    # sweep that notices); the others go on.  (f2's unbroken line comes
+    # at the flight's end, once the gate is open.)
     wait_for(lambda: [l for l in access_line(g, "follower")
                       if "broken=1" in l],
              msg="the leaving follower's access line, broken=1")
+    expect_state(g, m, in_progress=1, flights=1)    # still mid-stream
+    m.gate(tag, 20)
     streams = finish_all([lead_c, f2])
     for s in streams:
         assert_complete_stream(s)
@@ -160,8 +179,13 @@ def test_pushed_follower_connection_is_reused(t):
     g = t.gateway(m)
     tag = new_tag()
     body = chat_body("push then reuse", stream=True, mock_chunks=6,
-                     mock_delay_ms=20, mock_hold=tag)
-    lead_c, f1, f2 = held_trio(g, m, body)
+                     mock_hold=tag)
+    lead_c = send(g, body)
+    wait_state(g, m, leaders=1, held=1)
+    f1, f2 = send(g, body), send(g, body)
+    # Both parked before the first chunk: it is pushed to them.
+    wait_state(g, m, followers=2, held=1, parked=2)
+    assert m.release(tag) == 1
     streams = finish_all([lead_c, f1, f2])
     for s in streams:
         assert_complete_stream(s)
@@ -183,12 +207,16 @@ def test_stuck_leader_client_dropped_after_send_timeout(t):
     m = t.mock()
     g = t.gateway(m, {"server": {"send_timeout": "1s"},
                       "coalesce": {"max_flight_bytes": "1k"}})
+    # 20 MiB go at once, more than any socket buffer on the way, and the
+    # last chunk never (its gate stays shut): the call cannot end by
+    # itself, on any machine; only the drop of its client ends it.
+    tag = new_tag()
+    m.gate(tag, 319)
     body = chat_body("nobody reads this", stream=True, mock_chunks=320,
-                     mock_pad=65536, mock_delay_ms=20)
+                     mock_pad=65536, mock_gate=tag)
     send(g, body, rcvbuf=4096)          # and never read
     wait_state(g, m, leaders=1, in_progress=1)
-    # 320 chunks 20 ms apart: the call would run 6.4 s.
-    wait_state(g, m, aborted=1, in_progress=0, flights=0, timeout=5)
+    wait_state(g, m, aborted=1, in_progress=0, flights=0, timeout=10)
     expect_state(g, m, completions=1, upstream=1)
     lines = wait_for(lambda: access_line(g, "leader"),
                      msg="the leader's access line")
@@ -387,8 +415,11 @@ def test_max_flight_bytes_bypass(t):
     m = t.mock()
     g = t.gateway(m, {"coalesce": {"max_flight_bytes": "1k"}})
     tag = new_tag()
+    # 20 of the 60 chunks (well past 1k), then the gate (mock_gate):
+    # still streaming when the late one comes, on any machine.
     body = chat_body("a long answer", stream=True, mock_chunks=60,
-                     mock_delay_ms=50, mock_hold=tag)
+                     mock_hold=tag, mock_gate=tag)
+    m.gate(tag, 20)
     lead_c = send(g, body)
     wait_state(g, m, leaders=1, held=1)
     early = send(g, body)          # joins while the flight is empty
@@ -403,7 +434,11 @@ def test_max_flight_bytes_bypass(t):
             break
     assert got > 1024, "stream ended after %d bytes" % got
     expect_state(g, m, flights=1, in_progress=1)    # still streaming
-    late = finish(send(g, body), timeout=15)
+    late_c = send(g, body)
+    # Its own call, at the same gate.
+    wait_state(g, m, bypass_max_flight_bytes=1, followers=1, in_progress=2)
+    m.gate(tag, 60)
+    late = finish(late_c, timeout=15)
     assert role(late) == "bypass", \
         "late request to a flight past max_flight_bytes is %r" % role(late)
     assert_complete_stream(late, "late bypass")

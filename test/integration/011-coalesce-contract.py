@@ -354,26 +354,42 @@ def test_duplicate_keys_refused(t):
 
 def test_retries_and_hedges_send_only_constants_and_key_data(t):
     """A coalesced flight that is retried (u0 answers 503) and then hedged
-    (u1 is slow, u2 wins): every attempt, on every upstream, carries the
-    same flight id, that upstream's own configured key, the client's body
-    and the constants; no client's header, id or credential."""
+    (u1 holds its answer, u2 wins): every attempt, on every upstream,
+    carries the same flight id, that upstream's own configured key, the
+    client's body and the constants; no client's header, id or
+    credential.  Each mock holds the call ("mock_hold", released per
+    mock) until the test has seen what it waits for, so the four clients
+    are in the flight before its first attempt is answered."""
     from gwtest import request
     mocks = [t.mock() for _ in range(3)]
     assert request(mocks[0].port, "POST", "/control?status=503").status \
         == 200
-    assert request(mocks[1].port, "POST",
-                   "/control?slow_every=1&slow_ms=5000").status == 200
     conf = {"routing": {"balance": "round_robin", "hedge_after": "1s",
                         "eject_after": 100}}
     for i, m in enumerate(mocks):
         conf["upstream u%d" % i] = {"url": "http://127.0.0.1:%d" % m.port,
                                     "api_key": "sk-up-%d" % i}
     g = t.gateway(None, conf)
-    body = chat_body("contract, retried and hedged", stream=True)
+    tag = new_tag()
+    body = chat_body("contract, retried and hedged", stream=True,
+                     mock_hold=tag)
     ids = ["client-r-%d" % i for i in range(4)]
-    conns = [send(g, body, headers=HOSTILE + [
-        ("X-Request-Id", rid), ("Authorization", "Bearer sk-client-%d" % i)])
-        for i, rid in enumerate(ids)]
+
+    def client(i):
+        return send(g, body, headers=HOSTILE + [
+            ("X-Request-Id", ids[i]),
+            ("Authorization", "Bearer sk-client-%d" % i)])
+
+    def held(i):
+        return mocks[i].stats()["held"] == 1
+    conns = [client(0)]
+    wait_for(lambda: held(0), msg="the call held on u0")
+    conns += [client(i) for i in range(1, 4)]
+    wait_state(g, mocks[0], followers=3, leaders=1)
+    assert mocks[0].release(tag) == 1          # its 503: the retry
+    wait_for(lambda: held(1), msg="the retry held on u1")
+    wait_for(lambda: held(2), msg="the hedge held on u2")
+    assert mocks[2].release(tag) == 1          # the hedge wins
     streams = finish_all(conns)
     for s in streams:
         assert_complete_stream(s)
@@ -390,5 +406,5 @@ def test_retries_and_hedges_send_only_constants_and_key_data(t):
     assert fid not in ids
     for rid in ids:
         assert rid.encode() not in streams[0].body
-    # The hedge won on u2; the slow u1 saw the abort.
+    # The hedge won on u2; the held u1 saw the abort.
     wait_for(lambda: json.loads(mocks[1].get("/stats").body)["aborted"] == 1)

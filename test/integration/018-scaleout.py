@@ -29,7 +29,8 @@ SHIPPED = os.path.join(HERE, "..", "..", "etc", "haproxy", "infergw.cfg")
 class HAProxy:
     """haproxy -db with the shipped config, its frontend on a socket we
     bound to port 0 (passed as fd@N: HAProxy 2.6 cannot bind port 0),
-    its servers the given gateways, checks every 100 ms."""
+    its servers the given gateways, checks every 100 ms, each given
+    budget(10) to answer."""
 
     def __init__(self, exe, tmp, gateways):
         self.sock = socket.socket()
@@ -41,8 +42,14 @@ class HAProxy:
             text = f.read()
         text = text.replace("bind 127.0.0.1:8090",
                             "bind fd@%d" % self.sock.fileno())
+        # Checks every 100 ms, and one failure takes a server out.  A
+        # check's answer may take as long as the machine needs (without
+        # 'timeout check' its whole time would be 'inter', 100 ms): a
+        # gateway slow to answer /readyz under the test's own load is
+        # not down, and taking it out would move its share of the hash.
         text = text.replace("default-server inter 1s fall 2 rise 2",
-                            "default-server inter 100ms fall 1 rise 1")
+                            "timeout check %ds\n    default-server inter "
+                            "100ms fall 1 rise 1" % round(budget(10)))
         text = text.replace("global\n", "global\n    stats socket %s "
                             "level admin\n" % self.stats, 1)
         servers = "".join("    server gw%d 127.0.0.1:%d check\n"

@@ -576,9 +576,12 @@ def test_the_leader_line_says_what_becomes_of_the_call(t):
     it goes on for them, and they get it whole."""
     m = t.mock()
     g = t.gateway(m)
+    # Past the role chunk the mock sends nothing until its gate opens
+    # (mock_gate): each stream is still running when its leader's
+    # client goes, on any machine.
     tag = new_tag()
     body = chat_body("alone", stream=True, mock_chunks=200,
-                     mock_delay_ms=50, mock_hold=tag)
+                     mock_hold=tag, mock_gate=tag)
     lone = send(g, body)
     wait_state(g, m, leaders=1, held=1)
     assert m.release(tag) == 1
@@ -590,11 +593,12 @@ def test_the_leader_line_says_what_becomes_of_the_call(t):
 
     tag = new_tag()
     body = chat_body("shared", stream=True, mock_chunks=20,
-                     mock_delay_ms=50, mock_hold=tag)
+                     mock_hold=tag, mock_gate=tag)
     lead_c, f1, f2 = held_trio(g, m, body)
     line = leader_leaves(g, lead_c)
     assert re.search(r"coalesce: leader client gone, the upstream call "
                      r"goes on for 2 followers flight=flight-", line), line
+    assert m.gate(tag, 20) == 20
     for c in (f1, f2):
         assert_complete_stream(finish(c), "a follower")
     assert not [l for l in g.log_lines() if "flight continues" in l]
