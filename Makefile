@@ -82,7 +82,8 @@ ALL_CFLAGS = $(BASE_CFLAGS) $(PKG_CFLAGS) $(CFLAGS)
 ALL_LDFLAGS = -pthread $(SAN_LDFLAGS) $(LDFLAGS)
 
 COMMON_SRC := $(sort $(wildcard common/*.c))
-GATEWAY_SRC := $(sort $(wildcard gateway/*.c))
+# gateway/main.c, and a folder per layer (README "Architecture").
+GATEWAY_SRC := $(sort $(wildcard gateway/*.c gateway/*/*.c))
 GATEWAY_LIB_SRC := $(filter-out gateway/main.c,$(GATEWAY_SRC))
 TOOL_SRC := $(sort $(wildcard tools/*.c))
 UNIT_SRC := $(sort $(wildcard test/unit/check_*.c))
@@ -159,10 +160,10 @@ $(BUILD)/test/check_%: test/unit/check_%.c $(UT_OBJ)
 # and upstream_testcall.o, which drives upstream.o's callbacks,
 # generation.o, the one other module that makes upstreams (stubbed there
 # too), and server.o, which needs generation.o.
-PROXY_UT_OBJ := $(filter-out $(BUILD)/ut/gateway/upstream.o \
-                  $(BUILD)/ut/gateway/upstream_testcall.o \
-                  $(BUILD)/ut/gateway/generation.o \
-                  $(BUILD)/ut/gateway/server.o, $(UT_OBJ))
+PROXY_UT_OBJ := $(filter-out $(BUILD)/ut/gateway/upstream/upstream.o \
+                  $(BUILD)/ut/gateway/upstream/upstream_testcall.o \
+                  $(BUILD)/ut/gateway/client/generation.o \
+                  $(BUILD)/ut/gateway/client/server.o, $(UT_OBJ))
 $(BUILD)/test/check_proxy: test/unit/check_proxy.c $(PROXY_UT_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(CHECK_CFLAGS) -DINFERGW_UNIT_TEST -o $@ $< \
@@ -357,8 +358,8 @@ deb: deps
 	@MAKE='$(MAKE)' sh tools/deb/build.sh '$(DEBDIR)' '$(DEBWORK)'
 
 format:
-	clang-format -i common/*.[ch] gateway/*.[ch] tools/*.c tools/mock/*.[ch] \
-	    test/unit/*.c
+	clang-format -i common/*.[ch] gateway/*.[ch] gateway/*/*.[ch] tools/*.c \
+	    tools/mock/*.[ch] test/unit/*.c
 
 clean:
 	rm -rf build infergw

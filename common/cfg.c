@@ -12,7 +12,7 @@
  *
  * Every section header also yields an entry, with an empty key and value.
  * No real key is empty, so consumers can tell them apart, and this is how
- * gateway/config.c sees a section that has no keys at all (a [tenant x]
+ * gateway/base/config.c sees a section that has no keys at all (a [tenant x]
  * without api_key) and reports errors at the header's own line.
  *
  * Values are strict: the parsers accept the whole string or nothing, so a

@@ -12,11 +12,11 @@
  *
  * A client connection's bytes go through a struct net_stream: a plain
  * socket (net_stream_init()) or a stream layered on it (TLS,
- * gateway/tls.h), owned by the connection and passed explicitly to
+ * gateway/wire/tls.h), owned by the connection and passed explicitly to
  * whatever reads or writes for it.  The net_stream_* functions keep the
  * contracts of their raw namesakes below, so the modules above never know
  * which kind of connection they hold; only the code that makes the stream
- * (gateway/conn.c) does.  The peer checks look at the socket alone
+ * (gateway/client/conn.c) does.  The peer checks look at the socket alone
  * (net_stream_fd()): a client that hangs up closes it, close_notify or
  * not.  The raw functions serve the sockets that carry no stream:
  * listening, connecting, the stream implementations themselves, tools/.
@@ -38,7 +38,7 @@
  * outside brackets holds no ':' (the first one ends it, so a bare IPv6
  * address is refused), a bracketed one is not empty, and PORT is one to
  * five decimal digits.  What else a host may hold is left to the caller
- * (gateway/config.c checks its characters) or the resolver.
+ * (gateway/base/config.c checks its characters) or the resolver.
  * Returns 0 or GW_EINVAL.
  */
 int net_parse_hostport(const char *s, const char **host, size_t *host_len,
@@ -189,7 +189,7 @@ struct net_stream_ops {
 /*
  * One connection's stream: embedded in the struct of whoever owns the
  * connection, used by one thread at a time (the owner, or the thread it
- * hands its client to: gateway/fanout.h), and valid while the socket is
+ * hands its client to: gateway/coalesce/fanout.h), and valid while the socket is
  * open and 'impl' lives.  Fill it with net_stream_init() or an
  * implementation's own init (tls_stream_init()); never change it while
  * another thread may use it.

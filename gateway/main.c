@@ -17,13 +17,13 @@
 #include <sys/signalfd.h>
 #include <unistd.h>
 
-#include "coalesce.h"
-#include "config.h"
-#include "generation.h"
+#include "coalesce/coalesce.h"
+#include "base/config.h"
+#include "client/generation.h"
 #include "log.h"
-#include "metrics.h"
-#include "server.h"
-#include "tenant.h"
+#include "base/metrics.h"
+#include "client/server.h"
+#include "base/tenant.h"
 
 /*
  * After the stop, how long connection threads get to end their streams

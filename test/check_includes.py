@@ -1,18 +1,30 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""check_includes - the module graph is the one written down here.
+"""check_includes - the layers and the module graph are the ones written
+down here.
 
     python3 test/check_includes.py [--readme] [ROOT]
 
-A module is a .c/.h pair named alike (handler.h alone is one too).  Module
-A uses module B when a.c or a.h includes "b.h".  GRAPH below is the
-intended graph, module by module: what each one may include.  This fails
+gateway/ is a folder per layer (LAYERS, top first) and main.c above
+them.  A module is a .c/.h pair named alike in one folder (handler.h
+alone is one too); module A uses module B when a.c or a.h includes
+"layer/b.h".  GRAPH is the intended graph, module by module: what each
+one may include.  This fails
 
+  - on a module in another folder than LAYERS puts it, or in none (a new
+    file, or a move, is a deliberate edit of LAYERS);
+  - on an include of a gateway header without its folder ("pool.h"), or
+    with another folder than the header's;
+  - on an include that goes up a layer (a folder includes only itself
+    and the folders below it);
   - on an include that GRAPH does not list (a new dependency is a
-    deliberate edit of GRAPH, made in the same change, and reviewed);
-  - on an edge GRAPH lists that no include uses any more (so GRAPH, and
-    the README drawn from it, stay the graph the code has);
-  - on a module GRAPH does not know (a new file is added here too);
+    deliberate edit of GRAPH, made in the same change, and reviewed), and
+    on an edge GRAPH lists that no include uses any more;
+  - on a callback slot (a function pointer, or a function type, in a
+    gateway header) that CALLBACKS does not list with its reason: a
+    callback is how a lower layer calls up into a higher one, which the
+    includes do not show, so each one is a deliberate, written-down
+    edge; and on a CALLBACKS entry no header has any more;
   - on a cycle in GRAPH, and on a common/ file including a gateway/
     header (common/ is the bottom layer, libinfergw.a);
   - when README.md's module graph is not the one GRAPH renders to.
@@ -29,12 +41,33 @@ import sys
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
-# What each gateway/ module includes of the others, top of the graph
-# first.  DESIGN.md "Modules, one way": server -> conn -> route -> proxy,
-# proxy -> {coalesce, flight, fanout, dispatch, reply, tenant, usage},
-# dispatch -> {pool, upstream}; generation (the configuration in force
-# and its reload) below server and conn; outcome (a call's outcome) at
-# the bottom, for upstream, pool, flight and reply.
+# The layers of gateway/, top first, and their modules.  A folder may
+# include its own modules and those of the folders after it.
+LAYERS = [
+    ("client", "accept, connection, route, status view; the configuration "
+               "in force (generation)",
+     "server conn route status generation"),
+    ("coalesce", "the proxy's three paths and what a flight shares",
+     "proxy coalesce flight fanout usage"),
+    ("fleet", "which upstream: dispatch, the pool, the beats and feeds",
+     "dispatch pool engine health scrape beat probe"),
+    ("upstream", "one libcurl call, its request, sessions, keep-alive",
+     "upstream upstream_request upstream_session upstream_testcall "
+     "keepalive"),
+    ("wire", "what a client receives: the reply, TLS",
+     "reply tls"),
+    ("base", "what every layer shares: config, outcomes, metrics, "
+             "tenants, the request context",
+     "config outcome metrics tenant handler"),
+]
+TOP = "main"                    # gateway/main.c, above every layer
+
+# What each gateway/ module includes of the others.  DESIGN.md "Modules,
+# one way": server -> conn -> route -> proxy, proxy -> {coalesce, flight,
+# fanout, dispatch, reply, tenant, usage}, dispatch -> {pool, upstream};
+# generation (the configuration in force and its reload) below server and
+# conn; outcome (a call's outcome) at the bottom, for upstream, pool,
+# flight and reply.
 GATEWAY = {
     "main": "coalesce config generation metrics server tenant",
     "server": "coalesce config conn generation handler metrics reply",
@@ -77,6 +110,41 @@ PRIVATE = {
     "status_page": ("status", set()),
 }
 
+# Every callback slot in a gateway header ("module.name": who fills it,
+# and why the call goes that way).  A slot filled from a higher layer is
+# an upward edge the includes cannot show.
+CALLBACKS = {
+    "beat.beat_fn": "health and scrape (same layer) give the beat thread "
+                    "their per-upstream work: one thread, two feeds",
+    "coalesce.coalescer_each.fn": "server (client) wakes every flight at "
+                                  "drain; the map is the coalescer's",
+    "dispatch.on_upstream": "proxy (coalesce, up) learns which upstream "
+                            "answers, for its access line and status view",
+    "fanout.after_append": "the leader's writer policy (fanout itself), "
+                           "chosen once from [coalesce] leader_writes",
+    "pool.gone": "dispatch (fleet) asks, for a queued call, whether its "
+                 "client left; the answer comes from proxy's socket "
+                 "(up), so a queue slot is never taken for nobody",
+    "upstream.hedge": "dispatch (fleet, up) takes a second upstream "
+                      "mid-transfer: only it knows the pool",
+    "upstream.attempt_done": "dispatch (fleet, up) settles the pool's "
+                             "verdict for each attempt of a hedge",
+    "upstream.on_winner": "dispatch (fleet, up) learns which attempt of a "
+                          "hedge got the first body byte",
+    "upstream.on_resend": "dispatch (fleet, up) counts a resend as an "
+                          "attempt, or refuses it (1 + retries)",
+    "upstream.on_head": "the sink (coalesce, up): the response head goes "
+                        "to the flight or the client as it arrives",
+    "upstream.on_data": "the sink (coalesce, up): each body chunk, as it "
+                        "arrives, appended to the flight",
+    "upstream.on_tick": "the sink (coalesce, up): the leader's own "
+                        "writes between reads, never blocking",
+    "upstream.on_peer": "the sink (coalesce, up): the leader's client "
+                        "socket, watched in the same wait",
+    "keepalive.keepalive_drop_fn": "upstream_session (same layer) frees a "
+                                   "session the cache lets go",
+}
+
 # The same for common/ (libinfergw.a).
 COMMON = {
     "http": "buf net util",
@@ -95,41 +163,152 @@ COMMON = {
 README_BEGIN = "<!-- module graph: test/check_includes.py --readme -->"
 README_END = "<!-- end of module graph -->"
 
+FN_POINTER = re.compile(r"\(\s*\*\s*(\w+)\s*\)\s*\(")
+FN_TYPE = re.compile(r"\btypedef\s+[\w\s\*]*?\b(\w+)\s*\((?!\s*\*)")
+PROTO = re.compile(r"\b(\w+)\s*\(([^;{}]*\(\s*\*\s*\w+\s*\)\s*\([^;{}]*)\)"
+                   r"\s*;")
+
 
 def parse_graph(table):
     return {m: set(v.split()) for m, v in table.items()}
 
 
-def sources(dirpath):
-    """(file name, base name, its includes) for each .c and .h file."""
+def layer_of():
+    """{module: its folder}, and the folder order (top first)."""
+    where = {TOP: ""}
+    for folder, _, mods in LAYERS:
+        for m in mods.split():
+            where[m] = folder
+    return where, [""] + [f for f, _, _ in LAYERS]
+
+
+def files(dirpath, sub=True):
+    """(folder, file name, path) of each .c and .h file of gateway/:
+    main.c's folder is "" ; 'sub' takes the layers' folders too."""
     for name in sorted(os.listdir(dirpath)):
-        base, ext = os.path.splitext(name)
-        if ext not in (".c", ".h"):
+        path = os.path.join(dirpath, name)
+        if os.path.isdir(path) and sub:
+            for inner in sorted(os.listdir(path)):
+                if inner.endswith((".c", ".h")):
+                    yield name, inner, os.path.join(path, inner)
+        elif name.endswith((".c", ".h")):
+            yield "", name, path
+
+
+def read(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def strip_comments(text):
+    return re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
+
+
+def owner(base):
+    return PRIVATE.get(base, (base,))[0]
+
+
+def scan(dirpath, sub=True):
+    """{module: set of included paths}, {module: its folder}, and
+    [(file, include)] for every include of the .c and .h files, a
+    private header counted as its owner's."""
+    incs, folders, each = {}, {}, []
+    for folder, name, path in files(dirpath, sub):
+        base = name[:-2]
+        found = INCLUDE.findall(read(path))
+        incs.setdefault(owner(base), set()).update(found)
+        folders.setdefault(owner(base), set()).add(folder)
+        each += [(os.path.join(folder, name), i) for i in found]
+    return incs, folders, each
+
+
+def gateway_headers(dirpath):
+    """{header base name: its folder} of gateway/."""
+    return {name[:-2]: folder for folder, name, _ in files(dirpath)
+            if name.endswith(".h")}
+
+
+def check_layers(gw_dir, errors):
+    """Folders, include paths and the direction of every include."""
+    where, order = layer_of()
+    rank = {f: i for i, f in enumerate(order)}
+    incs, folders, each = scan(gw_dir)
+    headers = gateway_headers(gw_dir)
+    for m in sorted(folders):
+        if m not in where:
+            errors.append("gateway module %s (in %s/) is in no layer: add "
+                          "it to LAYERS in test/check_includes.py"
+                          % (m, "/".join(sorted(folders[m])) or "."))
+        elif folders[m] != {where[m]}:
+            errors.append("gateway module %s is in %s/, LAYERS puts it in "
+                          "%s/" % (m, "/".join(sorted(folders[m])),
+                                   where[m]))
+    for m in sorted(set(where) - set(folders)):
+        errors.append("LAYERS lists %s, which has no file" % m)
+    for f in sorted(set(os.listdir(gw_dir)) - set(order)):
+        if os.path.isdir(os.path.join(gw_dir, f)):
+            errors.append("gateway/%s/ is a folder LAYERS does not list" % f)
+    for src, inc in each:
+        folder, _, name = inc.rpartition("/")
+        base = name[:-2] if name.endswith(".h") else None
+        if base not in headers:
+            if folder and folder in rank:
+                errors.append("%s includes %s: no such gateway header"
+                              % (src, inc))
             continue
-        with open(os.path.join(dirpath, name), encoding="utf-8") as f:
-            yield name, base, INCLUDE.findall(f.read())
+        if folder != headers[base]:
+            errors.append("%s includes \"%s\": write \"%s/%s\" (gateway "
+                          "headers are named by their layer)"
+                          % (src, inc, headers[base], name))
+            continue
+        me = os.path.dirname(src)
+        if rank[folder] < rank[me]:
+            errors.append("%s includes %s: up a layer (%s/ is above %s/)"
+                          % (src, inc, folder, me or "gateway"))
 
 
-def modules(dirpath):
-    """{module: set of included header names} for the .c and .h files,
-    a private header counted as its owner's."""
-    out = {}
-    for _, base, incs in sources(dirpath):
-        owned = {PRIVATE[h[:-2]][0] + ".h" if h[:-2] in PRIVATE else h
-                 for h in incs}
-        out.setdefault(PRIVATE.get(base, (base,))[0], set()).update(owned)
+def private_errors(gw_dir, errors):
+    """A private header included outside its module and PRIVATE's list."""
+    for folder, name, path in files(gw_dir):
+        base = name[:-2]
+        for inc in INCLUDE.findall(read(path)):
+            h = inc.rpartition("/")[2][:-2]
+            p = PRIVATE.get(h)
+            if p is None or base in (p[0], h) or base in p[1]:
+                continue
+            errors.append("%s/%s includes %s, private to %s (PRIVATE)"
+                          % (folder, name, inc, p[0]))
+
+
+def callbacks(gw_dir):
+    """{"module.slot"} of every function pointer or function type in a
+    gateway header; a pointer parameter of a prototype is named
+    "module.function.param"."""
+    out = set()
+    for _, name, path in files(gw_dir):
+        if not name.endswith(".h"):
+            continue
+        m = owner(name[:-2])
+        text = strip_comments(read(path))
+        params = set()
+        for fn, args in PROTO.findall(text):
+            for p in FN_POINTER.findall(args):
+                out.add("%s.%s.%s" % (m, fn, p))
+                params.add(p)
+        out.update("%s.%s" % (m, s) for s in FN_POINTER.findall(text)
+                   if s not in params)
+        out.update("%s.%s" % (m, s) for s in FN_TYPE.findall(text))
     return out
 
 
-def private_errors(dirpath, errors):
-    """A private header included outside its module and PRIVATE's list."""
-    for name, base, incs in sources(dirpath):
-        for h in incs:
-            p = PRIVATE.get(h[:-2])
-            if p is None or base in (p[0], h[:-2]) or base in p[1]:
-                continue
-            errors.append("%s includes %s, private to %s (PRIVATE)"
-                          % (name, h, p[0]))
+def check_callbacks(gw_dir, errors):
+    have = callbacks(gw_dir)
+    for c in sorted(have - set(CALLBACKS)):
+        errors.append("callback slot %s is not in CALLBACKS: say there who "
+                      "fills it and why the call goes that way" % c)
+    for c in sorted(set(CALLBACKS) - have):
+        errors.append("CALLBACKS lists %s, which no header has any more"
+                      % c)
 
 
 def find_cycle(graph):
@@ -171,12 +350,14 @@ def layers(graph):
     return order
 
 
-def actual_graph(dirpath, known):
-    """{module: modules of 'known' it includes}, from the files."""
+def actual_graph(incs, known):
+    """{module: modules of 'known' it includes}, from the includes."""
     graph = {}
-    for m, incs in modules(dirpath).items():
-        graph[m] = {h[:-2] for h in incs
-                    if h.endswith(".h") and h[:-2] in known and h[:-2] != m}
+    for m, found in incs.items():
+        names = {i.rpartition("/")[2] for i in found}
+        graph[m] = {owner(h[:-2]) for h in names
+                    if h.endswith(".h") and owner(h[:-2]) in known
+                    and owner(h[:-2]) != m}
     return graph
 
 
@@ -200,18 +381,25 @@ def compare(where, intended, actual, errors):
 
 
 def render(gateway, common):
-    """The README's text of the graph: top first, one line a module."""
-    lines = ["gateway/ (each line: a module -> what it uses; top first)"]
-    for layer in reversed(layers(gateway)):
-        for m in layer:
+    """The README's text of the graph: a layer a block, top first; in a
+    layer, a module a line, the ones that use the others first."""
+    order = [m for layer in reversed(layers(gateway)) for m in layer]
+    lines = ["gateway/  (a folder is a layer and includes only downward;",
+             "          each line: a module -> the modules it uses)",
+             "  main.c",
+             "    %-18s -> %s" % (TOP, " ".join(sorted(gateway[TOP])))]
+    for folder, what, mods in LAYERS:
+        lines.append("  %s/  %s" % (folder, what))
+        mine = set(mods.split())
+        for m in [m for m in order if m in mine]:
             uses = " ".join(sorted(gateway[m])) or "-"
-            lines.append("  %-16s -> %s" % (m, uses))
+            lines.append("    %-18s -> %s" % (m, uses))
     lines.append("")
-    lines.append("common/ (libinfergw.a; every gateway module may use it)")
+    lines.append("common/  (libinfergw.a; every gateway module may use it)")
     for layer in reversed(layers(common)):
         for m in layer:
             uses = " ".join(sorted(common[m])) or "-"
-            lines.append("  %-16s -> %s" % (m, uses))
+            lines.append("    %-18s -> %s" % (m, uses))
     return "\n".join(lines)
 
 
@@ -238,22 +426,26 @@ def main(argv):
     gateway, common = parse_graph(GATEWAY), parse_graph(COMMON)
     errors = []
 
-    gw_actual = actual_graph(gw_dir, set(modules(gw_dir)))
-    common_actual = actual_graph(common_dir, set(modules(common_dir)))
-    gw_headers = {m + ".h" for m in gw_actual
-                  if os.path.exists(os.path.join(gw_dir, m + ".h"))}
-    for m, incs in sorted(modules(common_dir).items()):
-        bad = sorted(incs & gw_headers - {m + ".h"})
+    check_layers(gw_dir, errors)
+    gw_incs, _, _ = scan(gw_dir)
+    common_incs, _, _ = scan(common_dir, sub=False)
+    gw_actual = actual_graph(gw_incs, set(gw_incs))
+    common_actual = actual_graph(common_incs, set(common_incs))
+    headers = set(gateway_headers(gw_dir))
+    for m, incs in sorted(common_incs.items()):
+        bad = sorted(i for i in incs
+                     if i.rpartition("/")[2][:-2] in headers
+                     and i.rpartition("/")[2][:-2] != m)
         if bad:
             errors.append("common/%s includes gateway header(s) %s"
                           % (m, ", ".join(bad)))
     private_errors(gw_dir, errors)
+    check_callbacks(gw_dir, errors)
     compare("gateway", gateway, gw_actual, errors)
     compare("common", common, common_actual, errors)
 
     readme_path = os.path.join(root, "README.md")
-    with open(readme_path, encoding="utf-8") as f:
-        readme = f.read()
+    readme = read(readme_path)
     span = readme_block(readme)
     if not errors:
         want = readme_want(gateway, common)
@@ -271,9 +463,11 @@ def main(argv):
         for e in errors:
             print("check_includes: " + e, file=sys.stderr)
         return 1
-    print("check_includes: the includes are GRAPH's (%d gateway modules, "
-          "%d edges), acyclic; README agrees"
-          % (len(gateway), sum(len(v) for v in gateway.values())))
+    print("check_includes: %d layers, includes only downward; the includes "
+          "are GRAPH's (%d gateway modules, %d edges), acyclic; %d "
+          "callbacks, each with its reason; README agrees"
+          % (len(LAYERS), len(gateway), sum(len(v) for v in gateway.values()),
+             len(CALLBACKS)))
     return 0
 
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * fuzz_config.c - libFuzzer target for the configuration file: its
- * syntax (common/cfg.c) and its schema (gateway/config.c).
+ * syntax (common/cfg.c) and its schema (gateway/base/config.c).
  *
  * An input is a configuration file, byte for byte (the corpus files are
  * plain gateway.conf snippets).  It is read three ways:
@@ -43,7 +43,7 @@
 #include "fuzz.h"
 #include "alloc.h"
 #include "cfg.h"
-#include "config.h"
+#include "base/config.h"
 #include "util.h"
 
 #define FUZZ_NAME "fuzz.conf"

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * fuzz_policy.c - libFuzzer target for the coalescing policy in
- * gateway/coalesce.c: who may coalesce (coalesce_eligible) and the key
+ * gateway/coalesce/coalesce.c: who may coalesce (coalesce_eligible) and the key
  * that says two requests are the same (coalesce_key), on two requests
  * with arbitrary bodies.
  *
@@ -58,9 +58,9 @@
 
 #include "fuzz.h"
 #include "alloc.h"
-#include "coalesce.h"
-#include "config.h"
-#include "flight.h"
+#include "coalesce/coalesce.h"
+#include "base/config.h"
+#include "coalesce/flight.h"
 #include "http.h"
 #include "jsonx.h"
 #include "util.h"

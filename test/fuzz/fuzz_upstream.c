@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * fuzz_upstream.c - libFuzzer target for the upstream response path in
- * gateway/upstream.c: its header and body callbacks, fed the way libcurl
+ * gateway/upstream/upstream.c: its header and body callbacks, fed the way libcurl
  * feeds them, and what they pass on to the sink (the clients' side).
  *
  * An input is a script, one command per line.  The first line holds the
@@ -63,8 +63,8 @@
 #include "fuzz.h"
 #include "buf.h"
 #include "log.h"
-#include "upstream.h"
-#include "upstream_testcall.h"
+#include "upstream/upstream.h"
+#include "upstream/upstream_testcall.h"
 #include "util.h"
 
 #define FUZZ_ATTEMPTS 2

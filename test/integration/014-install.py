@@ -310,7 +310,7 @@ def test_infergw_8_documents_options_and_endpoints(t):
         assert re.search(r"^\.It Fl %s\b" % o, page, re.M), \
             "infergw.8 lacks option -%s" % o
     routes = re.findall(r'^\s*\{ "(/[^"]*)", "([A-Z]+)"',
-                        _source("gateway/route.c"), re.M)
+                        _source("gateway/client/route.c"), re.M)
     assert len(routes) >= 7, routes
     for path, method in routes:
         assert ".It Li %s %s\n" % (method, path) in page, \
@@ -326,7 +326,7 @@ def test_gateway_conf_5_documents_every_setting(t):
                          re.M | re.S):
         sections[m.group(1).lower()] = m.group(2)
     settings = re.findall(r'^\s*\{ "(\w+)", "(\w+)", T_',
-                          _source("gateway/config.c"), re.M)
+                          _source("gateway/base/config.c"), re.M)
     assert len(settings) > 40, settings
     for sec, key in settings:
         assert sec in sections, "gateway.conf.5 has no %s section" % sec

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * check_cfg.c - unit tests for common/cfg.c (syntax, value parsers) and
- * gateway/config.c (schema, validation, defaults, etc/gateway.conf).
+ * gateway/base/config.c (schema, validation, defaults, etc/gateway.conf).
  *
  * Every error path is driven by a table row that names the exact
  * "FILE:LINE: message" expected, so a message that drifts or points at the
@@ -25,7 +25,7 @@
 #include "alloc.h"
 #include "buf.h"
 #include "cfg.h"
-#include "config.h"
+#include "base/config.h"
 #include "log.h"
 #include "util.h"
 #include "testutil.h"

@@ -11,10 +11,10 @@
 #include <jansson.h>
 
 #include "alloc.h"
-#include "coalesce.h"
-#include "config.h"
-#include "flight.h"
-#include "tenant.h"
+#include "coalesce/coalesce.h"
+#include "base/config.h"
+#include "coalesce/flight.h"
+#include "base/tenant.h"
 #include "testutil.h"
 #include "util.h"
 

@@ -12,10 +12,10 @@
 #include <check.h>
 #include <string.h>
 
-#include "config.h"
-#include "dispatch.h"
-#include "pool.h"
-#include "upstream.h"
+#include "base/config.h"
+#include "fleet/dispatch.h"
+#include "fleet/pool.h"
+#include "upstream/upstream.h"
 #include "testutil.h"
 #include "util.h"
 

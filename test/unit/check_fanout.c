@@ -18,10 +18,10 @@
 
 #include "alloc.h"
 #include "buf.h"
-#include "fanout.h"
-#include "flight.h"
+#include "coalesce/fanout.h"
+#include "coalesce/flight.h"
 #include "net.h"
-#include "reply.h"
+#include "wire/reply.h"
 #include "testutil.h"
 #include "util.h"
 

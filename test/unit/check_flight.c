@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "alloc.h"
-#include "flight.h"
+#include "coalesce/flight.h"
 #include "testutil.h"
 #include "util.h"
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * check_metrics.c - unit tests for gateway/metrics.c's counters and their
+ * check_metrics.c - unit tests for gateway/base/metrics.c's counters and their
  * rendering.
  *
  * What is checked: a histogram scraped while requests land stays a
@@ -23,8 +23,8 @@
 #include <unistd.h>
 
 #include "buf.h"
-#include "config.h"
-#include "metrics.h"
+#include "base/config.h"
+#include "base/metrics.h"
 #include "testutil.h"
 #include "util.h"
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * check_pool.c - the upstream pool (gateway/pool.c): the breaker and its
+ * check_pool.c - the upstream pool (gateway/fleet/pool.c): the breaker and its
  * half-open trial, late and poison verdicts, max_ejected and panic over a
  * model's set of upstreams, the admission FIFO (granted, timed out,
  * stopped, told at once when hopeless), the retry budget, the balancers,
@@ -17,8 +17,8 @@
 
 #include "alloc.h"
 #include "buf.h"
-#include "config.h"
-#include "pool.h"
+#include "base/config.h"
+#include "fleet/pool.h"
 #include "testutil.h"
 #include "util.h"
 

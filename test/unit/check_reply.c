@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * check_reply.c - unit tests for gateway/reply.c: the head (status line,
+ * check_reply.c - unit tests for gateway/wire/reply.c: the head (status line,
  * Content-Type, framing, X-Request-Id, Connection, the extra lines), the
  * body's framing (Content-Length, chunked and its last chunk, an HTTP/1.0
  * close-delimited body), OpenAI-shaped errors and their escaping,
@@ -36,7 +36,7 @@
 
 #include "buf.h"
 #include "net.h"
-#include "reply.h"
+#include "wire/reply.h"
 #include "testutil.h"
 #include "util.h"
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * check_route.c - unit tests for gateway/route.c: which route a request
+ * check_route.c - unit tests for gateway/client/route.c: which route a request
  * takes (404 and 405 with Allow, the admin listener's routes, the status
  * view there alone), the key checks (a tenant's, the [admin] one of
  * /metrics and /status.json), the body checks (413
@@ -28,16 +28,16 @@
 
 #include "alloc.h"
 #include "buf.h"
-#include "config.h"
-#include "handler.h"
+#include "base/config.h"
+#include "base/handler.h"
 #include "http.h"
-#include "metrics.h"
-#include "pool.h"
-#include "proxy.h"
-#include "reply.h"
-#include "route.h"
-#include "status.h"
-#include "tenant.h"
+#include "base/metrics.h"
+#include "fleet/pool.h"
+#include "coalesce/proxy.h"
+#include "wire/reply.h"
+#include "client/route.h"
+#include "client/status.h"
+#include "base/tenant.h"
 #include "util.h"
 #include "testutil.h"
 

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * check_tenant.c - unit tests for gateway/tenant.c: who a request belongs
+ * check_tenant.c - unit tests for gateway/base/tenant.c: who a request belongs
  * to (keys as digests), the limits and the bill.  The usage that is billed
- * is read by gateway/usage.c (check_usage.c).
+ * is read by gateway/coalesce/usage.c (check_usage.c).
  */
 #include <check.h>
 
@@ -13,9 +13,9 @@
 
 #include "alloc.h"
 #include "buf.h"
-#include "config.h"
+#include "base/config.h"
 #include "http.h"
-#include "tenant.h"
+#include "base/tenant.h"
 #include "util.h"
 #include "testutil.h"
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * check_tls.c - unit tests for gateway/tls.c: server-side TLS over a
+ * check_tls.c - unit tests for gateway/wire/tls.c: server-side TLS over a
  * socket, against an mbedTLS client in a thread (over a socketpair) and
  * against libcurl with OpenSSL (over loopback TCP).
  *
@@ -33,7 +33,7 @@
 
 #include "alloc.h"
 #include "net.h"
-#include "tls.h"
+#include "wire/tls.h"
 #include "util.h"
 #include "testutil.h"
 

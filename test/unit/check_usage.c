@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * check_usage.c - unit tests for gateway/usage.c: the token usage a
+ * check_usage.c - unit tests for gateway/coalesce/usage.c: the token usage a
  * tenant is billed for, read from the response bytes as they pass (a
  * JSON body's top-level "usage", or a stream's last usage event).
  *
@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "buf.h"
-#include "usage.h"
+#include "coalesce/usage.h"
 
 #include "util.h"
 #include "testutil.h"

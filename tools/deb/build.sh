@@ -19,7 +19,7 @@
 # dpkg-deb packs it with every file owned by root (no fakeroot needed).
 #
 # The version is tools/deb/changelog's newest entry, whose upstream part
-# must be INFERGW_VERSION in gateway/config.h: a new version needs a new
+# must be INFERGW_VERSION in gateway/base/config.h: a new version needs a new
 # changelog entry.  Its date is SOURCE_DATE_EPOCH unless that is set:
 # dpkg-deb clamps every file's time in the package to it.
 set -eu
@@ -38,9 +38,9 @@ die() {
 version=$(dpkg-parsechangelog -l "$here/changelog" -S Version)
 upstream=${version%-*}
 code=$(sed -n 's/^#define INFERGW_VERSION "\(.*\)"$/\1/p' \
-    "$top/gateway/config.h")
+    "$top/gateway/base/config.h")
 [ "$upstream" = "$code" ] || die "tools/deb/changelog is at $version," \
-    "gateway/config.h at $code: add a changelog entry for $code-1"
+    "gateway/base/config.h at $code: add a changelog entry for $code-1"
 arch=$(dpkg-architecture -qDEB_HOST_ARCH)
 : "${SOURCE_DATE_EPOCH:=$(dpkg-parsechangelog -l "$here/changelog" \
     -S Timestamp)}"

@@ -1,0 +1,541 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tenant.c - tenants: who, limits, bill (tenant.h).
+ */
+#include "base/tenant.h"
+
+#include <assert.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <mbedtls/platform_util.h>
+#include <mbedtls/sha256.h>
+
+#include "alloc.h"
+#include "base/config.h"
+#include "prom.h"
+#include "util.h"
+
+/*
+ * Model rows per tenant; the rest is billed in one more row.  Its label
+ * has a blank, which a client's model name cannot (route.c turns blanks
+ * into '_'), so the two never meet in one series.
+ */
+#define TENANT_MAX_MODELS 32
+#define OTHER_MODEL "(other models)"
+
+/* Admissions are counted per second over the last minute (status view). */
+#define MINUTE_S 60
+
+_Static_assert(TENANT_NAME_MAX == CONFIG_NAME_MAX + 1, "TENANT_NAME_MAX");
+
+/* ---- who ---- */
+
+/*
+ * The SHA-256 of the key the request presents as "Authorization: Bearer
+ * KEY" into 'd'; 0 when it presents none.
+ */
+static int
+bearer_digest(const struct http_request *r,
+              unsigned char d[CONFIG_KEY_DIGEST_LEN])
+{
+    const struct http_header *h = http_find_header(r, "Authorization");
+
+    if (h == NULL || h->value_len < 8 || !gw_strieq(h->value, 7, "Bearer "))
+        return 0;
+    mbedtls_sha256_ret((const unsigned char *)h->value + 7,
+                       h->value_len - 7, d, 0);
+    return 1;
+}
+
+/*
+ * Is 'd' one of the 'n' digests at 'keys'?  Every digest is compared,
+ * all the way, with no early exit: the time says nothing of which key,
+ * or how much of one, matched.
+ */
+static int
+digest_in(const unsigned char d[CONFIG_KEY_DIGEST_LEN],
+          const unsigned char (*keys)[CONFIG_KEY_DIGEST_LEN], size_t n)
+{
+    unsigned char all = 1;      /* stays 1 while no key matched */
+
+    for (size_t k = 0; k < n; k++) {
+        unsigned char diff = 0;
+
+        for (size_t i = 0; i < CONFIG_KEY_DIGEST_LEN; i++)
+            diff |= (unsigned char)(d[i] ^ keys[k][i]);
+        all &= (unsigned char)(diff != 0);
+    }
+    return !all;
+}
+
+size_t
+tenant_identify(const struct gw_config *cfg, const struct http_request *r)
+{
+    unsigned char d[CONFIG_KEY_DIGEST_LEN];
+    size_t found = CONFIG_MAX_TENANTS;
+
+    if (cfg->num_tenants == 0 || !bearer_digest(r, d))
+        return CONFIG_MAX_TENANTS;
+    for (size_t t = 0; t < cfg->num_tenants; t++) {
+        const struct config_tenant *ct = &cfg->tenants[t];
+        size_t hit = (size_t)digest_in(d, ct->key_sha256, ct->num_keys);
+
+        /* Branch-free select; keys are unique across tenants. */
+        found ^= (found ^ t) & ((size_t)0 - hit);
+    }
+    mbedtls_platform_zeroize(d, sizeof(d));
+    return found;
+}
+
+int
+tenant_is_admin(const struct gw_config *cfg, const struct http_request *r)
+{
+    unsigned char d[CONFIG_KEY_DIGEST_LEN];
+    int yes;
+
+    if (cfg->num_admin_keys == 0 || !bearer_digest(r, d))
+        return 0;
+    yes = digest_in(d, cfg->admin_key_sha256, cfg->num_admin_keys);
+    mbedtls_platform_zeroize(d, sizeof(d));
+    return yes;
+}
+
+const char *
+tenant_name(const struct gw_config *cfg, size_t tenant)
+{
+    return tenant < cfg->num_tenants ? cfg->tenants[tenant].name
+                                     : TENANT_DEFAULT_NAME;
+}
+
+/* ---- state ---- */
+
+struct model_bill {
+    char model[64];
+    uint64_t prompt, completion;
+};
+
+/* Requests answered with one status; status 0: the others, past
+ * TENANT_MAX_STATUSES. */
+struct status_count {
+    int status;
+    uint64_t n;
+};
+
+struct tenant_entry {
+    char name[CONFIG_NAME_MAX + 1];
+    struct status_count answered[TENANT_MAX_STATUSES + 1];
+    size_t nanswered;
+    uint64_t inflight;
+    uint64_t credit;            /* the rate bucket (take_token); valid
+                                   once 'filled' */
+    int64_t refilled_us;
+    int filled;
+    uint64_t rejected[2];       /* max_inflight, requests_per_minute */
+    uint64_t saved;             /* tokens followers got for nothing */
+    struct model_bill bills[TENANT_MAX_MODELS + 1];  /* + "_other" */
+    size_t nbills;
+    /* Admitted requests per second: second minute_s[i] counted
+     * minute[i], i = second % MINUTE_S. */
+    int64_t minute_s[MINUTE_S];
+    uint64_t minute[MINUTE_S];
+};
+
+struct tenants {
+    struct gw_mutex lock;
+    struct tenant_entry **v;    /* each allocated alone: passes point in */
+    size_t n, cap;
+};
+
+struct tenants *
+tenants_new(void)
+{
+    struct tenants *ts = gw_calloc(1, sizeof(*ts));
+
+    if (ts != NULL)
+        gw_mutex_init(&ts->lock);
+    return ts;
+}
+
+void
+tenants_free(struct tenants *ts)
+{
+    if (ts == NULL)
+        return;
+    for (size_t i = 0; i < ts->n; i++)
+        gw_free(ts->v[i]);
+    gw_free(ts->v);
+    gw_mutex_destroy(&ts->lock);
+    gw_free(ts);
+}
+
+/* The entry called 'name', made if new; NULL on ENOMEM.  Locked. */
+static struct tenant_entry *
+entry_of(struct tenants *ts, const char *name)
+{
+    struct tenant_entry *e;
+
+    for (size_t i = 0; i < ts->n; i++)
+        if (strcmp(ts->v[i]->name, name) == 0)
+            return ts->v[i];
+    if (ts->n == ts->cap) {
+        size_t cap = ts->cap == 0 ? 8 : ts->cap * 2;
+        struct tenant_entry **v = gw_realloc(ts->v, cap * sizeof(*v));
+
+        if (v == NULL)
+            return NULL;
+        ts->v = v;
+        ts->cap = cap;
+    }
+    e = gw_calloc(1, sizeof(*e));
+    if (e == NULL)
+        return NULL;
+    snprintf(e->name, sizeof(e->name), "%s", name);
+    ts->v[ts->n++] = e;
+    return e;
+}
+
+/*
+ * The requests_per_minute bucket, in integers so that no refill is lost
+ * or rounded: a token is TOKEN_CREDIT units of credit (the microseconds
+ * in a minute), and each microsecond adds 'rpm' units.  So a bucket of
+ * 'rpm' tokens fills in exactly a minute, and the fraction of a token
+ * that a short wait refills is kept for the next request, however many
+ * arrive within one millisecond.  With rpm <= 1e9 (config.c) a full
+ * bucket, rpm * TOKEN_CREDIT, is below 2^56: no overflow.
+ */
+#define TOKEN_CREDIT UINT64_C(60000000)
+
+/* Refill the bucket of 'e' for a limit of 'rpm' up to 'now_us'.  Locked. */
+static void
+refill(struct tenant_entry *e, uint64_t rpm, int64_t now_us)
+{
+    uint64_t cap = rpm * TOKEN_CREDIT;
+
+    if (!e->filled) {
+        e->filled = 1;
+        e->credit = cap;
+    } else if (now_us > e->refilled_us) {
+        /* A minute refills all of it: clamp before multiplying. */
+        uint64_t dt = (uint64_t)(now_us - e->refilled_us);
+
+        e->credit += (dt < TOKEN_CREDIT ? dt : TOKEN_CREDIT) * rpm;
+    }
+    if (now_us > e->refilled_us)
+        e->refilled_us = now_us;
+    if (e->credit > cap)
+        e->credit = cap;        /* also when a reload lowered the limit */
+}
+
+/*
+ * Refill the bucket of 'e' for a limit of 'rpm' at 'now_us' and take a
+ * token if a whole one is there.  Returns 0 when one was taken, else the
+ * whole seconds, rounded up and at least 1, until one is due.  Locked.
+ */
+static int
+take_token(struct tenant_entry *e, uint64_t rpm, int64_t now_us)
+{
+    uint64_t wait_us;
+
+    refill(e, rpm, now_us);
+    /* The verdict comes from the count alone, never from the wait. */
+    if (e->credit >= TOKEN_CREDIT) {
+        e->credit -= TOKEN_CREDIT;
+        return 0;
+    }
+    wait_us = (TOKEN_CREDIT - e->credit + rpm - 1) / rpm;
+    return (int)gw_us_to_s_ceil(wait_us);
+}
+
+/* One more admission of 'e' in the second of 'now_us'. */
+static void
+count_second_locked(struct tenants *ts, struct tenant_entry *e,
+                    int64_t now_us)
+{
+    int64_t sec = now_us / 1000000;
+    size_t i = (size_t)(sec % MINUTE_S);
+
+    assert(gw_mutex_held(&ts->lock));
+    if (e->minute_s[i] != sec) {
+        e->minute_s[i] = sec;
+        e->minute[i] = 0;
+    }
+    e->minute[i]++;
+}
+
+/* Admissions of 'e' in the last MINUTE_S seconds, this one included. */
+static uint64_t
+last_minute_locked(struct tenants *ts, const struct tenant_entry *e,
+                   int64_t now_us)
+{
+    int64_t sec = now_us / 1000000;
+    uint64_t n = 0;
+
+    assert(gw_mutex_held(&ts->lock));
+    for (size_t i = 0; i < MINUTE_S; i++)
+        if (e->minute[i] > 0 && sec - e->minute_s[i] < MINUTE_S)
+            n += e->minute[i];
+    return n;
+}
+
+enum tenant_limit
+tenants_enter(struct tenants *ts, const struct gw_config *cfg, size_t tenant,
+              int64_t now_us, struct tenant_entry **out, int *retry_after_s,
+              struct tenant_rate *rate)
+{
+    const struct config_tenant *ct = tenant < cfg->num_tenants
+                                     ? &cfg->tenants[tenant] : NULL;
+    uint64_t rpm = ct != NULL ? ct->requests_per_minute : 0;
+    enum tenant_limit verdict = TENANT_ADMITTED;
+    struct tenant_entry *e;
+    int wait = 0;
+
+    *out = NULL;
+    *retry_after_s = 0;
+    if (rate != NULL)
+        rate->limit = 0;
+    gw_mutex_lock(&ts->lock);
+    e = entry_of(ts, tenant_name(cfg, tenant));
+    if (e == NULL) {
+        verdict = TENANT_NOMEM;
+    } else if (ct != NULL && ct->max_inflight > 0
+               && e->inflight >= ct->max_inflight) {
+        /* No clock says when one ends: a second is a polite guess. */
+        verdict = TENANT_MAX_INFLIGHT;
+        wait = 1;
+    } else if (rpm > 0 && (wait = take_token(e, rpm, now_us)) != 0) {
+        verdict = TENANT_RATE;
+    }
+    if (verdict == TENANT_ADMITTED) {
+        e->inflight++;
+        count_second_locked(ts, e, now_us);
+        *out = e;
+    } else if (verdict != TENANT_NOMEM) {
+        e->rejected[verdict == TENANT_RATE]++;
+    }
+    if (rate != NULL && e != NULL && rpm > 0) {
+        refill(e, rpm, now_us);         /* a no-op after take_token() */
+        rate->limit = rpm;
+        rate->remaining = e->credit / TOKEN_CREDIT;
+        rate->reset_us = (int64_t)((rpm * TOKEN_CREDIT - e->credit + rpm - 1)
+                                   / rpm);
+    }
+    gw_mutex_unlock(&ts->lock);
+    *retry_after_s = wait < 1 && verdict != TENANT_ADMITTED ? 1 : wait;
+    return verdict;
+}
+
+void
+tenants_leave(struct tenants *ts, struct tenant_entry *e)
+{
+    if (e == NULL)
+        return;
+    gw_mutex_lock(&ts->lock);
+    e->inflight--;
+    gw_mutex_unlock(&ts->lock);
+}
+
+/* The bill row of 'model' in 'e' (OTHER_MODEL once the rows are full). */
+static struct model_bill *
+bill_of(struct tenant_entry *e, const char *model)
+{
+    size_t i;
+
+    for (i = 0; i < e->nbills; i++)
+        if (strcmp(e->bills[i].model, model) == 0)
+            return &e->bills[i];
+    if (e->nbills >= TENANT_MAX_MODELS) {
+        if (e->nbills > TENANT_MAX_MODELS)
+            return &e->bills[TENANT_MAX_MODELS];
+        model = OTHER_MODEL;
+    }
+    snprintf(e->bills[e->nbills].model, sizeof(e->bills[e->nbills].model),
+             "%s", model);
+    return &e->bills[e->nbills++];
+}
+
+/* a + b, or UINT64_MAX: a counter that stops rather than wraps to 0. */
+static uint64_t
+add_sat(uint64_t a, uint64_t b)
+{
+    return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
+void
+tenants_bill(struct tenants *ts, struct tenant_entry *e, const char *model,
+             uint64_t prompt, uint64_t completion, int saved)
+{
+    struct model_bill *b;
+
+    if (e == NULL)
+        return;
+    gw_mutex_lock(&ts->lock);
+    b = bill_of(e, model[0] != '\0' ? model : "-");
+    b->prompt = add_sat(b->prompt, prompt);
+    b->completion = add_sat(b->completion, completion);
+    if (saved)
+        e->saved = add_sat(e->saved, add_sat(prompt, completion));
+    gw_mutex_unlock(&ts->lock);
+}
+
+/* The row of 'status' in 'e', or e->nanswered.  Locked. */
+static size_t
+answered_row(const struct tenant_entry *e, int status)
+{
+    size_t i;
+
+    for (i = 0; i < e->nanswered && e->answered[i].status != status; i++)
+        ;
+    return i;
+}
+
+void
+tenants_count_request(struct tenants *ts, const struct gw_config *cfg,
+                      size_t tenant, int status)
+{
+    struct tenant_entry *e;
+    size_t i;
+
+    if (status < 100 || status > 599)
+        status = 0;
+    gw_mutex_lock(&ts->lock);
+    e = entry_of(ts, tenant_name(cfg, tenant));
+    if (e == NULL)
+        goto out;
+    i = answered_row(e, status);
+    if (i == e->nanswered && i >= TENANT_MAX_STATUSES) {
+        /* Full: the others' row, which alone may go past the bound (so
+         * with none yet, nanswered is the bound and it fits). */
+        status = 0;
+        i = answered_row(e, 0);
+    }
+    if (i == e->nanswered) {
+        e->answered[i].status = status;
+        e->nanswered++;
+    }
+    e->answered[i].n++;
+
+out:
+    gw_mutex_unlock(&ts->lock);
+}
+
+int
+tenants_status(struct tenants *ts, int64_t now_us, struct tenant_status **out,
+               size_t *n)
+{
+    struct tenant_status *v = NULL;
+    int rc = 0;
+
+    *out = NULL;
+    *n = 0;
+    gw_mutex_lock(&ts->lock);
+    /* An allocation, no I/O: a few hundred bytes per tenant. */
+    if (ts->n > 0 && (v = gw_calloc(ts->n, sizeof(*v))) == NULL) {
+        rc = GW_ENOMEM;
+        goto out;
+    }
+    for (size_t i = 0; i < ts->n; i++) {
+        const struct tenant_entry *e = ts->v[i];
+        struct tenant_status *st = &v[i];
+
+        memcpy(st->name, e->name, sizeof(st->name));
+        st->inflight = e->inflight;
+        st->last_minute = last_minute_locked(ts, e, now_us);
+        st->rejected_inflight = e->rejected[0];
+        st->rejected_rate = e->rejected[1];
+        for (size_t b = 0; b < e->nbills; b++) {
+            st->prompt_tokens = add_sat(st->prompt_tokens,
+                                        e->bills[b].prompt);
+            st->completion_tokens = add_sat(st->completion_tokens,
+                                            e->bills[b].completion);
+        }
+        st->saved = e->saved;
+    }
+    *out = v;
+    *n = ts->n;
+
+out:
+    gw_mutex_unlock(&ts->lock);
+    return rc;
+}
+
+/* One family with a sample per tenant: the uint64_t at 'offset'.  Locked. */
+static void
+per_tenant(const struct tenants *ts, struct prom *w, const char *name,
+           enum prom_type type, const char *help, size_t offset)
+{
+    prom_family(w, name, type, help);
+    for (size_t i = 0; i < ts->n; i++) {
+        const struct prom_label l = { "tenant", ts->v[i]->name };
+
+        prom_uint(w, &l, 1,
+                  *(const uint64_t *)((const char *)ts->v[i] + offset));
+    }
+}
+
+int
+tenants_render_metrics(struct tenants *ts, struct buf *out)
+{
+    static const char *const kinds[2] = { "prompt", "completion" };
+    static const char *const limits[2] = { "max_inflight",
+                                           "requests_per_minute" };
+    struct prom w;
+
+    prom_init(&w, out);
+    gw_mutex_lock(&ts->lock);
+    per_tenant(ts, &w, "infergw_tenant_requests_inflight", PROM_GAUGE,
+               "Requests under way, by tenant.",
+               offsetof(struct tenant_entry, inflight));
+    prom_family(&w, "infergw_tenant_rejected_total", PROM_COUNTER,
+                "Requests refused with 429 by a tenant limit.");
+    for (size_t i = 0; i < ts->n; i++)
+        for (size_t l = 0; l < 2; l++) {
+            const struct prom_label lv[] = { { "tenant", ts->v[i]->name },
+                                             { "limit", limits[l] } };
+
+            prom_uint(&w, lv, GW_ARRAY_LEN(lv), ts->v[i]->rejected[l]);
+        }
+    prom_family(&w, "infergw_tenant_requests_total", PROM_COUNTER,
+                "Requests of the tenant's routes, refused ones too, by "
+                "tenant and status (\"default\": without a tenant's "
+                "key).");
+    for (size_t i = 0; i < ts->n; i++)
+        for (size_t k = 0; k < ts->v[i]->nanswered; k++) {
+            const struct status_count *a = &ts->v[i]->answered[k];
+            char status[16];
+            const struct prom_label lv[] = { { "tenant", ts->v[i]->name },
+                                             { "status", status } };
+
+            if (a->status == 0)
+                snprintf(status, sizeof(status), "other");
+            else
+                snprintf(status, sizeof(status), "%d", a->status);
+            prom_uint(&w, lv, GW_ARRAY_LEN(lv), a->n);
+        }
+    prom_family(&w, "infergw_tokens_total", PROM_COUNTER,
+                "Tokens in the usage each client received, by tenant, "
+                "model and kind.");
+    for (size_t i = 0; i < ts->n; i++) {
+        const struct tenant_entry *e = ts->v[i];
+
+        for (size_t b = 0; b < e->nbills; b++)
+            for (size_t k = 0; k < 2; k++) {
+                const struct prom_label lv[] = {
+                    { "tenant", e->name },
+                    { "model", e->bills[b].model },
+                    { "kind", kinds[k] },
+                };
+
+                prom_uint(&w, lv, GW_ARRAY_LEN(lv),
+                          k == 0 ? e->bills[b].prompt
+                                 : e->bills[b].completion);
+            }
+    }
+    per_tenant(ts, &w, "infergw_coalesce_tokens_saved_total", PROM_COUNTER,
+               "Tokens that coalesced followers received without an "
+               "upstream call.",
+               offsetof(struct tenant_entry, saved));
+    gw_mutex_unlock(&ts->lock);
+    return w.rc;
+}

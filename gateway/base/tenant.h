@@ -1,0 +1,155 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tenant.h - who a request belongs to, the limits that keep one tenant
+ * from starving the others, and each tenant's bill.
+ *
+ * Who: the [tenant] one of whose keys the client presents as
+ * "Authorization: Bearer KEY", or the operator, with one of [admin]'s.
+ * The presented key is hashed with SHA-256 and compared with every
+ * configured digest (config.h) in constant time, so neither a key's
+ * prefix nor which tenant matched shows in the timing.
+ *
+ * Limits, per tenant, for the requests that go upstream (route.c):
+ *  - max_inflight: requests under way at once; one more is refused.
+ *  - requests_per_minute: a token bucket holding a minute's worth,
+ *    refilled continuously (to the microsecond); a request is admitted
+ *    only if a whole token is there, so a refusal never admits.
+ * A refused request gets 429 with Retry-After.  A coalesced follower is
+ * a request of its tenant like any other (it is admitted here first), even
+ * though it costs no upstream call.
+ *
+ * The bill: infergw_tokens_total{tenant,model,kind} counts the tokens of
+ * the usage each client received (prompt and completion), and
+ * infergw_coalesce_tokens_saved_total{tenant} those its followers got
+ * without an upstream call of their own.
+ *
+ * Design: the state is kept by tenant name, not by config index, so a
+ * reloaded configuration that keeps a name keeps its counts.  The limits
+ * themselves are read from the config the request was admitted under.
+ * One mutex guards everything; it is taken a few times per request.
+ * An entry lives until tenants_free(); a name that a reload removed stops
+ * growing but keeps its counters (Prometheus counters must not go back).
+ */
+#ifndef INFERGW_GATEWAY_BASE_TENANT_H
+#define INFERGW_GATEWAY_BASE_TENANT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "buf.h"
+#include "http.h"
+
+struct gw_config;
+struct config_tenant;
+struct tenants;
+struct tenant_entry;
+
+#define TENANT_DEFAULT_NAME "default"
+#define TENANT_NAME_MAX 65          /* CONFIG_NAME_MAX and its NUL */
+
+/*
+ * The tenant of a request: the index of the [tenant] whose key the client
+ * presents, else CONFIG_MAX_TENANTS (the default tenant; with tenants
+ * configured, route.c answers it 401).
+ */
+size_t tenant_identify(const struct gw_config *cfg,
+                       const struct http_request *r);
+
+/*
+ * Does the request present one of [admin]'s keys (config.h) as
+ * "Authorization: Bearer KEY"?  Hashed and compared as a tenant's key
+ * is.  0 when [admin] has none.
+ */
+int tenant_is_admin(const struct gw_config *cfg,
+                    const struct http_request *r);
+
+/* Its name: the section's, or "default".  Borrowed from 'cfg'. */
+const char *tenant_name(const struct gw_config *cfg, size_t tenant);
+
+/* NULL on ENOMEM. */
+struct tenants *tenants_new(void);
+void tenants_free(struct tenants *ts);      /* NULL-safe */
+
+enum tenant_limit {
+    TENANT_ADMITTED = 0,
+    TENANT_MAX_INFLIGHT,
+    TENANT_RATE,                /* requests_per_minute */
+    TENANT_NOMEM,
+};
+
+/* A tenant's requests_per_minute bucket as OpenAI's headers tell it. */
+struct tenant_rate {
+    uint64_t limit;             /* requests_per_minute; 0: none */
+    uint64_t remaining;         /* whole requests it would admit now */
+    int64_t reset_us;           /* until the bucket is full again */
+};
+
+/*
+ * Admit one request of tenant 'tenant' of 'cfg' at 'now_us' (gw_now_us(),
+ * microseconds: a bucket must see time finer than the requests that
+ * arrive within one millisecond).  TENANT_ADMITTED: '*out' is its pass
+ * (give it back with tenants_leave).  Otherwise *retry_after_s says when
+ * to try again, in whole seconds rounded up (>= 1), and nothing was
+ * taken.  TENANT_NOMEM: the caller answers 503.  'rate' (NULL: not
+ * wanted) gets the bucket as it is after the verdict, limit 0 for a
+ * tenant without requests_per_minute.
+ */
+enum tenant_limit tenants_enter(struct tenants *ts,
+                                const struct gw_config *cfg, size_t tenant,
+                                int64_t now_us, struct tenant_entry **out,
+                                int *retry_after_s, struct tenant_rate *rate);
+
+/* The request is over.  NULL-safe. */
+void tenants_leave(struct tenants *ts, struct tenant_entry *e);
+
+/*
+ * Bill what one client received: 'prompt' and 'completion' tokens of
+ * 'model' (client text; bounded and sanitised by the caller).  'saved':
+ * it came from someone else's upstream call (a follower).
+ */
+void tenants_bill(struct tenants *ts, struct tenant_entry *e,
+                  const char *model, uint64_t prompt, uint64_t completion,
+                  int saved);
+
+/* One tenant as the status view (status.h) shows it: a copy. */
+struct tenant_status {
+    char name[TENANT_NAME_MAX];
+    uint64_t inflight;              /* requests under way */
+    uint64_t last_minute;           /* admitted in the last 60 s */
+    uint64_t rejected_inflight;     /* 429s: max_inflight */
+    uint64_t rejected_rate;         /* 429s: requests_per_minute */
+    uint64_t prompt_tokens;         /* billed, every model */
+    uint64_t completion_tokens;
+    uint64_t saved;                 /* tokens followers got for nothing */
+};
+
+/*
+ * Every tenant seen so far (by name; tenant.h's design), copied under
+ * the tenants' lock alone, at 'now_us' (gw_now_us()).  OUT *out: a new
+ * array (gw_free() it) of OUT *n entries, NULL when there are none.
+ * Returns 0 or GW_ENOMEM.
+ */
+int tenants_status(struct tenants *ts, int64_t now_us,
+                   struct tenant_status **out, size_t *n);
+
+/*
+ * A request of tenant 'tenant' of 'cfg' was answered with 'status'
+ * (100..599), refused ones too (401 counts under "default", 429 under
+ * its tenant): infergw_tenant_requests_total{tenant,status}.  Past
+ * TENANT_MAX_STATUSES statuses in a tenant's series, the rest share
+ * status="other".  Out of memory: not counted.
+ */
+#define TENANT_MAX_STATUSES 24
+void tenants_count_request(struct tenants *ts, const struct gw_config *cfg,
+                           size_t tenant, int status);
+
+/*
+ * Append the tenants' families to 'out' (Prometheus text 0.0.4):
+ * infergw_tenant_requests_inflight, infergw_tenant_rejected_total,
+ * infergw_tenant_requests_total, infergw_tokens_total,
+ * infergw_coalesce_tokens_saved_total.  Every family is present (HELP,
+ * TYPE) even before its first sample.
+ */
+int tenants_render_metrics(struct tenants *ts, struct buf *out);
+
+#endif

@@ -1,0 +1,514 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * status.c - the status view: /status.json from each module's snapshot,
+ * the ring of recent errors, and the /status page (status.h).
+ *
+ * Locking: the ring's mutex is the only lock of this module, and it is
+ * never held while another is.  status_render_json() calls the other
+ * modules' snapshot functions one at a time (each takes its own lock to
+ * copy, and lets go), then builds the document with no lock held.
+ */
+#include "client/status.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "alloc.h"
+#include "coalesce/coalesce.h"
+#include "base/config.h"
+#include "client/generation.h"
+#include "base/handler.h"
+#include "base/metrics.h"
+#include "fleet/pool.h"
+#include "client/status_page.h"
+#include "base/tenant.h"
+#include "util.h"
+
+/* ---- the ring of recent errors ---- */
+
+struct error_entry {
+    int64_t unix_ms;
+    int status;
+    char request_id[65];
+    char kind[40];
+    char message[160];
+    char upstream[CONFIG_NAME_MAX + 1];
+    char path[96];
+};
+
+/*
+ * Process-wide, as metrics.c's counters are: every connection thread
+ * notes into it, whatever generation it runs on.  'lock' guards the rest;
+ * statically initialised, so it is ready before any thread exists.
+ */
+static struct {
+    struct gw_mutex lock;
+    struct error_entry e[STATUS_ERRORS];
+    size_t next;                    /* the slot the next note takes */
+    size_t count;                   /* notes kept, <= STATUS_ERRORS */
+} errors = { { PTHREAD_MUTEX_INITIALIZER, 0, 0 }, { { 0 } }, 0, 0 };
+
+/* 's' (NULL: "") into out[0..n), cut, non-printable bytes as '?'. */
+static void
+copy_printable(char *out, size_t n, const char *s)
+{
+    size_t i = 0;
+
+    for (; s != NULL && s[i] != '\0' && i + 1 < n; i++)
+        out[i] = (s[i] >= 0x20 && s[i] < 0x7f) ? s[i] : '?';
+    out[i] = '\0';
+}
+
+/*
+ * 'url' into out[0..n) without its user info: an upstream URL may carry
+ * user:password@ (config.c takes it, libcurl sends it), and the status
+ * view is no place for a password.
+ */
+static void
+copy_url(char *out, size_t n, const char *url)
+{
+    const char *auth = strstr(url, "://"), *end, *at = NULL;
+    size_t head;
+
+    if (auth == NULL) {
+        copy_printable(out, n, url);
+        return;
+    }
+    auth += 3;
+    end = auth + strcspn(auth, "/?#");
+    for (const char *p = auth; p < end; p++)
+        if (*p == '@')
+            at = p;
+    if (at == NULL) {
+        copy_printable(out, n, url);
+        return;
+    }
+    head = (size_t)(auth - url);
+    if (head >= n)
+        head = n - 1;
+    memcpy(out, url, head);
+    copy_printable(out + head, n - head, at + 1);
+}
+
+void
+status_note_error(const struct status_error_note *n)
+{
+    struct error_entry e;
+
+    /* Formatted before the lock: the critical section is one copy. */
+    e.unix_ms = gw_wall_ms();
+    e.status = n->status;
+    copy_printable(e.request_id, sizeof(e.request_id), n->request_id);
+    copy_printable(e.kind, sizeof(e.kind), n->kind);
+    copy_printable(e.message, sizeof(e.message), n->message);
+    copy_printable(e.upstream, sizeof(e.upstream), n->upstream);
+    copy_printable(e.path, sizeof(e.path), n->path);
+    gw_mutex_lock(&errors.lock);
+    errors.e[errors.next] = e;
+    errors.next = (errors.next + 1) % STATUS_ERRORS;
+    if (errors.count < STATUS_ERRORS)
+        errors.count++;
+    gw_mutex_unlock(&errors.lock);
+}
+
+/* Copy the kept errors, newest first, into out[]; returns how many. */
+static size_t
+errors_copy(struct error_entry out[STATUS_ERRORS])
+{
+    size_t n;
+
+    gw_mutex_lock(&errors.lock);
+    n = errors.count;
+    for (size_t i = 0; i < n; i++)
+        out[i] = errors.e[(errors.next + STATUS_ERRORS - 1 - i)
+                          % STATUS_ERRORS];
+    gw_mutex_unlock(&errors.lock);
+    return n;
+}
+
+/* ---- building the document ---- */
+
+/*
+ * json_object_set_new() for a builder that checks once at the end:
+ * a NULL value (out of memory) marks the document failed.
+ */
+static void
+put(json_t *o, const char *key, json_t *v, int *failed)
+{
+    if (o == NULL) {
+        json_decref(v);             /* NULL-safe */
+        *failed = 1;
+    } else if (v == NULL || json_object_set_new(o, key, v) != 0) {
+        *failed = 1;                /* set_new consumed 'v' */
+    }
+}
+
+static void
+append(json_t *a, json_t *v, int *failed)
+{
+    if (a == NULL) {
+        json_decref(v);
+        *failed = 1;
+    } else if (v == NULL || json_array_append_new(a, v) != 0) {
+        *failed = 1;
+    }
+}
+
+/* An unsigned count as a JSON integer (jansson's are signed 64-bit). */
+static json_t *
+count(uint64_t v)
+{
+    return json_integer(v > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)v);
+}
+
+/* A string, or null for "". */
+static json_t *
+str_or_null(const char *s)
+{
+    return s != NULL && s[0] != '\0' ? json_string(s) : json_null();
+}
+
+/*
+ * An upstream's time to first byte at quantile 'q' (0.5, 0.99), in ms:
+ * metrics.h's estimate from infergw_upstream_time_to_first_byte_seconds,
+ * over the process's life.  null before its first answer.
+ */
+static json_t *
+ttft_ms(const char *upstream, double q)
+{
+    double s = metrics_upstream_ttfb_quantile(upstream, q);
+
+    return s < 0 ? json_null() : json_real(s * 1000.0);
+}
+
+static const char *
+phase_name(enum flight_phase p)
+{
+    switch (p) {
+    case FLIGHT_PHASE_QUEUED:       return "queued";
+    case FLIGHT_PHASE_WAITING:      return "waiting_first_byte";
+    case FLIGHT_PHASE_STREAMING:    return "streaming";
+    }
+    return "?";
+}
+
+/* Oldest first: the flight stuck longest is the first row. */
+static int
+by_start(const void *a, const void *b)
+{
+    const struct coalesce_flight_status *x = a, *y = b;
+
+    return (x->start_ms > y->start_ms) - (x->start_ms < y->start_ms);
+}
+
+static int
+render_flights(const struct handler_ctx *ctx, json_t *doc, int64_t now)
+{
+    size_t max = (size_t)ctx->cfg->status_flights, total, n;
+    struct coalesce_flight_status *v = NULL;
+    json_t *a = json_array();
+    int failed = 0;
+
+    /* Allocated before the map lock is taken: it is held to copy only. */
+    if (max > 0 && (v = gw_calloc(max, sizeof(*v))) == NULL) {
+        json_decref(a);
+        return GW_ENOMEM;
+    }
+    total = coalescer_status(ctx->co, v, max);
+    n = total < max ? total : max;
+    if (n > 1)
+        qsort(v, n, sizeof(*v), by_start);
+    for (size_t i = 0; i < n; i++) {
+        json_t *f = json_object();
+
+        put(f, "key", json_string(v[i].key), &failed);
+        put(f, "model", str_or_null(v[i].model), &failed);
+        put(f, "tenant", json_string(v[i].tenant), &failed);
+        put(f, "age_ms", json_integer(now - v[i].start_ms), &failed);
+        put(f, "state", json_string(phase_name(v[i].phase)), &failed);
+        put(f, "upstream", str_or_null(v[i].upstream), &failed);
+        put(f, "followers", json_integer(v[i].followers), &failed);
+        put(f, "followers_peak", json_integer(v[i].followers_peak),
+            &failed);
+        put(f, "bytes", count(v[i].bytes), &failed);
+        append(a, f, &failed);
+    }
+    put(doc, "flights", a, &failed);
+    put(doc, "flights_total", count(total), &failed);
+    put(doc, "flights_not_listed", count(total - n), &failed);
+    gw_free(v);
+    return failed ? GW_ENOMEM : 0;
+}
+
+static const char *
+state_name(enum pool_state s)
+{
+    switch (s) {
+    case POOL_CLOSED:       return "up";
+    case POOL_HALF_OPEN:    return "half_open";
+    case POOL_OPEN:         return "ejected";
+    }
+    return "?";
+}
+
+/* What the health beat last said of it; null with the beat off. */
+static json_t *
+probe_json(const struct handler_ctx *ctx, enum pool_probe p)
+{
+    if (ctx->cfg->health_interval_ms == 0)
+        return json_null();
+    switch (p) {
+    case POOL_PROBE_PENDING:    return json_string("pending");
+    case POOL_PROBE_PASSED:     return json_string("passed");
+    case POOL_PROBE_FAILED:     return json_string("failed");
+    }
+    return json_string("?");
+}
+
+static json_t *
+engine_json(const struct pool_upstream_status *u, int *failed)
+{
+    json_t *e;
+
+    if (!u->load_known)
+        return json_null();
+    e = json_object();
+    put(e, "waiting", json_real(u->load.waiting), failed);
+    put(e, "running", json_real(u->load.running), failed);
+    put(e, "kv_usage", u->load.kv_usage >= 0 ? json_real(u->load.kv_usage)
+                                            : json_null(), failed);
+    put(e, "age_ms", json_integer(u->load_age_ms), failed);
+    return e;
+}
+
+static int
+render_upstreams(const struct handler_ctx *ctx, json_t *doc)
+{
+    struct pool_upstream_status *v;
+    size_t n;
+    json_t *a = json_array();
+    char url[1024];                 /* shown cut past this */
+    int failed = 0, any_ready = 0;
+
+    v = gw_calloc(CONFIG_MAX_UPSTREAMS, sizeof(*v));
+    if (v == NULL) {
+        json_decref(a);
+        return GW_ENOMEM;
+    }
+    n = pool_status(ctx->pool, v, CONFIG_MAX_UPSTREAMS);
+    for (size_t i = 0; i < n; i++) {
+        const struct pool_upstream_status *u = &v[i];
+        json_t *o = json_object(), *fails = json_object();
+
+        put(o, "name", json_string(u->name), &failed);
+        copy_url(url, sizeof(url), u->url);
+        put(o, "url", json_string(url), &failed);
+        put(o, "state", json_string(state_name(u->state)), &failed);
+        put(o, "state_left_ms", u->state == POOL_OPEN
+                                ? json_integer(u->state_left_ms)
+                                : json_null(), &failed);
+        put(o, "held_ms", json_integer(u->held_left_ms), &failed);
+        put(o, "probe", probe_json(ctx, u->probe), &failed);
+        put(o, "ready", json_boolean(u->ready), &failed);
+        any_ready |= u->ready;
+        put(o, "inflight", count(u->inflight), &failed);
+        put(o, "max_inflight", u->max_inflight > 0 ? count(u->max_inflight)
+                                                  : json_null(), &failed);
+        put(o, "queued", count(u->queued), &failed);
+        put(o, "engine", engine_json(u, &failed), &failed);
+        put(o, "calls", count(u->calls), &failed);
+        for (size_t k = POOL_FAIL_CONNECT; k < POOL_OUTCOME_COUNT; k++)
+            put(fails, pool_outcome_name((enum pool_outcome)k),
+                count(u->failures[k]), &failed);
+        put(o, "failures", fails, &failed);
+        put(o, "retries", count(u->retries), &failed);
+        put(o, "hedges", count(u->hedges), &failed);
+        put(o, "hedges_won", count(u->hedges_won), &failed);
+        put(o, "ttft_p50_ms", ttft_ms(u->name, 0.5), &failed);
+        put(o, "ttft_p99_ms", ttft_ms(u->name, 0.99), &failed);
+        append(a, o, &failed);
+    }
+    put(doc, "upstreams", a, &failed);
+    /* /readyz's word (route.c), from the rows above: the same instant. */
+    put(doc, "readyz", json_string(handler_draining(ctx) ? "draining"
+                                   : any_ready ? "ready" : "no_upstream"),
+        &failed);
+    gw_free(v);
+    return failed ? GW_ENOMEM : 0;
+}
+
+/* A limit of the configuration, or null for none (0) or no such tenant. */
+static json_t *
+limit(const struct config_tenant *ct, uint64_t v)
+{
+    return ct != NULL && v > 0 ? count(v) : json_null();
+}
+
+static json_t *
+tenant_json(const struct tenant_status *t, const struct config_tenant *ct,
+            int *failed)
+{
+    json_t *o = json_object(), *tok = json_object();
+
+    put(o, "name", json_string(t->name), failed);
+    put(o, "inflight", count(t->inflight), failed);
+    put(o, "max_inflight", limit(ct, ct != NULL ? ct->max_inflight : 0),
+        failed);
+    put(o, "requests_last_minute", count(t->last_minute), failed);
+    put(o, "requests_per_minute",
+        limit(ct, ct != NULL ? ct->requests_per_minute : 0), failed);
+    put(o, "rejected_429", count(t->rejected_inflight + t->rejected_rate),
+        failed);
+    put(tok, "prompt", count(t->prompt_tokens), failed);
+    put(tok, "completion", count(t->completion_tokens), failed);
+    put(o, "tokens", tok, failed);
+    put(o, "tokens_saved", count(t->saved), failed);
+    return o;
+}
+
+/*
+ * Every configured tenant (the default one when none is), in the
+ * configuration's order, then any other the counts know (a name a
+ * reload removed: no limits).  A tenant with no request yet has zeros.
+ */
+static int
+render_tenants(const struct handler_ctx *ctx, json_t *doc)
+{
+    const struct gw_config *cfg = ctx->cfg;
+    struct tenant_status *v = NULL, zero;
+    size_t n = 0, i, k, shown = cfg->num_tenants > 0 ? cfg->num_tenants : 1;
+    unsigned char *used = NULL;
+    json_t *a = json_array();
+    int failed = 0;
+
+    if (tenants_status(ctx->tenants, gw_now_us(), &v, &n) != 0
+        || (n > 0 && (used = gw_calloc(n, 1)) == NULL)) {
+        failed = 1;
+        goto out;
+    }
+    for (i = 0; i < shown; i++) {
+        const char *name = tenant_name(cfg, i < cfg->num_tenants
+                                            ? i : CONFIG_MAX_TENANTS);
+        const struct tenant_status *t = NULL;
+
+        for (k = 0; k < n && t == NULL; k++)
+            if (strcmp(v[k].name, name) == 0) {
+                t = &v[k];
+                used[k] = 1;
+            }
+        if (t == NULL) {
+            memset(&zero, 0, sizeof(zero));
+            snprintf(zero.name, sizeof(zero.name), "%s", name);
+            t = &zero;
+        }
+        append(a, tenant_json(t, i < cfg->num_tenants ? &cfg->tenants[i]
+                                                      : NULL, &failed),
+               &failed);
+    }
+    for (k = 0; k < n; k++)
+        if (!used[k])
+            append(a, tenant_json(&v[k], NULL, &failed), &failed);
+
+out:
+    put(doc, "tenants", a, &failed);
+    gw_free(used);
+    gw_free(v);
+    return failed ? GW_ENOMEM : 0;
+}
+
+static int
+render_errors(json_t *doc)
+{
+    struct error_entry *v = gw_calloc(STATUS_ERRORS, sizeof(*v));
+    json_t *a = json_array();
+    size_t n;
+    int failed = 0;
+
+    if (v == NULL) {
+        json_decref(a);
+        return GW_ENOMEM;
+    }
+    n = errors_copy(v);
+    for (size_t i = 0; i < n; i++) {
+        json_t *o = json_object();
+
+        put(o, "time_unix_ms", json_integer(v[i].unix_ms), &failed);
+        put(o, "request_id", json_string(v[i].request_id), &failed);
+        put(o, "status", json_integer(v[i].status), &failed);
+        put(o, "kind", str_or_null(v[i].kind), &failed);
+        put(o, "message", str_or_null(v[i].message), &failed);
+        put(o, "upstream", str_or_null(v[i].upstream), &failed);
+        put(o, "path", json_string(v[i].path), &failed);
+        append(a, o, &failed);
+    }
+    put(doc, "errors", a, &failed);
+    gw_free(v);
+    return failed ? GW_ENOMEM : 0;
+}
+
+static int
+render_head(const struct handler_ctx *ctx, json_t *doc, int64_t now)
+{
+    struct generation_status gs;
+    json_t *reload = json_null();
+    char why[sizeof(gs.reload_error)];
+    int failed = 0;
+
+    generations_status(ctx->gens, &gs);
+    put(doc, "version", json_string(INFERGW_VERSION), &failed);
+    put(doc, "uptime_s", json_integer((now - gs.started_ms) / 1000),
+        &failed);
+    put(doc, "time_unix_ms", json_integer(gw_wall_ms()), &failed);
+    put(doc, "generation", count(gs.id), &failed);
+    if (gs.reloaded) {
+        reload = json_object();
+        put(reload, "time_unix_ms", json_integer(gs.reload_unix_ms),
+            &failed);
+        put(reload, "result", json_string(gs.reload_ok ? "ok" : "failed"),
+            &failed);
+        /* The loader quotes the bad value, which may be any bytes:
+         * json_string() refuses what is not UTF-8. */
+        copy_printable(why, sizeof(why), gs.reload_error);
+        put(reload, "error", str_or_null(why), &failed);
+    }
+    put(doc, "last_reload", reload, &failed);
+    return failed ? GW_ENOMEM : 0;
+}
+
+int
+status_render_json(const struct handler_ctx *ctx, struct buf *out)
+{
+    int64_t now = gw_now_ms();
+    json_t *doc = json_object();
+    char *text = NULL;
+    int rc = GW_ENOMEM;
+
+    if (doc == NULL)
+        goto out;
+    if (render_head(ctx, doc, now) != 0
+        || render_flights(ctx, doc, now) != 0
+        || render_upstreams(ctx, doc) != 0
+        || render_tenants(ctx, doc) != 0
+        || render_errors(doc) != 0)
+        goto out;
+    text = json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    if (text == NULL)
+        goto out;
+    rc = buf_append_str(out, text);
+
+out:
+    free(text);                     /* jansson's malloc */
+    json_decref(doc);
+    return rc;
+}
+
+const char *
+status_page(size_t *len)
+{
+    *len = sizeof(status_page_html) - 1;
+    return status_page_html;
+}

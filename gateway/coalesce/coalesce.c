@@ -1,0 +1,468 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * coalesce.c - eligibility, key and the map of flights.
+ */
+#include "coalesce/coalesce.h"
+
+#include <assert.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <mbedtls/sha256.h>
+
+#include "alloc.h"
+#include "base/config.h"
+#include "log.h"
+
+/*
+ * The coalescer's record of a joinable flight.  It exists while the
+ * flight is in the map and is freed when it leaves: finishing, or its
+ * last reader gone.
+ */
+struct entry {
+    unsigned char key[FLIGHT_KEY_LEN];
+    struct entry *next;             /* bucket chain */
+    struct flight *f;               /* the map's reference */
+    const struct flight_reader *lead;   /* the leader's client's reader */
+    unsigned followers;             /* attached now: max_followers */
+    unsigned followers_peak;        /* the most at once (status view) */
+    int64_t start_ms;               /* when it was led (status view) */
+    char model[COALESCE_NAME_MAX];  /* coalesce_about's (status view) */
+    char tenant[COALESCE_NAME_MAX];
+};
+
+struct coalescer {
+    struct gw_mutex lock;           /* guards every field below and every
+                                       entry */
+    uint64_t max_followers;         /* [coalesce]'s, of the config in */
+    uint64_t max_flights;           /* force (coalescer_set_limits) */
+    struct entry **bucket;
+    size_t nbuckets;                /* a power of two */
+    size_t count;                   /* entries */
+};
+
+struct coalescer *
+coalescer_new(const struct gw_config *cfg)
+{
+    struct coalescer *co = gw_calloc(1, sizeof(*co));
+    size_t n = 64;
+
+    if (co == NULL)
+        return NULL;
+    while (n < cfg->max_flights * 2 && n < ((size_t)1 << 24))
+        n *= 2;
+    co->bucket = gw_calloc(n, sizeof(*co->bucket));
+    if (co->bucket == NULL) {
+        gw_free(co);
+        return NULL;
+    }
+    co->nbuckets = n;
+    gw_mutex_init(&co->lock);
+    coalescer_set_limits(co, cfg);
+    return co;
+}
+
+void
+coalescer_set_limits(struct coalescer *co, const struct gw_config *cfg)
+{
+    gw_mutex_lock(&co->lock);
+    co->max_followers = cfg->max_followers;
+    co->max_flights = cfg->max_flights;
+    gw_mutex_unlock(&co->lock);
+}
+
+void
+coalescer_free(struct coalescer *co)
+{
+    if (co == NULL)
+        return;
+    assert(co->count == 0);
+    gw_mutex_destroy(&co->lock);
+    gw_free(co->bucket);
+    gw_free(co);
+}
+
+/* ---- policy ---- */
+
+/* Every field line of both names counts, as one list (RFC 9110 5.3). */
+static int
+opted_out(const struct http_request *r)
+{
+    return http_lists_token(r, "X-Infergw-Coalesce", "off")
+           || http_lists_token(r, "Cache-Control", "no-cache")
+           || http_lists_token(r, "Cache-Control", "no-store");
+}
+
+/*
+ * Sampling controls other than temperature, with the value that leaves
+ * greedy decoding alone: vLLM's defaults (protocol.py
+ * _DEFAULT_SAMPLING_PARAMS: top_p 1, top_k 0 or -1, min_p 0), the OpenAI
+ * API's n, best_of (several candidates: sampling), and typical_p, which
+ * OpenAI-compatible servers such as llama.cpp's and TGI's accept.  A value
+ * past 'neutral' in the direction of 'above' asks for sampling.
+ */
+static const struct {
+    const char *name;
+    double neutral;
+    int above;                  /* 1: sampling when > neutral; 0: < */
+} sampling_knobs[] = {
+    { "top_p", 1, 0 },
+    { "typical_p", 1, 0 },
+    { "top_k", 0, 1 },
+    { "min_p", 0, 1 },
+    { "n", 1, 1 },
+    { "best_of", 1, 1 },
+};
+
+/*
+ * Does a body without temperature and without a seed ask for sampling
+ * through another control?  A control that is present but not a number
+ * (a string, a boolean, null) counts as asking: it can never make a
+ * request eligible.
+ */
+static int
+other_knobs_sample(const json_t *body)
+{
+    for (size_t i = 0; i < GW_ARRAY_LEN(sampling_knobs); i++) {
+        const json_t *v = json_object_get(body, sampling_knobs[i].name);
+        double x;
+
+        if (v == NULL)
+            continue;
+        if (!json_is_number(v))
+            return 1;
+        x = json_number_value(v);
+        if (sampling_knobs[i].above ? x > sampling_knobs[i].neutral
+                                    : x < sampling_knobs[i].neutral)
+            return 1;
+    }
+    return 0;
+}
+
+/*
+ * The tutorial's rule: equal requests may share one answer only if the
+ * answer is reproducible.  Greedy decoding (temperature 0) is; a fixed
+ * non-negative integer seed makes any sampling so.  Numbers compare as
+ * numbers (jansson parses 1e-400 and -0.0 to 0); anything that is not a
+ * number where a number belongs bypasses, for the upstream to judge.
+ */
+static int
+reproducible(const struct gw_config *cfg, const json_t *body)
+{
+    const json_t *t = json_object_get(body, "temperature");
+    const json_t *seed = json_object_get(body, "seed");
+    double temp;
+
+    if (seed != NULL)
+        /* llama.cpp's server takes a negative seed as "random". */
+        return json_is_integer(seed) && json_integer_value(seed) >= 0;
+    if (t != NULL) {
+        if (!json_is_number(t))
+            return 0;
+        temp = json_number_value(t);
+        return temp == 0.0;     /* greedy: the other controls are moot */
+    }
+    /* Omitted: the upstream's default, as configured. */
+    return cfg->omitted_temperature == 0.0 && !other_knobs_sample(body);
+}
+
+int
+coalesce_eligible(const struct gw_config *cfg, size_t tenant,
+                  const struct http_request *r, const json_t *body,
+                  enum metrics_bypass *why)
+{
+    if (!cfg->coalesce) {
+        *why = METRICS_BYPASS_DISABLED;
+        return 0;
+    }
+    if (tenant < cfg->num_tenants && !cfg->tenants[tenant].coalesce) {
+        *why = METRICS_BYPASS_TENANT;
+        return 0;
+    }
+    if (opted_out(r)) {
+        *why = METRICS_BYPASS_OPT_OUT;
+        return 0;
+    }
+    if (!reproducible(cfg, body)) {
+        *why = METRICS_BYPASS_SAMPLING;
+        return 0;
+    }
+    return 1;
+}
+
+/* ---- key ---- */
+
+static void
+hash_field(mbedtls_sha256_context *h, const void *p, size_t n)
+{
+    unsigned char len[8];
+
+    for (int i = 0; i < 8; i++)
+        len[i] = (unsigned char)((uint64_t)n >> (8 * i));
+    mbedtls_sha256_update_ret(h, len, sizeof(len));
+    mbedtls_sha256_update_ret(h, p, n);
+}
+
+void
+coalesce_key(const char *tenant, uint64_t generation,
+             const struct upstream_request *ur,
+             unsigned char key[FLIGHT_KEY_LEN])
+{
+    mbedtls_sha256_context h;
+    const char *auth = ur->client_auth;
+    unsigned char gen[8];
+
+    for (int i = 0; i < 8; i++)
+        gen[i] = (unsigned char)(generation >> (8 * i));
+
+    mbedtls_sha256_init(&h);
+    mbedtls_sha256_starts_ret(&h, 0);
+    hash_field(&h, "infergw-coalesce-v5", 19);
+    hash_field(&h, gen, sizeof(gen));
+    hash_field(&h, tenant, strlen(tenant));
+    hash_field(&h, ur->method, strlen(ur->method));
+    hash_field(&h, ur->path, strlen(ur->path));
+    hash_field(&h, ur->body, ur->body_len);
+    /* Never set on a coalescable route today; hashed all the same. */
+    hash_field(&h, ur->content_type != NULL ? "1" : "0", 1);
+    hash_field(&h, ur->content_type != NULL ? ur->content_type : "",
+               ur->content_type != NULL ? strlen(ur->content_type) : 0);
+    /* "none" and an empty credential must differ: a presence byte. */
+    hash_field(&h, auth != NULL ? "1" : "0", 1);
+    hash_field(&h, auth != NULL ? auth : "", auth != NULL ? strlen(auth)
+                                                          : 0);
+    mbedtls_sha256_finish_ret(&h, key);
+    mbedtls_sha256_free(&h);
+}
+
+void
+coalesce_key_hex(const unsigned char key[FLIGHT_KEY_LEN], char out[13])
+{
+    for (int i = 0; i < 6; i++)
+        snprintf(out + 2 * i, 3, "%02x", key[i]);
+}
+
+/* ---- the map ---- */
+
+static size_t
+bucket_of(const struct coalescer *co, const unsigned char *key)
+{
+    uint64_t h = 0;
+
+    memcpy(&h, key, sizeof(h));     /* SHA-256 bytes are already uniform */
+    return (size_t)(h & (co->nbuckets - 1));
+}
+
+/* The slot that points at the entry for 'key', or at the chain's end. */
+static struct entry **
+find_locked(struct coalescer *co, const unsigned char *key)
+{
+    struct entry **pp;
+
+    assert(gw_mutex_held(&co->lock));
+    for (pp = &co->bucket[bucket_of(co, key)]; *pp != NULL;
+         pp = &(*pp)->next)
+        if (memcmp((*pp)->key, key, FLIGHT_KEY_LEN) == 0)
+            break;
+    return pp;
+}
+
+/* Remove the entry at *pp and drop the map's reference to its flight. */
+static void
+remove_locked(struct coalescer *co, struct entry **pp)
+{
+    struct entry *e = *pp;
+
+    assert(gw_mutex_held(&co->lock));
+    *pp = e->next;
+    co->count--;
+    metrics_flights_add(-1);
+    /* Others hold theirs: this is never the last reference. */
+    assert(atomic_load(&e->f->refs) > 1);
+    flight_unref(e->f);
+    gw_free(e);
+}
+
+/* Join the flight of entry 'e' as a follower.  Map lock held. */
+static enum coalesce_role
+follow_locked(struct coalescer *co, struct entry *e, struct flight_reader *r,
+              struct flight **out, enum metrics_bypass *why)
+{
+    if (e->followers >= co->max_followers) {
+        *why = METRICS_BYPASS_MAX_FOLLOWERS;
+        return COALESCE_BYPASS;
+    }
+    if (flight_attach(e->f, r) != 0) {
+        *why = METRICS_BYPASS_MAX_FLIGHT_BYTES;     /* too big to replay */
+        return COALESCE_BYPASS;
+    }
+    flight_ref(e->f);
+    e->followers++;
+    if (e->followers > e->followers_peak)
+        e->followers_peak = e->followers;
+    *out = e->f;
+    return COALESCE_FOLLOWER;
+}
+
+/* Start a flight for 'key' led by 'r', at the slot *pp.  Map lock held. */
+static enum coalesce_role
+lead_locked(struct coalescer *co, struct entry **pp, const unsigned char *key,
+            const struct coalesce_about *about, struct flight_reader *r,
+            struct flight **out, enum metrics_bypass *why)
+{
+    struct entry *e;
+    struct flight *f;
+
+    if (co->count >= co->max_flights) {
+        *why = METRICS_BYPASS_MAX_FLIGHTS;
+        return COALESCE_BYPASS;
+    }
+    e = gw_malloc(sizeof(*e));
+    f = flight_new();
+    if (e == NULL || f == NULL || flight_attach(f, r) != 0) {
+        gw_free(e);
+        flight_unref(f);
+        *why = METRICS_BYPASS_NOMEM;
+        return COALESCE_BYPASS;
+    }
+    flight_ref(f);                  /* the driver's */
+    flight_ref(f);                  /* the reader's; flight_new's: map */
+    memcpy(e->key, key, FLIGHT_KEY_LEN);
+    e->f = f;
+    e->lead = r;
+    e->followers = 0;
+    e->followers_peak = 0;
+    e->start_ms = gw_now_ms();
+    snprintf(e->model, sizeof(e->model), "%s", about->model);
+    snprintf(e->tenant, sizeof(e->tenant), "%s", about->tenant);
+    e->next = NULL;
+    *pp = e;                        /* the end of its chain */
+    co->count++;
+    metrics_flights_add(1);
+    *out = f;
+    return COALESCE_LEADER;
+}
+
+enum coalesce_role
+coalescer_join(struct coalescer *co, const unsigned char key[FLIGHT_KEY_LEN],
+               const struct coalesce_about *about, struct flight_reader *r,
+               struct flight **out, enum metrics_bypass *why)
+{
+    enum coalesce_role role;
+    struct entry **pp;
+
+    *out = NULL;
+    gw_mutex_lock(&co->lock);
+    pp = find_locked(co, key);
+    if (*pp != NULL)
+        role = follow_locked(co, *pp, r, out, why);
+    else
+        role = lead_locked(co, pp, key, about, r, out, why);
+    gw_mutex_unlock(&co->lock);
+    return role;
+}
+
+void
+coalescer_finish(struct coalescer *co, const unsigned char key[FLIGHT_KEY_LEN],
+                 struct flight *f, const struct call_outcome *o)
+{
+    struct entry **pp;
+
+    gw_mutex_lock(&co->lock);
+    pp = find_locked(co, key);
+    if (*pp != NULL && (*pp)->f == f)   /* identity: never a successor */
+        remove_locked(co, pp);
+    flight_finish(f, o);
+    gw_mutex_unlock(&co->lock);
+}
+
+unsigned
+coalescer_detach(struct coalescer *co, const unsigned char key[FLIGHT_KEY_LEN],
+                 struct flight *f, struct flight_reader *r)
+{
+    struct entry **pp;
+    unsigned left;
+
+    gw_mutex_lock(&co->lock);
+    left = flight_detach(f, r);
+    pp = find_locked(co, key);
+    if (*pp != NULL && (*pp)->f == f) {
+        if (r != (*pp)->lead) {
+            assert((*pp)->followers > 0);
+            (*pp)->followers--;
+        }
+        /* Still in the map means still running: finishing removes it. */
+        if (left == 0)
+            remove_locked(co, pp);
+    }
+    gw_mutex_unlock(&co->lock);
+    flight_unref(f);
+    return left;
+}
+
+size_t
+coalescer_count(struct coalescer *co)
+{
+    size_t n;
+
+    gw_mutex_lock(&co->lock);
+    n = co->count;
+    gw_mutex_unlock(&co->lock);
+    return n;
+}
+
+/* Copy what the status view shows of entry 'e'.  Map lock held. */
+static void
+status_of_locked(struct coalescer *co, const struct entry *e,
+                 struct coalesce_flight_status *st)
+{
+    const char *up;
+
+    assert(gw_mutex_held(&co->lock));
+    coalesce_key_hex(e->key, st->key);
+    memcpy(st->model, e->model, sizeof(st->model));
+    memcpy(st->tenant, e->tenant, sizeof(st->tenant));
+    /* The name lives while its leader holds its generation, which it
+     * does while the flight is in the map (flight.h). */
+    up = atomic_load_explicit(&e->f->upstream, memory_order_relaxed);
+    snprintf(st->upstream, sizeof(st->upstream), "%s", up != NULL ? up : "");
+    st->start_ms = e->start_ms;
+    st->phase = (enum flight_phase)atomic_load_explicit(
+        &e->f->phase, memory_order_relaxed);
+    st->followers = e->followers;
+    st->followers_peak = e->followers_peak;
+    st->bytes = atomic_load_explicit(&e->f->body_bytes,
+                                     memory_order_relaxed);
+}
+
+size_t
+coalescer_status(struct coalescer *co, struct coalesce_flight_status *out,
+                 size_t max)
+{
+    size_t n = 0, total;
+
+    gw_mutex_lock(&co->lock);
+    total = co->count;
+    for (size_t b = 0; b < co->nbuckets && n < max; b++)
+        for (struct entry *e = co->bucket[b]; e != NULL && n < max;
+             e = e->next)
+            status_of_locked(co, e, &out[n++]);
+    gw_mutex_unlock(&co->lock);
+    return total;
+}
+
+void
+coalescer_each(struct coalescer *co, void (*fn)(struct flight *f))
+{
+    gw_mutex_lock(&co->lock);
+    for (size_t b = 0; b < co->nbuckets; b++)
+        for (struct entry *e = co->bucket[b]; e != NULL; e = e->next)
+            fn(e->f);
+    gw_mutex_unlock(&co->lock);
+}
+
+void
+coalescer_wake_all(struct coalescer *co)
+{
+    coalescer_each(co, flight_wake_all);
+}

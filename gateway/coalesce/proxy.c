@@ -1,0 +1,635 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * proxy.c - the three paths a request upstream takes: direct, leader,
+ * follower (proxy.h).
+ *
+ * Error mapping (DESIGN.md "Responses and errors", reply.h): nothing sent
+ * yet -> 502 (unreachable or broken upstream), 504 (a timeout) or 503
+ * (the gateway out of memory, or stopping) as an OpenAI error body;
+ * already streaming -> an SSE error event and an unclean end of the body,
+ * never a fake success.  A flight's failure reaches every one of its
+ * clients the same way; what only one client waits for (its own socket,
+ * follower_timeout) ends that client alone.
+ */
+#include "coalesce/proxy.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "coalesce/coalesce.h"
+#include "base/config.h"
+#include "fleet/dispatch.h"
+#include "coalesce/fanout.h"
+#include "coalesce/flight.h"
+#include "base/handler.h"
+#include "log.h"
+#include "base/metrics.h"
+#include "net.h"
+#include "fleet/pool.h"
+#include "wire/reply.h"
+#include "base/tenant.h"
+#include "upstream/upstream.h"
+#include "coalesce/usage.h"
+
+/*
+ * How often, at most, a relay's on_tick looks for a client that hung up.
+ * The transfer loop calls on_tick after every wake-up (each chunk) and
+ * about once a second while the upstream is quiet, and one poll() per
+ * call was once the largest share of the gateway's system calls.  The
+ * loop also watches the client's socket itself (on_peer), so a hang-up
+ * is seen at once; this check is the fallback.
+ */
+#define PEER_CHECK_MS 100
+
+/* How often the leader looks at its parked followers (fanout_sweep). */
+#define SWEEP_MS 1000
+
+/*
+ * The upstream request for hr's request (upstream.h says what of the
+ * client's request reaches the upstream): NUL-terminated copies of the
+ * target and, with forward_client_auth, of the client's credential; and
+ * what the pool needs to choose an upstream (dispatch.h).
+ */
+struct fwd {
+    struct upstream_request ur;
+    char *path;                 /* owned */
+    char *auth;                 /* owned, wiped before free; or NULL */
+    const char *model;          /* the body's; NULL: any upstream */
+    uint64_t prefix_hash;       /* balance = prefix */
+};
+
+/*
+ * 'model' (borrowed, or NULL) picks the upstreams; 'json', the body
+ * parsed (or NULL: a form), gives the prompt's prefix for balance =
+ * prefix.
+ */
+static int
+fwd_init(struct fwd *f, const struct handler_req *hr, const char *model,
+         const json_t *json)
+{
+    const struct gw_config *cfg = hr->ctx->cfg;
+    const struct http_request *req = hr->req;
+    const struct http_header *h = NULL;
+
+    memset(f, 0, sizeof(*f));
+    f->path = gw_strndup(req->target, req->target_len);
+    /* An empty value is no credential: the configured key goes. */
+    if (hr->ctx->cfg->forward_client_auth)
+        h = http_find_header(req, "Authorization");
+    if (h != NULL && h->value_len == 0)
+        h = NULL;
+    if (h != NULL)
+        f->auth = gw_strndup(h->value, h->value_len);
+    if (f->path == NULL || (h != NULL && f->auth == NULL))
+        return GW_ENOMEM;
+    /* route.c sends only POSTs of a JSON object (or a form) here */
+    f->ur.method = "POST";
+    f->ur.path = f->path;
+    f->ur.body = buf_ptr(hr->body);
+    f->ur.body_len = buf_len(hr->body);
+    f->ur.request_id = hr->request_id;
+    f->ur.client_auth = f->auth;
+    f->model = model;
+    if (cfg->balance == BALANCE_PREFIX && json != NULL)
+        f->prefix_hash = dispatch_prefix_hash(json,
+                                              (size_t)cfg->prefix_bytes);
+    return 0;
+}
+
+static struct dispatch_ctx
+dispatch_of(const struct handler_ctx *ctx)
+{
+    struct dispatch_ctx dc = { ctx->cfg, ctx->pool, ctx->up, ctx->stop_fd,
+                               NULL, NULL };
+
+    return dc;
+}
+
+static void
+fwd_release(struct fwd *f)
+{
+    gw_free(f->path);
+    gw_wipe_free_str(f->auth);
+}
+
+/* Is it time to look for a client that hung up?  '*last' is per relay. */
+static int
+peer_check_due(int64_t *last)
+{
+    int64_t now = gw_now_ms();
+
+    if (*last == 0) {
+        *last = now;            /* first tick: just start the clock */
+        return 0;
+    }
+    if (now - *last < PEER_CHECK_MS)
+        return 0;
+    *last = now;
+    return 1;
+}
+
+/*
+ * Bill the usage hr's client received (tenant.h), if it received all of
+ * it: a 2xx body that ended cleanly.  'saved': a follower's.
+ */
+static void
+bill(struct handler_req *hr, int64_t prompt, int64_t completion, int saved)
+{
+    const struct reply *r = hr->reply;
+
+    if (r->broken || r->status < 200 || r->status > 299)
+        return;
+    hr->prompt_tokens = prompt;
+    hr->completion_tokens = completion;
+    tenants_bill(hr->ctx->tenants, hr->pass, hr->model, (uint64_t)prompt,
+                 (uint64_t)completion, saved);
+}
+
+/* ---- direct: the client's own socket is the sink ---- */
+
+struct direct {
+    struct handler_req *hr;
+    int64_t peer_check_ms;
+    struct usage_scan usage;
+};
+
+static int
+direct_head(void *arg, const struct upstream_head *h)
+{
+    struct direct *d = arg;
+    struct reply *r = d->hr->reply;
+    char extra[REPLY_EXTRA_MAX];
+
+    usage_scan_head(&d->usage, h->status, h->content_type);
+    r->upstream_status = h->status;
+    reply_retry_after_line(extra, sizeof(extra), h->retry_after_s);
+    return reply_begin(r, h->status, h->content_type, h->content_length,
+                       extra[0] != '\0' ? extra : NULL) != 0
+           ? GW_ENOMEM : 0;
+}
+
+static int
+direct_data(void *arg, const char *p, size_t n)
+{
+    struct direct *d = arg;
+
+    if (reply_body(d->hr->reply, p, n) == 0) {
+        usage_scan_feed(&d->usage, p, n);
+        return 0;
+    }
+    return handler_stopping(d->hr->ctx) ? GW_ESTOPPING : GW_EABORTED;
+}
+
+static int
+direct_tick(void *arg)
+{
+    struct direct *d = arg;
+    struct reply *r = d->hr->reply;
+
+    if (handler_stopping(d->hr->ctx))
+        return GW_ESTOPPING;
+    if (!reply_body_complete(r) && peer_check_due(&d->peer_check_ms)
+        && net_peer_gone(net_stream_fd(r->stream)))
+        return GW_EABORTED;
+    return 0;
+}
+
+/* The client's socket is readable: gone, or its next request. */
+static int
+direct_peer(void *arg)
+{
+    struct direct *d = arg;
+    struct reply *r = d->hr->reply;
+
+    if (reply_body_complete(r))
+        return 1;
+    return net_peer_gone(net_stream_fd(r->stream)) ? GW_EABORTED : 0;
+}
+
+/* This client alone, with its own request id. */
+static void
+forward_direct(struct handler_req *hr, const struct fwd *fw)
+{
+    struct direct d = { hr, 0, { 0 } };
+    struct upstream_sink sink = { &d, direct_head, direct_data,
+                                  direct_tick, direct_peer };
+    struct dispatch_ctx dc = dispatch_of(hr->ctx);
+    struct dispatch_result out;
+    const struct call_outcome *o = &out.res.outcome;
+    struct reply *r = hr->reply;
+    int64_t prompt, completion;
+
+    usage_scan_init(&d.usage, usage_limit(hr->ctx->cfg->max_request_body));
+    dispatch_run(&dc, &fw->ur, fw->model, fw->prefix_hash, hr->tenant,
+                 &sink, net_stream_fd(r->stream), &out);
+    hr->upstream = out.upstream;
+    hr->attempts = out.attempts;
+    r->upstream_status = o->status;
+    if (o->kind == CALL_OK) {
+        reply_end(r);
+        if (usage_scan_end(&d.usage, &prompt, &completion))
+            bill(hr, prompt, completion, 0);
+    } else if (call_kind_rc(o->kind) == GW_EABORTED || r->broken)
+        reply_gone(r);          /* the client went away: nothing to say */
+    else
+        reply_failure(r, o);
+    usage_scan_release(&d.usage);
+}
+
+/* The flight's id for the access log: a copy, the flight goes first. */
+static void
+note_flight(struct handler_req *hr, const struct flight *f)
+{
+    _Static_assert(sizeof(hr->flight_id) > FLIGHT_ID_LEN, "flight id");
+    memcpy(hr->flight_id, f->id, FLIGHT_ID_LEN + 1);
+}
+
+/* ---- leader: one upstream call for the flight ---- */
+
+struct leader {
+    struct handler_req *hr;
+    struct fanout_reader *self;     /* the leader's own client */
+    struct flight *f;
+    const unsigned char *key;
+    struct fanout_opts opts;
+    size_t max_bytes;               /* [coalesce] max_flight_bytes */
+    size_t max_lag;                 /* [coalesce] max_reader_lag */
+    int attached;                   /* its client is still a reader */
+    int cut;                        /* its client was cut: no longer a
+                                       reader, it still has its error to
+                                       get (fanout_cut_begin()) */
+    int64_t peer_check_ms;          /* its client, see PEER_CHECK_MS */
+    int64_t self_moved_ms;          /* its client last took bytes */
+    int64_t sweep_ms;               /* last fanout_sweep() */
+    struct usage_scan usage;        /* what the call cost */
+};
+
+static struct fanout_opts
+opts_of(const struct handler_ctx *ctx)
+{
+    struct fanout_opts o = { fanout_policy_of(ctx->cfg->leader_writes),
+                             ctx->ncpu, ctx->stopping };
+
+    return o;
+}
+
+/*
+ * The leader's own client stops being a reader ('why': "gone", ...).
+ * Said as what follows: the call goes on for the followers still
+ * attached, or, with none, it stops (lead_nobody(); none can join once
+ * the last reader left, coalesce.h).
+ */
+static void
+leader_detach_client(struct leader *l, const char *why)
+{
+    unsigned left;
+
+    if (l->cut) {
+        l->cut = 0;             /* not a reader already: nothing to say */
+        reply_gone(l->hr->reply);
+        return;
+    }
+    if (!l->attached)
+        return;
+    l->attached = 0;
+    reply_gone(l->hr->reply);
+    left = coalescer_detach(l->hr->ctx->co, l->key, l->f, &l->self->fr);
+    if (left == 0)
+        log_msg(GW_LOG_INFO, "coalesce: leader client %s, no follower: "
+                "the upstream call stops flight=%s", why, l->f->id);
+    else
+        log_msg(GW_LOG_INFO, "coalesce: leader client %s, the upstream "
+                "call goes on for %u follower%s flight=%s", why, left,
+                left == 1 ? "" : "s", l->f->id);
+}
+
+/*
+ * The leader's own client was cut, too far behind: it stops being a
+ * reader, so the flight frees what only it held, and the transfer goes
+ * on for the followers (or is aborted if there are none, lead_nobody()).
+ * Its error is queued after its pending bytes, written as its socket
+ * takes them (lead_push_self()), and ended after the transfer.
+ */
+static void
+leader_cut_client(struct leader *l)
+{
+    l->attached = 0;
+    l->cut = 1;
+    fanout_cut_begin(l->f, l->self);
+    coalescer_detach(l->hr->ctx->co, l->key, l->f, &l->self->fr);
+}
+
+/*
+ * Push to the leader's own client, never waiting (once it was cut, only
+ * what it has pending).  A client that takes nothing for send_timeout is
+ * dropped, as a follower's own thread or a direct relay would drop it:
+ * else it would keep the flight's memory (its position holds every
+ * chunk from there on) and the upstream call alive for nobody.
+ */
+static void
+lead_push_self(struct leader *l)
+{
+    struct buf *pending = &l->self->pending;
+    size_t before = buf_len(pending);
+    int64_t now;
+    int rc;
+
+    rc = l->attached ? fanout_push(l->f, l->self) : fanout_flush(l->self);
+    if (rc == GW_ETOOBIG) {
+        leader_cut_client(l);
+        return;
+    }
+    if (rc != 0) {
+        leader_detach_client(l, "gone");
+        return;
+    }
+    now = gw_now_ms();
+    if (buf_len(pending) == 0 || buf_len(pending) < before)
+        l->self_moved_ms = now;
+    else if (now - l->self_moved_ms >= l->hr->reply->send_timeout_ms)
+        leader_detach_client(l, "stuck for send_timeout");
+}
+
+/* dispatch_ctx.on_upstream: the flight's upstream, for the status view. */
+static void
+lead_upstream(void *arg, const char *name)
+{
+    struct leader *l = arg;
+
+    flight_set_upstream(l->f, name);
+}
+
+/* GW_EABORTED once no client at all is listening, else 0. */
+static int
+lead_nobody(struct leader *l)
+{
+    return !l->attached && flight_readers(l->f) == 0 ? GW_EABORTED : 0;
+}
+
+static int
+lead_head(void *arg, const struct upstream_head *h)
+{
+    struct leader *l = arg;
+    struct reply *r = l->hr->reply;
+
+    flight_set_head(l->f, h->status, h->content_type, h->content_length,
+                    h->retry_after_s);
+    usage_scan_head(&l->usage, h->status, h->content_type);
+    /* From the flight's head, as every follower's: the same bytes. */
+    r->upstream_status = h->status;
+    if (l->attached && fanout_begin(r, &l->f->head) != 0)
+        leader_detach_client(l, "out of memory");
+    return 0;
+}
+
+/*
+ * Each upstream piece: append it to the flight, write it to the leader's
+ * own client and then to the parked followers, each as far as its socket
+ * takes without waiting (fanout.h).  Out of memory here fails the whole
+ * flight, honestly, for every client.
+ */
+static int
+lead_data(void *arg, const char *p, size_t n)
+{
+    struct leader *l = arg;
+
+    if (flight_append(l->f, p, n, l->max_bytes, l->max_lag) != 0) {
+        log_msg(GW_LOG_ERROR, "coalesce: out of memory appending a chunk "
+                "flight=%s bytes=%zu", l->f->id, n);
+        return GW_ENOMEM;
+    }
+    usage_scan_feed(&l->usage, p, n);
+    if (l->attached || l->cut)
+        lead_push_self(l);
+    fanout_after_append(l->f, &l->opts);
+    return lead_nobody(l);
+}
+
+/*
+ * About once a second, and after every read: the stop; the leader's own
+ * client (hung up? bytes its socket did not take?); and, at most once a
+ * SWEEP_MS, the parked followers (fanout_sweep: hung up, or past their
+ * deadline), since their threads sleep and cannot notice.
+ */
+static int
+lead_tick(void *arg)
+{
+    struct leader *l = arg;
+    struct reply *r = l->hr->reply;
+    int done = reply_body_complete(r) && buf_len(&l->self->pending) == 0;
+    int64_t now;
+
+    if (handler_stopping(l->hr->ctx))
+        return GW_ESTOPPING;
+    if (l->attached && !done && peer_check_due(&l->peer_check_ms)
+        && net_peer_gone(net_stream_fd(r->stream)))
+        leader_detach_client(l, "gone");
+    now = gw_now_ms();
+    if (now - l->sweep_ms >= SWEEP_MS) {
+        l->sweep_ms = now;
+        fanout_sweep(l->f, now);
+    }
+    if ((l->attached || l->cut) && buf_len(&l->self->pending) > 0)
+        lead_push_self(l);
+    return lead_nobody(l);
+}
+
+/* Its client's socket is readable: gone (the flight goes on), or not. */
+static int
+lead_peer(void *arg)
+{
+    struct leader *l = arg;
+    int rc;
+
+    if (!l->attached)
+        return 1;
+    if (!net_peer_gone(net_stream_fd(l->hr->reply->stream)))
+        return 0;
+    leader_detach_client(l, "gone");
+    rc = lead_nobody(l);
+    return rc != 0 ? rc : 1;
+}
+
+/*
+ * The leader.  The request id it sends upstream is the flight's, not its
+ * client's: vLLM builds the completion's "id" from it, and every client
+ * of the flight gets those same bytes.
+ */
+static void
+lead(struct handler_req *hr, struct flight *f, struct fanout_reader *self,
+     const struct fwd *fw, const unsigned char *key, const char *keyhex)
+{
+    const struct handler_ctx *ctx = hr->ctx;
+    struct leader l;
+    struct upstream_sink sink = { &l, lead_head, lead_data, lead_tick,
+                                  lead_peer };
+    struct upstream_request ur = fw->ur;
+    struct dispatch_ctx dc = dispatch_of(ctx);
+    struct dispatch_result out;
+    const struct call_outcome *o = &out.res.outcome;
+    int64_t prompt, completion;
+
+    memset(&l, 0, sizeof(l));
+    usage_scan_init(&l.usage, usage_limit(hr->ctx->cfg->max_request_body));
+    l.hr = hr;
+    l.self = self;
+    l.f = f;
+    l.key = key;
+    l.opts = opts_of(ctx);
+    l.max_bytes = (size_t)ctx->cfg->max_flight_bytes;
+    l.max_lag = (size_t)ctx->cfg->max_reader_lag;
+    l.attached = 1;
+    l.sweep_ms = l.self_moved_ms = gw_now_ms();
+    hr->reply->role = "leader";
+    note_flight(hr, f);
+    metrics_coalesce_leader();
+    log_msg(GW_LOG_INFO, "coalesce: leader key=%s flight=%s", keyhex, f->id);
+
+    ur.request_id = f->id;
+    dc.on_upstream = lead_upstream;
+    dc.arg = &l;
+    /* A flight is one tenant's (its key says whose): the leader's. */
+    dispatch_run(&dc, &ur, fw->model, fw->prefix_hash, hr->tenant, &sink,
+                 net_stream_fd(hr->reply->stream), &out);
+    hr->upstream = out.upstream;
+    hr->attempts = out.attempts;
+    if (o->kind == CALL_OK && usage_scan_end(&l.usage, &prompt, &completion))
+        flight_set_usage(f, prompt, completion);
+    usage_scan_release(&l.usage);
+    coalescer_finish(ctx->co, key, f, o);
+    flight_wake_all(f);
+    if (o->kind != CALL_OK && call_kind_rc(o->kind) != GW_EABORTED)
+        log_msg(GW_LOG_INFO, "coalesce: flight failed key=%s flight=%s "
+                "reason=\"%s\"", keyhex, f->id, call_kind_text(o->kind));
+
+    if (l.attached) {
+        /* The transfer is over: now the client may take its time. */
+        fanout_relay(f, self, &l.opts);
+        coalescer_detach(ctx->co, key, f, &self->fr);
+        if (flight_usage(f, &prompt, &completion))
+            bill(hr, prompt, completion, 0);
+    } else if (l.cut) {
+        fanout_cut_end(self);
+    }
+    flight_unref(f);            /* the driver's reference */
+}
+
+/* ---- follower: someone else's upstream call ---- */
+
+static void
+follow(struct handler_req *hr, struct flight *f, struct fanout_reader *r,
+       const unsigned char *key, const char *keyhex)
+{
+    const struct handler_ctx *ctx = hr->ctx;
+    struct fanout_opts o = opts_of(ctx);
+    int64_t prompt, completion;
+    int billed;
+
+    hr->reply->role = "follower";
+    note_flight(hr, f);
+    metrics_coalesce_follower(hr->tenant);
+    log_msg(GW_LOG_INFO, "coalesce: follower key=%s flight=%s tenant=%s",
+            keyhex, f->id, tenant_name(ctx->cfg, hr->tenant));
+    fanout_relay(f, r, &o);
+    /* Before the detach: it may drop the last reference. */
+    billed = flight_usage(f, &prompt, &completion);
+    coalescer_detach(ctx->co, key, f, &r->fr);
+    if (billed)
+        bill(hr, prompt, completion, 1);
+}
+
+static void
+bypass(struct handler_req *hr, const struct fwd *fw, enum metrics_bypass why,
+       const char *keyhex)
+{
+    hr->reply->role = "bypass";
+    metrics_coalesce_bypass(why);
+    log_msg(GW_LOG_INFO, "coalesce: bypass key=%s reason=%s", keyhex,
+            metrics_bypass_name(why));
+    forward_direct(hr, fw);
+}
+
+/* Eligible: lead, follow, or (a bound reached) go alone. */
+static void
+coalesce(struct handler_req *hr, const struct fwd *fw)
+{
+    const struct handler_ctx *ctx = hr->ctx;
+    unsigned char key[FLIGHT_KEY_LEN];
+    struct coalesce_about about = { hr->model,
+                                    tenant_name(ctx->cfg, hr->tenant) };
+    struct fanout_reader r;
+    enum metrics_bypass why;
+    struct flight *f;
+    char keyhex[13];
+
+    coalesce_key(tenant_name(ctx->cfg, hr->tenant), ctx->generation, &fw->ur,
+                 key);
+    coalesce_key_hex(key, keyhex);
+    fanout_reader_init(&r, hr->reply, ctx->cfg->follower_timeout_ms,
+                       keyhex);
+    switch (coalescer_join(ctx->co, key, &about, &r.fr, &f, &why)) {
+    case COALESCE_LEADER:
+        lead(hr, f, &r, fw, key, keyhex);
+        break;
+    case COALESCE_FOLLOWER:
+        follow(hr, f, &r, key, keyhex);
+        break;
+    case COALESCE_BYPASS:
+        bypass(hr, fw, why, keyhex);
+        break;
+    }
+    fanout_reader_release(&r);
+}
+
+/* 404 in OpenAI's shape for a model no upstream serves. */
+static void
+reply_no_model(struct handler_req *hr)
+{
+    char msg[128];
+
+    snprintf(msg, sizeof(msg), "The model '%s' does not exist or is not "
+             "served by any upstream", hr->model);
+    reply_error_full(hr->reply, 404, "invalid_request_error", "model",
+                     "model_not_found", msg, 0);
+}
+
+void
+proxy_forward(struct handler_req *hr, const json_t *json, int coalescable)
+{
+    enum metrics_bypass why;
+    struct fwd fw;
+
+    if (fwd_init(&fw, hr, json_string_value(json_object_get(json, "model")),
+                 json) != 0)
+        reply_error(hr->reply, 503, "server_error", "overloaded",
+                    "out of memory");
+    else if (fw.model != NULL && !pool_serves(hr->ctx->pool, fw.model))
+        reply_no_model(hr);
+    else if (!coalescable)
+        forward_direct(hr, &fw);
+    else if (!coalesce_eligible(hr->ctx->cfg, hr->tenant, hr->req, json,
+                                &why))
+        bypass(hr, &fw, why, "-");
+    else
+        coalesce(hr, &fw);
+    fwd_release(&fw);
+}
+
+void
+proxy_forward_form(struct handler_req *hr, const char *model,
+                   const char *content_type)
+{
+    struct fwd fw;
+
+    if (fwd_init(&fw, hr, model, NULL) != 0) {
+        reply_error(hr->reply, 503, "server_error", "overloaded",
+                    "out of memory");
+    } else if (!pool_serves(hr->ctx->pool, model)) {
+        reply_no_model(hr);
+    } else {
+        fw.ur.content_type = content_type;
+        forward_direct(hr, &fw);
+    }
+    fwd_release(&fw);
+}

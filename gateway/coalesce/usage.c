@@ -1,0 +1,225 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * usage.c - token usage from a passing response (usage.h).
+ */
+#include "coalesce/usage.h"
+
+#include <stdint.h>
+#include <string.h>
+#include <strings.h>
+
+#include <jansson.h>
+
+#include "jsonx.h"
+#include "util.h"
+
+size_t
+usage_limit(uint64_t max_request_body)
+{
+    uint64_t lim = max_request_body + USAGE_ANSWER_ROOM;
+
+    if (lim < max_request_body || lim > SIZE_MAX)
+        return SIZE_MAX;                /* config.c bounds it far below */
+    return (size_t)lim;
+}
+
+void
+usage_scan_init(struct usage_scan *u, size_t limit)
+{
+    memset(u, 0, sizeof(*u));
+    u->limit = limit;
+    buf_init(&u->pending, limit);
+    u->prompt = u->completion = -1;
+}
+
+void
+usage_scan_release(struct usage_scan *u)
+{
+    buf_release(&u->pending);
+}
+
+void
+usage_scan_head(struct usage_scan *u, int status, const char *content_type)
+{
+    const char *ct = content_type != NULL ? content_type : "";
+
+    buf_reset(&u->pending);
+    u->overflow = 0;
+    u->prompt = u->completion = -1;
+    if (status < 200 || status > 299)
+        u->mode = USAGE_OFF;
+    else if (strncasecmp(ct, "text/event-stream", 17) == 0)
+        u->mode = USAGE_SSE;
+    else
+        u->mode = USAGE_JSON;
+}
+
+/*
+ * A count as usage has it: an integer 0..2^32.  No real call comes near
+ * it, and a bill that sums such counts cannot wrap.
+ */
+static int
+get_count(const json_t *usage, const char *name, int64_t *out)
+{
+    const json_t *v = json_object_get(usage, name);
+
+    if (v == NULL) {
+        *out = 0;
+        return 0;
+    }
+    if (!json_is_integer(v) || json_integer_value(v) < 0
+        || json_integer_value(v) > (INT64_C(1) << 32))
+        return GW_EINVAL;
+    *out = json_integer_value(v);
+    return 0;
+}
+
+/*
+ * The counts of a usage object, under the names the API it came from
+ * uses: prompt_tokens and completion_tokens (chat, completions,
+ * embeddings, score, pooling; an embedding has no completion_tokens);
+ * input_tokens and output_tokens (the Responses API); or total_tokens
+ * alone (a rerank's: all of it is input).  Returns 0, or GW_EINVAL for
+ * none of them (a transcription's {"type":"duration","seconds":N} is no
+ * token count) or a count that is not one.
+ */
+static int
+read_counts(const json_t *usage, int64_t *prompt, int64_t *completion)
+{
+    if (json_object_get(usage, "prompt_tokens") != NULL)
+        return get_count(usage, "prompt_tokens", prompt) == 0
+               && get_count(usage, "completion_tokens", completion) == 0
+               ? 0 : GW_EINVAL;
+    if (json_object_get(usage, "input_tokens") != NULL)
+        return get_count(usage, "input_tokens", prompt) == 0
+               && get_count(usage, "output_tokens", completion) == 0
+               ? 0 : GW_EINVAL;
+    if (json_object_get(usage, "total_tokens") != NULL) {
+        *completion = 0;
+        return get_count(usage, "total_tokens", prompt);
+    }
+    return GW_EINVAL;
+}
+
+/*
+ * The usage object of the JSON object in p[0..n), if it has one: at the
+ * top level, or in the Responses API's events (response.completed,
+ * .incomplete, .failed) inside their "response" object.
+ */
+static void
+take_usage(struct usage_scan *u, const char *p, size_t n)
+{
+    json_t *root = NULL, *usage;
+    int64_t prompt, completion;
+    char err[96];
+
+    if (jsonx_parse_object(p, n, JSONX_MAX_DEPTH, &root, err,
+                           sizeof(err)) != 0)
+        return;
+    usage = json_object_get(root, "usage");
+    if (usage == NULL)
+        usage = json_object_get(json_object_get(root, "response"), "usage");
+    if (json_is_object(usage)
+        && read_counts(usage, &prompt, &completion) == 0) {
+        u->prompt = prompt;
+        u->completion = completion;
+    }
+    json_decref(root);
+}
+
+/* Could this line hold a usage object: "usage", blanks, ':', blanks, '{'? */
+static int
+may_hold_usage(const char *p, size_t n)
+{
+    static const char tag[] = "\"usage\"";
+    const char *end = p + n, *q;
+
+    while ((q = memmem(p, (size_t)(end - p), tag, sizeof(tag) - 1)) != NULL) {
+        q += sizeof(tag) - 1;
+        while (q < end && (*q == ' ' || *q == '\t'))
+            q++;
+        if (q < end && *q == ':') {
+            q++;
+            while (q < end && (*q == ' ' || *q == '\t'))
+                q++;
+            if (q < end && *q == '{')
+                return 1;
+        }
+        p = q;
+    }
+    return 0;
+}
+
+/* One whole SSE line (no '\n'): a "data:" event with a usage object? */
+static void
+sse_line(struct usage_scan *u, const char *p, size_t n)
+{
+    if (n > 0 && p[n - 1] == '\r')
+        n--;
+    if (n < 5 || memcmp(p, "data:", 5) != 0)
+        return;
+    p += 5;
+    n -= 5;
+    if (may_hold_usage(p, n))
+        take_usage(u, p, n);
+}
+
+static void
+feed_sse(struct usage_scan *u, const char *p, size_t n)
+{
+    const char *end = p + n, *nl;
+
+    while ((nl = memchr(p, '\n', (size_t)(end - p))) != NULL) {
+        size_t len = (size_t)(nl - p);
+
+        if (buf_len(&u->pending) == 0 && !u->overflow) {
+            sse_line(u, p, len);        /* whole in this piece: no copy */
+        } else if (!u->overflow
+                   && buf_len(&u->pending) + len <= u->limit
+                   && buf_append(&u->pending, p, len) == 0) {
+            sse_line(u, buf_ptr(&u->pending), buf_len(&u->pending));
+        }
+        buf_reset(&u->pending);
+        u->overflow = 0;
+        p = nl + 1;
+    }
+    if (p < end && !u->overflow) {
+        if (buf_len(&u->pending) + (size_t)(end - p) > u->limit
+            || buf_append(&u->pending, p, (size_t)(end - p)) != 0) {
+            buf_reset(&u->pending);
+            u->overflow = 1;            /* ignored up to its '\n' */
+        }
+    }
+}
+
+void
+usage_scan_feed(struct usage_scan *u, const char *p, size_t n)
+{
+    switch (u->mode) {
+    case USAGE_OFF:
+        return;
+    case USAGE_SSE:
+        feed_sse(u, p, n);
+        return;
+    case USAGE_JSON:
+        if (!u->overflow && buf_append(&u->pending, p, n) != 0) {
+            buf_release(&u->pending);
+            buf_init(&u->pending, u->limit);
+            u->overflow = 1;
+        }
+        return;
+    }
+}
+
+int
+usage_scan_end(struct usage_scan *u, int64_t *prompt, int64_t *completion)
+{
+    if (u->mode == USAGE_JSON && !u->overflow && buf_len(&u->pending) > 0)
+        take_usage(u, buf_ptr(&u->pending), buf_len(&u->pending));
+    buf_reset(&u->pending);
+    if (u->prompt < 0)
+        return 0;
+    *prompt = u->prompt;
+    *completion = u->completion;
+    return 1;
+}

@@ -1,0 +1,85 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * usage.h - the token usage in an upstream response, read from the bytes
+ * as they pass to the clients.
+ *
+ * OpenAI-style servers (vLLM) say what a call cost in a "usage" object:
+ *  - a JSON body (not streamed) has it at the top level;
+ *  - a stream has it in one "data:" event near the end when the request
+ *    asked for it (stream_options.include_usage); the other events carry
+ *    "usage": null, or running totals (continuous_usage_stats), so the
+ *    last usage object seen wins;
+ *  - a Responses API stream (POST /v1/responses) has it in the "response"
+ *    object of its last event, response.completed (or .incomplete).
+ * The counts are {"prompt_tokens": N, "completion_tokens": M} (an
+ * embedding's has no completion_tokens: 0), the Responses API's
+ * {"input_tokens": N, "output_tokens": M}, or a rerank's
+ * {"total_tokens": N}, all input.  A usage with none of them (an audio
+ * transcription's duration) is not billed.
+ *
+ * Only 2xx responses are read.  Memory is bounded by the scan's
+ * 'limit': a JSON body is kept up to it (a larger one is not billed), and
+ * of a stream only a line that did not arrive whole, up to as much: a
+ * response.completed event carries the whole response, its text
+ * included, and echoes the request's instructions, tools and metadata.
+ * So the limit is usage_limit(): the largest request body the gateway
+ * takes plus room for the answer, and a client cannot pad a request to
+ * push its usage past what is read.  Lines that
+ * cannot hold a usage object ("usage": then '{') are never parsed, so a
+ * stream costs one memmem() per line.
+ *
+ * A struct usage_scan belongs to one transfer's thread; no locking.
+ */
+#ifndef INFERGW_GATEWAY_COALESCE_USAGE_H
+#define INFERGW_GATEWAY_COALESCE_USAGE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "buf.h"
+
+/* Room for what an answer adds to the request it may echo. */
+#define USAGE_ANSWER_ROOM (8u << 20)
+
+enum usage_mode {
+    USAGE_OFF = 0,              /* not 2xx, or no head yet */
+    USAGE_JSON,
+    USAGE_SSE,
+};
+
+struct usage_scan {
+    enum usage_mode mode;
+    struct buf pending;         /* JSON: the body so far; SSE: the
+                                   unfinished line */
+    size_t limit;               /* the most kept of a body or a line */
+    int overflow;               /* JSON: the body is past 'limit'; SSE:
+                                   this line is */
+    int64_t prompt, completion; /* -1 until a usage object was read */
+};
+
+/*
+ * The limit for a gateway that takes request bodies up to
+ * 'max_request_body': that plus USAGE_ANSWER_ROOM.
+ */
+size_t usage_limit(uint64_t max_request_body);
+
+/* Ready to scan one response, keeping at most 'limit' bytes. */
+void usage_scan_init(struct usage_scan *u, size_t limit);
+
+/* The response head: what to look for (text/event-stream or JSON). */
+void usage_scan_head(struct usage_scan *u, int status,
+                     const char *content_type);
+
+/* A piece of the body, as it passes. */
+void usage_scan_feed(struct usage_scan *u, const char *p, size_t n);
+
+/*
+ * The body is complete: a JSON body is parsed now.  Returns 1 with
+ * *prompt and *completion set when a usage object was found, else 0.
+ */
+int usage_scan_end(struct usage_scan *u, int64_t *prompt,
+                   int64_t *completion);
+
+void usage_scan_release(struct usage_scan *u);
+
+#endif

@@ -1,0 +1,151 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * scrape.c - the load beat (scrape.h).
+ *
+ * Locking: none of its own.  struct scrape is immutable once started but
+ * for 'known' and 'failing', which each upstream's thread alone reads and
+ * writes (its own entry); the pool locks itself.
+ */
+#include "fleet/scrape.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+
+#include "alloc.h"
+#include "fleet/beat.h"
+#include "base/config.h"
+#include "fleet/engine.h"
+#include "log.h"
+#include "fleet/pool.h"
+#include "fleet/probe.h"
+#include "prom_read.h"
+#include "util.h"
+
+struct scrape {
+    const struct gw_config *cfg;
+    struct pool *pool;
+    struct upstream *up;
+    struct beat *beat;
+    /* Per upstream, its thread's: 1 the last scrape had the load, 0 it
+     * had not, -1 none yet (so the first failure is logged too). */
+    int known[CONFIG_MAX_UPSTREAMS];
+    /* Per upstream, its thread's: scrapes that got no answer, or a 5xx,
+     * logged as one repeating failure (log.h).  An answer without the
+     * series is what that server serves, not a failure: 'known' says
+     * it, once. */
+    struct log_repeat failing[CONFIG_MAX_UPSTREAMS];
+};
+
+/* The series read; WAITING and RUNNING must be there. */
+enum { WAITING, RUNNING, KV, KV_OLD, NUM_SERIES };
+
+/*
+ * Read the engine's load from a GET /metrics body into 'r'.  Returns
+ * NULL, or why there is none (for the log line).
+ */
+static const char *
+read_load(const struct probe *pr, struct engine_report *r)
+{
+    struct prom_read_sum s[NUM_SERIES] = {
+        [WAITING] = { .name = "vllm:num_requests_waiting" },
+        [RUNNING] = { .name = "vllm:num_requests_running" },
+        [KV] = { .name = "vllm:kv_cache_usage_perc" },
+        [KV_OLD] = { .name = "vllm:gpu_cache_usage_perc" },
+    };
+
+    prom_read_sums(buf_ptr(&pr->body), buf_len(&pr->body), s, NUM_SERIES);
+    if (s[WAITING].samples == 0 || s[RUNNING].samples == 0)
+        return "no vllm:num_requests_waiting and _running";
+    if (s[WAITING].refused > 0 || s[RUNNING].refused > 0)
+        return "a malformed vllm:num_requests sample";
+    r->waiting = s[WAITING].sum;
+    r->running = s[RUNNING].sum;
+    r->kv_usage = -1;                   /* not reported */
+    if (s[KV].samples > 0 && s[KV].refused == 0)
+        r->kv_usage = s[KV].sum;
+    else if (s[KV_OLD].samples > 0 && s[KV_OLD].refused == 0)
+        r->kv_usage = s[KV_OLD].sum;
+    return NULL;
+}
+
+/* One upstream's scrape (beat.h). */
+static void
+scrape_one(void *arg, size_t i, const _Atomic int *stopping)
+{
+    struct scrape *sc = arg;
+    const char *name = sc->cfg->upstreams[i].name;
+    struct engine_report r;
+    struct engine_mark sent;
+    struct probe pr;
+    struct call_outcome o;
+    const char *why = NULL;
+    char what[64], fail[PROBE_WHY_MAX];
+    int failed;
+
+    probe_init(&pr, stopping, SCRAPE_MAX_BYTES);
+    sent = pool_load_mark(sc->pool, i);
+    o = probe_get(sc->up, i, "/metrics", sc->cfg->load_timeout_ms, &pr);
+    if (o.kind != CALL_OK) {
+        why = call_kind_text(o.kind);
+    } else if (o.status != 200) {
+        snprintf(what, sizeof(what), "status %d", o.status);
+        why = what;
+    } else {
+        why = read_load(&pr, &r);
+    }
+    /* No answer, or the server's own error: not what it serves. */
+    failed = o.kind != CALL_OK || o.status >= 500;
+    if (failed)
+        probe_why(&pr, &o, fail, sizeof(fail));
+    probe_release(&pr);
+    if (atomic_load(stopping))
+        return;                         /* cut short: says nothing */
+    probe_note(&sc->failing[i], "scrape", name, "/metrics",
+               failed ? fail : NULL);
+    pool_set_load(sc->pool, i, why == NULL ? &r : NULL, &sent);
+    if (why == NULL && sc->known[i] != 1)
+        log_msg(GW_LOG_INFO, "scrape: upstream %s reports its engine load "
+                "(GET /metrics): balancing on it", name);
+    else if (why != NULL && sc->known[i] != 0)
+        log_msg(GW_LOG_INFO, "scrape: upstream %s has no engine load "
+                "(GET /metrics: %s): balancing on its open calls", name,
+                why);
+    sc->known[i] = why == NULL;
+}
+
+struct scrape *
+scrape_start(const struct gw_config *cfg, struct pool *pool,
+             struct upstream *up)
+{
+    struct scrape *sc;
+
+    sc = gw_calloc(1, sizeof(*sc));
+    if (sc == NULL)
+        return NULL;
+    sc->cfg = cfg;
+    sc->pool = pool;
+    sc->up = up;
+    for (size_t i = 0; i < CONFIG_MAX_UPSTREAMS; i++) {
+        sc->known[i] = -1;
+        log_repeat_init(&sc->failing[i], GW_LOG_WARN,
+                        cfg->log_repeat_interval_ms);
+    }
+    if (cfg->load_interval_ms == 0)
+        return sc;                      /* off: no thread */
+    sc->beat = beat_start("scrape", pool_size(pool), cfg->load_interval_ms,
+                          scrape_one, sc);
+    if (sc->beat == NULL) {
+        gw_free(sc);
+        return NULL;
+    }
+    return sc;
+}
+
+void
+scrape_stop(struct scrape *sc)
+{
+    if (sc == NULL)
+        return;
+    beat_stop(sc->beat);
+    gw_free(sc);
+}
