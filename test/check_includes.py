@@ -147,7 +147,10 @@ CALLBACKS = {
 
 # The same for common/ (libinfergw.a).
 COMMON = {
-    "http": "buf net util",
+    "http_read": "buf http http_chunked net util",
+    "http_chunked": "buf http util",
+    "http_response": "util",
+    "http": "util",
     "net": "log util",
     "cfg": "alloc buf util",
     "jsonx": "buf util",

@@ -48,7 +48,7 @@
  *
  * A response is parsed only as far as the benchmark needs: the status
  * line, Content-Length, Transfer-Encoding, Connection and
- * X-Infergw-Coalesce.  The body is de-chunked with common/http.c's decoder
+ * X-Infergw-Coalesce.  The body is de-chunked with common/http_chunked.c
  * and hashed (FNV-1a 64) on the fly, so no body is kept and 10,000
  * clients cost a few hundred bytes each; only the head is buffered, and
  * released once parsed.
@@ -80,6 +80,7 @@
 #include "alloc.h"
 #include "buf.h"
 #include "http.h"
+#include "http_chunked.h"
 #include "net.h"
 #include "util.h"
 

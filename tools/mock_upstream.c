@@ -7,8 +7,9 @@
  * Design: the main thread accepts; each connection gets a detached thread
  * that owns a heap-allocated struct conn and serves requests on it until
  * the client closes or asks to (keep-alive).  Requests are read with
- * common/http.c, the parser the gateway uses for its own clients, so every
- * test also runs that parser against libcurl's requests.
+ * common/http_read.c, the reader and parser the gateway uses for its own
+ * clients, so every test also runs that parser against libcurl's
+ * requests.
  *
  * Responses copy vLLM's wire format: compact JSON with vLLM's key order,
  * one SSE event per HTTP chunk, "data: [DONE]" last.  The words of a
@@ -69,6 +70,7 @@
 #include "alloc.h"
 #include "buf.h"
 #include "http.h"
+#include "http_read.h"
 #include "jsonx.h"
 #include "log.h"
 #include "mock/engine.h"

@@ -21,7 +21,7 @@
 #ifndef INFERGW_GATEWAY_BASE_OUTCOME_H
 #define INFERGW_GATEWAY_BASE_OUTCOME_H
 
-#include "http.h"
+#include "http_response.h"
 
 enum call_kind {
     CALL_OK = 0,                /* complete: an answer (any status) */
@@ -124,7 +124,7 @@ const char *call_kind_text(enum call_kind kind);
 /* The kind of a sink's stop code (struct upstream_sink). */
 enum call_kind call_kind_of_stop(int rc);
 
-/* The kind of a refused upstream response head (common/http.h's
+/* The kind of a refused upstream response head (common/http_response.h's
  * http_response_head_line()): CALL_BAD_HEAD for one it has no kind for. */
 enum call_kind call_kind_of_head(enum http_head_error e);
 

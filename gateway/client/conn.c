@@ -14,6 +14,7 @@
 #include "base/config.h"
 #include "client/generation.h"
 #include "base/handler.h"
+#include "http_read.h"
 #include "log.h"
 #include "net.h"
 #include "wire/reply.h"

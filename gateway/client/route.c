@@ -16,6 +16,7 @@
 
 #include "base/config.h"
 #include "base/handler.h"
+#include "http_read.h"
 #include "jsonx.h"
 #include "log.h"
 #include "base/metrics.h"

@@ -46,10 +46,10 @@
  * The request: upstream_request.h sets it on the handle, every option
  * before every transfer.
  *
- * The response head is read strictly (RFC 9112 6.3, common/http.h's
- * http_response_head_line()): a Content-Length that is not one plain
- * decimal or disagrees with another, one together with
- * Transfer-Encoding, a transfer coding other than chunked, a content
+ * The response head is read strictly (RFC 9112 6.3,
+ * common/http_response.h's http_response_head_line()): a Content-Length
+ * that is not one plain decimal or disagrees with another, one together
+ * with Transfer-Encoding, a transfer coding other than chunked, a content
  * coding (the gateway asks for identity: it reads the body for usage and
  * relays it as it is labelled), a head over UP_MAX_HEAD or a line over
  * libcurl's 100 KiB: the attempt fails as the upstream's fault before any
@@ -84,6 +84,7 @@
 #include "buf.h"
 #include "base/config.h"
 #include "http.h"
+#include "http_response.h"
 #include "log.h"
 #include "upstream/upstream_call.h"
 #include "upstream/upstream_request.h"
@@ -261,7 +262,7 @@ header_cb(char *p, size_t size, size_t n, void *arg)
         return n;
     case HTTP_RESPONSE_DONE:
         break;
-    default:                            /* refused (common/http.h) */
+    default:                            /* refused (http_response.h) */
         xfer_fail(x, call_kind_of_head(x->head.error));
         return 0;
     }

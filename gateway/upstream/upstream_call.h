@@ -18,7 +18,7 @@
 #include <curl/curl.h>
 
 #include "base/config.h"
-#include "http.h"
+#include "http_response.h"
 #include "base/outcome.h"
 #include "upstream/upstream.h"
 #include "upstream/upstream_request.h"

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fuzz_http.c - libFuzzer target for the request parser and the chunked
- * decoder in common/http.c.
+ * fuzz_http.c - libFuzzer target for the request parser (common/http.c)
+ * and the chunked decoder (common/http_chunked.c).
  *
  * The first byte of an input picks the target: even for the parser, odd
  * for the decoder; the rest is what the target is fed (so corpus files
@@ -24,6 +24,7 @@
 #include "fuzz.h"
 #include "buf.h"
 #include "http.h"
+#include "http_chunked.h"
 #include "util.h"
 
 #define FUZZ_MAX_HEAD 16384

@@ -70,4 +70,65 @@ guarded_free(char *p, size_t n)
     munmap(p + n + (size_t)page - span, span);
 }
 
+
+/*
+ * A guard-page arena for parser tables, set up and torn down as a checked
+ * fixture (tcase_add_checked_fixture(tc, arena_setup, arena_teardown)):
+ * guarded(p, n) copies p[0..n) so that it ends right at a PROT_NONE page,
+ * in one mapping that every copy of the test reuses, so a table may copy
+ * each input many times (cut at every offset) at no cost.  A copy lasts
+ * until the next one.  GUARDED(lit) is the copy of a string literal, as
+ * (pointer, length): the literal may hold NUL bytes.
+ */
+#define ARENA_LEN (256 * 1024)
+
+struct arena {
+    char *map;
+    size_t map_len;
+    char *end;                  /* first byte of the PROT_NONE page */
+};
+
+/* The test's arena (each suite is one translation unit). */
+static inline struct arena *
+arena(void)
+{
+    static struct arena a;
+
+    return &a;
+}
+
+static inline void
+arena_setup(void)
+{
+    struct arena *a = arena();
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+
+    a->map_len = ARENA_LEN + page;
+    a->map = mmap(NULL, a->map_len, PROT_READ | PROT_WRITE,
+                  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ck_assert_ptr_ne(a->map, MAP_FAILED);
+    a->end = a->map + ARENA_LEN;
+    ck_assert_int_eq(mprotect(a->end, page, PROT_NONE), 0);
+}
+
+static inline void
+arena_teardown(void)
+{
+    munmap(arena()->map, arena()->map_len);
+}
+
+/* Copy p[0..n) so that it ends at the guard page; returns the copy. */
+static inline const char *
+guarded(const char *p, size_t n)
+{
+    char *end = arena()->end;
+
+    ck_assert_uint_le(n, ARENA_LEN);
+    if (n > 0)
+        memmove(end - n, p, n);
+    return end - n;
+}
+
+#define GUARDED(lit) guarded(lit, sizeof(lit) - 1), sizeof(lit) - 1
+
 #endif
