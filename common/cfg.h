@@ -13,9 +13,9 @@
  *
  * This module knows nothing about which keys exist: it turns a file into a
  * list of entries, each with its line number, and gives value parsers with
- * units.  gateway/base/config.c holds the schema.  Errors are written into the
- * caller's 'err' buffer as "FILE:LINE: message" (no logging here: the
- * caller decides how to show them).
+ * units.  gateway/base/config_schema.c holds the schema.  Errors are
+ * written into the caller's 'err' buffer as "FILE:LINE: message" (no
+ * logging here: the caller decides how to show them).
  */
 #ifndef INFERGW_COMMON_CFG_H
 #define INFERGW_COMMON_CFG_H

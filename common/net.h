@@ -38,7 +38,7 @@
  * outside brackets holds no ':' (the first one ends it, so a bare IPv6
  * address is refused), a bracketed one is not empty, and PORT is one to
  * five decimal digits.  What else a host may hold is left to the caller
- * (gateway/base/config.c checks its characters) or the resolver.
+ * (gateway/base/config_schema.c checks its characters) or the resolver.
  * Returns 0 or GW_EINVAL.
  */
 int net_parse_hostport(const char *s, const char **host, size_t *host_len,

@@ -108,6 +108,7 @@ GATEWAY = {
 PRIVATE = {
     "upstream_call": ("upstream", {"upstream_testcall"}),
     "status_page": ("status", set()),
+    "config_schema": ("config", set()),
 }
 
 # Every callback slot in a gateway header ("module.name": who fills it,

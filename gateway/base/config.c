@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * config.c - the gateway's settings: the schema table, defaults, loading
- * and validation.
+ * config.c - the gateway's settings: defaults, loading and validation.
+ * What each setting is (its section, key, type, default and bounds), and
+ * how one value is parsed, is the schema's (config_schema.c, behind the
+ * private config_schema.h); this file is the loader and the lifecycle of
+ * struct gw_config.
  *
- * Design: 'settings' below is the single source of truth.  Each row names
- * a section and key, the value's type, where it lives in struct gw_config
- * (or struct config_tenant), its default as the text a user would write,
- * and its bounds.  config_defaults() applies the default texts through the
+ * Design: config_defaults() applies the schema's default texts through the
  * same parsers a file goes through, so a default can never be a value the
  * file could not hold, and etc/gateway.conf is tested against the result.
  *
@@ -22,12 +22,10 @@
  */
 #include "base/config.h"
 
-#include <assert.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stddef.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -38,205 +36,12 @@
 #include <mbedtls/sha256.h>
 
 #include "alloc.h"
+#include "base/config_schema.h"
 #include "cfg.h"
-#include "log.h"
 #include "net.h"
 #include "util.h"
 
 #define DEFAULT_URL "http://127.0.0.1:8000"
-#define KIB (UINT64_C(1) << 10)
-#define MIB (UINT64_C(1) << 20)
-#define GIB (UINT64_C(1) << 30)
-#define DAY_MS (UINT64_C(24) * 60 * 60 * 1000)
-
-enum setting_type {
-    T_LISTEN,           /* char *: HOST:PORT, [v6]:PORT or :PORT, or ""
-                           (none) when 'min' is 1 */
-    T_PATH,             /* char *: a file name, "" = none */
-    T_TLS_VERSION,      /* int 12 or 13, from "1.2" or "1.3" */
-    T_URL,              /* char *: http(s)://..., trailing '/' stripped */
-    T_SECRET,           /* char *: wiped on free; 'min' = shortest length */
-    T_TENANT_KEY,       /* its SHA-256 appended to the section's keys: a
-                           tenant's key_sha256, or [admin]'s */
-    T_TENANT_KEY_SHA256,    /* 64 hex digits, appended likewise */
-    T_UINT,             /* uint64_t in [min, max] */
-    T_INT,              /* int64_t in [-max, max] ('min' unused) */
-    T_SIZE,             /* uint64_t bytes in [min, max] */
-    T_DURATION,         /* int64_t milliseconds in [min, max] */
-    T_BOOL,             /* int 0/1 */
-    T_LOG_LEVEL,        /* int GW_LOG_* */
-    T_LOG_FORMAT,       /* int GW_LOG_FORMAT_* */
-    T_CIDRS,            /* gw_config.trusted_proxies, comma-separated */
-    T_DECIMAL,          /* double in [min, max] */
-    T_PERCENT,          /* double in [min, max] / 100, from "20%" */
-    T_BALANCE,          /* int enum config_balance */
-    T_MODELS,           /* config_upstream.models, comma-separated */
-};
-
-/* Where a setting is stored. */
-enum setting_scope {
-    S_GLOBAL,           /* struct gw_config */
-    S_TENANT,           /* the struct config_tenant being read */
-    S_UPSTREAM,         /* the struct config_upstream being read */
-};
-
-struct setting {
-    const char *section;
-    const char *key;
-    enum setting_type type;
-    enum setting_scope scope;
-    size_t offset;      /* into the struct 'scope' names */
-    const char *def;    /* NULL: no default (a tenant's api_key; an
-                         * upstream's timeouts, which take [routing]'s) */
-    uint64_t min, max;
-};
-
-#define C(field) S_GLOBAL, offsetof(struct gw_config, field)
-#define TN(field) S_TENANT, offsetof(struct config_tenant, field)
-#define UP(field) S_UPSTREAM, offsetof(struct config_upstream, field)
-#define MAX_EJECT_MS (UINT64_C(5) * 60 * 1000)
-
-/* Keep in step with etc/gateway.conf; check_cfg proves that it is. */
-static const struct setting settings[] = {
-    { "server", "listen", T_LISTEN, C(listen), "127.0.0.1:8080", 1, 0 },
-    { "server", "tls_listen", T_LISTEN, C(tls_listen), "", 1, 0 },
-    { "server", "tls_cert", T_PATH, C(tls_cert), "", 0, 0 },
-    { "server", "tls_key", T_PATH, C(tls_key), "", 0, 0 },
-    { "server", "tls_min_version", T_TLS_VERSION, C(tls_min_version), "1.2",
-      0, 0 },
-    { "server", "tls_handshake_timeout", T_DURATION,
-      C(tls_handshake_timeout_ms), "10s", 1, DAY_MS },
-    { "server", "tls_session_timeout", T_DURATION,
-      C(tls_session_timeout_ms), "1h", 0, 7 * DAY_MS },
-    { "server", "max_connections", T_UINT, C(max_connections), "1024",
-      1, 1000000 },
-    { "server", "thread_stack_size", T_SIZE, C(thread_stack_size), "256k",
-      64 * KIB, 64 * MIB },
-    { "server", "max_header_size", T_SIZE, C(max_header_size), "16k",
-      KIB, MIB },
-    { "server", "max_request_body", T_SIZE, C(max_request_body), "16m",
-      KIB, GIB },
-    { "server", "header_timeout", T_DURATION, C(header_timeout_ms), "10s",
-      1, DAY_MS },
-    { "server", "body_timeout", T_DURATION, C(body_timeout_ms), "60s",
-      1, DAY_MS },
-    { "server", "idle_timeout", T_DURATION, C(idle_timeout_ms), "60s",
-      1, DAY_MS },
-    { "server", "send_timeout", T_DURATION, C(send_timeout_ms), "60s",
-      1, DAY_MS },
-    { "server", "drain_timeout", T_DURATION, C(drain_timeout_ms), "30s",
-      1, DAY_MS },
-    { "server", "log_level", T_LOG_LEVEL, C(log_level), "info", 0, 0 },
-    { "server", "log_format", T_LOG_FORMAT, C(log_format), "kv", 0, 0 },
-    { "server", "access_log", T_BOOL, C(access_log), "on", 0, 0 },
-    { "server", "log_repeat_interval", T_DURATION,
-      C(log_repeat_interval_ms), "10s", 0, DAY_MS },
-    { "server", "trusted_proxies", T_CIDRS, C(trusted_proxies), "", 0, 0 },
-
-    { "upstream", "url", T_URL, UP(url), NULL, 0, 0 },
-    { "upstream", "api_key", T_SECRET, UP(api_key), "", 0, 0 },
-    { "upstream", "ca_file", T_PATH, UP(ca_file), "", 0, 0 },
-    { "upstream", "client_cert", T_PATH, UP(client_cert), "", 0, 0 },
-    { "upstream", "client_key", T_PATH, UP(client_key), "", 0, 0 },
-    { "upstream", "tls_verify", T_BOOL, UP(tls_verify), "on", 0, 0 },
-    { "upstream", "models", T_MODELS, UP(models), "", 0, 0 },
-    { "upstream", "weight", T_UINT, UP(weight), "1", 1, 1000 },
-    { "upstream", "max_inflight", T_UINT, UP(max_inflight), "0",
-      0, 1000000 },
-    { "upstream", "connect_timeout", T_DURATION, UP(connect_timeout_ms),
-      NULL, 1, DAY_MS },
-    { "upstream", "first_byte_timeout", T_DURATION,
-      UP(first_byte_timeout_ms), NULL, 1, DAY_MS },
-    { "upstream", "idle_timeout", T_DURATION, UP(idle_timeout_ms), NULL,
-      1, DAY_MS },
-    { "upstream", "total_timeout", T_DURATION, UP(total_timeout_ms), NULL,
-      1, DAY_MS },
-    /* Global, and kept here for configs written before [routing]. */
-    { "upstream", "forward_client_auth", T_BOOL, C(forward_client_auth),
-      NULL, 0, 0 },
-
-    { "routing", "forward_client_auth", T_BOOL, C(forward_client_auth),
-      "off", 0, 0 },
-    { "routing", "balance", T_BALANCE, C(balance), "least_load", 0, 0 },
-    { "routing", "health_interval", T_DURATION, C(health_interval_ms), "5s",
-      0, DAY_MS },
-    { "routing", "eject_after", T_UINT, C(eject_after), "3", 1, 1000 },
-    { "routing", "eject_time", T_DURATION, C(eject_time_ms), "10s",
-      1, MAX_EJECT_MS },
-    { "routing", "max_ejected", T_PERCENT, C(max_ejected), "50%", 0, 100 },
-    { "routing", "panic_below", T_PERCENT, C(panic_below), "50%", 0, 100 },
-    { "routing", "retries", T_UINT, C(retries), "2", 0,
-      CONFIG_MAX_UPSTREAMS - 1 },
-    { "routing", "retry_budget", T_PERCENT, C(retry_budget), "20%", 0, 100 },
-    { "routing", "retry_budget_min", T_UINT, C(retry_budget_min), "3",
-      0, 1000000 },
-    { "routing", "hedge_after", T_DURATION, C(hedge_after_ms), "0",
-      0, DAY_MS },
-    { "routing", "queue_timeout", T_DURATION, C(queue_timeout_ms), "2s",
-      0, DAY_MS },
-    { "routing", "prefix_epsilon", T_DECIMAL, C(prefix_epsilon), "0.1",
-      0, 10 },
-    { "routing", "prefix_bytes", T_SIZE, C(prefix_bytes), "1k", 16,
-      64 * KIB },
-    { "routing", "connect_timeout", T_DURATION, C(connect_timeout_ms),
-      "5s", 1, DAY_MS },
-    { "routing", "first_byte_timeout", T_DURATION,
-      C(first_byte_timeout_ms), "60s", 1, DAY_MS },
-    { "routing", "idle_timeout", T_DURATION, C(upstream_idle_timeout_ms),
-      "30s", 1, DAY_MS },
-    { "routing", "total_timeout", T_DURATION, C(total_timeout_ms), "10m",
-      1, DAY_MS },
-    { "routing", "keepalive", T_UINT, C(keepalive), "32", 0,
-      CONFIG_MAX_KEEPALIVE },
-    { "routing", "keepalive_timeout", T_DURATION, C(keepalive_timeout_ms),
-      "4s", 1, DAY_MS },
-    { "routing", "load_interval", T_DURATION, C(load_interval_ms), "100ms",
-      0, DAY_MS },
-    { "routing", "load_timeout", T_DURATION, C(load_timeout_ms), "200ms",
-      1, DAY_MS },
-    { "routing", "load_stale", T_DURATION, C(load_stale_ms), "1s",
-      1, DAY_MS },
-    { "routing", "kv_high", T_DECIMAL, C(kv_high), "0.9", 0, 1 },
-    { "routing", "max_waiting", T_UINT, C(max_waiting), "4", 1, 1000000 },
-    { "routing", "headroom", T_PERCENT, C(headroom), "10%", 0, 50 },
-
-    { "coalesce", "enabled", T_BOOL, C(coalesce), "on", 0, 0 },
-    { "coalesce", "omitted_temperature", T_DECIMAL,
-      C(omitted_temperature), "0", 0, 2 },
-    { "coalesce", "max_followers", T_UINT, C(max_followers), "4096",
-      1, 1000000 },
-    { "coalesce", "max_flight_bytes", T_SIZE, C(max_flight_bytes), "8m",
-      KIB, GIB },
-    { "coalesce", "max_reader_lag", T_SIZE, C(max_reader_lag), "32m",
-      KIB, GIB },
-    { "coalesce", "max_flights", T_UINT, C(max_flights), "1024",
-      1, 1000000 },
-    { "coalesce", "follower_timeout", T_DURATION, C(follower_timeout_ms),
-      "10m", 1, DAY_MS },
-    { "coalesce", "leader_writes", T_BOOL, C(leader_writes), "on", 0, 0 },
-
-    { "tenant", "api_key", T_TENANT_KEY, TN(key_sha256), NULL,
-      CONFIG_MIN_KEY_LEN, 0 },
-    { "tenant", "api_key_sha256", T_TENANT_KEY_SHA256, TN(key_sha256), NULL,
-      0, 0 },
-    { "tenant", "coalesce", T_BOOL, TN(coalesce), "on", 0, 0 },
-    { "tenant", "max_inflight", T_UINT, TN(max_inflight), "0", 0, 1000000 },
-    { "tenant", "requests_per_minute", T_UINT, TN(requests_per_minute), "0",
-      0, 1000000000 },
-    { "tenant", "weight", T_UINT, TN(weight), "1", 1, 1000 },
-    { "tenant", "priority", T_INT, TN(priority), "0", 0, 1000 },
-
-    { "admin", "listen", T_LISTEN, C(admin_listen), "", 1, 0 },
-    { "admin", "api_key", T_TENANT_KEY, C(admin_key_sha256), NULL,
-      CONFIG_MIN_KEY_LEN, 0 },
-    { "admin", "api_key_sha256", T_TENANT_KEY_SHA256, C(admin_key_sha256),
-      NULL, 0, 0 },
-    { "admin", "status_flights", T_UINT, C(status_flights), "100", 0,
-      10000 },
-};
-
-#define NUM_SETTINGS GW_ARRAY_LEN(settings)
-_Static_assert(NUM_SETTINGS <= CONFIG_MAX_SETTINGS, "CONFIG_MAX_SETTINGS");
 
 /* How a section is named. */
 enum section_naming {
@@ -266,7 +71,8 @@ struct loader {
     char *err;
     size_t errlen;
     int section_line[NUM_SECTIONS]; /* header line of each unnamed one */
-    int set_line[NUM_SETTINGS];     /* line that set each key, 0 = unset */
+    int set_line[CONFIG_MAX_SETTINGS];  /* line that set each key (a row
+                                           of config_settings), 0 = unset */
     struct config_tenant *tenant;   /* the section being read, if a tenant */
     int tenant_line[CONFIG_MAX_TENANTS];
     struct config_upstream *upstream;   /* ... if an upstream */
@@ -293,451 +99,6 @@ set_err(struct loader *ld, int line, const char *fmt, ...)
     va_end(ap);
 }
 
-/*
- * Replace the string at *field with a copy of 'v'.  Borrows 'v'; frees
- * the old string (wiped first when 'secret').  GW_ENOMEM leaves *field.
- */
-static int
-replace_string(char **field, const char *v, int secret)
-{
-    char *dup = gw_strdup(v);
-
-    if (dup == NULL)
-        return GW_ENOMEM;
-    if (secret)
-        gw_wipe_free_str(*field);
-    else
-        gw_free(*field);
-    *field = dup;
-    return 0;
-}
-
-/*
- * "HOST:PORT", "[IPv6]:PORT" or ":PORT" (every address), as
- * net_parse_hostport() reads them; PORT 0 asks the kernel for a free one
- * (tests use it).  The host is only checked for plausible characters:
- * whether it resolves is for the listener to say, with the resolver's
- * own message.
- */
-static int
-valid_listen(const char *s)
-{
-    const char *host, *p;
-    size_t n;
-    int port;
-
-    if (net_parse_hostport(s, &host, &n, &port) != 0)
-        return 0;
-    for (p = host; p < host + n; p++) {
-        if (s[0] == '[' ? strchr("0123456789abcdefABCDEF:.", *p) == NULL
-            : !((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z')
-                || (*p >= '0' && *p <= '9') || *p == '.' || *p == '-'))
-            return 0;
-    }
-    return 1;
-}
-
-/* A file name: anything but control characters ("" = none). */
-static int
-valid_path(const char *s)
-{
-    for (; *s != '\0'; s++)
-        if ((unsigned char)*s < 0x20 || *s == 0x7f)
-            return 0;
-    return 1;
-}
-
-/*
- * An http:// or https:// base URL with a host, no blanks or control
- * characters, and no query or fragment (paths are appended to it).
- */
-static int
-valid_url(const char *s)
-{
-    const char *host, *p;
-
-    if (strncasecmp(s, "http://", 7) == 0)
-        host = s + 7;
-    else if (strncasecmp(s, "https://", 8) == 0)
-        host = s + 8;
-    else
-        return 0;
-    if (*host == '\0' || *host == '/')
-        return 0;
-    for (p = s; *p != '\0'; p++)
-        if ((unsigned char)*p <= 0x20 || (unsigned char)*p >= 0x7f
-            || *p == '?' || *p == '#' || *p == '"')
-            return 0;
-    return 1;
-}
-
-/* A key goes into an HTTP header: printable, no blanks, no quotes. */
-static int
-valid_secret(const char *s, uint64_t min_len)
-{
-    const char *p;
-
-    for (p = s; *p != '\0'; p++)
-        if ((unsigned char)*p <= 0x20 || (unsigned char)*p >= 0x7f
-            || *p == '"')
-            return 0;
-    return (uint64_t)(p - s) >= min_len;
-}
-
-/* What a setting accepts, for "KEY: expected <this>, got 'V'". */
-static void
-describe(const struct setting *s, char *out, size_t n)
-{
-    char lo[32], hi[32];
-
-    switch (s->type) {
-    case T_LISTEN:
-        snprintf(out, n, "HOST:PORT, [IPv6]:PORT or :PORT (PORT 0..65535)%s",
-                 s->min == 1 ? ", or nothing for none" : "");
-        break;
-    case T_PATH:
-        snprintf(out, n, "a file name without control characters");
-        break;
-    case T_TLS_VERSION:
-        snprintf(out, n, "1.2 or 1.3");
-        break;
-    case T_URL:
-        snprintf(out, n, "an http:// or https:// URL without ?query or "
-                 "#fragment");
-        break;
-    case T_SECRET:
-    case T_TENANT_KEY:
-        snprintf(out, n, "a %skey without blanks, quotes or control "
-                 "characters", s->min > 0 ? "non-empty " : "");
-        break;
-    case T_TENANT_KEY_SHA256:
-        snprintf(out, n, "64 hex digits (the SHA-256 of the key)");
-        break;
-    case T_UINT:
-        snprintf(out, n, "an integer %" PRIu64 "..%" PRIu64, s->min,
-                 s->max);
-        break;
-    case T_INT:
-        snprintf(out, n, "an integer -%" PRIu64 "..%" PRIu64, s->max,
-                 s->max);
-        break;
-    case T_SIZE:
-        cfg_format_size(s->min, lo, sizeof(lo));
-        cfg_format_size(s->max, hi, sizeof(hi));
-        snprintf(out, n, "a size %s..%s (bytes, or a number with k, m or g)",
-                 lo, hi);
-        break;
-    case T_DURATION:
-        cfg_format_duration_ms(s->min, lo, sizeof(lo));
-        cfg_format_duration_ms(s->max, hi, sizeof(hi));
-        snprintf(out, n, "a duration %s..%s (e.g. 250ms, 30s, 5m, 1h)",
-                 lo, hi);
-        break;
-    case T_BOOL:
-        snprintf(out, n, "on or off (or yes/no, true/false, 1/0)");
-        break;
-    case T_LOG_LEVEL:
-        snprintf(out, n, "error, warn, info or debug");
-        break;
-    case T_LOG_FORMAT:
-        snprintf(out, n, "kv or json");
-        break;
-    case T_CIDRS:
-        snprintf(out, n, "IP addresses or networks (10.0.0.0/8, fd00::/8) "
-                 "separated by commas, at most %d, no host bits past the "
-                 "prefix", CONFIG_MAX_TRUSTED_PROXIES);
-        break;
-    case T_DECIMAL:
-        snprintf(out, n, "a number %" PRIu64 "..%" PRIu64, s->min, s->max);
-        break;
-    case T_PERCENT:
-        snprintf(out, n, "a share %" PRIu64 "%%..%" PRIu64 "%%, as in 20%%",
-                 s->min, s->max);
-        break;
-    case T_BALANCE:
-        snprintf(out, n, "least_load, least_inflight, round_robin or "
-                 "prefix");
-        break;
-    case T_MODELS:
-        snprintf(out, n, "model names separated by commas (at most %d, "
-                 "each at most %d characters, without blanks or quotes)",
-                 CONFIG_MAX_MODELS, CONFIG_NAME_MAX);
-        break;
-    }
-}
-
-static const char *const balance_names[] = {
-    [BALANCE_LEAST_LOAD] = "least_load",
-    [BALANCE_LEAST_INFLIGHT] = "least_inflight",
-    [BALANCE_ROUND_ROBIN] = "round_robin",
-    [BALANCE_PREFIX] = "prefix",
-};
-
-const char *
-config_balance_name(int balance)
-{
-    if (balance < 0 || (size_t)balance >= GW_ARRAY_LEN(balance_names))
-        return "?";
-    return balance_names[balance];
-}
-
-/* A model name: printable, no blanks, quotes or commas. */
-static int
-valid_model(const char *p, size_t n)
-{
-    size_t i;
-
-    if (n == 0 || n > CONFIG_NAME_MAX)
-        return 0;
-    for (i = 0; i < n; i++)
-        if ((unsigned char)p[i] <= 0x20 || (unsigned char)p[i] >= 0x7f
-            || p[i] == '"' || p[i] == ',' || p[i] == '\\')
-            return 0;
-    return 1;
-}
-
-static void
-models_clear(struct config_upstream *u)
-{
-    while (u->num_models > 0) {
-        u->num_models--;
-        gw_free(u->models[u->num_models]);
-        u->models[u->num_models] = NULL;
-    }
-}
-
-/*
- * The next element of the comma-separated list at *p, blanks around it
- * trimmed: OUT *item, *n (a view into the list, empty for ",," or a last
- * comma).  Returns whether another element follows (*p then points past
- * this one's comma).
- */
-static int
-list_next(const char **p, const char **item, size_t *n)
-{
-    const char *s = *p, *comma = strchr(s, ','), *end;
-
-    end = comma != NULL ? comma : s + strlen(s);
-    while (*s == ' ' || *s == '\t')
-        s++;
-    while (end > s && (end[-1] == ' ' || end[-1] == '\t'))
-        end--;
-    *item = s;
-    *n = (size_t)(end - s);
-    if (comma != NULL)
-        *p = comma + 1;
-    return comma != NULL;
-}
-
-/* Is the list 'v' empty (nothing but blanks)? */
-static int
-list_empty(const char *v)
-{
-    return v[strspn(v, " \t")] == '\0';
-}
-
-/* "a, b,c" into u->models (replacing them); "" is the empty list. */
-static int
-parse_models(struct config_upstream *u, const char *v)
-{
-    const char *p = v, *item;
-    size_t n;
-    int more = !list_empty(v);
-
-    models_clear(u);
-    while (more) {
-        more = list_next(&p, &item, &n);
-        if (!valid_model(item, n) || u->num_models == CONFIG_MAX_MODELS) {
-            models_clear(u);
-            return GW_EINVAL;
-        }
-        u->models[u->num_models] = gw_strndup(item, n);
-        if (u->models[u->num_models] == NULL) {
-            models_clear(u);
-            return GW_ENOMEM;
-        }
-        u->num_models++;
-    }
-    return 0;
-}
-
-/*
- * "10.0.0.0/8, ::1" into c->trusted_proxies (replacing them); "" is the
- * empty list.  Nothing is stored on GW_EINVAL.
- */
-static int
-parse_cidrs(struct gw_config *c, const char *v)
-{
-    struct net_cidr nets[CONFIG_MAX_TRUSTED_PROXIES];
-    const char *p = v, *item;
-    size_t count = 0, n;
-    int more = !list_empty(v);
-
-    while (more) {
-        more = list_next(&p, &item, &n);
-        if (count == CONFIG_MAX_TRUSTED_PROXIES
-            || net_cidr_parse(item, n, &nets[count]) != 0)
-            return GW_EINVAL;
-        count++;
-    }
-    memcpy(c->trusted_proxies, nets, count * sizeof(nets[0]));
-    c->num_trusted_proxies = count;
-    return 0;
-}
-
-/*
- * Parse 'v' as setting 's' and store it in 'base' (the struct its scope
- * names).  Borrows both.  Returns 0, GW_EINVAL (nothing
- * stored) or GW_ENOMEM.  A tenant's key is only checked here: the
- * caller stores its digest, and checks it against every other tenant's.
- */
-static int
-set_value(const struct setting *s, char *base, const char *v)
-{
-    void *field = base + s->offset;
-    uint64_t u;
-    int64_t ms;
-    double d;
-    int b, rc;
-    char *url;
-    size_t n;
-
-    switch (s->type) {
-    case T_LISTEN:
-        if (!(valid_listen(v) || (s->min == 1 && v[0] == '\0')))
-            return GW_EINVAL;
-        return replace_string(field, v, 0);
-    case T_PATH:
-        if (!valid_path(v))
-            return GW_EINVAL;
-        return replace_string(field, v, 0);
-    case T_TLS_VERSION:
-        if (strcmp(v, "1.2") != 0 && strcmp(v, "1.3") != 0)
-            return GW_EINVAL;
-        *(int *)field = v[2] == '2' ? 12 : 13;
-        return 0;
-    case T_URL:
-        if (!valid_url(v))
-            return GW_EINVAL;
-        rc = replace_string(field, v, 0);
-        if (rc != 0)
-            return rc;
-        /* Request paths are appended as "/v1/...": avoid "//v1". */
-        url = *(char **)field;
-        n = strlen(url);
-        while (n > 0 && url[n - 1] == '/')
-            url[--n] = '\0';
-        return 0;
-    case T_SECRET:
-    case T_TENANT_KEY:
-        if (!valid_secret(v, s->min))
-            return GW_EINVAL;
-        if (s->type == T_TENANT_KEY)
-            return 0;
-        return replace_string(field, v, 1);
-    case T_TENANT_KEY_SHA256:
-        return strlen(v) == 2 * CONFIG_KEY_DIGEST_LEN
-               && strspn(v, "0123456789abcdefABCDEF") == strlen(v)
-               ? 0 : GW_EINVAL;
-    case T_UINT:
-        if (cfg_parse_uint(v, s->max, &u) != 0 || u < s->min)
-            return GW_EINVAL;
-        *(uint64_t *)field = u;
-        return 0;
-    case T_INT:
-        if (cfg_parse_uint(v + (*v == '-'), s->max, &u) != 0)
-            return GW_EINVAL;
-        *(int64_t *)field = *v == '-' ? -(int64_t)u : (int64_t)u;
-        return 0;
-    case T_SIZE:
-        if (cfg_parse_size(v, &u) != 0 || u < s->min || u > s->max)
-            return GW_EINVAL;
-        *(uint64_t *)field = u;
-        return 0;
-    case T_DURATION:
-        if (cfg_parse_duration_ms(v, &ms) != 0 || ms < (int64_t)s->min
-            || ms > (int64_t)s->max)
-            return GW_EINVAL;
-        *(int64_t *)field = ms;
-        return 0;
-    case T_BOOL:
-        if (cfg_parse_bool(v, &b) != 0)
-            return GW_EINVAL;
-        *(int *)field = b;
-        return 0;
-    case T_LOG_LEVEL:
-        b = log_level_parse(v);
-        if (b < 0)
-            return GW_EINVAL;
-        *(int *)field = b;
-        return 0;
-    case T_LOG_FORMAT:
-        b = log_format_parse(v);
-        if (b < 0)
-            return GW_EINVAL;
-        *(int *)field = b;
-        return 0;
-    case T_CIDRS:
-        return parse_cidrs((struct gw_config *)(void *)base, v);
-    case T_DECIMAL:
-        if (cfg_parse_decimal(v, (double)s->min, (double)s->max, &d) != 0)
-            return GW_EINVAL;
-        *(double *)field = d;
-        return 0;
-    case T_PERCENT:
-        if (cfg_parse_percent(v, (double)s->min, (double)s->max, &d) != 0)
-            return GW_EINVAL;
-        *(double *)field = d;
-        return 0;
-    case T_BALANCE:
-        for (n = 0; n < GW_ARRAY_LEN(balance_names); n++) {
-            if (strcmp(v, balance_names[n]) == 0) {
-                *(int *)field = (int)n;
-                return 0;
-            }
-        }
-        return GW_EINVAL;
-    case T_MODELS:
-        return parse_models((struct config_upstream *)(void *)base, v);
-    }
-    return GW_EINVAL;
-}
-
-static const struct setting *
-find_setting(const char *section, const char *key, size_t *idx)
-{
-    size_t i;
-
-    for (i = 0; i < NUM_SETTINGS; i++) {
-        if (strcmp(settings[i].section, section) == 0
-            && strcmp(settings[i].key, key) == 0) {
-            *idx = i;
-            return &settings[i];
-        }
-    }
-    return NULL;
-}
-
-/* Apply every defaulted setting of 'section' stored in 'scope' to 'base'. */
-static int
-apply_defaults(const char *section, enum setting_scope scope, char *base)
-{
-    size_t i;
-    int rc;
-
-    for (i = 0; i < NUM_SETTINGS; i++) {
-        if (strcmp(settings[i].section, section) != 0
-            || settings[i].scope != scope || settings[i].def == NULL)
-            continue;
-        rc = set_value(&settings[i], base, settings[i].def);
-        /* A default the parser refuses is a bug in the table above. */
-        assert(rc != GW_EINVAL);
-        if (rc != 0)
-            return rc;
-    }
-    return 0;
-}
-
 static void
 upstream_release(struct config_upstream *u)
 {
@@ -747,7 +108,7 @@ upstream_release(struct config_upstream *u)
     gw_free(u->ca_file);
     gw_free(u->client_cert);
     gw_free(u->client_key);
-    models_clear(u);
+    config_models_clear(u);
     memset(u, 0, sizeof(*u));
 }
 
@@ -773,7 +134,7 @@ upstream_start(struct gw_config *c, const char *name, int line,
     u->first_byte_timeout_ms = -1;
     u->idle_timeout_ms = -1;
     u->total_timeout_ms = -1;
-    rc = apply_defaults("upstream", S_UPSTREAM, (char *)u);
+    rc = config_apply_defaults("upstream", S_UPSTREAM, (char *)u);
     if (rc != 0)
         return rc;
     *out = u;
@@ -811,7 +172,7 @@ config_defaults(struct gw_config *c)
     for (i = 0; i < NUM_SECTIONS; i++) {
         if (sections[i].named != N_NONE)
             continue;
-        rc = apply_defaults(sections[i].name, S_GLOBAL, (char *)c);
+        rc = config_apply_defaults(sections[i].name, S_GLOBAL, (char *)c);
         if (rc != 0)
             goto out;
     }
@@ -841,8 +202,8 @@ config_line(const struct gw_config *c, const char *section, const char *key)
 {
     size_t idx;
 
-    return find_setting(section, key, &idx) != NULL
-           && settings[idx].scope == S_GLOBAL ? c->set_line[idx] : 0;
+    return config_find_setting(section, key, &idx) != NULL
+           && config_settings[idx].scope == S_GLOBAL ? c->set_line[idx] : 0;
 }
 
 void
@@ -951,8 +312,8 @@ reset_set_lines(struct loader *ld, enum setting_scope scope)
 {
     size_t i;
 
-    for (i = 0; i < NUM_SETTINGS; i++)
-        if (settings[i].scope == scope)
+    for (i = 0; i < config_num_settings; i++)
+        if (config_settings[i].scope == scope)
             ld->set_line[i] = 0;
 }
 
@@ -1043,7 +404,7 @@ on_tenant_header(struct loader *ld, const struct cfg_entry *e)
     /* Counted from here on, so config_release frees the name. */
     ld->tenant_line[c->num_tenants] = e->line;
     c->num_tenants++;
-    rc = apply_defaults("tenant", S_TENANT, (char *)t);
+    rc = config_apply_defaults("tenant", S_TENANT, (char *)t);
     if (rc != 0)
         return rc;
     ld->tenant = t;
@@ -1188,9 +549,10 @@ first_set_line(const struct loader *ld, const struct setting *s, size_t idx)
 
     if (s->scope != S_GLOBAL)
         return ld->set_line[idx];
-    for (i = 0; i < NUM_SETTINGS; i++)
-        if (settings[i].scope == S_GLOBAL
-            && settings[i].offset == s->offset && ld->set_line[i] != 0)
+    for (i = 0; i < config_num_settings; i++)
+        if (config_settings[i].scope == S_GLOBAL
+            && config_settings[i].offset == s->offset
+            && ld->set_line[i] != 0)
             return ld->set_line[i];
     return 0;
 }
@@ -1243,7 +605,7 @@ on_setting(struct loader *ld, const struct cfg_entry *e)
         return GW_EINVAL;
     }
     fmt_section(e, where, sizeof(where));
-    s = find_setting(e->section, e->key, &idx);
+    s = config_find_setting(e->section, e->key, &idx);
     if (s == NULL) {
         set_err(ld, e->line, "unknown key '%s' in %s", e->key, where);
         return GW_EINVAL;
@@ -1262,16 +624,16 @@ on_setting(struct loader *ld, const struct cfg_entry *e)
                 "line %d", e->key, where, line);
         return GW_EINVAL;
     }
-    rc = set_value(s, setting_base(ld, s), e->value);
+    rc = config_set_value(s, setting_base(ld, s), e->value);
     if (rc == GW_EINVAL && s->type == T_TENANT_KEY && e->value[0] != '\0'
-        && valid_secret(e->value, 0)) {
+        && config_valid_secret(e->value, 0)) {
         /* A key a client presents must not be guessable. */
         set_err(ld, e->line, "%s: a weak key: at least %" PRIu64
                 " characters are needed", e->key, s->min);
         return rc;
     }
     if (rc == GW_EINVAL) {
-        describe(s, expected, sizeof(expected));
+        config_describe(s, expected, sizeof(expected));
         if (s->type == T_SECRET || s->type == T_TENANT_KEY
             || s->type == T_TENANT_KEY_SHA256)
             set_err(ld, e->line, "%s: expected %s", e->key, expected);
@@ -1321,7 +683,8 @@ line_of(const struct loader *ld, const char *section, const char *key)
 {
     size_t idx;
 
-    return find_setting(section, key, &idx) != NULL ? ld->set_line[idx] : 0;
+    return config_find_setting(section, key, &idx) != NULL
+           ? ld->set_line[idx] : 0;
 }
 
 /* Is listener 's', whose host net_parse_hostport() gave, every address? */
@@ -1484,27 +847,3 @@ config_load_text(const char *name, const char *text, struct gw_config *c,
     return load(name, text, c, err, errlen);
 }
 
-#ifdef INFERGW_UNIT_TEST
-/*
- * Test-only view of the schema: the i-th setting's section and key, or
- * GW_EINVAL past the end.  check_cfg walks it to prove etc/gateway.conf
- * documents every setting.
- */
-int config_schema_entry(size_t i, const char **section, const char **key,
-                        int *alias);
-
-/* OUT *alias: a second name for a value set elsewhere (no default). */
-int
-config_schema_entry(size_t i, const char **section, const char **key,
-                    int *alias)
-{
-    if (i >= NUM_SETTINGS)
-        return GW_EINVAL;
-    *section = settings[i].section;
-    *key = settings[i].key;
-    *alias = settings[i].scope == S_GLOBAL && settings[i].def == NULL
-             && settings[i].type != T_TENANT_KEY
-             && settings[i].type != T_TENANT_KEY_SHA256;
-    return 0;
-}
-#endif

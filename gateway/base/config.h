@@ -3,7 +3,8 @@
  * config.h - the gateway's settings: schema, defaults and loading.
  *
  * Every setting is documented, with its default, in etc/gateway.conf; the
- * table in config.c is the single source of truth for names and defaults.
+ * table in config_schema.c is the single source of truth for names and
+ * defaults.
  * A loaded struct gw_config is immutable and shared by every thread.
  */
 #ifndef INFERGW_GATEWAY_BASE_CONFIG_H
@@ -24,7 +25,7 @@
 #define CONFIG_KEY_DIGEST_LEN 32    /* SHA-256 of a tenant's API key */
 #define CONFIG_MAX_KEEPALIVE 1024   /* idle connections per upstream */
 #define CONFIG_MIN_KEY_LEN 16       /* a client's api_key: shorter is weak */
-#define CONFIG_MAX_SETTINGS 128    /* rows in config.c's table, at most */
+#define CONFIG_MAX_SETTINGS 128    /* rows in config_schema.c's table */
 #define CONFIG_MAX_TRUSTED_PROXIES 64   /* networks in trusted_proxies */
 
 enum config_balance {

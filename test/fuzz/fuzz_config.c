@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * fuzz_config.c - libFuzzer target for the configuration file: its
- * syntax (common/cfg.c) and its schema (gateway/base/config.c).
+ * syntax (common/cfg.c) and its schema (gateway/base/config.c and
+ * config_schema.c).
  *
  * An input is a configuration file, byte for byte (the corpus files are
  * plain gateway.conf snippets).  It is read three ways:

@@ -295,7 +295,7 @@ def test_systemd_unit_verifies(t):
 
 
 # The pages keep up with the code: every option in main.c's getopt string,
-# every route in route.c and every setting in config.c's table.
+# every route in route.c and every setting in config_schema.c's table.
 
 def _source(rel):
     with open(os.path.join(REPO_ROOT, rel)) as f:
@@ -326,7 +326,7 @@ def test_gateway_conf_5_documents_every_setting(t):
                          re.M | re.S):
         sections[m.group(1).lower()] = m.group(2)
     settings = re.findall(r'^\s*\{ "(\w+)", "(\w+)", T_',
-                          _source("gateway/base/config.c"), re.M)
+                          _source("gateway/base/config_schema.c"), re.M)
     assert len(settings) > 40, settings
     for sec, key in settings:
         assert sec in sections, "gateway.conf.5 has no %s section" % sec

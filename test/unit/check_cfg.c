@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * check_cfg.c - unit tests for common/cfg.c (syntax, value parsers) and
- * gateway/base/config.c (schema, validation, defaults, etc/gateway.conf).
+ * the gateway's config module, gateway/base/config.c and config_schema.c
+ * (schema, validation, defaults, etc/gateway.conf).
  *
  * Every error path is driven by a table row that names the exact
  * "FILE:LINE: message" expected, so a message that drifts or points at the
@@ -40,7 +41,8 @@
 #define ADMIN_ROTATED_SHA256 \
     "32a3ed61b450aeb6f554191b28f60301b78758cb4abf72d8fb61ddbb97fb5a54"
 
-/* Test-only schema view, compiled into config.c under INFERGW_UNIT_TEST. */
+/* Test-only schema view, compiled into config_schema.c under
+ * INFERGW_UNIT_TEST. */
 int config_schema_entry(size_t i, const char **section, const char **key,
                         int *alias);
 
