@@ -109,6 +109,7 @@ PRIVATE = {
     "upstream_call": ("upstream", {"upstream_testcall"}),
     "status_page": ("status", set()),
     "config_schema": ("config", set()),
+    "tls_server": ("tls", set()),
 }
 
 # Every callback slot in a gateway header ("module.name": who fills it,

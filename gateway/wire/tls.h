@@ -27,7 +27,8 @@
  *   - Six cipher suites, all ECDHE key exchange (forward secrecy) with an
  *     AEAD cipher, in this order of preference: ECDHE-ECDSA/RSA with
  *     ChaCha20-Poly1305, AES-128-GCM, then AES-256-GCM (the ECDSA or the
- *     RSA three, as the certificate's key is; tls.c says why this order).
+ *     RSA three, as the certificate's key is; tls_server.c says why this
+ *     order).
  *     Of the 127 TLS 1.2 suites Debian's mbedTLS has, nothing else: no
  *     static RSA or ECDH key exchange (no forward secrecy), no DHE (its
  *     2048-bit group costs a multiple of X25519's CPU), no PSK, no CBC,
@@ -45,10 +46,10 @@
  *     session_timeout_s (the one before is kept to read older tickets).
  *     A ticket older than session_timeout_s, from a key no longer kept,
  *     or for another cipher suite than the one the handshake picks (a
- *     resumed session keeps its suite: see ticket_parse() in tls.c) is
- *     ignored, and the handshake is a full one with a new ticket.  There
- *     is no session-ID cache: a client without tickets gets a full
- *     handshake every time.  No renegotiation.
+ *     resumed session keeps its suite: see ticket_parse() in
+ *     tls_server.c) is ignored, and the handshake is a full one with a
+ *     new ticket.  There is no session-ID cache: a client without
+ *     tickets gets a full handshake every time.  No renegotiation.
  *   - A server made to replace another ('prev' in tls_server_opts, on a
  *     reload) takes over its ticket keys when session_timeout_s is the
  *     same, so sessions resume across a reload; a new session_timeout_s
@@ -118,7 +119,7 @@ struct tls_conn;
  *
  * The result is read-only and may be used by any number of threads at
  * once (mbedTLS is built with MBEDTLS_THREADING_PTHREAD, its random
- * generator locks itself, and the key is only read: see tls.c).  The
+ * generator locks itself, and the key is only read: see tls_server.c).  The
  * ticket keys it may share with 'prev' are freed with the last server
  * that uses them, from whichever thread frees it.
  */

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * check_tls.c - unit tests for gateway/wire/tls.c: server-side TLS over a
- * socket, against an mbedTLS client in a thread (over a socketpair) and
- * against libcurl with OpenSSL (over loopback TCP).
+ * check_tls.c - unit tests for the tls module, gateway/wire/tls.c and
+ * tls_server.c: server-side TLS over a socket, against an mbedTLS client
+ * in a thread (over a socketpair) and against libcurl with OpenSSL (over
+ * loopback TCP).
  *
  * The certificates come from tools/mkcert.c, included here with its
  * main() left out: main() below makes them once, in a fresh temporary
@@ -1044,7 +1045,7 @@ server_for(const char *crt, const char *key, int session_s,
     return s;
 }
 
-/* What tls.c must offer, by the key of the certificate. */
+/* What tls_server.c must offer, by the key of the certificate. */
 static const int suites_ecdsa[] = {
     MBEDTLS_TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
     MBEDTLS_TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
@@ -1237,7 +1238,7 @@ END_TEST
  * another lifetime, or made afresh, it does not.  Nor does it after a
  * reload to an RSA certificate: the session's ECDSA suite cannot be
  * kept, so that is a full handshake (it used to fail, see ticket_parse()
- * in tls.c).
+ * in tls_server.c).
  */
 START_TEST(test_tickets_carry_over)
 {
