@@ -70,7 +70,6 @@ guarded_free(char *p, size_t n)
     munmap(p + n + (size_t)page - span, span);
 }
 
-
 /*
  * A guard-page arena for parser tables, set up and torn down as a checked
  * fixture (tcase_add_checked_fixture(tc, arena_setup, arena_teardown)):
