@@ -216,6 +216,7 @@ deps:
 unit: $(UNITS) $(FUZZ_REPLAY)
 	@python3 test/check_includes.py
 	@python3 test/check_licence.py
+	@python3 test/check_docs.py
 	@python3 test/integration/run_selftest.py
 	@sh test/unit/run.sh $(UNITS)
 	@for n in $(FUZZ_NAMES); do \
