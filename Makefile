@@ -82,7 +82,7 @@ ALL_CFLAGS = $(BASE_CFLAGS) $(PKG_CFLAGS) $(CFLAGS)
 ALL_LDFLAGS = -pthread $(SAN_LDFLAGS) $(LDFLAGS)
 
 COMMON_SRC := $(sort $(wildcard common/*.c))
-# gateway/main.c, and a folder per layer (README "Architecture").
+# gateway/main.c, and a folder per layer (docs/ARCHITECTURE.md).
 GATEWAY_SRC := $(sort $(wildcard gateway/*.c gateway/*/*.c))
 GATEWAY_LIB_SRC := $(filter-out gateway/main.c,$(GATEWAY_SRC))
 TOOL_SRC := $(sort $(wildcard tools/*.c))
@@ -216,6 +216,7 @@ deps:
 unit: $(UNITS) $(FUZZ_REPLAY)
 	@python3 test/check_includes.py
 	@python3 test/check_licence.py
+	@python3 test/check_docs.py
 	@python3 test/integration/run_selftest.py
 	@sh test/unit/run.sh $(UNITS)
 	@for n in $(FUZZ_NAMES); do \

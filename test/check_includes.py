@@ -3,7 +3,7 @@
 """check_includes - the layers and the module graph are the ones written
 down here.
 
-    python3 test/check_includes.py [--readme] [ROOT]
+    python3 test/check_includes.py [--docs] [ROOT]
 
 gateway/ is a folder per layer (LAYERS, top first) and main.c above
 them.  A module is a .c/.h pair named alike in one folder (handler.h
@@ -27,9 +27,11 @@ one may include.  This fails
     edge; and on a CALLBACKS entry no header has any more;
   - on a cycle in GRAPH, and on a common/ file including a gateway/
     header (common/ is the bottom layer, libinfergw.a);
-  - when README.md's module graph is not the one GRAPH renders to.
+  - when docs/ARCHITECTURE.md's module graph is not the one GRAPH
+    renders to.
 
-With --readme it rewrites that block of README.md from GRAPH instead.
+With --docs (or its old name, --readme) it rewrites that block of
+docs/ARCHITECTURE.md from GRAPH instead.
 Every gateway/ module may use every common/ module; that edge is not
 listed.  A private header (PRIVATE below) is part of the module that owns
 it, and only the modules PRIVATE names besides may include it.
@@ -165,8 +167,10 @@ COMMON = {
     "util": "",
 }
 
-README_BEGIN = "<!-- module graph: test/check_includes.py --readme -->"
-README_END = "<!-- end of module graph -->"
+# The doc that shows the graph, and the markers around its block.
+GRAPH_DOC = os.path.join("docs", "ARCHITECTURE.md")
+GRAPH_BEGIN = "<!-- module graph: test/check_includes.py --docs -->"
+GRAPH_END = "<!-- end of module graph -->"
 
 FN_POINTER = re.compile(r"\(\s*\*\s*(\w+)\s*\)\s*\(")
 FN_TYPE = re.compile(r"\btypedef\s+[\w\s\*]*?\b(\w+)\s*\((?!\s*\*)")
@@ -386,7 +390,7 @@ def compare(where, intended, actual, errors):
 
 
 def render(gateway, common):
-    """The README's text of the graph: a layer a block, top first; in a
+    """The doc's text of the graph: a layer a block, top first; in a
     layer, a module a line, the ones that use the others first."""
     order = [m for layer in reversed(layers(gateway)) for m in layer]
     lines = ["gateway/  (a folder is a layer and includes only downward;",
@@ -408,22 +412,22 @@ def render(gateway, common):
     return "\n".join(lines)
 
 
-def readme_block(text):
+def graph_block(text):
     """(start, end) of the text between the markers, or None."""
-    b = text.find(README_BEGIN)
-    e = text.find(README_END)
+    b = text.find(GRAPH_BEGIN)
+    e = text.find(GRAPH_END)
     if b < 0 or e < b:
         return None
-    return b + len(README_BEGIN), e
+    return b + len(GRAPH_BEGIN), e
 
 
-def readme_want(gateway, common):
+def graph_want(gateway, common):
     return "\n```\n" + render(gateway, common) + "\n```\n"
 
 
 def main(argv):
     args = [a for a in argv[1:] if not a.startswith("--")]
-    write = "--readme" in argv[1:]
+    write = "--docs" in argv[1:] or "--readme" in argv[1:]
     root = args[0] if args else os.path.dirname(
         os.path.dirname(os.path.abspath(__file__)))
     gw_dir = os.path.join(root, "gateway")
@@ -449,30 +453,30 @@ def main(argv):
     compare("gateway", gateway, gw_actual, errors)
     compare("common", common, common_actual, errors)
 
-    readme_path = os.path.join(root, "README.md")
-    readme = read(readme_path)
-    span = readme_block(readme)
+    doc_path = os.path.join(root, GRAPH_DOC)
+    doc = read(doc_path)
+    span = graph_block(doc)
     if not errors:
-        want = readme_want(gateway, common)
+        want = graph_want(gateway, common)
         if span is None:
-            errors.append("README.md has no module graph block (%s ... %s)"
-                          % (README_BEGIN, README_END))
+            errors.append("%s has no module graph block (%s ... %s)"
+                          % (GRAPH_DOC, GRAPH_BEGIN, GRAPH_END))
         elif write:
-            readme = readme[:span[0]] + want + readme[span[1]:]
-            with open(readme_path, "w", encoding="utf-8") as f:
-                f.write(readme)
-        elif readme[span[0]:span[1]] != want:
-            errors.append("README.md's module graph is not GRAPH's: run "
-                          "python3 test/check_includes.py --readme")
+            doc = doc[:span[0]] + want + doc[span[1]:]
+            with open(doc_path, "w", encoding="utf-8") as f:
+                f.write(doc)
+        elif doc[span[0]:span[1]] != want:
+            errors.append("%s's module graph is not GRAPH's: run "
+                          "python3 test/check_includes.py --docs" % GRAPH_DOC)
     if errors:
         for e in errors:
             print("check_includes: " + e, file=sys.stderr)
         return 1
     print("check_includes: %d layers, includes only downward; the includes "
           "are GRAPH's (%d gateway modules, %d edges), acyclic; %d "
-          "callbacks, each with its reason; README agrees"
+          "callbacks, each with its reason; %s agrees"
           % (len(LAYERS), len(gateway), sum(len(v) for v in gateway.values()),
-             len(CALLBACKS)))
+             len(CALLBACKS), GRAPH_DOC))
     return 0
 
 

@@ -10,8 +10,8 @@ the model and stream labels, requests per tenant and status, the limits.
 And what ships for Prometheus and Grafana (issue 19 item 5): the rules
 pass `promtool check rules` and their own `promtool test rules`; every
 series the rules and the dashboard name is one a live gateway's /metrics
-has; the README's scrape configuration works, with a real Prometheus
-scraping a live gateway's admin listener with its key.
+has; docs/OPERATIONS.md's scrape configuration works, with a real
+Prometheus scraping a live gateway's admin listener with its key.
 """
 
 import json
@@ -34,7 +34,7 @@ ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 RULES = os.path.join(ROOT, "etc", "prometheus", "infergw.rules.yml")
 RULES_TEST = os.path.join(ROOT, "etc", "prometheus", "infergw.rules.test.yml")
 DASHBOARD = os.path.join(ROOT, "etc", "grafana", "infergw.json")
-README = os.path.join(ROOT, "README.md")
+OPERATIONS = os.path.join(ROOT, "docs", "OPERATIONS.md")
 CHAT = "/v1/chat/completions"
 DURATION = "infergw_request_duration_seconds_count"
 TTFB = "infergw_time_to_first_byte_seconds_count"
@@ -376,15 +376,16 @@ def test_rules_and_dashboard_name_series_metrics_has(t):
             assert tg["datasource"]["uid"] == "${datasource}", p["title"]
 
 
-def readme_scrape_config():
-    """The README's Prometheus configuration (the yaml block with the
-    shipped rules and the admin key's credentials_file)."""
-    with open(README) as f:
+def docs_scrape_config():
+    """docs/OPERATIONS.md's Prometheus configuration (the yaml block with
+    the shipped rules and the admin key's credentials_file)."""
+    with open(OPERATIONS) as f:
         text = f.read()
     blocks = re.findall(r"```yaml\n(.*?)```", text, re.S)
     found = [b for b in blocks
              if "rule_files" in b and "\n      credentials_file" in b]
-    assert len(found) == 1, "README: one scrape config with the admin key"
+    assert len(found) == 1, \
+        "docs/OPERATIONS.md: one scrape config with the admin key"
     return found[0]
 
 
@@ -427,8 +428,8 @@ class Prometheus:
         self.log.close()
 
 
-def test_readme_scrape_config_with_a_real_prometheus(t):
-    """The README's configuration, as written but for the paths, the
+def test_the_docs_scrape_config_with_a_real_prometheus(t):
+    """docs/OPERATIONS.md's configuration, as written but for the paths, the
     port and a 1 s interval: Prometheus scrapes the admin listener with
     the admin key (the gateway answers it 200, and would answer 401
     without), and evaluates the shipped rules over what it scraped."""
@@ -441,7 +442,7 @@ def test_readme_scrape_config_with_a_real_prometheus(t):
     # Without the key the admin listener refuses /metrics.
     assert request(g.admin_port, "GET", "/metrics").status == 401
     key = t.write("admin.key", ADMIN_KEY + "\n")
-    text = readme_scrape_config()
+    text = docs_scrape_config()
     for old, new in (("/etc/prometheus/infergw.rules.yml", RULES),
                      ("/etc/prometheus/infergw-admin.key", key),
                      ("127.0.0.1:8081", "127.0.0.1:%d" % g.admin_port),

@@ -116,21 +116,21 @@ def test_shipped_config_is_valid(t):
     assert p.returncode == 0, p.stdout
 
 
-def readme_blocks():
-    """The shell blocks of README.md's "Beyond one machine" part: the
+def recipe_blocks():
+    """The shell blocks of docs/SCALE-OUT.md ("Beyond one machine"): the
     set-up of its HAProxy recipe and the request sent through it."""
-    with open(os.path.join(gwtest.REPO_ROOT, "README.md")) as f:
+    with open(os.path.join(gwtest.REPO_ROOT, "docs", "SCALE-OUT.md")) as f:
         text = f.read()
-    part = text.split("\n## Beyond one machine\n", 1)[1].split("\n## ")[0]
-    blocks = re.findall(r"\n```sh\n(.*?)```\n", part, re.S)
-    assert len(blocks) == 2, "README's recipe: %d sh blocks" % len(blocks)
+    blocks = re.findall(r"\n```sh\n(.*?)```\n", text, re.S)
+    assert len(blocks) == 2, \
+        "docs/SCALE-OUT.md's recipe: %d sh blocks" % len(blocks)
     return blocks
 
 
-def test_readme_recipe_as_written(t):
-    """README's recipe, copied as it is: the mock, three gateways from
-    etc/gateway.conf with their ports changed, the shipped HAProxy
-    config, then a request through HAProxy.  It runs in a network
+def test_the_recipe_as_written(t):
+    """docs/SCALE-OUT.md's recipe, copied as it is: the mock, three
+    gateways from etc/gateway.conf with their ports changed, the shipped
+    HAProxy config, then a request through HAProxy.  It runs in a network
     namespace of its own (unshare), so its fixed ports are free whatever
     else runs here; the tree it runs in is the repository's etc/, with
     this build's binaries where the recipe looks for them."""
@@ -141,7 +141,7 @@ def test_readme_recipe_as_written(t):
                       capture_output=True).returncode != 0:
         gwtest.skip("no network namespace for us here (unshare --net "
                     "--map-root-user refused)")
-    setup_block, request_block = readme_blocks()
+    setup_block, request_block = recipe_blocks()
     # Its ports are none of etc/gateway.conf's, so a 'make run' (or
     # the shipped config itself) fits beside it.
     with open(os.path.join(gwtest.REPO_ROOT, "etc", "gateway.conf")) as f:

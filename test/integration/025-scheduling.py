@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""025 - fleet-aware scheduling (README "Upstreams", pool.h, engine.h):
+"""025 - fleet-aware scheduling (docs/UPSTREAMS.md, pool.h, engine.h):
 the gateway reads each upstream's GET /metrics and balances on its
 engine's own load; work the fleet cannot take waits in the gateway, where
 tenants share the free places fairly and a sheddable tenant is refused;

@@ -523,7 +523,7 @@ def test_unit_sandbox_holds_the_gateway(t):
 
 def test_unit_security_exposure(t):
     """systemd-analyze security: every directive issue 19 names is
-    counted as set, and the exposure is the README's."""
+    counted as set, and the exposure is docs/OPERATIONS.md's."""
     analyze = tool("systemd-analyze", "systemd")
     pkg = package(t)
     rc, so, se = run([analyze, "security", "--offline=yes", "--no-pager",
@@ -540,6 +540,6 @@ def test_unit_security_exposure(t):
     m = re.search(r"Overall exposure level for infergw\.service: "
                   r"([0-9.]+)", so)
     assert m, so
-    readme = read(os.path.join(REPO_ROOT, "README.md"))
-    assert "exposure level of %s" % m.group(1) in readme, \
-        "README does not give the exposure %s" % m.group(1)
+    doc = read(os.path.join(REPO_ROOT, "docs", "OPERATIONS.md"))
+    assert "exposure level of %s" % m.group(1) in doc, \
+        "docs/OPERATIONS.md does not give the exposure %s" % m.group(1)

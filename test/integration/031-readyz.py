@@ -5,8 +5,8 @@
 call: ejected, held back by a Retry-After, or, with the health beat on,
 not probed yet or its last GET /health failed (the first failed probe,
 not the eject_after-th).  With the beat off the breakers and holds alone
-decide.  A reload keeps the verdicts.  README "Upstreams: routing,
-health, retries, hedging, admission" has the reasons.
+decide.  A reload keeps the verdicts.  docs/UPSTREAMS.md "When the
+gateway is ready (/readyz)" has the reasons.
 
 The probes are the test's to answer: Upstream below holds every
 GET /health until the test says how it ends, so "not probed yet", "the
