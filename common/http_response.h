@@ -83,4 +83,26 @@ void http_response_head_init(struct http_response_head *h, size_t max_head,
 int http_response_head_line(struct http_response_head *h, const char *p,
                             size_t n);
 
+/*
+ * The longest Content-Type the gateway relays, with its NUL.  A longer
+ * one makes the upstream's head refused as too large, not cut: a media
+ * type cut short could say something else.
+ */
+#define HTTP_CTYPE_MAX 256
+
+/*
+ * A final response head as the gateway passes it on, described once:
+ * what an upstream answered (its sink is told, upstream.h), what a
+ * flight keeps for every reader (flight.h), and what each client's reply
+ * begins with (reply_begin_head(), reply.h).  Plain data, copied whole.
+ */
+struct http_head {
+    int status;
+    int64_t content_length;             /* -1 when unknown */
+    char content_type[HTTP_CTYPE_MAX];  /* "" when absent */
+    int retry_after_s;                  /* of a 429 or 503, capped at
+                                           HTTP_RETRY_AFTER_MAX_MS; 0
+                                           none */
+};
+
 #endif

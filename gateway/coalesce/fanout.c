@@ -40,18 +40,6 @@ enum push_result {
     PUSH_GONE,                  /* the client is gone */
 };
 
-int
-fanout_begin(struct reply *r, const struct flight_head *h)
-{
-    char extra[REPLY_EXTRA_MAX];
-
-    r->upstream_status = h->status;
-    reply_retry_after_line(extra, sizeof(extra), h->retry_after_s);
-    return reply_begin(r, h->status, h->content_type[0] != '\0'
-                       ? h->content_type : NULL, h->content_length,
-                       extra[0] != '\0' ? extra : NULL);
-}
-
 void
 fanout_reader_init(struct fanout_reader *r, struct reply *reply,
                    int64_t timeout_ms, const char *key_hex)
@@ -171,7 +159,7 @@ push(struct fanout_reader *r, const struct flight_snap *s, int whole)
     char size_line[FLIGHT_SNAP_MAX][REPLY_SIZE_LINE];
     int ends[FLIGHT_SNAP_MAX];
     size_t pos = get_pos(r), w, total = 0, k, end;
-    const struct flight_head *h = s->head;
+    const struct http_head *h = s->head;
     int cnt = 0, upto;
 
     if (rp->broken)
@@ -188,7 +176,7 @@ push(struct fanout_reader *r, const struct flight_snap *s, int whole)
         return PUSH_CAUGHT_UP;
     assert(h != NULL);          /* the head comes before any chunk */
     if (!rp->head_sent) {
-        if (rp->status == 0 && fanout_begin(rp, h) != 0)
+        if (rp->status == 0 && reply_begin_head(rp, h) != 0)
             goto nomem;
         iov[cnt].iov_base = (void *)buf_ptr(&rp->head);
         iov[cnt++].iov_len = buf_len(&rp->head);
@@ -478,7 +466,7 @@ relay_step(struct flight *f, struct fanout_reader *r,
     }
     if (rp->status == 0 && s->head != NULL
         && !(s->state == FLIGHT_FAILED && s->nchunks == 0)
-        && fanout_begin(rp, s->head) != 0) {
+        && reply_begin_head(rp, s->head) != 0) {
         log_msg(GW_LOG_ERROR, "fanout: out of memory for a response "
                 "head, dropped req=%s", rp->request_id);
         reply_gone(rp);

@@ -114,13 +114,6 @@ struct fanout_opts {
     const _Atomic int *stopping;    /* set: every wait ends */
 };
 
-/*
- * Prepare a client's response head from the flight's ('h', not NULL), so
- * that the leader's client and every follower get the same one.
- * Returns 0 or a buf error.
- */
-int fanout_begin(struct reply *r, const struct flight_head *h);
-
 /* A RUNNING reader for 'reply' (borrowed, like 'key_hex', the flight
  * key's prefix for log lines), not yet attached. */
 void fanout_reader_init(struct fanout_reader *r, struct reply *reply,

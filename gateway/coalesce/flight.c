@@ -27,7 +27,6 @@
 #include "coalesce/flight.h"
 
 #include <assert.h>
-#include <stdio.h>
 #include <string.h>
 
 #include "alloc.h"
@@ -151,16 +150,11 @@ flight_set_upstream(struct flight *f, const char *name)
 }
 
 void
-flight_set_head(struct flight *f, int status, const char *content_type,
-                int64_t content_length, int retry_after_s)
+flight_set_head(struct flight *f, const struct http_head *h)
 {
     gw_mutex_lock(&f->lock);
     assert(!f->head_set);
-    f->head.status = status;
-    snprintf(f->head.content_type, sizeof(f->head.content_type), "%s",
-             content_type != NULL ? content_type : "");
-    f->head.content_length = content_length;
-    f->head.retry_after_s = retry_after_s;
+    f->head = *h;
     f->head_set = 1;
     gw_mutex_unlock(&f->lock);
     atomic_store_explicit(&f->phase, FLIGHT_PHASE_STREAMING,

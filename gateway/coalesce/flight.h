@@ -90,12 +90,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "base/outcome.h"
+#include "http_response.h"
 #include "util.h"
+
+#include "base/outcome.h"
 
 #define FLIGHT_KEY_LEN 32           /* SHA-256 (coalesce.h) */
 #define FLIGHT_ID_LEN 31            /* "flight-" and 24 hex digits */
-#define FLIGHT_CTYPE_MAX 128
 #define FLIGHT_SNAP_MAX 16          /* chunk pointers in one snapshot */
 
 enum flight_state {
@@ -114,14 +115,6 @@ struct flight_chunk {
 /* What a chunk costs besides its bytes (counted against the bound). */
 #define FLIGHT_CHUNK_OVERHEAD \
     (sizeof(struct flight_chunk) + sizeof(struct flight_chunk *) + 16)
-
-/* The response head, as the upstream sent it. */
-struct flight_head {
-    int status;
-    int64_t content_length;         /* -1 unknown */
-    char content_type[FLIGHT_CTYPE_MAX];    /* "" if none */
-    int retry_after_s;              /* the upstream's, on a 429/503; 0 */
-};
 
 /*
  * How far the leader's upstream call is, for the status view (status.h):
@@ -186,7 +179,7 @@ struct flight_reader {
 struct flight_snap {
     int cut;                        /* flight_snap_reader(): the reader
                                        was cut; nothing else is set */
-    const struct flight_head *head;
+    const struct http_head *head;
     enum flight_state state;
     struct call_outcome outcome;    /* DONE, FAILED: the call's */
     size_t nchunks;                 /* chunks appended so far */
@@ -200,7 +193,7 @@ struct flight {
     struct gw_mutex lock;
 
     int head_set;                   /* (L) */
-    struct flight_head head;        /* (L) until head_set, then immutable */
+    struct http_head head;        /* (L) until head_set, then immutable */
 
     /* The log: chunk i is chunks[i - base]; [first, nchunks) are kept. */
     struct flight_chunk **chunks;   /* (L) */
@@ -275,12 +268,10 @@ unsigned flight_readers(struct flight *f);
 void flight_set_upstream(struct flight *f, const char *name);
 
 /*
- * Leader only.  Set the response head once (and the phase STREAMING).
- * 'content_type' may be NULL; it is truncated to FLIGHT_CTYPE_MAX - 1
- * bytes.
+ * Leader only.  Set the response head once (and the phase STREAMING):
+ * a copy of 'h', which every reader's reply begins with.
  */
-void flight_set_head(struct flight *f, int status, const char *content_type,
-                     int64_t content_length, int retry_after_s);
+void flight_set_head(struct flight *f, const struct http_head *h);
 
 /*
  * Leader only.  Append a copy of p[0..n) as one chunk.  Past 'max_bytes'

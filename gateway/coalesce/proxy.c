@@ -155,18 +155,12 @@ struct direct {
 };
 
 static int
-direct_head(void *arg, const struct upstream_head *h)
+direct_head(void *arg, const struct http_head *h)
 {
     struct direct *d = arg;
-    struct reply *r = d->hr->reply;
-    char extra[REPLY_EXTRA_MAX];
 
     usage_scan_head(&d->usage, h->status, h->content_type);
-    r->upstream_status = h->status;
-    reply_retry_after_line(extra, sizeof(extra), h->retry_after_s);
-    return reply_begin(r, h->status, h->content_type, h->content_length,
-                       extra[0] != '\0' ? extra : NULL) != 0
-           ? GW_ENOMEM : 0;
+    return reply_begin_head(d->hr->reply, h) != 0 ? GW_ENOMEM : 0;
 }
 
 static int
@@ -368,17 +362,16 @@ lead_nobody(struct leader *l)
 }
 
 static int
-lead_head(void *arg, const struct upstream_head *h)
+lead_head(void *arg, const struct http_head *h)
 {
     struct leader *l = arg;
     struct reply *r = l->hr->reply;
 
-    flight_set_head(l->f, h->status, h->content_type, h->content_length,
-                    h->retry_after_s);
+    flight_set_head(l->f, h);
     usage_scan_head(&l->usage, h->status, h->content_type);
     /* From the flight's head, as every follower's: the same bytes. */
     r->upstream_status = h->status;
-    if (l->attached && fanout_begin(r, &l->f->head) != 0)
+    if (l->attached && reply_begin_head(r, &l->f->head) != 0)
         leader_detach_client(l, "out of memory");
     return 0;
 }

@@ -10,7 +10,7 @@
 #include "util.h"
 
 static int
-probe_head(void *arg, const struct upstream_head *h)
+probe_head(void *arg, const struct http_head *h)
 {
     struct probe *pr = arg;
 

@@ -231,8 +231,6 @@ GW_TESTABLE size_t
 header_cb(char *p, size_t size, size_t n, void *arg)
 {
     struct xfer *x = arg;
-    struct upstream_session_handle *h = x->h;
-    int rc;
 
     (void)size;                         /* always 1 */
     if (x->lost)
@@ -245,20 +243,16 @@ header_cb(char *p, size_t size, size_t n, void *arg)
     case HTTP_RESPONSE_FIELD:
         return n;
     case HTTP_RESPONSE_STATUS:
-        x->has_ctype = 0;
-        buf_reset(&h->ctype);
+        x->out.content_type[0] = '\0';
         return n;
     case HTTP_RESPONSE_CTYPE:
-        buf_reset(&h->ctype);
-        rc = buf_append(&h->ctype, x->head.ctype, x->head.ctype_len);
-        if (rc == GW_ENOMEM) {
-            xfer_fail(x, CALL_NOMEM);
-            return 0;
-        } else if (rc != 0) {
+        /* Relayed whole or not at all (HTTP_CTYPE_MAX). */
+        if (x->head.ctype_len >= sizeof(x->out.content_type)) {
             xfer_fail(x, CALL_HEADER_TOO_LARGE);
             return 0;
         }
-        x->has_ctype = 1;
+        memcpy(x->out.content_type, x->head.ctype, x->head.ctype_len);
+        x->out.content_type[x->head.ctype_len] = '\0';
         return n;
     case HTTP_RESPONSE_DONE:
         break;
@@ -343,17 +337,15 @@ static int
 deliver_head(struct xfer *x)
 {
     const struct upstream_sink *s = x->call->sink;
-    struct upstream_head head;
     int rc;
 
     if (x->res.head_seen)
         return 0;
     x->res.head_seen = 1;
-    head.status = x->head.status;
-    head.content_type = x->has_ctype ? buf_ptr(&x->h->ctype) : NULL;
-    head.content_length = x->head.has_cl ? x->head.content_length : -1;
-    head.retry_after_s = x->res.outcome.retry_after_s;  /* header_cb() */
-    rc = s->on_head(s->arg, &head);
+    x->out.status = x->head.status;
+    x->out.content_length = x->head.has_cl ? x->head.content_length : -1;
+    x->out.retry_after_s = x->res.outcome.retry_after_s;  /* header_cb() */
+    rc = s->on_head(s->arg, &x->out);
     if (rc != 0)
         sink_stop(x, rc);
     return rc;
@@ -579,7 +571,7 @@ response_reset(struct xfer *x)
     x->leftover = 0;
     http_response_head_init(&x->head, UP_MAX_HEAD,
                             HTTP_RETRY_AFTER_MAX_MS);
-    x->has_ctype = 0;
+    memset(&x->out, 0, sizeof(x->out));
     x->head_done = 0;
     x->fail = CALL_OK;
     x->sink_stopped = 0;

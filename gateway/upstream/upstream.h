@@ -31,6 +31,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "http_response.h"
+
 #include "base/outcome.h"
 #include "upstream/upstream_request.h"
 
@@ -91,16 +93,6 @@ struct upstream_opts {
     size_t detail_size;
 };
 
-/* What the sink is told of the upstream's response head. */
-struct upstream_head {
-    int status;
-    const char *content_type;   /* NULL when absent */
-    int64_t content_length;     /* -1 when unknown */
-    int retry_after_s;          /* Retry-After of a 429 or 503, capped at
-                                   HTTP_RETRY_AFTER_MAX_MS (http.h); 0
-                                   none */
-};
-
 /*
  * Where the response goes.  Each callback returns 0 to go on, or a GW_E*
  * code that stops the transfer with that code as its result:
@@ -113,7 +105,7 @@ struct upstream_sink {
     void *arg;
     /* The final response's head is in (1xx skipped): once, before any
      * on_data, with the first body byte (the held head, above). */
-    int (*on_head)(void *arg, const struct upstream_head *h);
+    int (*on_head)(void *arg, const struct http_head *h);
     /* A piece of the body (de-chunked). */
     int (*on_data)(void *arg, const char *p, size_t n);
     /*

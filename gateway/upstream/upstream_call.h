@@ -59,7 +59,8 @@ struct xfer {
 
     /* The response head being read (reset by every status line). */
     struct http_response_head head;
-    int has_ctype;              /* h->ctype holds its Content-Type */
+    struct http_head out;       /* the final head as the sink gets it:
+                                   its Content-Type from the lines */
     int head_done;              /* the final head is in, maybe held */
 
     /* Set by a callback that stops the transfer; read after it ends. */

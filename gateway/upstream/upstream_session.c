@@ -38,7 +38,6 @@ handle_free(struct upstream_session_handle *h)
         return;
     curl_easy_cleanup(h->curl);         /* closes its cached connections */
     buf_release(&h->scratch);
-    buf_release(&h->ctype);
     gw_free(h);
 }
 
@@ -53,7 +52,6 @@ handle_new(struct upstream_session *s)
         return NULL;
     h->s = s;
     buf_init(&h->scratch, UPSTREAM_SESSION_SCRATCH_LIMIT);
-    buf_init(&h->ctype, UPSTREAM_SESSION_CTYPE_LIMIT);
     h->curl = curl_easy_init();
     if (h->curl == NULL) {
         handle_free(h);

@@ -70,9 +70,6 @@
 /* Scratch for the URL and the request header lines (client-sized input). */
 #define UPSTREAM_SESSION_SCRATCH_LIMIT (256 * 1024)
 
-/* Longest Content-Type value we pass on; real ones are tens of bytes. */
-#define UPSTREAM_SESSION_CTYPE_LIMIT 4096
-
 struct upstream_session;
 struct upstream_session_cache;
 
@@ -88,7 +85,6 @@ struct upstream_session_handle {
     int opened;                 /* sockets libcurl opened for it since
                                    upstream_session_handle() */
     struct buf scratch;         /* URL and header lines, NUL-separated */
-    struct buf ctype;           /* final response's Content-Type value */
     char errbuf[CURL_ERROR_SIZE];   /* libcurl's detail for the last error */
 };
 

@@ -18,7 +18,7 @@
  * real struct xfer values fed through the real callbacks; only libcurl is
  * missing.  The session is an empty one, so attempt_end()'s
  * curl_multi_remove_handle() on its NULL handles does nothing, and the
- * handles have no CURL: the callbacks only use their ctype buffers.
+ * handles have no CURL, which the callbacks never use.
  */
 struct upstream_testcall {
     struct call c;
@@ -48,18 +48,12 @@ upstream_testcall_new(const struct upstream_opts *opts,
     t->c.sink = sink;
     t->c.s = &t->s;
     t->s.timer_ms = -1;
-    for (int i = 0; i < UP_ATTEMPTS; i++)
-        buf_init(&t->h[i].ctype, UPSTREAM_SESSION_CTYPE_LIMIT);
     return t;
 }
 
 void
 upstream_testcall_free(struct upstream_testcall *t)
 {
-    if (t == NULL)
-        return;
-    for (int i = 0; i < UP_ATTEMPTS; i++)
-        buf_release(&t->h[i].ctype);
     gw_free(t);
 }
 

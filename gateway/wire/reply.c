@@ -335,6 +335,18 @@ reply_send(struct reply *r, int status, const char *content_type,
     return rc;
 }
 
+int
+reply_begin_head(struct reply *r, const struct http_head *h)
+{
+    char extra[REPLY_EXTRA_MAX];
+
+    r->upstream_status = h->status;
+    reply_retry_after_line(extra, sizeof(extra), h->retry_after_s);
+    return reply_begin(r, h->status, h->content_type[0] != '\0'
+                       ? h->content_type : NULL, h->content_length,
+                       extra[0] != '\0' ? extra : NULL);
+}
+
 void
 reply_retry_after_line(char *out, size_t n, int seconds)
 {

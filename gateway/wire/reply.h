@@ -28,6 +28,8 @@
 #include <sys/uio.h>
 
 #include "buf.h"
+#include "http_response.h"
+
 #include "base/outcome.h"
 
 struct net_stream;              /* net.h */
@@ -102,6 +104,14 @@ int64_t reply_deadline(const struct reply *r);
  */
 int reply_begin(struct reply *r, int status, const char *content_type,
                 int64_t content_length, const char *extra);
+
+/*
+ * reply_begin() for a head relayed from an upstream (borrowed), written
+ * the same way for every client of it, the direct one, a flight's leader
+ * and each follower: its status (also noted as the upstream's, for the
+ * access line), Content-Type and length, and its Retry-After.
+ */
+int reply_begin_head(struct reply *r, const struct http_head *h);
 
 /*
  * Send body bytes (the held-back head first, and chunk framing), waiting

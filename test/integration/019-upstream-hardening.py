@@ -612,6 +612,9 @@ BAD_HEADS = {
                      + ["X-Big-%d: %s" % (i, BIG) for i in range(8)],
     "line_over_100k": ["Content-Type: application/json",
                        "X-Huge: " + "y" * 200000, "Content-Length: %d"],
+    # One byte past the longest Content-Type relayed (HTTP_CTYPE_MAX).
+    "ctype_over_255": ["Content-Type: application/json; x=" + "z" * 236,
+                       "Content-Length: %d"],
 }
 
 
@@ -645,6 +648,31 @@ def test_a_bad_response_head_is_a_502_charged_to_the_upstream(t):
         # The connection it came on is gone: the next answer is whole.
         assert content_of(g.post("/v1/chat/completions",
                                  chat_body("ok"))) == "answer to ok", name
+
+
+def test_a_content_type_is_relayed_whole_or_refused(t):
+    """The longest Content-Type relayed (255 bytes, HTTP_CTYPE_MAX) goes
+    to the client as the upstream sent it, on the direct path and to a
+    flight's every client alike; one byte more refuses the head (502, as
+    BAD_HEADS's ctype_over_255), never cut: a media type cut short could
+    say something else."""
+    longest = "application/json; x=" + "z" * 235
+    assert len(longest) == 255
+    assert len(BAD_HEADS["ctype_over_255"][0]) - len("Content-Type: ") \
+        == 256
+
+    def script(req, c):
+        body = answer_json(req.prompt())
+        c.sendall(response(body, ["Content-Type: " + longest,
+                                  "Content-Length: %d" % len(body)]))
+
+    up = Scripted(script)
+    g = gateway_over(t, [up.port])
+    for extra in ({}, {"temperature": 1.0}):       # coalesced, bypass
+        r = g.post("/v1/chat/completions", chat_body("long", **extra))
+        assert r.status == 200, r
+        assert r.headers.get("Content-Type") == longest, r.headers
+        assert content_of(r) == "answer to long"
 
 
 def test_a_bad_response_head_is_retried_elsewhere(t):

@@ -136,7 +136,8 @@ START_TEST(test_status_copies_the_map)
     coalescer_status(co, st, 2);
     ck_assert_int_eq(st[0].phase, FLIGHT_PHASE_WAITING);
     ck_assert_str_eq(st[0].upstream, "u1");
-    flight_set_head(a, 200, "text/event-stream", -1, 0);
+    flight_set_head(a, &(struct http_head){ 200, -1, "text/event-stream",
+                                           0 });
     ck_assert_int_eq(flight_append(a, "hello", 5, 1 << 20, 1 << 20), 0);
     coalescer_status(co, st, 2);
     ck_assert_int_eq(st[0].phase, FLIGHT_PHASE_STREAMING);
@@ -253,7 +254,8 @@ START_TEST(test_bounds_bypass)
 
     /* Past max_flight_bytes the flight stops taking joiners. */
     ck_assert_int_eq(join(co, k1, &ra, &a, &why), COALESCE_LEADER);
-    flight_set_head(a, 200, "text/event-stream", -1, 0);
+    flight_set_head(a, &(struct http_head){ 200, -1, "text/event-stream",
+                                           0 });
     ck_assert_int_eq(flight_append(a, "0123456789ab", 12, 10, 1 << 30), 0);
     ck_assert_int_eq(join(co, k1, &rx, &x, &why), COALESCE_BYPASS);
     ck_assert_int_eq(why, METRICS_BYPASS_MAX_FLIGHT_BYTES);
