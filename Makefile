@@ -142,10 +142,18 @@ $(BUILD)/bin/%: $(BUILD)/tools/%.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_LDFLAGS) -o $@ $< $(LIB) $(PKG_LIBS) $(MBEDTLS_LIBS)
 
-# mock_upstream's engine mode is in tools/mock/: every tools/*.c is a
-# program of its own, so a helper file there would be built as one.
+# A tool in several files keeps its pieces in a folder of its name:
+# every tools/*.c is a program of its own, so a helper file there would
+# be built as one.
 MOCK_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(sort $(wildcard tools/mock/*.c)))
 $(BUILD)/bin/mock_upstream: $(BUILD)/tools/mock_upstream.o $(MOCK_OBJ) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) $(LIB) $(PKG_LIBS) \
+	    $(MBEDTLS_LIBS)
+
+LOADGEN_OBJ := $(patsubst %.c,$(BUILD)/%.o,\
+               $(sort $(wildcard tools/loadgen/*.c)))
+$(BUILD)/bin/loadgen: $(BUILD)/tools/loadgen.o $(LOADGEN_OBJ) $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) $(LIB) $(PKG_LIBS) \
 	    $(MBEDTLS_LIBS)
@@ -360,7 +368,7 @@ deb: deps
 
 format:
 	clang-format -i common/*.[ch] gateway/*.[ch] gateway/*/*.[ch] tools/*.c \
-	    tools/mock/*.[ch] test/unit/*.c
+	    tools/mock/*.[ch] tools/loadgen/*.[ch] test/unit/*.c
 
 clean:
 	rm -rf build infergw
