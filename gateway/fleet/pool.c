@@ -32,6 +32,7 @@ pool_new(const struct gw_config *cfg)
     if (p == NULL)
         goto out;
     gw_mutex_init(&p->lock);
+    gw_mutex_init(&p->budget.lock);
     p->cfg = cfg;
     p->n = cfg->num_upstreams;
     p->rng = (uint64_t)gw_now_us() | 1;
@@ -65,6 +66,7 @@ pool_free(struct pool *p)
             pool_models_free(&p->m[i]);
     gw_free(p->m);
     gw_free(p->ring);
+    gw_mutex_destroy(&p->budget.lock);
     gw_mutex_destroy(&p->lock);
     gw_free(p);
 }

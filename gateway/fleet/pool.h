@@ -6,7 +6,9 @@
  * Design (DESIGN.md "Upstream pools and resilience"): one struct pool for
  * the process, built from cfg->upstreams.  Everything it knows is under
  * one mutex, held for a few hundred instructions per call (choose and
- * count on the way in, judge and count on the way out), never across I/O.
+ * count on the way in, judge and count on the way out), never across I/O;
+ * all but the retry budget, which has a mutex of its own (never held
+ * with the pool's).
  *
  * Per upstream it keeps a circuit breaker:
  *
@@ -371,8 +373,8 @@ struct pool_upstream_status {
 
 /*
  * Copy every upstream's status into out[0..max) (max >= pool_size() for
- * all of them), under the pool's lock and nothing else.  Returns how
- * many were copied.
+ * all of them): its retries and hedges under the budget's lock, then the
+ * rest under the pool's (one at a time).  Returns how many were copied.
  */
 size_t pool_status(struct pool *p, struct pool_upstream_status *out,
                    size_t max);

@@ -19,11 +19,13 @@
  *   pool_budget.c   the retry budget
  *
  * Locking: 'lock' guards every field of struct pool and struct member
- * past the immutable ones (cfg, n, ring).  It is never held across I/O
- * or a log line: what a call under the lock wants logged is noted in a
- * struct event and logged after the unlock (pool_log_event()).  A
- * function whose name ends in _locked is called with it held, and
- * asserts so.
+ * past the immutable ones (cfg, n, ring) but the retry budget, which
+ * has a lock of its own (struct pool_budget); no thread holds both at
+ * once.  Neither is held across I/O or a log line: what a call under
+ * the lock wants logged is noted in a struct event and logged after the
+ * unlock (pool_log_event()).  A function whose name ends in _locked is
+ * called with the pool's lock held (the budget's, in pool_budget.c),
+ * and asserts so.
  *
  * Sets: a model's upstreams are a uint64_t mask, bit i for upstream i
  * (pool_serving_mask_locked()).
@@ -72,11 +74,6 @@ struct member {
     uint64_t failures[POOL_OUTCOME_COUNT];
     uint64_t ejections;
     uint64_t capped_total;      /* ejections max_ejected refused */
-
-    /* For the status view. */
-    uint64_t retries;           /* retries that came here */
-    uint64_t hedges;            /* hedges that came here */
-    uint64_t hedges_won;        /* ... and won */
 };
 
 struct ring_point {
@@ -85,6 +82,25 @@ struct ring_point {
 };
 
 struct waiter;                          /* pool_queue.c's own */
+
+/* The retry budget's counts (pool_budget_read() copies them). */
+struct pool_budget_counts {
+    uint64_t retries, hedges, refused, resends;
+    /* Per upstream, for the status view: */
+    uint64_t up_retries[CONFIG_MAX_UPSTREAMS];  /* retries that went to it */
+    uint64_t up_hedges[CONFIG_MAX_UPSTREAMS];   /* hedges that went to it */
+    uint64_t up_hedges_won[CONFIG_MAX_UPSTREAMS];   /* ... and won */
+};
+
+/* The retry budget (pool_budget.c): every field under its 'lock'. */
+struct pool_budget {
+    struct gw_mutex lock;
+    /* The window: per-second buckets. */
+    int64_t bucket_s[POOL_BUDGET_WINDOW_S];
+    uint64_t bucket_req[POOL_BUDGET_WINDOW_S];
+    uint64_t bucket_retry[POOL_BUDGET_WINDOW_S];
+    struct pool_budget_counts c;
+};
 
 struct pool {
     const struct gw_config *cfg;        /* immutable */
@@ -108,18 +124,14 @@ struct pool {
                                                    or end; 0 none yet */
     int stopping;
 
-    /* The budget window: per-second buckets. */
-    int64_t bucket_s[POOL_BUDGET_WINDOW_S];
-    uint64_t bucket_req[POOL_BUDGET_WINDOW_S];
-    uint64_t bucket_retry[POOL_BUDGET_WINDOW_S];
-
-    uint64_t retries, hedges, budget_refused, resends;
     uint64_t queue_waits, queue_timeouts, unavailable;
     uint64_t poison;                    /* requests found poison */
 
     /* The sets calls found in panic (pool_breaker.c). */
     uint64_t panic[POOL_PANIC_MAX];
     size_t num_panic;
+
+    struct pool_budget budget;          /* under its own lock */
 };
 
 /* What to log once the lock is dropped. */
@@ -247,6 +259,11 @@ void pool_queued_locked(struct pool *p, uint64_t q[CONFIG_MAX_UPSTREAMS]);
 
 /* A tenant's priority (CONFIG_MAX_TENANTS: the default's).  No lock. */
 int64_t pool_tenant_priority(const struct pool *p, size_t t);
+
+/* ---- pool_budget.c ---- */
+
+/* A copy of the budget's counts, under its lock (not the pool's). */
+void pool_budget_read(struct pool *p, struct pool_budget_counts *out);
 
 /* ---- pool_models.c ---- */
 

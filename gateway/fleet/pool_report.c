@@ -2,8 +2,9 @@
 /*
  * pool_report.c - what the pool shows (pool.h): the status view's copy
  * of each upstream, and the pool's series of /metrics (per upstream,
- * per engine, per model, per tenant, and its own totals).  Every one is
- * read under the pool's lock and nothing else.
+ * per engine, per model, per tenant, and its own totals).  The retry
+ * budget's counts are copied under its own lock first, then the rest is
+ * read under the pool's: never both at once.
  */
 #include "fleet/pool_impl.h"
 
@@ -23,9 +24,11 @@ size_t
 pool_status(struct pool *p, struct pool_upstream_status *out, size_t max)
 {
     uint64_t queued[CONFIG_MAX_UPSTREAMS];
+    struct pool_budget_counts bc;
     int64_t now = gw_now_ms();
     size_t i;
 
+    pool_budget_read(p, &bc);
     gw_mutex_lock(&p->lock);
     pool_queued_locked(p, queued);
     for (i = 0; i < p->n && i < max; i++) {
@@ -49,9 +52,9 @@ pool_status(struct pool *p, struct pool_upstream_status *out, size_t max)
         st->load_age_ms = st->load_known ? now - m->load.at_ms : 0;
         st->calls = m->calls;
         memcpy(st->failures, m->failures, sizeof(st->failures));
-        st->retries = m->retries;
-        st->hedges = m->hedges;
-        st->hedges_won = m->hedges_won;
+        st->retries = bc.up_retries[i];
+        st->hedges = bc.up_hedges[i];
+        st->hedges_won = bc.up_hedges_won[i];
     }
     gw_mutex_unlock(&p->lock);
     return i;
@@ -241,9 +244,13 @@ render_tenants_locked(struct pool *p, struct prom *w)
                "every upstream for them was full.", p->t_shed, 1);
 }
 
-/* The pool's own counters and gauges, a family of one sample each. */
+/*
+ * The pool's own counters and gauges, a family of one sample each; the
+ * budget's from 'bc'.
+ */
 static void
-render_totals_locked(struct pool *p, struct prom *w, size_t panics)
+render_totals_locked(struct pool *p, struct prom *w,
+                     const struct pool_budget_counts *bc, size_t panics)
 {
     const struct {
         const char *name;
@@ -253,17 +260,17 @@ render_totals_locked(struct pool *p, struct prom *w, size_t panics)
     } totals[] = {
         { "infergw_upstream_retries_total", PROM_COUNTER,
           "Attempts made again on another upstream before any byte "
-          "reached a client.", p->retries },
+          "reached a client.", bc->retries },
         { "infergw_upstream_hedges_total", PROM_COUNTER,
           "Second attempts started after hedge_after without a first body "
-          "byte.", p->hedges },
+          "byte.", bc->hedges },
         { "infergw_upstream_retry_budget_exhausted_total", PROM_COUNTER,
           "Retries and hedges refused by the retry budget.",
-          p->budget_refused },
+          bc->refused },
         { "infergw_upstream_resends_total", PROM_COUNTER,
           "Calls sent once more on a fresh connection: the reused one was "
           "closed before any answer (counted in "
-          "infergw_upstream_calls_total too).", p->resends },
+          "infergw_upstream_calls_total too).", bc->resends },
         { "infergw_upstream_unavailable_total", PROM_COUNTER,
           "Requests answered 503 at once: every upstream for them ejected "
           "or held back.", p->unavailable },
@@ -291,11 +298,13 @@ int
 pool_render_metrics(struct pool *p, struct buf *out)
 {
     struct event pev = NO_EVENT;
+    struct pool_budget_counts bc;
     int64_t now = gw_now_ms();
     struct prom w;
     size_t i, k, panics;
 
     prom_init(&w, out);
+    pool_budget_read(p, &bc);
     gw_mutex_lock(&p->lock);
     panics = pool_panic_sweep_locked(p, now, &pev);
     prom_family(&w, "infergw_upstream_state", PROM_GAUGE, "Circuit breaker: "
@@ -334,7 +343,7 @@ pool_render_metrics(struct pool *p, struct buf *out)
     render_engines_locked(p, &w, now);
     render_models_locked(p, &w, now);
     render_tenants_locked(p, &w);
-    render_totals_locked(p, &w, panics);
+    render_totals_locked(p, &w, &bc, panics);
     gw_mutex_unlock(&p->lock);
     pool_log_event(p, &pev);
     return w.rc;
