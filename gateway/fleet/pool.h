@@ -168,6 +168,8 @@ struct pool_slot {
                                (a stale one clears nothing); 0 not one */
     int queued;             /* it waited in the queue */
     size_t tenant;          /* whose (pool_want.tenant) */
+    int other;              /* as it was taken: another upstream could
+                               take a retry at once (pool_acquire) */
 };
 
 /* Build the pool for cfg (borrowed; outlives the pool).  NULL: no memory. */
@@ -185,7 +187,10 @@ int pool_serves(struct pool *p, const char *model);
  * Take a slot on the upstream the balancer picks among those that serve
  * want->model, are usable, not excluded and not full; wait for one in
  * the queue up to queue_timeout while every such upstream is full.
- * OUT *slot; OUT *retry_after_s: for the 503 on GW_EUNAVAIL/GW_ETIMEDOUT
+ * OUT *slot, with slot->other: what pool_has_other() says for it, asked
+ * in the same hold of the lock (so that a request's way in takes the
+ * pool's lock once, and computes its model's set once unless it waits).
+ * OUT *retry_after_s: for the 503 on GW_EUNAVAIL/GW_ETIMEDOUT
  * and the 429 on GW_ESHED (on GW_EUNAVAIL for want of a usable one, the
  * time until the first may take a call again: a hold's remaining time).
  * Returns 0, GW_ENOTFOUND (no upstream serves the model, or every one

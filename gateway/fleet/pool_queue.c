@@ -139,20 +139,35 @@ share_locked(const struct pool *p, size_t t, int64_t now)
     return sh;
 }
 
-int
-pool_has_other(struct pool *p, const struct pool_want *want, size_t idx)
+/*
+ * Is there an upstream of the set 'serve', other than 'idx' and those in
+ * 'exclude', that is usable now and has room (pool_has_other())?
+ */
+static int
+has_other_locked(struct pool *p, uint64_t serve, uint64_t exclude,
+                 size_t idx, int64_t now)
 {
-    int64_t now = gw_now_ms();
-    uint64_t serve, use;
+    uint64_t use;
     size_t i;
     int ok = 0;
 
-    gw_mutex_lock(&p->lock);
-    serve = pool_serving_mask_locked(p, want->model);
-    use = pool_usable_mask_locked(p, serve, serve & ~want->exclude
+    assert(gw_mutex_held(&p->lock));
+    use = pool_usable_mask_locked(p, serve, serve & ~exclude
                                   & ~(UINT64_C(1) << idx), now, NULL);
     for (i = 0; i < p->n && !ok; i++)
-        ok = (use & (UINT64_C(1) << i)) && !pool_full_locked(p, &p->m[i], now);
+        ok = (use & (UINT64_C(1) << i)) && !pool_full_locked(p, &p->m[i],
+                                                             now);
+    return ok;
+}
+
+int
+pool_has_other(struct pool *p, const struct pool_want *want, size_t idx)
+{
+    int ok;
+
+    gw_mutex_lock(&p->lock);
+    ok = has_other_locked(p, pool_serving_mask_locked(p, want->model),
+                          want->exclude, idx, gw_now_ms());
     gw_mutex_unlock(&p->lock);
     return ok;
 }
@@ -313,6 +328,7 @@ pool_acquire(struct pool *p, const struct pool_want *want,
     slot->tenant = t;
     slot->trial = 0;
     slot->queued = 0;
+    slot->other = 0;
     *retry_after_s = 1;
     gw_mutex_lock(&p->lock);
     serve = pool_serving_mask_locked(p, want->model);
@@ -352,6 +368,9 @@ pool_acquire(struct pool *p, const struct pool_want *want,
         i = pool_pick_locked(p, room, use, want->prefix_hash, now);
         take_slot(p, &p->m[i], slot, i, t, now);
         pool_saturation_note_locked(p, &p->m[i], now, &sev);
+        /* The question its caller asks next, in the same hold of the
+         * lock and of the same set. */
+        slot->other = has_other_locked(p, serve, want->exclude, i, now);
         rc = 0;
         goto out;
     }
@@ -414,6 +433,11 @@ pool_acquire(struct pool *p, const struct pool_want *want,
         slot->tenant = t;
         slot->trial = w.trial;
         slot->queued = 1;
+        /* Asked afresh: the set may have changed while it waited. */
+        slot->other = has_other_locked(p, pool_serving_mask_locked(
+                                              p, want->model),
+                                       want->exclude, (size_t)w.granted,
+                                       gw_now_ms());
         rc = 0;
     } else if (w.granted == -2) {
         /* Every upstream it could use went away (ejected, held back). */
