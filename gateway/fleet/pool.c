@@ -282,8 +282,7 @@ pool_carry_probes(struct pool *to, struct pool *from)
     gw_mutex_unlock(&to->lock);
 }
 
-/* ---- for tests ---- */
-
+#ifdef INFERGW_UNIT_TEST
 enum pool_state
 pool_state_of(struct pool *p, size_t idx)
 {
@@ -294,3 +293,4 @@ pool_state_of(struct pool *p, size_t idx)
     gw_mutex_unlock(&p->lock);
     return s;
 }
+#endif

@@ -4,11 +4,11 @@
  * each one is, how many calls each may have open, and the retry budget.
  *
  * Design (DESIGN.md "Upstream pools and resilience"): one struct pool for
- * the process, built from cfg->upstreams.  Everything it knows is under
- * one mutex, held for a few hundred instructions per call (choose and
- * count on the way in, judge and count on the way out), never across I/O;
- * all but the retry budget, which has a mutex of its own (never held
- * with the pool's).
+ * the process, built from cfg->upstreams.  Everything it knows but the
+ * retry budget is under one mutex, held for a few hundred instructions
+ * per call (choose and count on the way in, judge and count on the way
+ * out), never across I/O; the budget has a mutex of its own, never held
+ * with the pool's.  pool_impl.h says which file does which job.
  *
  * Per upstream it keeps a circuit breaker:
  *
@@ -187,9 +187,11 @@ int pool_serves(struct pool *p, const char *model);
  * Take a slot on the upstream the balancer picks among those that serve
  * want->model, are usable, not excluded and not full; wait for one in
  * the queue up to queue_timeout while every such upstream is full.
- * OUT *slot, with slot->other: what pool_has_other() says for it, asked
- * in the same hold of the lock (so that a request's way in takes the
- * pool's lock once, and computes its model's set once unless it waits).
+ * OUT *slot, with slot->other: is there an upstream for 'want', other
+ * than the slot's and the excluded ones, that is usable and has room,
+ * so that a retry could go there at once?  Asked as the slot is taken,
+ * in the same hold of the lock (a request's way in takes the pool's
+ * lock once, and computes its model's set once unless it waits).
  * OUT *retry_after_s: for the 503 on GW_EUNAVAIL/GW_ETIMEDOUT
  * and the 429 on GW_ESHED (on GW_EUNAVAIL for want of a usable one, the
  * time until the first may take a call again: a hold's remaining time).
@@ -232,13 +234,6 @@ void pool_judge(struct pool *p, size_t idx, enum pool_outcome o,
 
 /* A request found to be poison (dispatch.c), for /metrics. */
 void pool_note_poison(struct pool *p);
-
-/*
- * Is there an upstream for 'want', other than 'idx' and the excluded
- * ones, that is usable now and has room?  (Whether a retry could go
- * anywhere at once.)
- */
-int pool_has_other(struct pool *p, const struct pool_want *want, size_t idx);
 
 /*
  * The call on 'slot' was sent once more, on a fresh connection, after a
@@ -288,7 +283,7 @@ int pool_ready(struct pool *p);
 /* End every queue wait with GW_ESTOPPING, now and from now on. */
 void pool_stop(struct pool *p);
 
-/* ---- for health.c ---- */
+/* ---- for health.c (and scrape.c: pool_size) ---- */
 
 /* Number of upstreams (cfg->num_upstreams). */
 size_t pool_size(const struct pool *p);
@@ -296,7 +291,7 @@ size_t pool_size(const struct pool *p);
 /*
  * May upstream 'idx' be probed now?  Always while CLOSED or OPEN; in
  * HALF_OPEN only when no trial is out, and the probe then is the trial
- * (OUT *trial = 1).
+ * (OUT *trial: its number, for pool_probe_end; else 0).
  */
 int pool_probe_begin(struct pool *p, size_t idx, uint64_t *trial);
 
@@ -384,7 +379,18 @@ struct pool_upstream_status {
 size_t pool_status(struct pool *p, struct pool_upstream_status *out,
                    size_t max);
 
-/* Current values, for tests: state, open calls. */
+#ifdef INFERGW_UNIT_TEST
+/* ---- for tests: built into test binaries only ---- */
+
+/* The state of upstream 'idx' now. */
 enum pool_state pool_state_of(struct pool *p, size_t idx);
+
+/*
+ * Is there an upstream for 'want', other than 'idx' and the excluded
+ * ones, that is usable now and has room?  (Whether a retry could go
+ * anywhere at once: pool_acquire's slot->other, asked on its own.)
+ */
+int pool_has_other(struct pool *p, const struct pool_want *want, size_t idx);
+#endif
 
 #endif

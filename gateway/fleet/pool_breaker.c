@@ -355,22 +355,31 @@ judge(struct pool *p, struct member *m, enum pool_outcome o,
         pool_wake_hopeless_locked(p, now);
 }
 
+/* Whether settle() gives a call's slot back. */
+enum settle_slot {
+    SLOT_KEPT,                  /* a verdict alone: the call goes on
+                                   (its answer is in), or it has no slot
+                                   (a late verdict, a probe) */
+    SLOT_BACK,                  /* the call is over: its slot comes back */
+};
+
 /*
  * Judge outcome 'o' for upstream 'idx' (and the end of trial 'trial'),
- * then hand a slot that may have come free to a waiter.  'gone': the
- * tenant of a slot given back; NULL none is.
+ * then hand a slot that may have come free to a waiter.  With SLOT_BACK
+ * the slot, of tenant 'tenant', comes back first ('tenant' is not read
+ * otherwise).
  */
 static void
-settle(struct pool *p, size_t idx, uint64_t trial, const size_t *gone,
-       enum pool_outcome o, int64_t retry_after_ms)
+settle(struct pool *p, size_t idx, uint64_t trial, enum settle_slot slot,
+       size_t tenant, enum pool_outcome o, int64_t retry_after_ms)
 {
     struct event ev = NO_EVENT, pev = NO_EVENT, sev = NO_EVENT;
     struct member *m = &p->m[idx];
     int64_t now = gw_now_ms();
 
     gw_mutex_lock(&p->lock);
-    if (gone != NULL)
-        pool_slot_back_locked(p, m, *gone, now);
+    if (slot == SLOT_BACK)
+        pool_slot_back_locked(p, m, tenant, now);
     end_trial(m, trial);
     judge(p, m, o, retry_after_ms, now, &ev);
     pool_saturation_note_locked(p, m, now, &sev);
@@ -388,7 +397,7 @@ pool_release(struct pool *p, struct pool_slot *slot, enum pool_outcome o,
 {
     if (slot->idx < 0)
         return;
-    settle(p, (size_t)slot->idx, slot->trial, &slot->tenant, o,
+    settle(p, (size_t)slot->idx, slot->trial, SLOT_BACK, slot->tenant, o,
            retry_after_ms);
     slot->idx = -1;
     slot->trial = 0;
@@ -399,7 +408,7 @@ pool_note_answer(struct pool *p, struct pool_slot *slot)
 {
     if (slot->idx < 0)
         return;
-    settle(p, (size_t)slot->idx, slot->trial, NULL, POOL_OK, 0);
+    settle(p, (size_t)slot->idx, slot->trial, SLOT_KEPT, 0, POOL_OK, 0);
     slot->trial = 0;
 }
 
@@ -407,7 +416,7 @@ void
 pool_judge(struct pool *p, size_t idx, enum pool_outcome o, int poison)
 {
     if (!poison) {
-        settle(p, idx, 0, NULL, o, 0);
+        settle(p, idx, 0, SLOT_KEPT, 0, o, 0);
         return;
     }
     if (o == POOL_OK || o == POOL_NEUTRAL)
@@ -460,5 +469,5 @@ pool_probe_end(struct pool *p, size_t idx, uint64_t trial,
     else if (status > 0)
         m->probe = POOL_PROBE_PASSED;
     gw_mutex_unlock(&p->lock);
-    settle(p, idx, trial, NULL, o, 0);
+    settle(p, idx, trial, SLOT_KEPT, 0, o, 0);
 }

@@ -19,6 +19,16 @@
 #include "fleet/engine.h"
 #include "util.h"
 
+/* How a waiter's wait stands (what ends it is told under the lock). */
+enum wait_state {
+    WAIT_WAITING = 0,           /* nothing yet: it times out, or the pool
+                                   stops, if nothing comes */
+    WAIT_GRANTED,               /* a slot was taken for it (grant) */
+    WAIT_HOPELESS,              /* none can come: every upstream it could
+                                   use went (ejected, held back) */
+    WAIT_GONE,                  /* its caller is gone (pool_want.gone) */
+};
+
 /* A call waiting for a slot; lives on its thread's stack. */
 struct waiter {
     struct waiter *next;
@@ -26,10 +36,10 @@ struct waiter {
     uint64_t mask;              /* upstreams it can use */
     uint64_t serve;             /* its model's set, for panic */
     size_t tenant;              /* its tenant (pool_want.tenant) */
-    int granted;                /* the upstream whose slot it was given;
-                                   -1 none yet, -2 none can come, -3 its
-                                   caller is gone */
-    uint64_t trial;
+    enum wait_state state;
+    size_t granted;             /* WAIT_GRANTED: the upstream whose slot
+                                   it was given ... */
+    uint64_t trial;             /* ... and its trial (pool_slot.trial) */
 };
 
 /* A tenant's standing among the active ones (share_locked, pool.h). */
@@ -141,7 +151,7 @@ share_locked(const struct pool *p, size_t t, int64_t now)
 
 /*
  * Is there an upstream of the set 'serve', other than 'idx' and those in
- * 'exclude', that is usable now and has room (pool_has_other())?
+ * 'exclude', that is usable now and has room (pool_slot.other)?
  */
 static int
 has_other_locked(struct pool *p, uint64_t serve, uint64_t exclude,
@@ -160,6 +170,7 @@ has_other_locked(struct pool *p, uint64_t serve, uint64_t exclude,
     return ok;
 }
 
+#ifdef INFERGW_UNIT_TEST
 int
 pool_has_other(struct pool *p, const struct pool_want *want, size_t idx)
 {
@@ -171,6 +182,7 @@ pool_has_other(struct pool *p, const struct pool_want *want, size_t idx)
     gw_mutex_unlock(&p->lock);
     return ok;
 }
+#endif
 
 /* A slot on 'm' (upstream 'idx') for tenant 'tenant', into 'slot'. */
 static void
@@ -221,7 +233,7 @@ pool_wake_hopeless_locked(struct pool *p, int64_t now)
         next = w->next;
         if (pool_usable_mask_locked(p, w->serve, w->mask, now, NULL) != 0)
             continue;
-        w->granted = -2;
+        w->state = WAIT_HOPELESS;
         queue_remove(p, w);
         pthread_cond_signal(&w->cv);
     }
@@ -303,7 +315,8 @@ pool_grant_locked(struct pool *p, size_t idx, int64_t now)
                               now))
             break;
         take_slot(p, m, &s, idx, w->tenant, now);
-        w->granted = (int)idx;
+        w->state = WAIT_GRANTED;
+        w->granted = idx;
         w->trial = s.trial;
         queue_remove(p, w);
         pthread_cond_signal(&w->cv);
@@ -397,7 +410,7 @@ pool_acquire(struct pool *p, const struct pool_want *want,
     w.mask = use;
     w.serve = serve;
     w.tenant = t;
-    w.granted = -1;
+    w.state = WAIT_WAITING;
     if (p->q_tail != NULL)
         p->q_tail->next = &w;
     else
@@ -406,7 +419,7 @@ pool_acquire(struct pool *p, const struct pool_want *want,
     p->queue_waits++;
     p->t_queued[t]++;
     deadline = now + p->cfg->queue_timeout_ms;
-    while (w.granted == -1 && !p->stopping) {
+    while (w.state == WAIT_WAITING && !p->stopping) {
         int64_t until = gw_now_ms() + POOL_QUEUE_CHECK_MS;
 
         if (gw_cond_timedwait(&w.cv, &p->lock,
@@ -420,32 +433,32 @@ pool_acquire(struct pool *p, const struct pool_want *want,
         gw_mutex_unlock(&p->lock);
         gone = want->gone(want->gone_arg);
         gw_mutex_lock(&p->lock);
-        if (gone && w.granted == -1) {
-            w.granted = -3;
+        if (gone && w.state == WAIT_WAITING) {
+            w.state = WAIT_GONE;
             break;
         }
     }
     p->t_queued[t]--;
     p->t_waits[t]++;
     p->t_wait_ms[t] += (uint64_t)(gw_now_ms() - now);
-    if (w.granted >= 0) {
-        slot->idx = w.granted;
+    if (w.state == WAIT_GRANTED) {
+        slot->idx = (int)w.granted;
         slot->tenant = t;
         slot->trial = w.trial;
         slot->queued = 1;
         /* Asked afresh: the set may have changed while it waited. */
         slot->other = has_other_locked(p, pool_serving_mask_locked(
                                               p, want->model),
-                                       want->exclude, (size_t)w.granted,
+                                       want->exclude, w.granted,
                                        gw_now_ms());
         rc = 0;
-    } else if (w.granted == -2) {
+    } else if (w.state == WAIT_HOPELESS) {
         /* Every upstream it could use went away (ejected, held back). */
         p->unavailable++;
         *retry_after_s = pool_retry_after_locked(p, serve, w.mask,
                                                  gw_now_ms());
         rc = GW_EUNAVAIL;
-    } else if (w.granted == -3) {
+    } else if (w.state == WAIT_GONE) {
         queue_remove(p, &w);
         rc = GW_EABORTED;       /* its client left: no slot, no call */
     } else {

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * check_pool.c - the upstream pool (gateway/fleet/pool.c): the breaker and its
- * half-open trial, late and poison verdicts, max_ejected and panic over a
- * model's set of upstreams, the admission FIFO (granted, timed out,
- * stopped, told at once when hopeless), the retry budget, the balancers,
- * model routing.
+ * check_pool.c - the upstream pool (gateway/fleet/pool.c and its parts,
+ * pool_impl.h): the breaker and its half-open trial, late and poison
+ * verdicts, max_ejected and panic over a model's set of upstreams, the
+ * admission FIFO (granted, timed out, stopped, told at once when
+ * hopeless), the retry budget, the balancers, model routing.
  * The queue cases run real threads, so TSan sees the locking.
  */
 #include <check.h>
