@@ -105,10 +105,12 @@ in_panic_locked(struct pool *p, uint64_t set, int64_t now)
 }
 
 /*
- * (pool_impl.h.)  Panic overrules the breakers, which may be wrong (a
- * poison request); a Retry-After is the upstream's own word that it
- * cannot take a call now, and calls sent anyway would only earn more
- * 429s and 503s.
+ * Of 'cand' (upstreams of the set 'serve' a call may still try), the ones
+ * it may use now: the usable ones, or while 'serve' is in panic (OUT
+ * *panic, unless NULL) every one not held back.  Panic overrules the
+ * breakers, which may be wrong (a poison request); a Retry-After is the
+ * upstream's own word that it cannot take a call now, and calls sent
+ * anyway would only earn more 429s and 503s.
  */
 uint64_t
 pool_usable_mask_locked(struct pool *p, uint64_t serve, uint64_t cand,

@@ -36,11 +36,13 @@ struct waiter {
     uint64_t mask;              /* upstreams it can use */
     uint64_t serve;             /* its model's set, for panic */
     size_t tenant;              /* its tenant (pool_want.tenant) */
-    enum wait_state state;
+    enum wait_state state;      /* how its wait stands */
     size_t granted;             /* WAIT_GRANTED: the upstream whose slot
                                    it was given ... */
     uint64_t trial;             /* ... and its trial (pool_slot.trial) */
 };
+
+/* ---- the tenants' standing ---- */
 
 /* A tenant's standing among the active ones (share_locked, pool.h). */
 enum share {
@@ -50,10 +52,11 @@ enum share {
 };
 
 /*
- * The same for a call of a tenant standing 'sh': while tenants compete,
- * no call goes into an engine's queue, only to a place its batch has
- * now (engine.h); one ahead of its share learns an engine's room only
- * one place at a time (and leaves the headroom, headroom_left).
+ * Is 'm' full (pool_full_locked()) for a call of a tenant standing 'sh'?
+ * While tenants compete, no call goes into an engine's queue, only to a
+ * place its batch has now (engine.h); one ahead of its share learns an
+ * engine's room only one place at a time (and leaves the headroom,
+ * headroom_left).
  */
 static int
 full_for(struct pool *p, const struct member *m, int64_t now, enum share sh)
@@ -149,6 +152,8 @@ share_locked(const struct pool *p, size_t t, int64_t now)
     return sh;
 }
 
+/* ---- slots ---- */
+
 /*
  * Is there an upstream of the set 'serve', other than 'idx' and those in
  * 'exclude', that is usable now and has room (pool_slot.other)?
@@ -216,12 +221,13 @@ pool_slot_back_locked(struct pool *p, struct member *m, size_t tenant,
     p->t_seen_ms[tenant] = now;
 }
 
-/* ---- admission ---- */
+/* ---- the queue ---- */
 
 static void queue_remove(struct pool *p, struct waiter *w);
 
 /*
- * (pool_impl.h.)  Such a waiter would only sleep to its queue_timeout.
+ * After an ejection or a hold: a waiter none of whose upstreams is
+ * usable now would only sleep to its queue_timeout; tell it at once.
  */
 void
 pool_wake_hopeless_locked(struct pool *p, int64_t now)
@@ -294,7 +300,11 @@ next_waiter_locked(struct pool *p, size_t idx, int64_t now)
     return best;
 }
 
-/* (pool_impl.h.)  As long as it is not full. */
+/*
+ * Upstream 'idx' may take calls again (a slot came free, its engine's
+ * queue shrank): hand them to the waiters whose turn it is, as long as
+ * it is not full.
+ */
 void
 pool_grant_locked(struct pool *p, size_t idx, int64_t now)
 {
@@ -322,6 +332,8 @@ pool_grant_locked(struct pool *p, size_t idx, int64_t now)
         pthread_cond_signal(&w->cv);
     }
 }
+
+/* ---- admission ---- */
 
 int
 pool_acquire(struct pool *p, const struct pool_want *want,
