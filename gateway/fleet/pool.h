@@ -190,8 +190,9 @@ int pool_serves(struct pool *p, const char *model);
  * OUT *slot, with slot->other: is there an upstream for 'want', other
  * than the slot's and the excluded ones, that is usable and has room,
  * so that a retry could go there at once?  Asked as the slot is taken,
- * in the same hold of the lock (a request's way in takes the pool's
- * lock once, and computes its model's set once unless it waits).
+ * in the same hold of the lock and of the same set (afresh after a wait
+ * in the queue), so that the caller takes the lock no second time to
+ * know it (pool_has_other() asks it alone, in test builds).
  * OUT *retry_after_s: for the 503 on GW_EUNAVAIL/GW_ETIMEDOUT
  * and the 429 on GW_ESHED (on GW_EUNAVAIL for want of a usable one, the
  * time until the first may take a call again: a hold's remaining time).

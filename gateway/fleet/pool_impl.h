@@ -274,7 +274,8 @@ int pool_member_serves_locked(struct pool *p, const struct member *m,
 /* The set of the upstreams that serve 'model' (NULL: any). */
 uint64_t pool_serving_mask_locked(struct pool *p, const char *model);
 
-/* Free m's models from GET /v1/models (on pool_free(); no lock). */
+/* Free m's models from GET /v1/models (pool_free(), or the ones
+ * pool_set_models() replaced, after its unlock); no lock. */
 void pool_models_free(struct member *m);
 
 #endif
