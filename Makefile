@@ -178,13 +178,13 @@ $(BUILD)/test/check_proxy: test/unit/check_proxy.c $(PROXY_UT_OBJ)
 	    $(PROXY_UT_OBJ) $(ALL_LDFLAGS) $(CHECK_LIBS) $(PKG_LIBS) \
 	    $(MBEDTLS_LIBS) $(OPENSSL_LIBS)
 
-# check_route answers requests with reply.c, proxy.c and pool.c stubbed:
+# check_route answers requests with reply.c, proxy.c and the pool stubbed:
 # it defines the functions route.c calls in them, and takes every other
 # object from an archive, from which the linker pulls only the members
-# that define a symbol still missing, so reply.o, proxy.o and pool.o are
-# never linked (a stub that no longer matches its header fails to compile;
-# a function the test forgot pulls the real object in and fails to link,
-# as a duplicate).
+# that define a symbol still missing, so reply.o, proxy.o and the pool's
+# objects those functions are in are never linked (a stub that no longer
+# matches its header fails to compile; a function the test forgot pulls
+# the real object in and fails to link, as a duplicate).
 UT_LIB := $(BUILD)/ut/libinfergw_ut.a
 $(UT_LIB): $(UT_OBJ)
 	rm -f $@

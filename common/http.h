@@ -120,7 +120,7 @@ int http_lists_token(const struct http_request *r, const char *name,
  * The longest Retry-After the gateway believes, in ms.  A server asking
  * for days is not told to the clients (gateway/upstream/upstream.c reads every
  * head with this cap) and does not hold an upstream back for days
- * (gateway/fleet/pool.c caps what it is handed at this too).
+ * (gateway/fleet/pool_breaker.c caps what it is handed at this too).
  */
 #define HTTP_RETRY_AFTER_MAX_MS (60 * 1000)
 

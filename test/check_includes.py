@@ -34,7 +34,11 @@ With --docs (or its old name, --readme) it rewrites that block of
 docs/ARCHITECTURE.md from GRAPH instead.
 Every gateway/ module may use every common/ module; that edge is not
 listed.  A private header (PRIVATE below) is part of the module that owns
-it, and only the modules PRIVATE names besides may include it.
+it, and only the owner's files and the modules PRIVATE names besides may
+include it.  A module that grew several jobs is several .c files behind
+its private header (PARTS below): each part is a file of its module (in
+its folder, with its edges), has no header of its own, and is listed, so
+a new part is as deliberate an edit as a new module.
 """
 
 import os
@@ -112,7 +116,16 @@ PRIVATE = {
     "status_page": ("status", set()),
     "config_schema": ("config", set()),
     "tls_server": ("tls", set()),
+    "pool_impl": ("pool", set()),
 }
+
+# The parts of a module split by job (STYLE.md section 1): .c files that
+# share the module's private header and are counted as the module's own.
+PARTS = {
+    "pool": "pool_pick pool_breaker pool_queue pool_models pool_report "
+            "pool_budget",
+}
+PART_OF = {p: m for m, ps in PARTS.items() for p in ps.split()}
 
 # Every callback slot in a gateway header ("module.name": who fills it,
 # and why the call goes that way).  A slot filled from a higher layer is
@@ -214,6 +227,8 @@ def strip_comments(text):
 
 
 def owner(base):
+    if base in PART_OF:
+        return PART_OF[base]
     return PRIVATE.get(base, (base,))[0]
 
 
@@ -283,10 +298,25 @@ def private_errors(gw_dir, errors):
         for inc in INCLUDE.findall(read(path)):
             h = inc.rpartition("/")[2][:-2]
             p = PRIVATE.get(h)
-            if p is None or base in (p[0], h) or base in p[1]:
+            if p is None or owner(base) == p[0] or base in p[1]:
                 continue
             errors.append("%s/%s includes %s, private to %s (PRIVATE)"
                           % (folder, name, inc, p[0]))
+
+
+def part_errors(gw_dir, errors):
+    """A part with a header of its own, or a PARTS entry with no file."""
+    have = {}
+    for folder, name, _ in files(gw_dir):
+        have.setdefault(name[:-2], set()).add(name[-1])
+    for part, mod in sorted(PART_OF.items()):
+        if "h" in have.get(part, ()):
+            errors.append("%s.h: a part of %s has no header of its own (a "
+                          "header makes it a module: LAYERS and GRAPH)"
+                          % (part, mod))
+        if "c" not in have.get(part, ()):
+            errors.append("PARTS lists %s (of %s), which has no file"
+                          % (part, mod))
 
 
 def callbacks(gw_dir):
@@ -449,6 +479,7 @@ def main(argv):
             errors.append("common/%s includes gateway header(s) %s"
                           % (m, ", ".join(bad)))
     private_errors(gw_dir, errors)
+    part_errors(gw_dir, errors)
     check_callbacks(gw_dir, errors)
     compare("gateway", gateway, gw_actual, errors)
     compare("common", common, common_actual, errors)

@@ -11,7 +11,8 @@
  *                refuses before any attempt (no upstream, all full), and
  *                marks a poison request's as the request's fault;
  *   flight.c     keeps it for every client of a flight;
- *   pool.c       judges it for the upstream's health (pool_outcome_of);
+ *   pool         judges it for the upstream's health (pool_outcome_of,
+ *                in pool_breaker.c);
  *   reply.c      renders it as the clients' answer (reply_failure).
  *
  * Text derives from the kind only at the edge (call_kind_text(), for a

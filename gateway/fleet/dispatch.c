@@ -344,13 +344,14 @@ dispatch_run(const struct dispatch_ctx *dc,
         /*
          * A retryable status stops the transfer unheard only when another
          * attempt may follow: one left (a hedge or a resend may still
-         * take it, count_attempt()), an upstream with room now, and the
-         * budget.  Else the upstream's answer is relayed as it is.
+         * take it, count_attempt()), an upstream with room now (the
+         * slot's 'other', asked as it was taken), and the budget.  Else
+         * the upstream's answer is relayed as it is.
          */
         idx = (size_t)r.slot[0].idx;
         r.want.exclude |= UINT64_C(1) << idx;
         count_attempt(&r);
-        r.more = attempt_left(&r) && pool_has_other(dc->pool, &r.want, idx);
+        r.more = attempt_left(&r) && r.slot[0].other;
         budget = r.more && pool_budget_peek(dc->pool);
         opts.stop_on_retryable = r.more && budget;
         note_upstream(dc, idx);

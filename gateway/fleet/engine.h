@@ -105,12 +105,12 @@ int engine_fresh(const struct engine_load *l, const struct gw_config *cfg,
 
 /*
  * The score above, or 'inflight' when not fresh.  Compare two as
- * score / weight (pool.c's power of two choices).
+ * score / weight (pool_pick.c's power of two choices).
  */
 double engine_score(const struct engine_load *l, const struct gw_config *cfg,
                     int64_t now_ms, uint64_t inflight);
 
-/* Saturated by the engine's own numbers (max_inflight is pool.c's). */
+/* Saturated by the engine's own numbers (max_inflight is the pool's). */
 int engine_saturated(const struct engine_load *l,
                      const struct gw_config *cfg, int64_t now_ms);
 

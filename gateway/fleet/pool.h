@@ -4,9 +4,11 @@
  * each one is, how many calls each may have open, and the retry budget.
  *
  * Design (DESIGN.md "Upstream pools and resilience"): one struct pool for
- * the process, built from cfg->upstreams.  Everything it knows is under
- * one mutex, held for a few hundred instructions per call (choose and
- * count on the way in, judge and count on the way out), never across I/O.
+ * the process, built from cfg->upstreams.  Everything it knows but the
+ * retry budget is under one mutex, held for a few hundred instructions
+ * per call (choose and count on the way in, judge and count on the way
+ * out), never across I/O; the budget has a mutex of its own, never held
+ * with the pool's.  pool_impl.h says which file does which job.
  *
  * Per upstream it keeps a circuit breaker:
  *
@@ -166,6 +168,8 @@ struct pool_slot {
                                (a stale one clears nothing); 0 not one */
     int queued;             /* it waited in the queue */
     size_t tenant;          /* whose (pool_want.tenant) */
+    int other;              /* as it was taken: another upstream could
+                               take a retry at once (pool_acquire) */
 };
 
 /* Build the pool for cfg (borrowed; outlives the pool).  NULL: no memory. */
@@ -183,7 +187,13 @@ int pool_serves(struct pool *p, const char *model);
  * Take a slot on the upstream the balancer picks among those that serve
  * want->model, are usable, not excluded and not full; wait for one in
  * the queue up to queue_timeout while every such upstream is full.
- * OUT *slot; OUT *retry_after_s: for the 503 on GW_EUNAVAIL/GW_ETIMEDOUT
+ * OUT *slot, with slot->other: is there an upstream for 'want', other
+ * than the slot's and the excluded ones, that is usable and has room,
+ * so that a retry could go there at once?  Asked as the slot is taken,
+ * in the same hold of the lock and of the same set (afresh after a wait
+ * in the queue), so that the caller takes the lock no second time to
+ * know it (pool_has_other() asks it alone, in test builds).
+ * OUT *retry_after_s: for the 503 on GW_EUNAVAIL/GW_ETIMEDOUT
  * and the 429 on GW_ESHED (on GW_EUNAVAIL for want of a usable one, the
  * time until the first may take a call again: a hold's remaining time).
  * Returns 0, GW_ENOTFOUND (no upstream serves the model, or every one
@@ -225,13 +235,6 @@ void pool_judge(struct pool *p, size_t idx, enum pool_outcome o,
 
 /* A request found to be poison (dispatch.c), for /metrics. */
 void pool_note_poison(struct pool *p);
-
-/*
- * Is there an upstream for 'want', other than 'idx' and the excluded
- * ones, that is usable now and has room?  (Whether a retry could go
- * anywhere at once.)
- */
-int pool_has_other(struct pool *p, const struct pool_want *want, size_t idx);
 
 /*
  * The call on 'slot' was sent once more, on a fresh connection, after a
@@ -281,7 +284,7 @@ int pool_ready(struct pool *p);
 /* End every queue wait with GW_ESTOPPING, now and from now on. */
 void pool_stop(struct pool *p);
 
-/* ---- for health.c ---- */
+/* ---- for health.c (and scrape.c: pool_size) ---- */
 
 /* Number of upstreams (cfg->num_upstreams). */
 size_t pool_size(const struct pool *p);
@@ -289,7 +292,7 @@ size_t pool_size(const struct pool *p);
 /*
  * May upstream 'idx' be probed now?  Always while CLOSED or OPEN; in
  * HALF_OPEN only when no trial is out, and the probe then is the trial
- * (OUT *trial = 1).
+ * (OUT *trial: its number, for pool_probe_end; else 0).
  */
 int pool_probe_begin(struct pool *p, size_t idx, uint64_t *trial);
 
@@ -371,13 +374,24 @@ struct pool_upstream_status {
 
 /*
  * Copy every upstream's status into out[0..max) (max >= pool_size() for
- * all of them), under the pool's lock and nothing else.  Returns how
- * many were copied.
+ * all of them): its retries and hedges under the budget's lock, then the
+ * rest under the pool's (one at a time).  Returns how many were copied.
  */
 size_t pool_status(struct pool *p, struct pool_upstream_status *out,
                    size_t max);
 
-/* Current values, for tests: state, open calls. */
+#ifdef INFERGW_UNIT_TEST
+/* ---- for tests: built into test binaries only ---- */
+
+/* The state of upstream 'idx' now. */
 enum pool_state pool_state_of(struct pool *p, size_t idx);
+
+/*
+ * Is there an upstream for 'want', other than 'idx' and the excluded
+ * ones, that is usable now and has room?  (Whether a retry could go
+ * anywhere at once: pool_acquire's slot->other, asked on its own.)
+ */
+int pool_has_other(struct pool *p, const struct pool_want *want, size_t idx);
+#endif
 
 #endif

@@ -7,7 +7,8 @@
  * upstream_perform() and upstream_retryable_status() are defined here and
  * the rest comes from the unit-test archive (Makefile: check_dispatch),
  * so upstream.o is never linked: each attempt's outcome is the script's
- * next line, and the real pool (pool.c) chooses and judges.
+ * next line, and the real pool (gateway/fleet/pool*.c) chooses and
+ * judges.
  */
 #include <check.h>
 #include <string.h>

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * check_pool.c - the upstream pool (gateway/fleet/pool.c): the breaker and its
- * half-open trial, late and poison verdicts, max_ejected and panic over a
- * model's set of upstreams, the admission FIFO (granted, timed out,
- * stopped, told at once when hopeless), the retry budget, the balancers,
- * model routing.
+ * check_pool.c - the upstream pool (gateway/fleet/pool.c and its parts,
+ * pool_impl.h): the breaker and its half-open trial, late and poison
+ * verdicts, max_ejected and panic over a model's set of upstreams, the
+ * admission FIFO (granted, timed out, stopped, told at once when
+ * hopeless), the retry budget, the balancers, model routing.
  * The queue cases run real threads, so TSan sees the locking.
  */
 #include <check.h>
@@ -357,10 +357,12 @@ START_TEST(test_panic_routes_across_all)
      * trials. */
     ck_assert_int_eq(take(&s), 0);
     ck_assert_uint_eq(s.trial, 0);
+    ck_assert_int_eq(s.other, 1);           /* the other, in panic too */
     ck_assert_int_eq(pool_metric("infergw_upstream_panic"), 1);
     w.exclude = UINT64_C(1) << s.idx;
     ck_assert_int_eq(pool_acquire(pool, &w, &t, &ra), 0);
     ck_assert_int_ne(t.idx, s.idx);
+    ck_assert_int_eq(t.other, 0);
     ck_assert(pool_has_other(pool, &w, (size_t)t.idx) == 0);
     w.exclude = 0;
     ck_assert(pool_has_other(pool, &w, (size_t)t.idx));
@@ -743,10 +745,10 @@ START_TEST(test_queued_per_upstream)
                        "max_inflight = 1\n"
                        "[upstream b]\nurl = http://h:2\nmodels = both\n"
                        "max_inflight = 1\n";
-    struct model_waiter hold_a = { "alpha", -1, { -1, 0, 0, 0 } };
-    struct model_waiter hold_b = { "both", -1, { -1, 0, 0, 0 } };
-    struct model_waiter w1 = { "both", -1, { -1, 0, 0, 0 } };
-    struct model_waiter w2 = { "alpha", -1, { -1, 0, 0, 0 } };
+    struct model_waiter hold_a = { "alpha", -1, { -1, 0, 0, 0, 0 } };
+    struct model_waiter hold_b = { "both", -1, { -1, 0, 0, 0, 0 } };
+    struct model_waiter w1 = { "both", -1, { -1, 0, 0, 0, 0 } };
+    struct model_waiter w2 = { "alpha", -1, { -1, 0, 0, 0, 0 } };
     pthread_t t1, t2;
 
     ck_assert_int_eq(config_load_text("t", text, &cfg, err, sizeof(err)), 0);
@@ -783,8 +785,8 @@ END_TEST
 
 START_TEST(test_queue_granted_in_order)
 {
-    struct waiter_arg a = { 1, { -1, 0, 0, 0 }, 0 };
-    struct waiter_arg b = { 1, { -1, 0, 0, 0 }, 0 };
+    struct waiter_arg a = { 1, { -1, 0, 0, 0, 0 }, 0 };
+    struct waiter_arg b = { 1, { -1, 0, 0, 0, 0 }, 0 };
     struct pool_slot s;
     pthread_t ta, tb;
 
@@ -803,6 +805,41 @@ START_TEST(test_queue_granted_in_order)
     pthread_join(tb, NULL);
     ck_assert_int_eq(b.rc, 0);
     pool_release(pool, &b.slot, POOL_OK, 0);
+}
+END_TEST
+
+/*
+ * pool_acquire answers, with the slot, what pool_has_other() would: is
+ * there an upstream a retry could go to at once?  Not one that is full,
+ * nor one the call excludes; for a waiter, asked as it is granted.
+ */
+START_TEST(test_acquire_says_whether_a_retry_could_go_elsewhere)
+{
+    struct pool_want w = { NULL, 0, 0, 0, NULL, NULL, CONFIG_MAX_TENANTS };
+    struct waiter_arg c = { 1, { -1, 0, 0, 0, 0 }, 0 };
+    struct pool_slot a, b;
+    pthread_t tc;
+    int ra;
+
+    make_pool(2, "queue_timeout = 5s\n", "max_inflight = 1\n");
+    w.exclude = UINT64_C(1) << 1;
+    ck_assert_int_eq(pool_acquire(pool, &w, &a, &ra), 0);
+    ck_assert_int_eq(a.idx, 0);
+    ck_assert_int_eq(a.other, 0);           /* u1 excluded */
+    pool_release(pool, &a, POOL_OK, 0);
+    ck_assert_int_eq(take(&a), 0);
+    ck_assert_int_eq(a.other, 1);           /* the other has room */
+    ck_assert_int_eq(take(&b), 0);
+    ck_assert_int_eq(b.other, 0);           /* the other is full */
+    ck_assert_int_eq(pthread_create(&tc, NULL, waiter, &c), 0);
+    wait_queued(1);
+    pool_release(pool, &a, POOL_OK, 0);
+    pthread_join(tc, NULL);
+    ck_assert_int_eq(c.rc, 0);
+    ck_assert(c.slot.queued);
+    ck_assert_int_eq(c.slot.other, 0);      /* b still holds the other */
+    pool_release(pool, &b, POOL_OK, 0);
+    pool_release(pool, &c.slot, POOL_OK, 0);
 }
 END_TEST
 
@@ -825,7 +862,7 @@ END_TEST
 
 START_TEST(test_queue_stop_and_hopeless)
 {
-    struct waiter_arg a = { 1, { -1, 0, 0, 0 }, 0 };
+    struct waiter_arg a = { 1, { -1, 0, 0, 0, 0 }, 0 };
     struct pool_slot s;
     pthread_t ta;
 
@@ -873,7 +910,7 @@ END_TEST
 
 START_TEST(test_panic_grants_a_waiter_an_ejected_slot)
 {
-    struct waiter_arg a = { 1, { -1, 0, 0, 0 }, 0 };
+    struct waiter_arg a = { 1, { -1, 0, 0, 0, 0 }, 0 };
     struct pool_slot s;
     pthread_t ta;
 
@@ -1231,7 +1268,7 @@ END_TEST
 
 START_TEST(test_saturated_fleet_waits_until_a_scrape_frees_it)
 {
-    struct waiter_arg a = { 1, { -1, 0, 0, 0 }, 0 };
+    struct waiter_arg a = { 1, { -1, 0, 0, 0, 0 }, 0 };
     struct pool_slot s;
     pthread_t ta;
 
@@ -1367,9 +1404,9 @@ START_TEST(test_priority_then_fewest_open_per_weight_then_oldest)
 {
     /* Arrival order: b, b, a, e, c. */
     struct tenant_waiter w[5] = {
-        { 1, 1, 0, { -1, 0, 0, 0 } }, { 1, 1, 0, { -1, 0, 0, 0 } },
-        { 0, 1, 0, { -1, 0, 0, 0 } }, { 4, 1, 0, { -1, 0, 0, 0 } },
-        { 2, 1, 0, { -1, 0, 0, 0 } },
+        { 1, 1, 0, { -1, 0, 0, 0, 0 } }, { 1, 1, 0, { -1, 0, 0, 0, 0 } },
+        { 0, 1, 0, { -1, 0, 0, 0, 0 } }, { 4, 1, 0, { -1, 0, 0, 0, 0 } },
+        { 2, 1, 0, { -1, 0, 0, 0, 0 } },
     };
     struct pool_slot held[3];
     pthread_t t[5];
@@ -1421,9 +1458,9 @@ wait_done(struct tenant_waiter *w)
  */
 START_TEST(test_competing_tenants_get_no_place_in_the_engines_queue)
 {
-    struct tenant_waiter aw = { 0, 1, 0, { -1, 0, 0, 0 } };
-    struct tenant_waiter bw = { 1, 1, 0, { -1, 0, 0, 0 } };
-    struct tenant_waiter dw = { 3, 1, 0, { -1, 0, 0, 0 } };
+    struct tenant_waiter aw = { 0, 1, 0, { -1, 0, 0, 0, 0 } };
+    struct tenant_waiter bw = { 1, 1, 0, { -1, 0, 0, 0, 0 } };
+    struct tenant_waiter dw = { 3, 1, 0, { -1, 0, 0, 0, 0 } };
     struct pool_slot a, b[2];
     pthread_t ta, tb, td;
 
@@ -1477,7 +1514,7 @@ END_TEST
  */
 START_TEST(test_a_tenant_ahead_leaves_the_headroom_to_the_others)
 {
-    struct tenant_waiter bw = { 1, 1, 0, { -1, 0, 0, 0 } };
+    struct tenant_waiter bw = { 1, 1, 0, { -1, 0, 0, 0, 0 } };
     struct pool_slot a[3], b[13];
     pthread_t tb;
 
@@ -1569,6 +1606,7 @@ pool_suite(void)
     tcase_add_test(tc, test_queue_granted_in_order);
     tcase_add_test(tc, test_queued_per_upstream);
     tcase_add_test(tc, test_queue_timeout_and_no_wait);
+    tcase_add_test(tc, test_acquire_says_whether_a_retry_could_go_elsewhere);
     tcase_add_test(tc, test_queue_stop_and_hopeless);
     tcase_add_test(tc, test_panic_grants_a_waiter_an_ejected_slot);
     suite_add_tcase(s, tc);

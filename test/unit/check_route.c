@@ -10,10 +10,11 @@
  *
  * No socket: this test defines the functions route.c calls in reply.c
  * (they record what would be sent), proxy.c (records the forward),
- * pool.c and status.c (answer as the test sets), and links the other
+ * the pool and status.c (answer as the test sets), and links the other
  * objects from an archive, from which the linker takes only the members
- * still needed, so reply.o, proxy.o, pool.o and status.o never are (the
- * Makefile's check_route rule).
+ * still needed, so reply.o, proxy.o, status.o and the pool's pool.o,
+ * pool_models.o and pool_report.o never are (the Makefile's check_route
+ * rule).
  * Every body is already in the connection's buffer when the request is
  * routed, so route.c never reads the client socket.
  */

@@ -1,0 +1,281 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pool_impl.h - the pool's state (struct pool and its members) and the
+ * helpers its files share: private to module pool.  Nothing outside the
+ * pool's own files includes it (test/check_includes.py, PARTS).
+ *
+ * The pool (pool.h) is one module in several files, a job each:
+ *
+ *   pool.c          the members, the lock and the lifecycle; a member's
+ *                   state as the others read it; the health beat's and
+ *                   the load scrape's feeds; the log of events
+ *   pool_pick.c     which upstream: the hash ring and the balancers
+ *   pool_breaker.c  the breakers: outcomes judged, ejection, the
+ *                   half-open trial, max_ejected and panic
+ *   pool_queue.c    admission: slots, the tenants' shares and headroom,
+ *                   the queue and its grants
+ *   pool_models.c   which upstreams serve a model; /v1/models
+ *   pool_report.c   the status view and /metrics
+ *   pool_budget.c   the retry budget
+ *
+ * Locking: 'lock' guards every field of struct pool and struct member
+ * past the immutable ones (cfg, n, ring) but the retry budget, which
+ * has a lock of its own (struct pool_budget); no thread holds both at
+ * once.  Neither is held across I/O or a log line: what a call under
+ * the lock wants logged is noted in a struct event and logged after the
+ * unlock (pool_log_event()).  A function whose name ends in _locked is
+ * called with the pool's lock held (the budget's, in pool_budget.c),
+ * and asserts so.
+ *
+ * Sets: a model's upstreams are a uint64_t mask, bit i for upstream i
+ * (pool_serving_mask_locked()).
+ */
+#ifndef INFERGW_GATEWAY_FLEET_POOL_IMPL_H
+#define INFERGW_GATEWAY_FLEET_POOL_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/config.h"
+#include "fleet/engine.h"
+#include "fleet/pool.h"
+#include "util.h"
+
+struct member {
+    const struct config_upstream *cfg;      /* immutable */
+
+    /* The breaker (pool.h). */
+    enum pool_state state;
+    int64_t open_until_ms;      /* OPEN: when it turns HALF_OPEN */
+    uint64_t fails;             /* failures in a row while CLOSED */
+    unsigned streak;            /* ejections since it last stayed up */
+    int64_t closed_ms;          /* when it last closed; 0 never ejected */
+    int trial_out;              /* HALF_OPEN: the one call is out */
+    uint64_t trial_gen;         /* numbers the trials */
+    int64_t hold_until_ms;      /* Retry-After: no new calls before */
+    int capped;                 /* max_ejected kept it in, logged; cleared
+                                   when it goes, or another one comes back
+                                   (the cap may let it go then) */
+    enum pool_probe probe;      /* the health beat's last verdict */
+
+    uint64_t inflight;          /* calls holding a slot */
+    struct engine_load load;    /* its engine's own (engine.h) */
+    int saturated;              /* as last logged */
+    int64_t swrr;               /* smooth weighted round robin's current */
+
+    /* From GET /v1/models; routing uses 'ids' only without cfg models. */
+    int models_known;
+    char **ids;
+    char **texts;
+    size_t num_models;
+
+    /* For /metrics. */
+    uint64_t calls;
+    uint64_t failures[POOL_OUTCOME_COUNT];
+    uint64_t ejections;
+    uint64_t capped_total;      /* ejections max_ejected refused */
+};
+
+struct ring_point {
+    uint64_t hash;
+    size_t idx;
+};
+
+struct waiter;                          /* pool_queue.c's own */
+
+/* The retry budget's counts (pool_budget_read() copies them). */
+struct pool_budget_counts {
+    uint64_t retries, hedges, refused, resends;
+    /* Per upstream, for the status view: */
+    uint64_t up_retries[CONFIG_MAX_UPSTREAMS];  /* retries that went to it */
+    uint64_t up_hedges[CONFIG_MAX_UPSTREAMS];   /* hedges that went to it */
+    uint64_t up_hedges_won[CONFIG_MAX_UPSTREAMS];   /* ... and won */
+};
+
+/* The retry budget (pool_budget.c): every field under its 'lock'. */
+struct pool_budget {
+    struct gw_mutex lock;
+    /* The window: per-second buckets. */
+    int64_t bucket_s[POOL_BUDGET_WINDOW_S];
+    uint64_t bucket_req[POOL_BUDGET_WINDOW_S];
+    uint64_t bucket_retry[POOL_BUDGET_WINDOW_S];
+    struct pool_budget_counts c;
+};
+
+struct pool {
+    const struct gw_config *cfg;        /* immutable */
+    size_t n;                           /* immutable */
+    struct member *m;                   /* [n]; see the lock note */
+    struct ring_point *ring;            /* immutable, sorted by hash */
+    size_t ring_len;
+
+    struct gw_mutex lock;
+    uint64_t rng;                       /* xorshift64 state */
+    struct waiter *q_head, *q_tail;     /* in arrival order */
+
+    /* Per tenant (CONFIG_MAX_TENANTS: the default one). */
+    uint64_t t_open[CONFIG_MAX_TENANTS + 1];    /* slots held */
+    uint64_t t_queued[CONFIG_MAX_TENANTS + 1];  /* waiting now */
+    uint64_t t_waits[CONFIG_MAX_TENANTS + 1];   /* waited, ever */
+    uint64_t t_wait_ms[CONFIG_MAX_TENANTS + 1]; /* their waits' sum */
+    uint64_t t_shed[CONFIG_MAX_TENANTS + 1];    /* 429 at saturation */
+    uint64_t t_timeouts[CONFIG_MAX_TENANTS + 1];
+    int64_t t_seen_ms[CONFIG_MAX_TENANTS + 1];  /* its last call's start
+                                                   or end; 0 none yet */
+    int stopping;
+
+    uint64_t queue_waits, queue_timeouts, unavailable;
+    uint64_t poison;                    /* requests found poison */
+
+    /* The sets calls found in panic (pool_breaker.c). */
+    uint64_t panic[POOL_PANIC_MAX];
+    size_t num_panic;
+
+    struct pool_budget budget;          /* under its own lock */
+};
+
+/* What to log once the lock is dropped. */
+struct event {
+    const char *what;           /* NULL: nothing */
+    char detail[96];            /* "": none; else logged after */
+    const char *name;           /* the upstream */
+    int64_t ms;                 /* "ejected": for how long */
+    const char *why;
+    uint64_t set;               /* "panic", "panic over": the set ... */
+    size_t usable;              /* ... and how many of it are usable */
+};
+
+#define NO_EVENT { .what = NULL }
+
+/* How many upstreams are in 'set'. */
+static inline size_t
+pool_count_of(uint64_t set)
+{
+    return (size_t)__builtin_popcountll(set);
+}
+
+/* ---- pool.c: a member's state, under the lock ---- */
+
+/* The state now: an OPEN upstream whose time is up turns HALF_OPEN. */
+enum pool_state pool_state_now_locked(struct pool *p, struct member *m,
+                                      int64_t now);
+
+/* Is it held back by its own Retry-After? */
+int pool_held_locked(struct pool *p, const struct member *m, int64_t now);
+
+/* May it get a new call (ignoring max_inflight)? */
+int pool_usable_locked(struct pool *p, struct member *m, int64_t now);
+
+/* Can it take a call, as /readyz counts (pool_ready() says why)? */
+int pool_ready_locked(struct pool *p, struct member *m, int64_t now);
+
+/* Is it below max_inflight? */
+int pool_has_room_locked(struct pool *p, const struct member *m);
+
+/* Does the balancer read the engines' load (least_load, prefix)?
+ * Configuration only: no lock. */
+int pool_engine_aware(const struct pool *p);
+
+/*
+ * May it take no call now: at max_inflight, or its engine saturated
+ * (engine.h)?  Such a call waits in the gateway's queue instead.
+ */
+int pool_full_locked(struct pool *p, const struct member *m, int64_t now);
+
+/*
+ * Note a change of m's engine saturation in 'ev' (one log line per
+ * operation; the gauge has every upstream's).
+ */
+void pool_saturation_note_locked(struct pool *p, struct member *m,
+                                 int64_t now, struct event *ev);
+
+/* Log 'ev' (if it holds anything); without the lock. */
+void pool_log_event(const struct pool *p, const struct event *ev);
+
+/* ---- pool_pick.c ---- */
+
+/* FNV-1a, then splitmix64's finaliser so that near keys spread. */
+uint64_t pool_hash_str(const char *s, uint64_t salt);
+
+/* Build the consistent-hash ring (pool_new()).  0 or GW_ENOMEM. */
+int pool_ring_build(struct pool *p);
+
+/*
+ * The upstream the balancer picks of 'room' (never empty), the usable
+ * upstreams being 'usable_mask' and the call's prefix hash 'key'.
+ */
+size_t pool_pick_locked(struct pool *p, uint64_t room, uint64_t usable_mask,
+                        uint64_t key, int64_t now);
+
+/* ---- pool_breaker.c ---- */
+
+/*
+ * Of 'cand' (upstreams of the set 'serve' a call may still try), the ones
+ * it may use now: the usable ones, or while 'serve' is in panic (OUT
+ * *panic, unless NULL) every one not held back.
+ */
+uint64_t pool_usable_mask_locked(struct pool *p, uint64_t serve,
+                                 uint64_t cand, int64_t now, int *panic);
+
+/*
+ * The Retry-After, in seconds, for a call of the set 'serve' that finds
+ * none of 'mask' usable: until the first of them may take a call again,
+ * at least 1.
+ */
+int pool_retry_after_locked(struct pool *p, uint64_t serve, uint64_t mask,
+                            int64_t now);
+
+/* A call found 'set' in panic: remember it, and log it if it is new. */
+void pool_panic_note_locked(struct pool *p, uint64_t set, int64_t now,
+                            struct event *ev);
+
+/*
+ * Forget the sets that are out of panic now, logging the first in 'ev'.
+ * Returns how many sets are in panic.
+ */
+size_t pool_panic_sweep_locked(struct pool *p, int64_t now,
+                               struct event *ev);
+
+/* ---- pool_queue.c ---- */
+
+/*
+ * Upstream 'idx' may take calls again (a slot came free, its engine's
+ * queue shrank): hand them to the waiters whose turn it is.
+ */
+void pool_grant_locked(struct pool *p, size_t idx, int64_t now);
+
+/*
+ * After an ejection or a hold: a waiter none of whose upstreams is
+ * usable now is told at once.
+ */
+void pool_wake_hopeless_locked(struct pool *p, int64_t now);
+
+/* A slot on 'm' of tenant 'tenant' comes back (take_slot()'s undoing). */
+void pool_slot_back_locked(struct pool *p, struct member *m, size_t tenant,
+                           int64_t now);
+
+/* OUT q[i]: the calls in the queue that upstream i could take. */
+void pool_queued_locked(struct pool *p, uint64_t q[CONFIG_MAX_UPSTREAMS]);
+
+/* A tenant's priority (CONFIG_MAX_TENANTS: the default's).  No lock. */
+int64_t pool_tenant_priority(const struct pool *p, size_t t);
+
+/* ---- pool_budget.c ---- */
+
+/* A copy of the budget's counts, under its lock (not the pool's). */
+void pool_budget_read(struct pool *p, struct pool_budget_counts *out);
+
+/* ---- pool_models.c ---- */
+
+/* Does 'm' serve 'model' (NULL: any)? */
+int pool_member_serves_locked(struct pool *p, const struct member *m,
+                              const char *model);
+
+/* The set of the upstreams that serve 'model' (NULL: any). */
+uint64_t pool_serving_mask_locked(struct pool *p, const char *model);
+
+/* Free m's models from GET /v1/models (pool_free(), or the ones
+ * pool_set_models() replaced, after its unlock); no lock. */
+void pool_models_free(struct member *m);
+
+#endif

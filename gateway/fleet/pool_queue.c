@@ -1,0 +1,512 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pool_queue.c - admission (pool.h "Admission"): a call's slot on the
+ * upstream the balancer picks, the tenants' standing and the headroom
+ * one ahead of its share leaves, and the queue of calls that found
+ * every upstream full, with the grants that end their waits.
+ *
+ * A waiter sleeps on its own condition variable with the pool's lock;
+ * whoever frees what it waits for (a slot back, a scrape that shows
+ * room) grants it under that lock and signals it there.
+ */
+#include "fleet/pool_impl.h"
+
+#include <assert.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "base/config.h"
+#include "fleet/engine.h"
+#include "util.h"
+
+/* How a waiter's wait stands (what ends it is told under the lock). */
+enum wait_state {
+    WAIT_WAITING = 0,           /* nothing yet: it times out, or the pool
+                                   stops, if nothing comes */
+    WAIT_GRANTED,               /* a slot was taken for it (grant) */
+    WAIT_HOPELESS,              /* none can come: every upstream it could
+                                   use went (ejected, held back) */
+    WAIT_GONE,                  /* its caller is gone (pool_want.gone) */
+};
+
+/* A call waiting for a slot; lives on its thread's stack. */
+struct waiter {
+    struct waiter *next;
+    pthread_cond_t cv;
+    uint64_t mask;              /* upstreams it can use */
+    uint64_t serve;             /* its model's set, for panic */
+    size_t tenant;              /* its tenant (pool_want.tenant) */
+    enum wait_state state;      /* how its wait stands */
+    size_t granted;             /* WAIT_GRANTED: the upstream whose slot
+                                   it was given ... */
+    uint64_t trial;             /* ... and its trial (pool_slot.trial) */
+};
+
+/* ---- the tenants' standing ---- */
+
+/* A tenant's standing among the active ones (share_locked, pool.h). */
+enum share {
+    SHARE_ALONE,                /* no other tenant is active */
+    SHARE_FAIR,                 /* others are, none before it */
+    SHARE_AHEAD,                /* one is before it */
+};
+
+/*
+ * Is 'm' full (pool_full_locked()) for a call of a tenant standing 'sh'?
+ * While tenants compete, no call goes into an engine's queue, only to a
+ * place its batch has now (engine.h); one ahead of its share learns an
+ * engine's room only one place at a time (and leaves the headroom,
+ * headroom_left).
+ */
+static int
+full_for(struct pool *p, const struct member *m, int64_t now, enum share sh)
+{
+    if (sh == SHARE_ALONE || !pool_engine_aware(p))
+        return pool_full_locked(p, m, now);
+    if (!pool_has_room_locked(p, m))
+        return 1;
+    return sh == SHARE_AHEAD
+           ? !engine_has_place_slowly(&m->load, p->cfg, now)
+           : !engine_has_place(&m->load, p->cfg, now);
+}
+
+/* Does a call of a tenant standing 'sh' leave the headroom free? */
+static int
+keeps_headroom(const struct pool *p, enum share sh)
+{
+    return sh == SHARE_AHEAD && p->cfg->headroom > 0;
+}
+
+/*
+ * May a call that keeps the headroom (keeps_headroom(): its tenant is
+ * ahead of its share) take a place in 'fleet' (the upstreams it may
+ * use)?  It leaves 'headroom' of the places those batches have (to the
+ * nearest whole one) free for the others: it may take one only while
+ * more than that are free.  An upstream whose engine's load is not known
+ * counts as room without end: nothing says no.
+ */
+static int
+headroom_left(struct pool *p, uint64_t fleet, int64_t now)
+{
+    double room = 0, free = 0, r, f;
+    size_t i;
+
+    for (i = 0; i < p->n; i++) {
+        if (!(fleet & (UINT64_C(1) << i)))
+            continue;
+        if (engine_places(&p->m[i].load, p->cfg, now, &r, &f) != 0)
+            return 1;
+        room += r;
+        if (pool_has_room_locked(p, &p->m[i]))
+            free += f;
+    }
+    return free > (double)(uint64_t)(p->cfg->headroom * room + 0.5);
+}
+
+int64_t
+pool_tenant_priority(const struct pool *p, size_t t)
+{
+    return t < p->cfg->num_tenants ? p->cfg->tenants[t].priority : 0;
+}
+
+/* A tenant's weight (CONFIG_MAX_TENANTS: the default's). */
+static uint64_t
+tenant_weight(const struct pool *p, size_t t)
+{
+    return t < p->cfg->num_tenants ? p->cfg->tenants[t].weight : 1;
+}
+
+/* Does tenant 't' count for the shares now (pool.h)? */
+static int
+tenant_active(const struct pool *p, size_t t, int64_t now)
+{
+    return p->t_open[t] > 0 || p->t_queued[t] > 0
+           || (p->t_seen_ms[t] != 0
+               && now - p->t_seen_ms[t] <= POOL_TENANT_ACTIVE_MS);
+}
+
+/*
+ * Tenant 't''s standing (pool.h): alone, or among other active tenants,
+ * and then ahead of its share if one of them has a higher priority, or
+ * its own and fewer slots held per unit of weight.
+ */
+static enum share
+share_locked(const struct pool *p, size_t t, int64_t now)
+{
+    int64_t pt = pool_tenant_priority(p, t), pu;
+    enum share sh = SHARE_ALONE;
+    size_t u;
+
+    if (!pool_engine_aware(p))
+        return SHARE_ALONE;
+    for (u = 0; u <= CONFIG_MAX_TENANTS; u++) {
+        if (u == t || (u >= p->cfg->num_tenants && u != CONFIG_MAX_TENANTS)
+            || !tenant_active(p, u, now))
+            continue;
+        sh = SHARE_FAIR;
+        pu = pool_tenant_priority(p, u);
+        if (pu > pt || (pu == pt && p->t_open[u] * tenant_weight(p, t)
+                                    < p->t_open[t] * tenant_weight(p, u)))
+            return SHARE_AHEAD;
+    }
+    return sh;
+}
+
+/* ---- slots ---- */
+
+/*
+ * Is there an upstream of the set 'serve', other than 'idx' and those in
+ * 'exclude', that is usable now and has room (pool_slot.other)?
+ */
+static int
+has_other_locked(struct pool *p, uint64_t serve, uint64_t exclude,
+                 size_t idx, int64_t now)
+{
+    uint64_t use;
+    size_t i;
+    int ok = 0;
+
+    assert(gw_mutex_held(&p->lock));
+    use = pool_usable_mask_locked(p, serve, serve & ~exclude
+                                  & ~(UINT64_C(1) << idx), now, NULL);
+    for (i = 0; i < p->n && !ok; i++)
+        ok = (use & (UINT64_C(1) << i)) && !pool_full_locked(p, &p->m[i],
+                                                             now);
+    return ok;
+}
+
+#ifdef INFERGW_UNIT_TEST
+int
+pool_has_other(struct pool *p, const struct pool_want *want, size_t idx)
+{
+    int ok;
+
+    gw_mutex_lock(&p->lock);
+    ok = has_other_locked(p, pool_serving_mask_locked(p, want->model),
+                          want->exclude, idx, gw_now_ms());
+    gw_mutex_unlock(&p->lock);
+    return ok;
+}
+#endif
+
+/* A slot on 'm' (upstream 'idx') for tenant 'tenant', into 'slot'. */
+static void
+take_slot(struct pool *p, struct member *m, struct pool_slot *slot,
+          size_t idx, size_t tenant, int64_t now)
+{
+    assert(gw_mutex_held(&p->lock));
+    m->inflight++;
+    m->load.started++;
+    m->calls++;
+    p->t_open[tenant]++;
+    p->t_seen_ms[tenant] = now;
+    slot->idx = (int)idx;
+    slot->tenant = tenant;
+    slot->trial = 0;
+    /* In panic a call may come while the trial is out: it is none. */
+    if (m->state == POOL_HALF_OPEN && !m->trial_out) {
+        m->trial_out = 1;
+        slot->trial = ++m->trial_gen;
+    }
+}
+
+void
+pool_slot_back_locked(struct pool *p, struct member *m, size_t tenant,
+                      int64_t now)
+{
+    assert(gw_mutex_held(&p->lock));
+    m->inflight--;
+    m->load.ended++;
+    p->t_open[tenant]--;
+    p->t_seen_ms[tenant] = now;
+}
+
+/* ---- the queue ---- */
+
+static void queue_remove(struct pool *p, struct waiter *w);
+
+/*
+ * After an ejection or a hold: a waiter none of whose upstreams is
+ * usable now would only sleep to its queue_timeout; tell it at once.
+ */
+void
+pool_wake_hopeless_locked(struct pool *p, int64_t now)
+{
+    struct waiter *w, *next;
+
+    assert(gw_mutex_held(&p->lock));
+    for (w = p->q_head; w != NULL; w = next) {
+        next = w->next;
+        if (pool_usable_mask_locked(p, w->serve, w->mask, now, NULL) != 0)
+            continue;
+        w->state = WAIT_HOPELESS;
+        queue_remove(p, w);
+        pthread_cond_signal(&w->cv);
+    }
+}
+
+static void
+queue_remove(struct pool *p, struct waiter *w)
+{
+    struct waiter **pp, *prev = NULL;
+
+    for (pp = &p->q_head; *pp != NULL; prev = *pp, pp = &(*pp)->next) {
+        if (*pp == w) {
+            *pp = w->next;
+            if (p->q_tail == w)
+                p->q_tail = prev;
+            return;
+        }
+    }
+}
+
+/*
+ * Does waiter 'a' go before 'b' (DESIGN.md "Fleet-aware scheduling")?
+ * The higher priority first; within a band, the tenant with fewer slots
+ * held per unit of weight.  Equals: neither, so the older (the queue is
+ * in arrival order) goes first, and a tenant's own calls stay in order.
+ */
+static int
+goes_before(const struct pool *p, const struct waiter *a,
+            const struct waiter *b)
+{
+    int64_t pa = pool_tenant_priority(p, a->tenant);
+    int64_t pb = pool_tenant_priority(p, b->tenant);
+
+    if (pa != pb)
+        return pa > pb;
+    return p->t_open[a->tenant] * tenant_weight(p, b->tenant)
+           < p->t_open[b->tenant] * tenant_weight(p, a->tenant);
+}
+
+/*
+ * Of the waiters that may use upstream 'idx' now (while it is not
+ * usable, only one whose set is in panic, and none while it is held
+ * back), the one whose turn it is.
+ */
+static struct waiter *
+next_waiter_locked(struct pool *p, size_t idx, int64_t now)
+{
+    uint64_t bit = UINT64_C(1) << idx;
+    struct waiter *w, *best = NULL;
+
+    for (w = p->q_head; w != NULL; w = w->next) {
+        if (!(w->mask & bit)
+            || pool_usable_mask_locked(p, w->serve, bit, now, NULL) == 0)
+            continue;
+        if (best == NULL || goes_before(p, w, best))
+            best = w;
+    }
+    return best;
+}
+
+/*
+ * Upstream 'idx' may take calls again (a slot came free, its engine's
+ * queue shrank): hand them to the waiters whose turn it is, as long as
+ * it is not full.
+ */
+void
+pool_grant_locked(struct pool *p, size_t idx, int64_t now)
+{
+    struct member *m = &p->m[idx];
+    struct waiter *w;
+    struct pool_slot s;
+    enum share sh;
+
+    assert(gw_mutex_held(&p->lock));
+    while ((w = next_waiter_locked(p, idx, now)) != NULL) {
+        sh = share_locked(p, w->tenant, now);
+        if (full_for(p, m, now, sh))
+            break;
+        /* The waiter's fleet is walked only when the headroom applies. */
+        if (keeps_headroom(p, sh)
+            && !headroom_left(p, pool_usable_mask_locked(p, w->serve,
+                                                         w->mask, now, NULL),
+                              now))
+            break;
+        take_slot(p, m, &s, idx, w->tenant, now);
+        w->state = WAIT_GRANTED;
+        w->granted = idx;
+        w->trial = s.trial;
+        queue_remove(p, w);
+        pthread_cond_signal(&w->cv);
+    }
+}
+
+/* ---- admission ---- */
+
+int
+pool_acquire(struct pool *p, const struct pool_want *want,
+             struct pool_slot *slot, int *retry_after_s)
+{
+    struct event ev = NO_EVENT, sev = NO_EVENT;
+    size_t t = want->tenant <= CONFIG_MAX_TENANTS ? want->tenant
+                                                   : CONFIG_MAX_TENANTS;
+    uint64_t serve, cand, use, room = 0, open = 0, bit;
+    int64_t now = gw_now_ms(), deadline;
+    struct waiter w;
+    size_t i;
+    int rc, gone, panic;
+    enum share sh;
+
+    slot->idx = -1;
+    slot->tenant = t;
+    slot->trial = 0;
+    slot->queued = 0;
+    slot->other = 0;
+    *retry_after_s = 1;
+    gw_mutex_lock(&p->lock);
+    serve = pool_serving_mask_locked(p, want->model);
+    cand = serve & ~want->exclude;
+    use = pool_usable_mask_locked(p, serve, cand, now, &panic);
+    /* A panic that leaves nothing to send to (every one held back) has
+     * changed no call: not noted. */
+    if (panic && use != 0)
+        pool_panic_note_locked(p, serve, now, &ev);
+    /* A retry or hedge goes on with a request already admitted. */
+    sh = want->no_wait ? SHARE_ALONE : share_locked(p, t, now);
+    for (i = 0; i < p->n; i++) {
+        bit = UINT64_C(1) << i;
+        if (use & bit) {
+            if (!pool_full_locked(p, &p->m[i], now))
+                open |= bit;
+            if (!full_for(p, &p->m[i], now, sh))
+                room |= bit;
+        }
+    }
+    if (cand == 0) {
+        rc = GW_ENOTFOUND;
+        goto out;
+    }
+    if (use == 0) {
+        /* A retry or hedge (no_wait) finding none is not a 503: its
+         * request is answered with the failure it retried. */
+        if (!want->no_wait)
+            p->unavailable++;
+        *retry_after_s = pool_retry_after_locked(p, serve, cand, now);
+        rc = GW_EUNAVAIL;
+        goto out;
+    }
+    if (room != 0 && keeps_headroom(p, sh) && !headroom_left(p, use, now))
+        room = 0;
+    if (room != 0) {
+        i = pool_pick_locked(p, room, use, want->prefix_hash, now);
+        take_slot(p, &p->m[i], slot, i, t, now);
+        pool_saturation_note_locked(p, &p->m[i], now, &sev);
+        /* The question its caller asks next, in the same hold of the
+         * lock and of the same set. */
+        slot->other = has_other_locked(p, serve, want->exclude, i, now);
+        rc = 0;
+        goto out;
+    }
+
+    /* Every usable candidate is full or saturated: wait in line. */
+    rc = GW_EUNAVAIL;
+    if (want->no_wait)
+        goto out;
+    if (pool_tenant_priority(p, t) < 0 && open == 0) {
+        /* Sheddable: the fleet is saturated, so not now (429). */
+        p->t_shed[t]++;
+        rc = GW_ESHED;
+        goto out;
+    }
+    rc = GW_ETIMEDOUT;
+    if (p->cfg->queue_timeout_ms == 0 || p->stopping) {
+        p->queue_timeouts++;
+        p->t_timeouts[t]++;
+        rc = p->stopping ? GW_ESTOPPING : GW_ETIMEDOUT;
+        goto out;
+    }
+    memset(&w, 0, sizeof(w));
+    gw_cond_init(&w.cv);
+    w.mask = use;
+    w.serve = serve;
+    w.tenant = t;
+    w.state = WAIT_WAITING;
+    if (p->q_tail != NULL)
+        p->q_tail->next = &w;
+    else
+        p->q_head = &w;
+    p->q_tail = &w;
+    p->queue_waits++;
+    p->t_queued[t]++;
+    deadline = now + p->cfg->queue_timeout_ms;
+    while (w.state == WAIT_WAITING && !p->stopping) {
+        int64_t until = gw_now_ms() + POOL_QUEUE_CHECK_MS;
+
+        if (gw_cond_timedwait(&w.cv, &p->lock,
+                              until < deadline ? until : deadline) == 0)
+            continue;                   /* signalled (or spurious) */
+        if (gw_now_ms() >= deadline)
+            break;
+        if (want->gone == NULL)
+            continue;
+        /* Its I/O (a peek at a socket) goes without the lock. */
+        gw_mutex_unlock(&p->lock);
+        gone = want->gone(want->gone_arg);
+        gw_mutex_lock(&p->lock);
+        if (gone && w.state == WAIT_WAITING) {
+            w.state = WAIT_GONE;
+            break;
+        }
+    }
+    p->t_queued[t]--;
+    p->t_waits[t]++;
+    p->t_wait_ms[t] += (uint64_t)(gw_now_ms() - now);
+    if (w.state == WAIT_GRANTED) {
+        slot->idx = (int)w.granted;
+        slot->tenant = t;
+        slot->trial = w.trial;
+        slot->queued = 1;
+        /* Asked afresh: the set may have changed while it waited. */
+        slot->other = has_other_locked(p, pool_serving_mask_locked(
+                                              p, want->model),
+                                       want->exclude, w.granted,
+                                       gw_now_ms());
+        rc = 0;
+    } else if (w.state == WAIT_HOPELESS) {
+        /* Every upstream it could use went away (ejected, held back). */
+        p->unavailable++;
+        *retry_after_s = pool_retry_after_locked(p, serve, w.mask,
+                                                 gw_now_ms());
+        rc = GW_EUNAVAIL;
+    } else if (w.state == WAIT_GONE) {
+        queue_remove(p, &w);
+        rc = GW_EABORTED;       /* its client left: no slot, no call */
+    } else {
+        queue_remove(p, &w);
+        p->queue_timeouts++;
+        p->t_timeouts[t]++;
+        rc = p->stopping ? GW_ESTOPPING : GW_ETIMEDOUT;
+    }
+    pthread_cond_destroy(&w.cv);
+
+out:
+    gw_mutex_unlock(&p->lock);
+    pool_log_event(p, &ev);
+    pool_log_event(p, &sev);
+    return rc;
+}
+
+void
+pool_stop(struct pool *p)
+{
+    struct waiter *w;
+
+    gw_mutex_lock(&p->lock);
+    p->stopping = 1;
+    for (w = p->q_head; w != NULL; w = w->next)
+        pthread_cond_signal(&w->cv);
+    gw_mutex_unlock(&p->lock);
+}
+
+void
+pool_queued_locked(struct pool *p, uint64_t q[CONFIG_MAX_UPSTREAMS])
+{
+    assert(gw_mutex_held(&p->lock));
+    memset(q, 0, CONFIG_MAX_UPSTREAMS * sizeof(*q));
+    for (const struct waiter *w = p->q_head; w != NULL; w = w->next)
+        for (size_t i = 0; i < p->n; i++)
+            if (w->mask & (UINT64_C(1) << i))
+                q[i]++;
+}
