@@ -525,15 +525,15 @@ cfg_parse_size(const char *s, uint64_t *out)
     case '\0':
         break;
     case 'k': case 'K':
-        mult = UINT64_C(1) << 10;
+        mult = CFG_KIB;
         s++;
         break;
     case 'm': case 'M':
-        mult = UINT64_C(1) << 20;
+        mult = CFG_MIB;
         s++;
         break;
     case 'g': case 'G':
-        mult = UINT64_C(1) << 30;
+        mult = CFG_GIB;
         s++;
         break;
     default:
@@ -645,12 +645,6 @@ cfg_parse_percent(const char *s, double lo, double hi, double *out)
     *out = v / 100;
     return 0;
 }
-
-/* Binary units for sizes: cfg_parse_size() reads them, the formatter
- * writes them. */
-#define CFG_KIB (UINT64_C(1) << 10)
-#define CFG_MIB (UINT64_C(1) << 20)
-#define CFG_GIB (UINT64_C(1) << 30)
 
 void
 cfg_format_size(uint64_t v, char *out, size_t n)

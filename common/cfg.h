@@ -52,6 +52,12 @@ int cfg_parse_text(const char *name, const char *text, size_t len,
 
 void cfg_file_release(struct cfg_file *f);
 
+/* Binary units of a size ("k", "m", "g"): the parser reads them, the
+ * formatter writes them, and a schema's bounds are written in them. */
+#define CFG_KIB (UINT64_C(1) << 10)
+#define CFG_MIB (UINT64_C(1) << 20)
+#define CFG_GIB (UINT64_C(1) << 30)
+
 /*
  * Value parsers: 0 or GW_EINVAL.  Never partially accept ("10x" fails).
  *   size:     bytes, with optional k/m/g (1024-based, case-insensitive)

@@ -27,6 +27,11 @@
 #define CONFIG_MIN_KEY_LEN 16       /* a client's api_key: shorter is weak */
 #define CONFIG_MAX_SETTINGS 128    /* rows in config_schema.c's table */
 #define CONFIG_MAX_TRUSTED_PROXIES 64   /* networks in trusted_proxies */
+/* eject_time's bound, and the most a doubled one grows to (pool.h). */
+#define CONFIG_MAX_EJECT_MS (5 * 60 * 1000)
+/* A [tenant]'s requests_per_minute: tenant.c's bucket counts in units
+ * that stay below 2^64 up to this. */
+#define CONFIG_MAX_REQUESTS_PER_MINUTE 1000000000
 
 enum config_balance {
     BALANCE_LEAST_LOAD = 0,     /* power of two choices on the engines'

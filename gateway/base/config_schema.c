@@ -29,15 +29,11 @@
 #include "net.h"
 #include "util.h"
 
-#define KIB (UINT64_C(1) << 10)
-#define MIB (UINT64_C(1) << 20)
-#define GIB (UINT64_C(1) << 30)
 #define DAY_MS (UINT64_C(24) * 60 * 60 * 1000)
 
 #define C(field) S_GLOBAL, offsetof(struct gw_config, field)
 #define TN(field) S_TENANT, offsetof(struct config_tenant, field)
 #define UP(field) S_UPSTREAM, offsetof(struct config_upstream, field)
-#define MAX_EJECT_MS (UINT64_C(5) * 60 * 1000)
 
 /* Keep in step with etc/gateway.conf; check_cfg proves that it is. */
 const struct setting config_settings[] = {
@@ -54,11 +50,11 @@ const struct setting config_settings[] = {
     { "server", "max_connections", T_UINT, C(max_connections), "1024",
       1, 1000000 },
     { "server", "thread_stack_size", T_SIZE, C(thread_stack_size), "256k",
-      64 * KIB, 64 * MIB },
+      64 * CFG_KIB, 64 * CFG_MIB },
     { "server", "max_header_size", T_SIZE, C(max_header_size), "16k",
-      KIB, MIB },
+      CFG_KIB, CFG_MIB },
     { "server", "max_request_body", T_SIZE, C(max_request_body), "16m",
-      KIB, GIB },
+      CFG_KIB, CFG_GIB },
     { "server", "header_timeout", T_DURATION, C(header_timeout_ms), "10s",
       1, DAY_MS },
     { "server", "body_timeout", T_DURATION, C(body_timeout_ms), "60s",
@@ -105,7 +101,7 @@ const struct setting config_settings[] = {
       0, DAY_MS },
     { "routing", "eject_after", T_UINT, C(eject_after), "3", 1, 1000 },
     { "routing", "eject_time", T_DURATION, C(eject_time_ms), "10s",
-      1, MAX_EJECT_MS },
+      1, CONFIG_MAX_EJECT_MS },
     { "routing", "max_ejected", T_PERCENT, C(max_ejected), "50%", 0, 100 },
     { "routing", "panic_below", T_PERCENT, C(panic_below), "50%", 0, 100 },
     { "routing", "retries", T_UINT, C(retries), "2", 0,
@@ -120,7 +116,7 @@ const struct setting config_settings[] = {
     { "routing", "prefix_epsilon", T_DECIMAL, C(prefix_epsilon), "0.1",
       0, 10 },
     { "routing", "prefix_bytes", T_SIZE, C(prefix_bytes), "1k", 16,
-      64 * KIB },
+      64 * CFG_KIB },
     { "routing", "connect_timeout", T_DURATION, C(connect_timeout_ms),
       "5s", 1, DAY_MS },
     { "routing", "first_byte_timeout", T_DURATION,
@@ -149,9 +145,9 @@ const struct setting config_settings[] = {
     { "coalesce", "max_followers", T_UINT, C(max_followers), "4096",
       1, 1000000 },
     { "coalesce", "max_flight_bytes", T_SIZE, C(max_flight_bytes), "8m",
-      KIB, GIB },
+      CFG_KIB, CFG_GIB },
     { "coalesce", "max_reader_lag", T_SIZE, C(max_reader_lag), "32m",
-      KIB, GIB },
+      CFG_KIB, CFG_GIB },
     { "coalesce", "max_flights", T_UINT, C(max_flights), "1024",
       1, 1000000 },
     { "coalesce", "follower_timeout", T_DURATION, C(follower_timeout_ms),
@@ -165,7 +161,7 @@ const struct setting config_settings[] = {
     { "tenant", "coalesce", T_BOOL, TN(coalesce), "on", 0, 0 },
     { "tenant", "max_inflight", T_UINT, TN(max_inflight), "0", 0, 1000000 },
     { "tenant", "requests_per_minute", T_UINT, TN(requests_per_minute), "0",
-      0, 1000000000 },
+      0, CONFIG_MAX_REQUESTS_PER_MINUTE },
     { "tenant", "weight", T_UINT, TN(weight), "1", 1, 1000 },
     { "tenant", "priority", T_INT, TN(priority), "0", 0, 1000 },
 

@@ -100,7 +100,7 @@ struct handler_req {
                                        the proxy bills it; or NULL */
     int64_t prompt_tokens;          /* the usage this client received, */
     int64_t completion_tokens;      /* or -1 */
-    char model[64];
+    char model[METRICS_MODEL_NAME_MAX + 1];
     int stream;                     /* the body asked for a stream
                                        ("stream": true) */
     char flight_id[32];             /* leader or follower: a copy of the

@@ -110,7 +110,7 @@ enum metrics_keepalive_close {
 const char *metrics_bypass_name(enum metrics_bypass b);
 
 #define METRICS_MODELS_MAX 64
-#define METRICS_MODEL_NAME_MAX 63       /* handler_req.model holds 63 */
+#define METRICS_MODEL_NAME_MAX 63       /* and handler_req.model */
 #define METRICS_MODEL_OTHER "(other models)"    /* a blank: no client's
                                    model name has one (route.c) */
 #define METRICS_MODEL_NONE "-"

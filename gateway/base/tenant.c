@@ -28,8 +28,6 @@
 /* Admissions are counted per second over the last minute (status view). */
 #define MINUTE_S 60
 
-_Static_assert(TENANT_NAME_MAX == CONFIG_NAME_MAX + 1, "TENANT_NAME_MAX");
-
 /* ---- who ---- */
 
 /*
@@ -124,7 +122,7 @@ struct status_count {
 };
 
 struct tenant_entry {
-    char name[CONFIG_NAME_MAX + 1];
+    char name[TENANT_NAME_MAX];
     struct status_count answered[TENANT_MAX_STATUSES + 1];
     size_t nanswered;
     uint64_t inflight;
@@ -202,10 +200,13 @@ entry_of(struct tenants *ts, const char *name)
  * in a minute), and each microsecond adds 'rpm' units.  So a bucket of
  * 'rpm' tokens fills in exactly a minute, and the fraction of a token
  * that a short wait refills is kept for the next request, however many
- * arrive within one millisecond.  With rpm <= 1e9 (config.c) a full
- * bucket, rpm * TOKEN_CREDIT, is below 2^56: no overflow.
+ * arrive within one millisecond.  With rpm <= CONFIG_MAX_REQUESTS_PER_
+ * MINUTE (1e9) a full bucket, rpm * TOKEN_CREDIT, is below 2^56, and a
+ * refill adds at most as much again: no overflow.
  */
 #define TOKEN_CREDIT UINT64_C(60000000)
+_Static_assert(CONFIG_MAX_REQUESTS_PER_MINUTE
+               <= UINT64_MAX / TOKEN_CREDIT / 2, "the bucket's units");
 
 /* Refill the bucket of 'e' for a limit of 'rpm' up to 'now_us'.  Locked. */
 static void

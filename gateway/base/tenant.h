@@ -36,6 +36,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/config.h"
 #include "buf.h"
 #include "http.h"
 
@@ -45,7 +46,7 @@ struct tenants;
 struct tenant_entry;
 
 #define TENANT_DEFAULT_NAME "default"
-#define TENANT_NAME_MAX 65          /* CONFIG_NAME_MAX and its NUL */
+#define TENANT_NAME_MAX (CONFIG_NAME_MAX + 1)    /* with its NUL */
 
 /*
  * The tenant of a request: the index of the [tenant] whose key the client

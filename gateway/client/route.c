@@ -217,8 +217,8 @@ note_model(struct handler_req *hr, const json_t *body)
     note_model_str(hr, json_string_value(json_object_get(body, "model")));
 }
 
-/* The longest model name a form may route by. */
-#define FORM_MODEL_MAX 256
+/* The longest model name a form may route by: the pool's. */
+#define FORM_MODEL_MAX POOL_MODEL_ID_MAX
 
 /*
  * An audio upload (KIND_FORM): its Content-Type must be

@@ -36,6 +36,7 @@
 
 #include <jansson.h>
 
+#include "base/config.h"
 #include "coalesce/flight.h"
 #include "http.h"
 #include "base/metrics.h"
@@ -45,7 +46,7 @@ struct gw_config;
 struct coalescer;
 
 /* A model or tenant name as the status view keeps it, with its NUL. */
-#define COALESCE_NAME_MAX 65
+#define COALESCE_NAME_MAX (CONFIG_NAME_MAX + 1)
 
 /*
  * What the status view (status.h) shows of the flight a request leads:

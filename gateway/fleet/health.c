@@ -108,7 +108,8 @@ take_models(struct health *h, size_t idx, const struct buf *body)
         goto out;
     json_array_foreach(data, i, e) {
         id = json_string_value(json_object_get(e, "id"));
-        if (id == NULL || n == HEALTH_MODELS_MAX || strlen(id) > 256)
+        if (id == NULL || n == HEALTH_MODELS_MAX
+            || strlen(id) > POOL_MODEL_ID_MAX)
             continue;
         dumped = json_dumps(e, JSON_COMPACT | JSON_PRESERVE_ORDER);
         if (dumped != NULL && strlen(dumped) > HEALTH_MODEL_MAX_BYTES) {

@@ -14,7 +14,8 @@
  *
  *     CLOSED --eject_after failures in a row--> OPEN (eject_time, doubled
  *       ^                                        |   on each repeat, at
- *       |                                        |   most 5m)
+ *       |                                        |   most 5m: config.h's
+ *       |                                        |   CONFIG_MAX_EJECT_MS)
  *       +---- the trial succeeds --- HALF_OPEN <-+ time is up
  *                                       | the trial fails: OPEN again
  *
@@ -106,13 +107,15 @@ struct gw_config;
 struct pool;
 
 #define POOL_BUDGET_WINDOW_S 10
-#define POOL_EJECT_MAX_MS (5 * 60 * 1000)
 #define POOL_QUEUE_CHECK_MS 100
 
 /* A tenant counts for the shares this long after its last call. */
 #define POOL_TENANT_ACTIVE_MS 1000
 #define POOL_PANIC_MAX 64       /* sets of upstreams in panic, tracked */
-#define POOL_MODELS_METRIC_MAX 64   /* models in infergw_model_saturated */
+/* The longest model id the pool routes by: one an upstream reports
+ * longer is dropped (health.c), a form naming a longer one refused
+ * (route.c); a configured one is at most CONFIG_NAME_MAX. */
+#define POOL_MODEL_ID_MAX 256
 
 enum pool_state {
     POOL_CLOSED = 0,

@@ -270,6 +270,19 @@ end_trial(struct member *m, uint64_t trial)
         m->trial_out = 0;
 }
 
+/*
+ * How long an ejection lasts after 'streak' others in a row: eject_time,
+ * doubled each time, up to the bound eject_time itself has
+ * (CONFIG_MAX_EJECT_MS).
+ */
+GW_TESTABLE int64_t
+eject_ms(int64_t eject_time_ms, unsigned streak)
+{
+    int64_t ms = eject_time_ms << streak;
+
+    return ms > CONFIG_MAX_EJECT_MS ? CONFIG_MAX_EJECT_MS : ms;
+}
+
 /* Eject 'm' (under the lock); fills 'ev' for the log line. */
 static void
 eject(struct pool *p, struct member *m, int64_t now, const char *why,
@@ -277,11 +290,9 @@ eject(struct pool *p, struct member *m, int64_t now, const char *why,
 {
     int64_t ms;
 
-    if (m->closed_ms != 0 && now - m->closed_ms > POOL_EJECT_MAX_MS)
+    if (m->closed_ms != 0 && now - m->closed_ms > CONFIG_MAX_EJECT_MS)
         m->streak = 0;          /* it stayed up long enough: start over */
-    ms = p->cfg->eject_time_ms << m->streak;
-    if (ms > POOL_EJECT_MAX_MS)
-        ms = POOL_EJECT_MAX_MS;
+    ms = eject_ms(p->cfg->eject_time_ms, m->streak);
     if (m->streak < STREAK_MAX)
         m->streak++;
     m->state = POOL_OPEN;

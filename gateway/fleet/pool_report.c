@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "base/config.h"
+#include "base/metrics.h"
 #include "buf.h"
 #include "fleet/engine.h"
 #include "prom.h"
@@ -154,13 +155,14 @@ render_engines_locked(struct pool *p, struct prom *w, int64_t now)
 
 /*
  * Per model (the configured ones, then those upstreams listed, at most
- * POOL_MODELS_METRIC_MAX): 1 while every upstream that serves it and is
- * usable is full, so its new calls wait in the gateway.  Locked.
+ * METRICS_MODELS_MAX, the request metrics' bound too): 1 while every
+ * upstream that serves it and is usable is full, so its new calls wait
+ * in the gateway.  Locked.
  */
 static void
 render_models_locked(struct pool *p, struct prom *w, int64_t now)
 {
-    const char *names[POOL_MODELS_METRIC_MAX];
+    const char *names[METRICS_MODELS_MAX];
     size_t n = 0;
 
     for (size_t i = 0; i < p->n; i++) {
@@ -168,7 +170,7 @@ render_models_locked(struct pool *p, struct prom *w, int64_t now)
         size_t k, count = m->cfg->num_models > 0 ? m->cfg->num_models
                                                  : m->num_models;
 
-        for (k = 0; k < count && n < POOL_MODELS_METRIC_MAX; k++) {
+        for (k = 0; k < count && n < METRICS_MODELS_MAX; k++) {
             const char *id = m->cfg->num_models > 0 ? m->cfg->models[k]
                                                     : m->ids[k];
             size_t j;

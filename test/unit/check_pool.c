@@ -25,6 +25,9 @@
 static struct gw_config cfg;
 static struct pool *pool;
 
+/* pool_breaker.c's GW_TESTABLE function. */
+int64_t eject_ms(int64_t eject_time_ms, unsigned streak);
+
 /*
  * For the breaker alone: with panic_below at its default, a pool whose
  * one upstream is ejected is in panic and calls go to it anyway (tested
@@ -186,6 +189,33 @@ START_TEST(test_failed_trial_doubles_eject_time)
     wait_state(POOL_HALF_OPEN);
     second = gw_now_ms() - t0;
     ck_assert_int_ge(second, 400);
+}
+END_TEST
+
+/*
+ * One bound for eject_time and for what it doubles to
+ * (CONFIG_MAX_EJECT_MS): the longest eject_time the configuration takes
+ * is the longest ejection, however often it repeats.
+ */
+START_TEST(test_eject_time_doubles_up_to_its_own_bound)
+{
+    struct pool_upstream_status st;
+    struct pool_slot s;
+
+    ck_assert_int_eq(eject_ms(10000, 0), 10000);
+    ck_assert_int_eq(eject_ms(10000, 3), 80000);
+    ck_assert_int_eq(eject_ms(10000, 16), CONFIG_MAX_EJECT_MS);
+    ck_assert_int_eq(eject_ms(CONFIG_MAX_EJECT_MS, 1), CONFIG_MAX_EJECT_MS);
+    /* The configuration takes that bound, 5m, and not a millisecond
+     * more (check_cfg's table). */
+    make_pool(1, "eject_after = 1\neject_time = 5m\n" NO_PANIC, "");
+    ck_assert_int_eq(cfg.eject_time_ms, CONFIG_MAX_EJECT_MS);
+    ck_assert_int_eq(take(&s), 0);
+    pool_release(pool, &s, POOL_FAIL_STATUS, 0);
+    ck_assert_uint_eq(pool_status(pool, &st, 1), 1);
+    ck_assert_int_eq(st.state, POOL_OPEN);
+    ck_assert_int_le(st.state_left_ms, CONFIG_MAX_EJECT_MS);
+    ck_assert_int_gt(st.state_left_ms, CONFIG_MAX_EJECT_MS - 5000);
 }
 END_TEST
 
@@ -1578,6 +1608,7 @@ pool_suite(void)
     tcase_add_checked_fixture(tc, NULL, teardown);
     tcase_add_test(tc, test_eject_half_open_close);
     tcase_add_test(tc, test_failed_trial_doubles_eject_time);
+    tcase_add_test(tc, test_eject_time_doubles_up_to_its_own_bound);
     tcase_add_test(tc, test_stale_trial_clears_nothing);
     tcase_add_test(tc, test_retry_after_holds_and_counts_once);
     tcase_add_test(tc, test_late_verdict_and_poison);
