@@ -331,8 +331,7 @@ head_failed(struct conn *c, int rc)
     if (stopped)
         reply_shutting_down(&c->reply);
     else if (rc == GW_ENOMEM)
-        reply_error(&c->reply, 503, "server_error", "overloaded",
-                    "out of memory reading the request");
+        reply_out_of_memory(&c->reply, "out of memory reading the request");
     else
         reply_request_error(&c->reply, c->req.error_status,
                             c->req.error_msg);

@@ -151,8 +151,7 @@ serve_status(struct handler_req *hr)
         reply_send(hr->reply, 200, "application/json", buf_ptr(&b),
                    buf_len(&b), "Cache-Control: no-store\r\n");
     else
-        reply_error(hr->reply, 503, "server_error", "overloaded",
-                    "cannot render the status");
+        reply_out_of_memory(hr->reply, "cannot render the status");
     buf_release(&b);
 }
 
@@ -188,9 +187,9 @@ serve_models(struct handler_req *hr)
         reply_send(hr->reply, 200, "application/json", buf_ptr(&b),
                    buf_len(&b), NULL);
     else
-        reply_error(hr->reply, 503, "server_error", "overloaded",
-                    rc == GW_ENOMEM ? "out of memory"
-                                    : "the model list is too large");
+        reply_out_of_memory(hr->reply, rc == GW_ENOMEM
+                                       ? "out of memory"
+                                       : "the model list is too large");
     buf_release(&b);
 }
 
@@ -287,24 +286,12 @@ method_is(const struct http_request *req, const char *m)
            && memcmp(m, req->method, req->method_len) == 0;
 }
 
-/* 405 with the Allow field RFC 9110 section 15.5.6 requires. */
+/* 405: the route's method, and HEAD wherever GET goes. */
 static void
 send_405(struct reply *r, const char *allowed)
 {
-    char allow[64];
-    struct buf b;
-
-    snprintf(allow, sizeof(allow), "Allow: %s%s\r\n", allowed,
-             strcmp(allowed, "GET") == 0 ? ", HEAD" : "");
-    reply_note_error(r, "method_not_allowed",
-                     "method not allowed on this route");
-    buf_init(&b, 1024);
-    if (jsonx_error_body(&b, "method not allowed on this route",
-                         "invalid_request_error", NULL,
-                         "method_not_allowed") == 0)
-        reply_send(r, 405, "application/json", buf_ptr(&b), buf_len(&b),
-                   allow);
-    buf_release(&b);
+    reply_method_not_allowed(r, strcmp(allowed, "GET") == 0 ? "GET, HEAD"
+                                                           : allowed);
 }
 
 /* A duration as OpenAI's x-ratelimit-reset-* write it: 250ms, 8.5s, 1m0s. */
@@ -370,8 +357,7 @@ admit(struct handler_req *hr)
                  tenant_name(hr->ctx->cfg, hr->tenant), wait);
         break;
     case TENANT_NOMEM:
-        reply_error(hr->reply, 503, "server_error", "overloaded",
-                    "out of memory");
+        reply_out_of_memory(hr->reply, "out of memory");
         return GW_ENOMEM;
     }
     reply_error_full(hr->reply, 429, "requests", NULL, "rate_limit_exceeded",
@@ -425,8 +411,7 @@ read_body(struct handler_req *hr)
     }
     if (rc == GW_ENOMEM) {
         r->keep_alive = 0;
-        reply_error(r, 503, "server_error", "overloaded",
-                    "out of memory reading the request body");
+        reply_out_of_memory(r, "out of memory reading the request body");
         return rc;
     }
     if (rc != 0) {

@@ -595,8 +595,7 @@ proxy_forward(struct handler_req *hr, const json_t *json, int coalescable)
 
     if (fwd_init(&fw, hr, json_string_value(json_object_get(json, "model")),
                  json) != 0)
-        reply_error(hr->reply, 503, "server_error", "overloaded",
-                    "out of memory");
+        reply_out_of_memory(hr->reply, "out of memory");
     else if (fw.model != NULL && !pool_serves(hr->ctx->pool, fw.model))
         reply_no_model(hr);
     else if (!coalescable)
@@ -616,8 +615,7 @@ proxy_forward_form(struct handler_req *hr, const char *model,
     struct fwd fw;
 
     if (fwd_init(&fw, hr, model, NULL) != 0) {
-        reply_error(hr->reply, 503, "server_error", "overloaded",
-                    "out of memory");
+        reply_out_of_memory(hr->reply, "out of memory");
     } else if (!pool_serves(hr->ctx->pool, model)) {
         reply_no_model(hr);
     } else {

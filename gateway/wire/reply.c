@@ -261,8 +261,10 @@ error_event(const struct reply *r, struct buf *ev, const char *type,
     return rc;
 }
 
-void
-reply_note_error(struct reply *r, const char *code, const char *message)
+/* Keep 'code' and 'message' (copied, cut to fit) as the error this
+ * answer gives its client (struct reply's error_code). */
+static void
+note_error(struct reply *r, const char *code, const char *message)
 {
     snprintf(r->error_code, sizeof(r->error_code), "%s", code);
     snprintf(r->error_msg, sizeof(r->error_msg), "%s", message);
@@ -274,7 +276,7 @@ reply_fail_body(struct reply *r, const char *type, const char *code,
 {
     struct buf ev;
 
-    reply_note_error(r, code, message);
+    note_error(r, code, message);
     buf_init(&ev, 4096);
     if (error_event(r, &ev, type, code, message) == 0 && buf_len(&ev) > 0)
         reply_body(r, buf_ptr(&ev), buf_len(&ev));
@@ -292,7 +294,7 @@ reply_fail_event(struct reply *r, struct buf *out, const char *type,
     int rc, cnt = 0;
 
     assert(r->head_sent);
-    reply_note_error(r, code, message);
+    note_error(r, code, message);
     buf_init(&ev, 4096);
     rc = error_event(r, &ev, type, code, message);
     if (rc == 0)
@@ -358,24 +360,24 @@ reply_retry_after_line(char *out, size_t n, int seconds)
         out[0] = '\0';
 }
 
-int
-reply_error_full(struct reply *r, int status, const char *type,
-                 const char *param, const char *code, const char *message,
-                 int retry_after_s)
+/*
+ * Every error answer the gateway makes itself ends here: the OpenAI
+ * body and 'extra' (header lines, or ""), or once the head is sent the
+ * unclean end of reply_fail_body().
+ */
+static int
+error_answer(struct reply *r, int status, const char *type,
+             const char *param, const char *code, const char *message,
+             const char *extra)
 {
     struct buf b;
-    char extra[REPLY_EXTRA_MAX];
     int rc;
 
     if (r->head_sent) {
         reply_fail_body(r, type, code, message);
         return GW_ECLOSED;
     }
-    reply_note_error(r, code, message);
-    reply_retry_after_line(extra, sizeof(extra), retry_after_s);
-    /* RFC 9110 11.6.1: a 401 names the scheme it wants (RFC 6750). */
-    if (status == 401)
-        snprintf(extra, sizeof(extra), "WWW-Authenticate: Bearer\r\n");
+    note_error(r, code, message);
     buf_init(&b, 4096);
     rc = jsonx_error_body(&b, message, type, param, code);
     if (rc == 0)
@@ -383,6 +385,37 @@ reply_error_full(struct reply *r, int status, const char *type,
                         buf_len(&b), extra[0] != '\0' ? extra : NULL);
     buf_release(&b);
     return rc;
+}
+
+int
+reply_error_full(struct reply *r, int status, const char *type,
+                 const char *param, const char *code, const char *message,
+                 int retry_after_s)
+{
+    char extra[REPLY_EXTRA_MAX];
+
+    reply_retry_after_line(extra, sizeof(extra), retry_after_s);
+    /* RFC 9110 11.6.1: a 401 names the scheme it wants (RFC 6750). */
+    if (status == 401)
+        snprintf(extra, sizeof(extra), "WWW-Authenticate: Bearer\r\n");
+    return error_answer(r, status, type, param, code, message, extra);
+}
+
+int
+reply_out_of_memory(struct reply *r, const char *message)
+{
+    return reply_error(r, 503, "server_error", "overloaded", message);
+}
+
+int
+reply_method_not_allowed(struct reply *r, const char *allow)
+{
+    char extra[REPLY_ALLOW_MAX + sizeof("Allow: \r\n")];
+
+    snprintf(extra, sizeof(extra), "Allow: %s\r\n", allow);
+    return error_answer(r, 405, "invalid_request_error", NULL,
+                        "method_not_allowed",
+                        "method not allowed on this route", extra);
 }
 
 int
@@ -437,8 +470,7 @@ reply_failure(struct reply *r, const struct call_outcome *o)
         reply_error(r, 504, "upstream_error", "upstream_timeout", msg);
         return;
     case GW_ENOMEM:
-        reply_error(r, 503, "server_error", "overloaded",
-                    "gateway out of memory");
+        reply_out_of_memory(r, "gateway out of memory");
         return;
     case GW_ESTOPPING:
         reply_error(r, 503, "server_error", "shutting_down",

@@ -76,9 +76,10 @@ struct reply {
                                    route.c's x-ratelimit-* for a tenant
                                    with requests_per_minute; "" none */
     char error_code[REPLY_ERROR_CODE];  /* the last error this answer
-                                   gave its client (reply_note_error()),
-                                   for the status view's recent errors
-                                   (conn.c); "" none */
+                                   gave its client (every error answer is
+                                   made by a function below, which notes
+                                   it), for the status view's recent
+                                   errors (conn.c); "" none */
     char error_msg[REPLY_ERROR_MSG];
 };
 
@@ -196,14 +197,6 @@ int reply_send(struct reply *r, int status, const char *content_type,
                const char *body, size_t len, const char *extra);
 
 /*
- * Keep 'code' and 'message' (copied, cut to fit) as the error this
- * answer gives its client.  The functions below that send an error do
- * it themselves; a caller that sends one by other means calls it.
- */
-void reply_note_error(struct reply *r, const char *code,
-                      const char *message);
-
-/*
  * An OpenAI-shaped error: {"error":{"message","type","param","code"}},
  * with Retry-After on 429 and 503; after the head was sent,
  * reply_fail_body().  The caller decides keep-alive.
@@ -216,6 +209,23 @@ int reply_error(struct reply *r, int status, const char *type,
 int reply_error_full(struct reply *r, int status, const char *type,
                      const char *param, const char *code,
                      const char *message, int retry_after_s);
+
+/*
+ * The gateway ran out of memory (or past a bound on it) answering: 503,
+ * type "server_error", code "overloaded", Retry-After: 1, and 'message'
+ * saying where ("out of memory reading the request body").  The one
+ * answer to it wherever it happens; reply_refuse() is the same answer
+ * for a connection that has no struct reply.
+ */
+int reply_out_of_memory(struct reply *r, const char *message);
+
+/*
+ * 405 "method_not_allowed" with the Allow field RFC 9110 15.5.6 asks
+ * for: 'allow' is its value ("POST", "GET, HEAD"), at most
+ * REPLY_ALLOW_MAX bytes.
+ */
+#define REPLY_ALLOW_MAX 32
+int reply_method_not_allowed(struct reply *r, const char *allow);
 
 /*
  * A request that failed to parse or arrive: 'status' from the parser

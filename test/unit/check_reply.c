@@ -16,9 +16,9 @@
  * values.  A reply write returns only once the kernel took its bytes, so
  * what a call sent is all readable when it returns.
  *
- * reply_failure() and reply_upstream_error() are not tested here: their
- * inputs are being redesigned (issue 17, item 3).  reply.c knows nothing
- * of the request's method, so there is no HEAD case either.
+ * reply_failure() is tested here only where it must say what another
+ * call says (out of memory: one answer); reply.c knows nothing of the
+ * request's method, so there is no HEAD case either.
  */
 #include <check.h>
 #include <errno.h>
@@ -945,6 +945,75 @@ START_TEST(test_401_www_authenticate)
 }
 END_TEST
 
+/*
+ * The gateway out of memory is one answer wherever it happens
+ * (reply_out_of_memory()): a call's outcome says it in the same bytes,
+ * and reply_refuse(), which writes it without a struct reply, in the
+ * same body.
+ */
+START_TEST(test_out_of_memory_is_one_answer)
+{
+    static const char msg[] = "out of memory, retry later";
+    struct call_outcome nomem = call_outcome_make(CALL_NOMEM);
+    struct client ref;
+    struct resp rs, refused;
+    struct buf first;
+    char b[4096];
+    ssize_t n;
+
+    ck_assert_int_eq(reply_out_of_memory(&cl.r, "gateway out of memory"), 0);
+    peer_read_some(&cl);
+    buf_init(&first, 1 << 16);
+    ck_assert_int_eq(buf_append(&first, buf_ptr(&cl.got), buf_len(&cl.got)),
+                     0);
+    expect_error(&cl, &rs, 503, "server_error", NULL, "overloaded",
+                 "gateway out of memory");
+    ck_assert_str_eq(resp_header(&rs, "Retry-After"), "1");
+    /* A call that failed for want of memory: the same answer, to the
+     * byte. */
+    reply_start(&cl.r, REQ_ID, 1, 1);
+    reply_failure(&cl.r, &nomem);
+    peer_read_some(&cl);
+    ck_assert_uint_eq(buf_len(&cl.got), buf_len(&first));
+    ck_assert(memcmp(buf_ptr(&cl.got), buf_ptr(&first),
+                     buf_len(&first)) == 0);
+    buf_reset(&cl.got);
+    buf_release(&first);
+    /* reply_refuse(), without a struct reply: the same body. */
+    client_open(&ref, 1, 0);
+    reply_refuse(ref.fd, REQ_ID, msg);
+    ref.fd = -1;                        /* closed by reply_refuse() */
+    n = recv(ref.peer, b, sizeof(b), MSG_DONTWAIT);
+    ck_assert_int_gt(n, 0);
+    ck_assert_int_eq(resp_parse(b, (size_t)n, 0, &refused), RESP_DONE);
+    reply_start(&cl.r, REQ_ID, 1, 1);
+    ck_assert_int_eq(reply_out_of_memory(&cl.r, msg), 0);
+    expect_error(&cl, &rs, 503, "server_error", NULL, "overloaded", msg);
+    ck_assert_int_eq(refused.status, rs.status);
+    ck_assert_uint_eq(refused.body_len, rs.body_len);
+    ck_assert(memcmp(refused.body, rs.body, rs.body_len) == 0);
+    ck_assert_str_eq(resp_header(&refused, "Retry-After"),
+                     resp_header(&rs, "Retry-After"));
+    client_close(&ref);
+}
+END_TEST
+
+/* 405 names the methods the route takes, in Allow (RFC 9110 15.5.6). */
+START_TEST(test_method_not_allowed)
+{
+    struct resp rs;
+
+    ck_assert_int_eq(reply_method_not_allowed(&cl.r, "GET, HEAD"), 0);
+    expect_error(&cl, &rs, 405, "invalid_request_error", NULL,
+                 "method_not_allowed", "method not allowed on this route");
+    ck_assert_str_eq(rs.reason, "Method Not Allowed");
+    ck_assert_str_eq(resp_header(&rs, "Allow"), "GET, HEAD");
+    ck_assert_int_eq(resp_header_count(&rs, "Allow"), 1);
+    ck_assert_ptr_null(resp_header(&rs, "Retry-After"));
+    ck_assert_str_eq(cl.r.error_code, "method_not_allowed");
+}
+END_TEST
+
 /* reply_retry_after_line(): a header line, or "" for no delay. */
 START_TEST(test_retry_after_line)
 {
@@ -1427,7 +1496,8 @@ reply_suite(void)
     ADD_CASE(s, "errors", test_error_shape, test_error_escaping,
              test_error_retry_after, test_error_full,
              test_401_www_authenticate, test_retry_after_line,
-             test_request_error);
+             test_request_error, test_out_of_memory_is_one_answer,
+             test_method_not_allowed);
     ADD_CASE(s, "fail", test_error_after_head_event_stream,
              test_fail_body_chunked_json, test_fail_body_length,
              test_fail_body_http10, test_fail_event_in_two_steps,

@@ -130,6 +130,25 @@ reply_error_full(struct reply *r, int status, const char *type,
 }
 
 int
+reply_out_of_memory(struct reply *r, const char *message)
+{
+    (void)r;
+    record(503, "server_error", "overloaded", message);
+    seen.retry_after_s = 1;
+    return 0;
+}
+
+int
+reply_method_not_allowed(struct reply *r, const char *allow)
+{
+    (void)r;
+    record(405, "invalid_request_error", "method_not_allowed",
+           "method not allowed on this route");
+    snprintf(seen.extra, sizeof(seen.extra), "Allow: %s\r\n", allow);
+    return 0;
+}
+
+int
 reply_request_error(struct reply *r, int status, const char *msg)
 {
     (void)r;
@@ -164,14 +183,6 @@ reply_continue(struct reply *r)
     (void)r;
     seen.continues++;
     return stub.continue_rc;
-}
-
-void
-reply_note_error(struct reply *r, const char *code, const char *message)
-{
-    (void)r;
-    (void)code;
-    (void)message;
 }
 
 int
