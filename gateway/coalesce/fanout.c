@@ -8,13 +8,12 @@
 #include "coalesce/fanout.h"
 
 #include <assert.h>
-#include <poll.h>
 #include <stddef.h>
 #include <string.h>
+#include <sys/uio.h>
 
 #include "log.h"
 #include "base/metrics.h"
-#include "net.h"
 #include "wire/reply.h"
 
 /* Readers taken at a time.  Small, so a writer the scheduler holds back
@@ -105,15 +104,15 @@ keep_unsent(struct fanout_reader *r, const struct iovec *iov, int cnt,
 int
 fanout_flush(struct fanout_reader *r)
 {
+    struct iovec iov;
     size_t w;
 
     if (buf_len(&r->pending) == 0)
         return 0;
-    if (net_stream_write_some(r->reply->stream, buf_ptr(&r->pending),
-                              buf_len(&r->pending), &w) != 0) {
-        reply_gone(r->reply);
-        return GW_ECLOSED;
-    }
+    iov.iov_base = (void *)buf_ptr(&r->pending);
+    iov.iov_len = buf_len(&r->pending);
+    if (reply_writev_some(r->reply, &iov, 1, &w) != 0)
+        return GW_ECLOSED;      /* the reply says the client is gone */
     buf_consume(&r->pending, w);
     return 0;
 }
@@ -189,8 +188,8 @@ push(struct fanout_reader *r, const struct flight_snap *s, int whole)
     for (int i = 0; i < cnt; i++)
         total += iov[i].iov_len;
     w = 0;
-    if (cnt > 0 && net_stream_writev_some(rp->stream, iov, cnt, &w) != 0)
-        goto gone;
+    if (cnt > 0 && reply_writev_some(rp, iov, cnt, &w) != 0)
+        return PUSH_GONE;       /* the reply says the client is gone */
     end = s->n;
     upto = cnt;
     if (w < total && !whole) {
@@ -210,7 +209,6 @@ push(struct fanout_reader *r, const struct flight_snap *s, int whole)
 nomem:
     log_msg(GW_LOG_ERROR, "fanout: out of memory writing for a client, "
             "dropped req=%s", rp->request_id);
-gone:
     reply_gone(rp);
     return PUSH_GONE;
 }
@@ -317,23 +315,23 @@ void
 fanout_sweep(struct flight *f, int64_t now)
 {
     struct flight_reader *batch, *fr, *from;
-    struct pollfd pfd[SWEEP_POLL];
+    struct reply *rv[SWEEP_POLL];
     struct fanout_reader *r;
     size_t k;
 
     batch = flight_claim_parked(f);
-    /* A poll() per SWEEP_POLL readers, with no allocation to fail. */
+    /* One question (one poll()) per SWEEP_POLL readers, with no
+     * allocation to fail. */
     for (from = batch; from != NULL; from = fr) {
         for (fr = from, k = 0; fr != NULL && k < SWEEP_POLL;
              fr = flight_batch_next(fr), k++)
-            pfd[k].fd = net_stream_fd(reader_of(fr)->reply->stream);
-        net_peers_gone(pfd, k);
+            rv[k] = reader_of(fr)->reply;
+        reply_clients_gone(rv, k);
         for (fr = from, k = 0; fr != NULL && k < SWEEP_POLL;
              fr = flight_batch_next(fr), k++) {
             r = reader_of(fr);
             flight_reader_set_parkable(fr, 1);
-            if (pfd[k].revents) {
-                reply_gone(r->reply);
+            if (r->reply->broken) {
                 flight_reader_set_parkable(fr, 0);
             } else if (now >= r->deadline) {
                 r->expired = 1;
@@ -352,16 +350,12 @@ fanout_sweep(struct flight *f, int64_t now)
 static int
 flush_all(struct fanout_reader *r)
 {
-    struct reply *rp = r->reply;
     int rc;
 
     if (buf_len(&r->pending) == 0)
         return 0;
-    rc = net_stream_write_all(rp->stream, buf_ptr(&r->pending),
-                              buf_len(&r->pending), reply_deadline(rp),
-                              rp->stop_fd);
-    if (rc != 0)
-        reply_gone(rp);
+    rc = reply_write_all(r->reply, buf_ptr(&r->pending),
+                         buf_len(&r->pending));
     buf_reset(&r->pending);
     return rc;
 }

@@ -33,12 +33,13 @@
 #include "coalesce/usage.h"
 
 /*
- * How often, at most, a relay's on_tick looks for a client that hung up.
- * The transfer loop calls on_tick after every wake-up (each chunk) and
- * about once a second while the upstream is quiet, and one poll() per
- * call was once the largest share of the gateway's system calls.  The
- * loop also watches the client's socket itself (on_peer), so a hang-up
- * is seen at once; this check is the fallback.
+ * How often, at most, a relay's on_tick asks whether its client hung up
+ * (reply_client_gone(), which looks at the socket).  The transfer loop
+ * calls on_tick after every wake-up (each chunk) and about once a second
+ * while the upstream is quiet, and one poll() per call was once the
+ * largest share of the gateway's system calls.  The loop also watches
+ * the client's socket itself (on_peer), so a hang-up is seen at once;
+ * this check is the fallback.
  */
 #define PEER_CHECK_MS 100
 
@@ -179,17 +180,20 @@ static int
 direct_tick(void *arg)
 {
     struct direct *d = arg;
-    struct reply *r = d->hr->reply;
 
     if (handler_stopping(d->hr->ctx))
         return GW_ESTOPPING;
-    if (!reply_body_complete(r) && peer_check_due(&d->peer_check_ms)
-        && net_peer_gone(net_stream_fd(r->stream)))
+    if (peer_check_due(&d->peer_check_ms)
+        && reply_client_gone(d->hr->reply))
         return GW_EABORTED;
     return 0;
 }
 
-/* The client's socket is readable: gone, or its next request. */
+/*
+ * The client's socket is readable: gone, or its next request.  Once its
+ * whole body is sent it is no longer watched (a hang-up then is a
+ * client that is done).
+ */
 static int
 direct_peer(void *arg)
 {
@@ -198,7 +202,7 @@ direct_peer(void *arg)
 
     if (reply_body_complete(r))
         return 1;
-    return net_peer_gone(net_stream_fd(r->stream)) ? GW_EABORTED : 0;
+    return reply_client_gone(r) ? GW_EABORTED : 0;
 }
 
 /* This client alone, with its own request id. */
@@ -409,14 +413,12 @@ static int
 lead_tick(void *arg)
 {
     struct leader *l = arg;
-    struct reply *r = l->hr->reply;
-    int done = reply_body_complete(r) && buf_len(&l->self->pending) == 0;
     int64_t now;
 
     if (handler_stopping(l->hr->ctx))
         return GW_ESTOPPING;
-    if (l->attached && !done && peer_check_due(&l->peer_check_ms)
-        && net_peer_gone(net_stream_fd(r->stream)))
+    if (l->attached && peer_check_due(&l->peer_check_ms)
+        && reply_client_gone(l->hr->reply))
         leader_detach_client(l, "gone");
     now = gw_now_ms();
     if (now - l->sweep_ms >= SWEEP_MS) {
@@ -428,16 +430,20 @@ lead_tick(void *arg)
     return lead_nobody(l);
 }
 
-/* Its client's socket is readable: gone (the flight goes on), or not. */
+/*
+ * Its client's socket is readable: gone (the flight goes on), or not.
+ * Not watched once that client is no reader, or has its whole body.
+ */
 static int
 lead_peer(void *arg)
 {
     struct leader *l = arg;
+    struct reply *r = l->hr->reply;
     int rc;
 
-    if (!l->attached)
+    if (!l->attached || reply_body_complete(r))
         return 1;
-    if (!net_peer_gone(net_stream_fd(l->hr->reply->stream)))
+    if (!reply_client_gone(r))
         return 0;
     leader_detach_client(l, "gone");
     rc = lead_nobody(l);

@@ -13,6 +13,7 @@
 #include "wire/reply.h"
 
 #include <assert.h>
+#include <poll.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -180,6 +181,83 @@ reply_gone(struct reply *r)
 {
     r->broken = 1;
     r->keep_alive = 0;
+}
+
+/* Sockets looked at in one poll() (the array is on the stack). */
+#define GONE_BATCH 64
+
+/* Look at the sockets of look[0..k) at once; mark the gone ones. */
+static size_t
+look_gone(struct reply *const *look, size_t k)
+{
+    struct pollfd pfd[GONE_BATCH];
+    size_t gone = 0;
+
+    for (size_t j = 0; j < k; j++)
+        pfd[j].fd = net_stream_fd(look[j]->stream);
+    net_peers_gone(pfd, k);
+    for (size_t j = 0; j < k; j++)
+        if (pfd[j].revents) {
+            reply_gone(look[j]);
+            gone++;
+        }
+    return gone;
+}
+
+size_t
+reply_clients_gone(struct reply *const *v, size_t n)
+{
+    struct reply *look[GONE_BATCH];
+    size_t gone = 0, k = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        if (v[i]->broken)
+            gone++;
+        else if (!reply_body_complete(v[i]))    /* done is not gone */
+            look[k++] = v[i];
+        if (k == GONE_BATCH) {
+            gone += look_gone(look, k);
+            k = 0;
+        }
+    }
+    if (k > 0)
+        gone += look_gone(look, k);
+    return gone;
+}
+
+int
+reply_client_gone(struct reply *r)
+{
+    return reply_clients_gone(&r, 1) > 0;
+}
+
+int
+reply_writev_some(struct reply *r, const struct iovec *iov, int cnt,
+                  size_t *n)
+{
+    int rc;
+
+    *n = 0;
+    if (r->broken)
+        return GW_ECLOSED;
+    rc = net_stream_writev_some(r->stream, iov, cnt, n);
+    if (rc != 0)
+        reply_gone(r);
+    return rc;
+}
+
+int
+reply_write_all(struct reply *r, const char *p, size_t len)
+{
+    int rc;
+
+    if (r->broken)
+        return GW_ECLOSED;
+    rc = net_stream_write_all(r->stream, p, len, reply_deadline(r),
+                              r->stop_fd);
+    if (rc != 0)
+        reply_gone(r);
+    return rc;
 }
 
 void

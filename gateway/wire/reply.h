@@ -65,7 +65,11 @@ struct reply {
     int64_t content_length;     /* REPLY_LENGTH: bytes promised */
     int keep_alive;             /* keep the connection after this one */
     int event_stream;           /* text/event-stream */
-    int broken;                 /* the body cannot end cleanly: close */
+    int broken;                 /* the client is gone (or given up): the
+                                   body cannot end cleanly, close.  Set
+                                   by reply_gone() alone: a failed write
+                                   here, reply_client_gone(), or a
+                                   writer that drops the client */
     int linger;                 /* close with request bytes unread:
                                    drain them first (conn.c) */
     const char *role;           /* X-Infergw-Coalesce value, or NULL */
@@ -134,6 +138,20 @@ int reply_frame_iov(const struct reply *r, const char *p, size_t n,
 /* The caller wrote the held-back head and 'n' body bytes itself. */
 void reply_note_sent(struct reply *r, size_t n);
 
+/*
+ * For a caller that frames and writes at its own pace (fanout.h): what
+ * the client's socket takes now of iov[0..cnt) (OUT *n bytes), never
+ * waiting; reply_write_all() writes all of p[0..len), waiting for the
+ * client up to send_timeout (or the stop).  The bytes are wire bytes
+ * (head and framing included); the caller notes the body it sent
+ * (reply_note_sent()).  Returns 0, or a net error, and then the client
+ * is gone (reply_gone()): a write is how reply.c learns it, as
+ * reply_client_gone() is how anyone else asks.
+ */
+int reply_writev_some(struct reply *r, const struct iovec *iov, int cnt,
+                      size_t *n);
+int reply_write_all(struct reply *r, const char *p, size_t len);
+
 /* End the body cleanly: the head if still held, the last chunk. */
 int reply_end(struct reply *r);
 
@@ -161,6 +179,27 @@ void reply_fail_end(struct reply *r);
 
 /* The client is gone or stuck: no more writes, close. */
 void reply_gone(struct reply *r);
+
+/*
+ * Is the client gone?  The one place that says, for every path that
+ * must know while it is not writing (a direct relay or a flight's
+ * leader between chunks, a call waiting in the pool's queue, the
+ * leader's sweep of its parked followers):
+ *  - a broken reply is gone (a write failed, or its writer gave the
+ *    client up: reply_gone());
+ *  - one whose whole body was sent (reply_body_complete()) is not: a
+ *    hang-up now is a client that is done, not one that left;
+ *  - else its socket is looked at without waiting (net_peer_gone()): a
+ *    hang-up or a reset is a client that left, and the reply is marked
+ *    gone (reply_gone()); input (its next request) is not.
+ * Costs a poll() when it looks: callers on a hot path ask at most every
+ * so often (proxy.c's PEER_CHECK_MS), or when the socket is readable.
+ */
+int reply_client_gone(struct reply *r);
+
+/* The same for v[0..n), one poll() for them all (the sweep); returns how
+ * many are gone, each marked so. */
+size_t reply_clients_gone(struct reply *const *v, size_t n);
 
 /*
  * The response is sent (or about to be) while the request's body is

@@ -586,6 +586,67 @@ START_TEST(test_append_enomem_first_chunk)
 }
 END_TEST
 
+/* A forward that may not coalesce: the direct path. */
+static void *
+client_direct_main(void *p)
+{
+    struct client *c = p;
+    json_t *j = NULL;
+    char err[128];
+
+    ck_assert_int_eq(jsonx_parse_object(buf_ptr(&c->body), buf_len(&c->body),
+                                        16, &j, err, sizeof(err)), 0);
+    proxy_forward(&c->hr, j, 0);
+    json_decref(j);
+    return NULL;
+}
+
+/* The client, alone on its call, hangs up between two chunks. */
+static void
+hang_up_mid_stream(struct client *c, void *(*path)(void *))
+{
+    int64_t t0;
+
+    client_open(c, 0, "{\"model\":\"m\",\"messages\":[],\"stream\":true}");
+    ck_assert_int_eq(pthread_create(&c->t, NULL, path, c), 0);
+    ck_assert(await(one_call));
+    up_release(1);
+    ck_assert(await_got(c, CHUNK));
+    close(c->peer);
+    c->peer = -1;
+    /* No chunk comes any more: only the question "is it gone?" (asked
+     * on the sink's tick, reply_client_gone()) ends the call. */
+    t0 = gw_now_ms();
+    pthread_join(c->t, NULL);
+    ck_assert_int_lt(gw_now_ms() - t0, 3000);
+    ck_assert_int_eq(c->reply.broken, 1);
+    ck_assert_int_eq(c->reply.keep_alive, 0);
+    ck_assert_int_eq(up_calls(), 1);
+}
+
+/* The direct path: the upstream call stops (no chunk is released). */
+START_TEST(test_direct_client_gone_stops_the_call)
+{
+    struct client c;
+
+    hang_up_mid_stream(&c, client_direct_main);
+    ck_assert_str_eq(c.reply.role != NULL ? c.reply.role : "-", "-");
+    client_close(&c);
+}
+END_TEST
+
+/* A leader with no follower: the same, and its flight is gone. */
+START_TEST(test_leader_client_gone_stops_the_call)
+{
+    struct client c;
+
+    hang_up_mid_stream(&c, client_main);
+    ck_assert_str_eq(c.reply.role, "leader");
+    ck_assert_uint_eq(coalescer_count(ctx.co), 0);
+    client_close(&c);
+}
+END_TEST
+
 /* Out of memory in the leader's own setup: a 503, no upstream call. */
 START_TEST(test_leader_setup_enomem)
 {
@@ -701,6 +762,8 @@ proxy_suite(void)
     tcase_add_test(tc, test_append_enomem_first_chunk);
     tcase_add_test(tc, test_leader_setup_enomem);
     tcase_add_test(tc, test_join_enomem_goes_direct);
+    tcase_add_test(tc, test_direct_client_gone_stops_the_call);
+    tcase_add_test(tc, test_leader_client_gone_stops_the_call);
     suite_add_tcase(s, tc);
     tc = tcase("edges");
     tcase_add_checked_fixture(tc, setup, teardown);

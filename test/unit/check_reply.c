@@ -1326,6 +1326,64 @@ START_TEST(test_stop_aborts_wait)
 }
 END_TEST
 
+/*
+ * reply_client_gone(), the one answer to "is the client gone?": not
+ * while it is there, nor for its next request waiting; yes once it hung
+ * up mid-answer (and the reply is marked so), or was given up; no once
+ * its whole body was sent (done is not gone).
+ */
+START_TEST(test_client_gone)
+{
+    struct client other;
+
+    ck_assert_int_eq(reply_client_gone(&cl.r), 0);
+    ck_assert_int_eq(send(cl.peer, "GET / HTTP/1.1\r\n", 16, 0), 16);
+    ck_assert_int_eq(reply_client_gone(&cl.r), 0);  /* input is no hang-up */
+    ck_assert_int_eq(reply_begin(&cl.r, 200, NULL, -1, NULL), 0);
+    ck_assert_int_eq(reply_body(&cl.r, "a", 1), 0);
+    ck_assert_int_eq(shutdown(cl.peer, SHUT_WR), 0);
+    ck_assert_int_eq(reply_client_gone(&cl.r), 1);
+    ck_assert_int_eq(cl.r.broken, 1);
+    ck_assert_int_eq(cl.r.keep_alive, 0);
+    ck_assert_int_eq(reply_client_gone(&cl.r), 1);  /* and stays so */
+
+    /* A whole Content-Length body sent, then the hang-up: done. */
+    client_open(&other, 1, 1);
+    ck_assert_int_eq(reply_send(&other.r, 200, "text/plain", "hi", 2, NULL),
+                     0);
+    ck_assert_int_eq(shutdown(other.peer, SHUT_WR), 0);
+    ck_assert_int_eq(reply_client_gone(&other.r), 0);
+    ck_assert_int_eq(other.r.broken, 0);
+    /* Given up by its writer (reply_gone()): gone, whatever the socket. */
+    reply_start(&other.r, REQ_ID, 1, 1);
+    reply_gone(&other.r);
+    ck_assert_int_eq(reply_client_gone(&other.r), 1);
+    client_close(&other);
+}
+END_TEST
+
+/* The same question for many clients at once (the leader's sweep). */
+START_TEST(test_clients_gone)
+{
+    struct client c[70];
+    struct reply *v[70];
+
+    for (int i = 0; i < 70; i++) {
+        client_open(&c[i], 1, 1);
+        v[i] = &c[i].r;
+        if (i % 3 == 0)
+            ck_assert_int_eq(shutdown(c[i].peer, SHUT_WR), 0);
+    }
+    reply_gone(&c[1].r);
+    /* 24 hung up (0, 3, ..., 69), one given up; past one poll()'s 64. */
+    ck_assert_uint_eq(reply_clients_gone(v, 70), 25);
+    for (int i = 0; i < 70; i++) {
+        ck_assert_int_eq(c[i].r.broken, i % 3 == 0 || i == 1);
+        client_close(&c[i]);
+    }
+}
+END_TEST
+
 /* reply_gone() and reply_close_unread(): no keep-alive, and linger. */
 START_TEST(test_gone_and_close_unread)
 {
@@ -1504,7 +1562,8 @@ reply_suite(void)
              test_fail_event_none);
     ADD_CASE(s, "peer", test_closed_peer_breaks, test_closed_peer_at_end,
              test_stuck_client_times_out, test_stop_aborts_wait,
-             test_gone_and_close_unread, test_deadline);
+             test_gone_and_close_unread, test_deadline, test_client_gone,
+             test_clients_gone);
     ADD_CASE(s, "refuse", test_refuse,
              test_refuse_drain_bounded, test_refuse_silent_client);
     return s;
