@@ -98,7 +98,7 @@ GATEWAY = {
     "keepalive": "metrics",
     "tls": "metrics",
     "metrics": "config",
-    "pool": "config engine metrics outcome",
+    "pool": "config engine metrics outcome tenant",
     "engine": "config",
     "tenant": "config",
     "flight": "outcome",

@@ -97,7 +97,6 @@ static struct {
     _Atomic uint64_t rejected;
     _Atomic uint64_t leaders;
     _Atomic uint64_t followers;
-    _Atomic uint64_t followers_by_tenant[CONFIG_MAX_TENANTS + 1];
     _Atomic uint64_t bypass[METRICS_BYPASS_COUNT];
     _Atomic uint64_t cut_lag;
     _Atomic int64_t flights;
@@ -311,12 +310,9 @@ metrics_coalesce_leader(void)
 }
 
 void
-metrics_coalesce_follower(size_t tenant)
+metrics_coalesce_follower(void)
 {
     INC(m.followers);
-    if (tenant > CONFIG_MAX_TENANTS)
-        tenant = CONFIG_MAX_TENANTS;
-    INC(m.followers_by_tenant[tenant]);
 }
 
 void
@@ -555,7 +551,8 @@ static const struct scalar scalars[] = {
       &m.helpers, NULL },
 };
 
-/* The build, the configuration in force and its limits.  */
+/* The build, the configuration in force and its limits (a tenant's are
+ * tenant.c's, with every per-tenant family). */
 static void
 render_config(struct prom *w, const struct gw_config *cfg)
 {
@@ -588,21 +585,6 @@ render_config(struct prom *w, const struct gw_config *cfg)
         const struct prom_label l = { "upstream", cfg->upstreams[u].name };
 
         prom_uint(w, &l, 1, cfg->upstreams[u].max_inflight);
-    }
-    prom_family(w, "infergw_tenant_max_inflight", PROM_GAUGE,
-                "[tenant] max_inflight: requests under way at once; 0 "
-                "none.");
-    for (size_t t = 0; t < cfg->num_tenants; t++) {
-        const struct prom_label l = { "tenant", cfg->tenants[t].name };
-
-        prom_uint(w, &l, 1, cfg->tenants[t].max_inflight);
-    }
-    prom_family(w, "infergw_tenant_requests_per_minute_limit", PROM_GAUGE,
-                "[tenant] requests_per_minute; 0 none.");
-    for (size_t t = 0; t < cfg->num_tenants; t++) {
-        const struct prom_label l = { "tenant", cfg->tenants[t].name };
-
-        prom_uint(w, &l, 1, cfg->tenants[t].requests_per_minute);
     }
 }
 
@@ -717,17 +699,6 @@ metrics_render(struct buf *out, const struct gw_config *cfg)
                 "Clients of a flight cut off with an error, by reason "
                 "(lag: further behind than max_reader_lag).");
     prom_uint(&w, &lag, 1, LOAD(m.cut_lag));
-    prom_family(&w, "infergw_coalesce_followers_by_tenant_total",
-                PROM_COUNTER, "Followers by tenant, for billing.");
-    for (size_t t = 0; t <= cfg->num_tenants; t++) {
-        int named = t < cfg->num_tenants;
-        const struct prom_label l = {
-            "tenant", named ? cfg->tenants[t].name : "default",
-        };
-
-        prom_uint(&w, &l, 1, LOAD(m.followers_by_tenant[
-                      named ? t : CONFIG_MAX_TENANTS]));
-    }
     prom_family(&w, "infergw_coalesce_bypass_total", PROM_COUNTER,
                 "Eligible-route requests sent upstream alone, by reason.");
     by_name(&w, "reason", bypass_names, m.bypass, METRICS_BYPASS_COUNT);

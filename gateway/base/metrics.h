@@ -181,8 +181,7 @@ void metrics_upstream_call(void);
 void metrics_connections_add(int delta);
 void metrics_connection_rejected(void);     /* 503 at max_connections */
 void metrics_coalesce_leader(void);
-void metrics_coalesce_follower(size_t tenant);  /* config tenant index, or
-                                          CONFIG_MAX_TENANTS for "default" */
+void metrics_coalesce_follower(void);   /* by tenant: tenant.h's */
 void metrics_coalesce_bypass(enum metrics_bypass b);
 void metrics_reader_cut_lag(void);      /* a client past max_reader_lag */
 void metrics_flights_add(int delta);
@@ -197,8 +196,8 @@ struct tls_stats *metrics_tls_stats(void);
 
 /*
  * Append the Prometheus text exposition (format 0.0.4) to 'out'.
- * 'cfg' (borrowed) names the tenants and upstreams, and gives the limits
- * rendered as gauges.  Reads /proc/self for the process_* series (a
+ * 'cfg' (borrowed) names the upstreams, and gives the limits rendered as
+ * gauges (a tenant's are tenant.h's, as every per-tenant family is).  Reads /proc/self for the process_* series (a
  * sample it cannot read is left out).  Returns 0 or a buf error.
  */
 int metrics_render(struct buf *out, const struct gw_config *cfg);

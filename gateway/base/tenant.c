@@ -5,6 +5,7 @@
 #include "base/tenant.h"
 
 #include <assert.h>
+#include <inttypes.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -132,6 +133,13 @@ struct tenant_entry {
     int filled;
     uint64_t rejected[2];       /* max_inflight, requests_per_minute */
     uint64_t saved;             /* tokens followers got for nothing */
+    uint64_t followers;         /* requests that followed a flight */
+    /* Its calls in the admission queue (tenants_note_queue()). */
+    uint64_t queued;            /* waiting now */
+    uint64_t waits;             /* that waited, ever */
+    uint64_t wait_ms;           /* their waits' sum */
+    uint64_t timeouts;          /* no slot within queue_timeout */
+    uint64_t shed;              /* refused at once: sheddable */
     struct model_bill bills[TENANT_MAX_MODELS + 1];  /* + "_other" */
     size_t nbills;
     /* Admitted requests per second: second minute_s[i] counted
@@ -168,15 +176,25 @@ tenants_free(struct tenants *ts)
     gw_free(ts);
 }
 
+/* The entry called 'name', or NULL: none yet.  Locked. */
+static struct tenant_entry *
+find_locked(struct tenants *ts, const char *name)
+{
+    assert(gw_mutex_held(&ts->lock));
+    for (size_t i = 0; i < ts->n; i++)
+        if (strcmp(ts->v[i]->name, name) == 0)
+            return ts->v[i];
+    return NULL;
+}
+
 /* The entry called 'name', made if new; NULL on ENOMEM.  Locked. */
 static struct tenant_entry *
 entry_of(struct tenants *ts, const char *name)
 {
-    struct tenant_entry *e;
+    struct tenant_entry *e = find_locked(ts, name);
 
-    for (size_t i = 0; i < ts->n; i++)
-        if (strcmp(ts->v[i]->name, name) == 0)
-            return ts->v[i];
+    if (e != NULL)
+        return e;
     if (ts->n == ts->cap) {
         size_t cap = ts->cap == 0 ? 8 : ts->cap * 2;
         struct tenant_entry **v = gw_realloc(ts->v, cap * sizeof(*v));
@@ -380,6 +398,50 @@ tenants_bill(struct tenants *ts, struct tenant_entry *e, const char *model,
     gw_mutex_unlock(&ts->lock);
 }
 
+void
+tenants_note_queue(struct tenants *ts, const struct gw_config *cfg,
+                   size_t tenant, enum tenant_queue what, int64_t wait_ms)
+{
+    struct tenant_entry *e;
+
+    if (ts == NULL)
+        return;
+    gw_mutex_lock(&ts->lock);
+    e = entry_of(ts, tenant_name(cfg, tenant));
+    if (e == NULL)
+        goto out;
+    switch (what) {
+    case TENANT_QUEUE_ENTERED:
+        e->queued++;
+        break;
+    case TENANT_QUEUE_LEFT:
+        if (e->queued > 0)      /* its entering was counted (memory) */
+            e->queued--;
+        e->waits++;
+        e->wait_ms += wait_ms > 0 ? (uint64_t)wait_ms : 0;
+        break;
+    case TENANT_QUEUE_TIMED_OUT:
+        e->timeouts++;
+        break;
+    case TENANT_QUEUE_SHED:
+        e->shed++;
+        break;
+    }
+
+out:
+    gw_mutex_unlock(&ts->lock);
+}
+
+void
+tenants_note_follower(struct tenants *ts, struct tenant_entry *e)
+{
+    if (e == NULL)
+        return;
+    gw_mutex_lock(&ts->lock);
+    e->followers++;
+    gw_mutex_unlock(&ts->lock);
+}
+
 /* The row of 'status' in 'e', or e->nanswered.  Locked. */
 static size_t
 answered_row(const struct tenant_entry *e, int status)
@@ -475,8 +537,105 @@ per_tenant(const struct tenants *ts, struct prom *w, const char *name,
     }
 }
 
+/* What a family of cfg's tenants shows of each (their index 't'). */
+enum shown {
+    SHOWN_MAX_INFLIGHT,         /* the configuration's ... */
+    SHOWN_RPM,
+    SHOWN_FOLLOWERS,            /* the entry's ... */
+    SHOWN_QUEUED,
+    SHOWN_WAITS,
+    SHOWN_WAIT_S,
+    SHOWN_TIMEOUTS,
+    SHOWN_SHED,
+};
+
+/*
+ * A family with a sample for each of cfg's tenants, then (with
+ * 'and_default') the default one, in the configuration's order, whether
+ * or not it was seen yet (zero then): the configuration's limits, or
+ * the count kept under its name.  With 'priority', labelled with the
+ * tenant's priority too, as the queue's order is (pool.h).  Locked.
+ */
+static void
+per_configured(struct tenants *ts, const struct gw_config *cfg,
+               struct prom *w, const char *name, enum prom_type type,
+               const char *help, enum shown what, int and_default,
+               int priority)
+{
+    assert(gw_mutex_held(&ts->lock));
+    prom_family(w, name, type, help);
+    for (size_t i = 0; i < cfg->num_tenants + (and_default ? 1 : 0); i++) {
+        size_t t = i < cfg->num_tenants ? i : CONFIG_MAX_TENANTS;
+        const struct config_tenant *ct = t < cfg->num_tenants
+                                         ? &cfg->tenants[t] : NULL;
+        const struct tenant_entry *e = find_locked(ts, tenant_name(cfg, t));
+        char prio[24];
+        const struct prom_label l[] = { { "tenant", tenant_name(cfg, t) },
+                                        { "priority", prio } };
+        uint64_t v = 0;
+
+        snprintf(prio, sizeof(prio), "%" PRId64,
+                 ct != NULL ? ct->priority : 0);
+        switch (what) {
+        case SHOWN_MAX_INFLIGHT: v = ct->max_inflight; break;
+        case SHOWN_RPM: v = ct->requests_per_minute; break;
+        case SHOWN_FOLLOWERS: v = e != NULL ? e->followers : 0; break;
+        case SHOWN_QUEUED: v = e != NULL ? e->queued : 0; break;
+        case SHOWN_WAITS: v = e != NULL ? e->waits : 0; break;
+        case SHOWN_WAIT_S: v = e != NULL ? e->wait_ms : 0; break;
+        case SHOWN_TIMEOUTS: v = e != NULL ? e->timeouts : 0; break;
+        case SHOWN_SHED: v = e != NULL ? e->shed : 0; break;
+        }
+        if (what == SHOWN_WAIT_S)
+            prom_double(w, l, priority ? 2 : 1, (double)v * 1e-3);
+        else
+            prom_uint(w, l, priority ? 2 : 1, v);
+    }
+}
+
+/* The families of cfg's tenants (tenants_render_metrics()).  Locked. */
+static void
+render_configured(struct tenants *ts, const struct gw_config *cfg,
+                  struct prom *w)
+{
+    static const struct {
+        const char *name;
+        enum prom_type type;
+        const char *help;
+        enum shown what;
+        int and_default, priority;
+    } families[] = {
+        { "infergw_tenant_max_inflight", PROM_GAUGE, "[tenant] "
+          "max_inflight: requests under way at once; 0 none.",
+          SHOWN_MAX_INFLIGHT, 0, 0 },
+        { "infergw_tenant_requests_per_minute_limit", PROM_GAUGE,
+          "[tenant] requests_per_minute; 0 none.", SHOWN_RPM, 0, 0 },
+        { "infergw_coalesce_followers_by_tenant_total", PROM_COUNTER,
+          "Followers by tenant, for billing.", SHOWN_FOLLOWERS, 1, 0 },
+        { "infergw_tenant_queued", PROM_GAUGE, "Calls of the tenant "
+          "waiting in the gateway's queue now.", SHOWN_QUEUED, 1, 1 },
+        { "infergw_tenant_queue_waits_total", PROM_COUNTER, "Calls of "
+          "the tenant that waited in the queue.", SHOWN_WAITS, 1, 1 },
+        { "infergw_tenant_queue_wait_seconds_total", PROM_COUNTER,
+          "Time the tenant's calls spent in the queue.", SHOWN_WAIT_S,
+          1, 1 },
+        { "infergw_tenant_queue_timeouts_total", PROM_COUNTER, "Calls of "
+          "the tenant that got no slot within queue_timeout (503).",
+          SHOWN_TIMEOUTS, 1, 1 },
+        { "infergw_tenant_shed_total", PROM_COUNTER, "Requests of a "
+          "sheddable tenant (priority < 0) answered 429 at once: every "
+          "upstream for them was full.", SHOWN_SHED, 1, 1 },
+    };
+
+    for (size_t k = 0; k < GW_ARRAY_LEN(families); k++)
+        per_configured(ts, cfg, w, families[k].name, families[k].type,
+                       families[k].help, families[k].what,
+                       families[k].and_default, families[k].priority);
+}
+
 int
-tenants_render_metrics(struct tenants *ts, struct buf *out)
+tenants_render_metrics(struct tenants *ts, const struct gw_config *cfg,
+                       struct buf *out)
 {
     static const char *const kinds[2] = { "prompt", "completion" };
     static const char *const limits[2] = { "max_inflight",
@@ -485,6 +644,7 @@ tenants_render_metrics(struct tenants *ts, struct buf *out)
 
     prom_init(&w, out);
     gw_mutex_lock(&ts->lock);
+    render_configured(ts, cfg, &w);
     per_tenant(ts, &w, "infergw_tenant_requests_inflight", PROM_GAUGE,
                "Requests under way, by tenant.",
                offsetof(struct tenant_entry, inflight));

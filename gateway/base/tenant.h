@@ -23,10 +23,21 @@
  * infergw_coalesce_tokens_saved_total{tenant} those its followers got
  * without an upstream call of their own.
  *
+ * One owner: this module owns every number about a tenant that the
+ * operator sees, and renders them all (tenants_render_metrics(), and
+ * tenants_status() for the status view): its requests, limits, refusals
+ * and bill, its followers, and what the gateway's admission queue did
+ * with its calls (pool.h "Admission": waits, their time, timeouts,
+ * sheds, and how many wait now), which the pool reports here
+ * (tenants_note_queue()).  The pool keeps only what it schedules by
+ * (each tenant's open slots and waiters, per configuration generation,
+ * under its own lock) and renders no tenant's number.
+ *
  * Design: the state is kept by tenant name, not by config index, so a
  * reloaded configuration that keeps a name keeps its counts.  The limits
  * themselves are read from the config the request was admitted under.
- * One mutex guards everything; it is taken a few times per request.
+ * One mutex guards everything; it is taken a few times per request, and
+ * never while another lock is held (the pool reports after its unlock).
  * An entry lives until tenants_free(); a name that a reload removed stops
  * growing but keeps its counters (Prometheus counters must not go back).
  */
@@ -112,6 +123,32 @@ void tenants_bill(struct tenants *ts, struct tenant_entry *e,
                   const char *model, uint64_t prompt, uint64_t completion,
                   int saved);
 
+/* What the gateway's admission queue did with a call (pool.h). */
+enum tenant_queue {
+    TENANT_QUEUE_ENTERED = 0,   /* it waits in the queue now */
+    TENANT_QUEUE_LEFT,          /* it left the queue after 'wait_ms',
+                                   however its wait ended */
+    TENANT_QUEUE_TIMED_OUT,     /* no slot within queue_timeout (503),
+                                   or the gateway stopped meanwhile */
+    TENANT_QUEUE_SHED,          /* sheddable (priority < 0), every
+                                   upstream full: 429 at once */
+};
+
+/*
+ * Note 'what' of a call of tenant 'tenant' of 'cfg' ('wait_ms': the
+ * wait TENANT_QUEUE_LEFT ends; else 0).  The pool calls it without its
+ * own lock.  NULL 'ts': nothing.  Out of memory: not counted.
+ */
+void tenants_note_queue(struct tenants *ts, const struct gw_config *cfg,
+                        size_t tenant, enum tenant_queue what,
+                        int64_t wait_ms);
+
+/*
+ * The request admitted as 'e' (its pass; NULL-safe) was a coalesced
+ * follower: infergw_coalesce_followers_by_tenant_total.
+ */
+void tenants_note_follower(struct tenants *ts, struct tenant_entry *e);
+
 /* One tenant as the status view (status.h) shows it: a copy. */
 struct tenant_status {
     char name[TENANT_NAME_MAX];
@@ -145,12 +182,21 @@ void tenants_count_request(struct tenants *ts, const struct gw_config *cfg,
                            size_t tenant, int status);
 
 /*
- * Append the tenants' families to 'out' (Prometheus text 0.0.4):
+ * Append every per-tenant family to 'out' (Prometheus text 0.0.4), the
+ * one place /metrics gets them from: of every tenant seen (by name),
  * infergw_tenant_requests_inflight, infergw_tenant_rejected_total,
- * infergw_tenant_requests_total, infergw_tokens_total,
- * infergw_coalesce_tokens_saved_total.  Every family is present (HELP,
- * TYPE) even before its first sample.
+ * infergw_tenant_requests_total, infergw_tokens_total and
+ * infergw_coalesce_tokens_saved_total; of each of cfg's tenants (and,
+ * but for the limits, the default one; borrowed), its limits
+ * (infergw_tenant_max_inflight, infergw_tenant_requests_per_minute_
+ * limit), its followers (infergw_coalesce_followers_by_tenant_total)
+ * and its calls in the admission queue, labelled with its priority too
+ * (infergw_tenant_queued, infergw_tenant_queue_waits_total,
+ * infergw_tenant_queue_wait_seconds_total,
+ * infergw_tenant_queue_timeouts_total, infergw_tenant_shed_total).
+ * Every family is present (HELP, TYPE) even before its first sample.
  */
-int tenants_render_metrics(struct tenants *ts, struct buf *out);
+int tenants_render_metrics(struct tenants *ts, const struct gw_config *cfg,
+                           struct buf *out);
 
 #endif

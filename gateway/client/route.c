@@ -131,7 +131,7 @@ serve_metrics(struct handler_req *hr)
     buf_init(&b, 4 << 20);
     if (metrics_render(&b, hr->ctx->cfg) == 0
         && pool_render_metrics(hr->ctx->pool, &b) == 0
-        && tenants_render_metrics(hr->ctx->tenants, &b) == 0)
+        && tenants_render_metrics(hr->ctx->tenants, hr->ctx->cfg, &b) == 0)
         reply_send(hr->reply, 200, "text/plain; version=0.0.4; charset=utf-8",
                    buf_ptr(&b), buf_len(&b), NULL);
     else

@@ -102,7 +102,7 @@ static struct dispatch_ctx
 dispatch_of(const struct handler_ctx *ctx)
 {
     struct dispatch_ctx dc = { ctx->cfg, ctx->pool, ctx->up, ctx->stop_fd,
-                               NULL, NULL };
+                               NULL, NULL, ctx->tenants };
 
     return dc;
 }
@@ -527,7 +527,8 @@ follow(struct handler_req *hr, struct flight *f, struct fanout_reader *r,
 
     hr->reply->role = "follower";
     note_flight(hr, f);
-    metrics_coalesce_follower(hr->tenant);
+    metrics_coalesce_follower();
+    tenants_note_follower(ctx->tenants, hr->pass);
     log_msg(GW_LOG_INFO, "coalesce: follower key=%s flight=%s tenant=%s",
             keyhex, f->id, tenant_name(ctx->cfg, hr->tenant));
     fanout_relay(f, r, &o);

@@ -320,6 +320,7 @@ dispatch_run(const struct dispatch_ctx *dc,
     r.want.model = model;
     r.want.prefix_hash = prefix_hash;
     r.want.tenant = tenant;
+    r.want.tenants = dc->tenants;
     r.want.gone = waiting_gone;
     r.want.gone_arg = &r;
     r.sink = sink;

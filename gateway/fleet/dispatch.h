@@ -50,6 +50,7 @@
 #include "upstream/upstream.h"
 
 struct gw_config;
+struct tenants;
 
 /* What dispatch_run needs; all borrowed, immutable while it runs. */
 struct dispatch_ctx {
@@ -65,6 +66,9 @@ struct dispatch_ctx {
      */
     void (*on_upstream)(void *arg, const char *name);
     void *arg;
+    /* Where the pool's queue reports what it does with the call, per
+     * tenant (pool_want.tenants); NULL: nowhere. */
+    struct tenants *tenants;
 };
 
 struct dispatch_result {

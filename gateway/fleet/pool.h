@@ -105,6 +105,7 @@
 
 struct gw_config;
 struct pool;
+struct tenants;
 
 #define POOL_BUDGET_WINDOW_S 10
 #define POOL_QUEUE_CHECK_MS 100
@@ -162,6 +163,9 @@ struct pool_want {
     void *gone_arg;
     size_t tenant;          /* index into cfg->tenants, or
                                CONFIG_MAX_TENANTS: the default tenant */
+    /* Where what the queue does with the call is reported, for the
+     * operator (tenants_note_queue(), tenant.h; borrowed); NULL: not. */
+    struct tenants *tenants;
 };
 
 /* A call's hold on an upstream: from pool_acquire to pool_release. */

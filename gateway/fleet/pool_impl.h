@@ -13,9 +13,11 @@
  *   pool_breaker.c  the breakers: outcomes judged, ejection, the
  *                   half-open trial, max_ejected and panic
  *   pool_queue.c    admission: slots, the tenants' shares and headroom,
- *                   the queue and its grants
+ *                   the queue and its grants (reported per tenant to
+ *                   tenant.h, which renders them)
  *   pool_models.c   which upstreams serve a model; /v1/models
- *   pool_report.c   the status view and /metrics
+ *   pool_report.c   the status view and /metrics (per upstream, engine,
+ *                   model; no tenant's: tenant.h has them)
  *   pool_budget.c   the retry budget
  *
  * Locking: 'lock' guards every field of struct pool and struct member
@@ -113,13 +115,13 @@ struct pool {
     uint64_t rng;                       /* xorshift64 state */
     struct waiter *q_head, *q_tail;     /* in arrival order */
 
-    /* Per tenant (CONFIG_MAX_TENANTS: the default one). */
+    /*
+     * Per tenant (CONFIG_MAX_TENANTS: the default one), what the shares
+     * are decided by (pool_queue.c); the operator's numbers of a tenant
+     * are tenant.h's, which the queue reports to.
+     */
     uint64_t t_open[CONFIG_MAX_TENANTS + 1];    /* slots held */
     uint64_t t_queued[CONFIG_MAX_TENANTS + 1];  /* waiting now */
-    uint64_t t_waits[CONFIG_MAX_TENANTS + 1];   /* waited, ever */
-    uint64_t t_wait_ms[CONFIG_MAX_TENANTS + 1]; /* their waits' sum */
-    uint64_t t_shed[CONFIG_MAX_TENANTS + 1];    /* 429 at saturation */
-    uint64_t t_timeouts[CONFIG_MAX_TENANTS + 1];
     int64_t t_seen_ms[CONFIG_MAX_TENANTS + 1];  /* its last call's start
                                                    or end; 0 none yet */
     int stopping;
@@ -257,8 +259,6 @@ void pool_slot_back_locked(struct pool *p, struct member *m, size_t tenant,
 /* OUT q[i]: the calls in the queue that upstream i could take. */
 void pool_queued_locked(struct pool *p, uint64_t q[CONFIG_MAX_UPSTREAMS]);
 
-/* A tenant's priority (CONFIG_MAX_TENANTS: the default's).  No lock. */
-int64_t pool_tenant_priority(const struct pool *p, size_t t);
 
 /* ---- pool_budget.c ---- */
 

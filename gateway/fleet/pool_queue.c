@@ -3,7 +3,9 @@
  * pool_queue.c - admission (pool.h "Admission"): a call's slot on the
  * upstream the balancer picks, the tenants' standing and the headroom
  * one ahead of its share leaves, and the queue of calls that found
- * every upstream full, with the grants that end their waits.
+ * every upstream full, with the grants that end their waits.  What the
+ * queue does with a tenant's call is the operator's to see: it is
+ * reported to tenant.h (tenants_note_queue()), after the unlock.
  *
  * A waiter sleeps on its own condition variable with the pool's lock;
  * whoever frees what it waits for (a slot back, a scrape that shows
@@ -16,6 +18,7 @@
 #include <string.h>
 
 #include "base/config.h"
+#include "base/tenant.h"
 #include "fleet/engine.h"
 #include "util.h"
 
@@ -103,8 +106,9 @@ headroom_left(struct pool *p, uint64_t fleet, int64_t now)
     return free > (double)(uint64_t)(p->cfg->headroom * room + 0.5);
 }
 
-int64_t
-pool_tenant_priority(const struct pool *p, size_t t)
+/* A tenant's priority (CONFIG_MAX_TENANTS: the default's). */
+static int64_t
+tenant_priority(const struct pool *p, size_t t)
 {
     return t < p->cfg->num_tenants ? p->cfg->tenants[t].priority : 0;
 }
@@ -133,7 +137,7 @@ tenant_active(const struct pool *p, size_t t, int64_t now)
 static enum share
 share_locked(const struct pool *p, size_t t, int64_t now)
 {
-    int64_t pt = pool_tenant_priority(p, t), pu;
+    int64_t pt = tenant_priority(p, t), pu;
     enum share sh = SHARE_ALONE;
     size_t u;
 
@@ -144,7 +148,7 @@ share_locked(const struct pool *p, size_t t, int64_t now)
             || !tenant_active(p, u, now))
             continue;
         sh = SHARE_FAIR;
-        pu = pool_tenant_priority(p, u);
+        pu = tenant_priority(p, u);
         if (pu > pt || (pu == pt && p->t_open[u] * tenant_weight(p, t)
                                     < p->t_open[t] * tenant_weight(p, u)))
             return SHARE_AHEAD;
@@ -270,8 +274,8 @@ static int
 goes_before(const struct pool *p, const struct waiter *a,
             const struct waiter *b)
 {
-    int64_t pa = pool_tenant_priority(p, a->tenant);
-    int64_t pb = pool_tenant_priority(p, b->tenant);
+    int64_t pa = tenant_priority(p, a->tenant);
+    int64_t pb = tenant_priority(p, b->tenant);
 
     if (pa != pb)
         return pa > pb;
@@ -346,7 +350,8 @@ pool_acquire(struct pool *p, const struct pool_want *want,
     int64_t now = gw_now_ms(), deadline;
     struct waiter w;
     size_t i;
-    int rc, gone, panic;
+    int rc, gone, panic, shed = 0, timed_out = 0;
+    int64_t waited_ms = -1;     /* >= 0: it waited in the queue so long */
     enum share sh;
 
     slot->idx = -1;
@@ -404,16 +409,16 @@ pool_acquire(struct pool *p, const struct pool_want *want,
     rc = GW_EUNAVAIL;
     if (want->no_wait)
         goto out;
-    if (pool_tenant_priority(p, t) < 0 && open == 0) {
+    if (tenant_priority(p, t) < 0 && open == 0) {
         /* Sheddable: the fleet is saturated, so not now (429). */
-        p->t_shed[t]++;
+        shed = 1;
         rc = GW_ESHED;
         goto out;
     }
     rc = GW_ETIMEDOUT;
     if (p->cfg->queue_timeout_ms == 0 || p->stopping) {
         p->queue_timeouts++;
-        p->t_timeouts[t]++;
+        timed_out = 1;
         rc = p->stopping ? GW_ESTOPPING : GW_ETIMEDOUT;
         goto out;
     }
@@ -430,6 +435,15 @@ pool_acquire(struct pool *p, const struct pool_want *want,
     p->q_tail = &w;
     p->queue_waits++;
     p->t_queued[t]++;
+    if (want->tenants != NULL) {
+        /* The operator's count of it (tenant.h), not under this lock:
+         * nothing is missed meanwhile, as the loop looks before it
+         * waits. */
+        gw_mutex_unlock(&p->lock);
+        tenants_note_queue(want->tenants, p->cfg, t, TENANT_QUEUE_ENTERED,
+                           0);
+        gw_mutex_lock(&p->lock);
+    }
     deadline = now + p->cfg->queue_timeout_ms;
     while (w.state == WAIT_WAITING && !p->stopping) {
         int64_t until = gw_now_ms() + POOL_QUEUE_CHECK_MS;
@@ -451,8 +465,7 @@ pool_acquire(struct pool *p, const struct pool_want *want,
         }
     }
     p->t_queued[t]--;
-    p->t_waits[t]++;
-    p->t_wait_ms[t] += (uint64_t)(gw_now_ms() - now);
+    waited_ms = gw_now_ms() - now;
     if (w.state == WAIT_GRANTED) {
         slot->idx = (int)w.granted;
         slot->tenant = t;
@@ -476,7 +489,7 @@ pool_acquire(struct pool *p, const struct pool_want *want,
     } else {
         queue_remove(p, &w);
         p->queue_timeouts++;
-        p->t_timeouts[t]++;
+        timed_out = 1;
         rc = p->stopping ? GW_ESTOPPING : GW_ETIMEDOUT;
     }
     pthread_cond_destroy(&w.cv);
@@ -485,6 +498,14 @@ out:
     gw_mutex_unlock(&p->lock);
     pool_log_event(p, &ev);
     pool_log_event(p, &sev);
+    if (shed)
+        tenants_note_queue(want->tenants, p->cfg, t, TENANT_QUEUE_SHED, 0);
+    if (waited_ms >= 0)
+        tenants_note_queue(want->tenants, p->cfg, t, TENANT_QUEUE_LEFT,
+                           waited_ms);
+    if (timed_out)
+        tenants_note_queue(want->tenants, p->cfg, t, TENANT_QUEUE_TIMED_OUT,
+                           0);
     return rc;
 }
 

@@ -2,16 +2,16 @@
 /*
  * pool_report.c - what the pool shows (pool.h): the status view's copy
  * of each upstream, and the pool's series of /metrics (per upstream,
- * per engine, per model, per tenant, and its own totals).  The retry
+ * per engine, per model, and its own totals).  No tenant's: what the
+ * queue did with a tenant's calls is reported to tenant.h, the one
+ * renderer of a tenant's numbers.  The retry
  * budget's counts are copied under its own lock first, then the rest is
  * read under the pool's: never both at once.
  */
 #include "fleet/pool_impl.h"
 
 #include <assert.h>
-#include <inttypes.h>
 #include <stddef.h>
-#include <stdio.h>
 #include <string.h>
 
 #include "base/config.h"
@@ -197,55 +197,6 @@ render_models_locked(struct pool *p, struct prom *w, int64_t now)
     }
 }
 
-static const char *
-tenant_label(const struct pool *p, size_t t)
-{
-    return t < p->cfg->num_tenants ? p->cfg->tenants[t].name : "default";
-}
-
-/* A family with a sample per tenant (and its priority): v[t].  Locked. */
-static void
-per_tenant(struct pool *p, struct prom *w, const char *name,
-           enum prom_type type, const char *help, const uint64_t *v,
-           double scale)
-{
-    prom_family(w, name, type, help);
-    for (size_t t = 0; t <= p->cfg->num_tenants; t++) {
-        size_t i = t < p->cfg->num_tenants ? t : CONFIG_MAX_TENANTS;
-        char prio[24];
-        const struct prom_label l[] = { { "tenant", tenant_label(p, i) },
-                                        { "priority", prio } };
-
-        snprintf(prio, sizeof(prio), "%" PRId64,
-                 pool_tenant_priority(p, i));
-        if (scale == 1)
-            prom_uint(w, l, GW_ARRAY_LEN(l), v[i]);
-        else
-            prom_double(w, l, GW_ARRAY_LEN(l), (double)v[i] * scale);
-    }
-}
-
-/* The gateway's queue, per tenant.  Locked. */
-static void
-render_tenants_locked(struct pool *p, struct prom *w)
-{
-    assert(gw_mutex_held(&p->lock));
-    per_tenant(p, w, "infergw_tenant_queued", PROM_GAUGE, "Calls of the "
-               "tenant waiting in the gateway's queue now.", p->t_queued, 1);
-    per_tenant(p, w, "infergw_tenant_queue_waits_total", PROM_COUNTER,
-               "Calls of the tenant that waited in the queue.", p->t_waits,
-               1);
-    per_tenant(p, w, "infergw_tenant_queue_wait_seconds_total",
-               PROM_COUNTER, "Time the tenant's calls spent in the queue.",
-               p->t_wait_ms, 1e-3);
-    per_tenant(p, w, "infergw_tenant_queue_timeouts_total", PROM_COUNTER,
-               "Calls of the tenant that got no slot within queue_timeout "
-               "(503).", p->t_timeouts, 1);
-    per_tenant(p, w, "infergw_tenant_shed_total", PROM_COUNTER, "Requests "
-               "of a sheddable tenant (priority < 0) answered 429 at once: "
-               "every upstream for them was full.", p->t_shed, 1);
-}
-
 /*
  * The pool's own counters and gauges, a family of one sample each; the
  * budget's from 'bc'.
@@ -344,7 +295,6 @@ pool_render_metrics(struct pool *p, struct buf *out)
     render_queued_locked(p, &w);
     render_engines_locked(p, &w, now);
     render_models_locked(p, &w, now);
-    render_tenants_locked(p, &w);
     render_totals_locked(p, &w, &bc, panics);
     gw_mutex_unlock(&p->lock);
     pool_log_event(p, &pev);

@@ -18,12 +18,14 @@
 #include "alloc.h"
 #include "buf.h"
 #include "base/config.h"
+#include "base/tenant.h"
 #include "fleet/pool.h"
 #include "testutil.h"
 #include "util.h"
 
 static struct gw_config cfg;
 static struct pool *pool;
+static struct tenants *tenants;     /* what the queue reports, per tenant */
 
 /* pool_breaker.c's GW_TESTABLE function. */
 int64_t eject_ms(int64_t eject_time_ms, unsigned streak);
@@ -57,6 +59,9 @@ make_pool(int n, const char *routing, const char *per)
                                    sizeof(err)) == 0, "%s", err);
     pool = pool_new(&cfg);
     ck_assert_ptr_nonnull(pool);
+    if (tenants == NULL)
+        tenants = tenants_new();
+    ck_assert_ptr_nonnull(tenants);
 }
 
 static void
@@ -65,12 +70,14 @@ teardown(void)
     pool_free(pool);
     pool = NULL;
     config_release(&cfg);
+    tenants_free(tenants);
+    tenants = NULL;
 }
 
 static int
 take(struct pool_slot *s)
 {
-    struct pool_want w = { NULL, 0, 0, 0, NULL, NULL, CONFIG_MAX_TENANTS };
+    struct pool_want w = { .tenant = CONFIG_MAX_TENANTS };
     int ra;
 
     return pool_acquire(pool, &w, s, &ra);
@@ -109,6 +116,54 @@ pool_metric(const char *name)
     return v;
 }
 
+/*
+ * The value of a tenant's series 'name' (with its labels): tenant.h
+ * renders every tenant's number, the queue's too, as the pool reported
+ * them (its report of a call entering the queue follows the call into
+ * it: wait_tenant_metric()).
+ */
+static long
+tenant_metric(const char *name)
+{
+    char want[160];
+    const char *at;
+    struct buf b;
+    long v;
+
+    buf_init(&b, 1 << 20);
+    ck_assert_int_eq(tenants_render_metrics(tenants, &cfg, &b), 0);
+    ck_assert_int_eq(buf_append(&b, "", 1), 0);
+    snprintf(want, sizeof(want), "\n%s ", name);
+    at = strstr(buf_ptr(&b), want);
+    ck_assert_msg(at != NULL, "no %s", name);
+    v = strtol(at + strlen(want), NULL, 10);
+    buf_release(&b);
+    return v;
+}
+
+static void
+wait_tenant_metric(const char *name, long n)
+{
+    for (int64_t end = gw_now_ms() + 5000; tenant_metric(name) != n;
+         poll(NULL, 0, 5))
+        ck_assert_msg(gw_now_ms() < end, "%s never %ld", name, n);
+}
+
+/* Does the pool's /metrics text lack 's' altogether? */
+static int
+pool_metric_absent(const char *s)
+{
+    struct buf b;
+    int absent;
+
+    buf_init(&b, 1 << 20);
+    ck_assert_int_eq(pool_render_metrics(pool, &b), 0);
+    ck_assert_int_eq(buf_append(&b, "", 1), 0);
+    absent = strstr(buf_ptr(&b), s) == NULL;
+    buf_release(&b);
+    return absent;
+}
+
 /* The value of the series 'name' of upstream 'up'. */
 static long
 upstream_metric(const char *name, const char *up)
@@ -123,7 +178,7 @@ upstream_metric(const char *name, const char *up)
 static void
 fail_on(int idx, enum pool_outcome o)
 {
-    struct pool_want w = { NULL, 0, 0, 1, NULL, NULL, CONFIG_MAX_TENANTS };
+    struct pool_want w = { .no_wait = 1, .tenant = CONFIG_MAX_TENANTS };
     struct pool_slot s;
     int ra;
 
@@ -139,7 +194,7 @@ START_TEST(test_eject_half_open_close)
 {
     struct pool_slot s, t;
     int ra;
-    struct pool_want w = { NULL, 0, 0, 0, NULL, NULL, CONFIG_MAX_TENANTS };
+    struct pool_want w = { .tenant = CONFIG_MAX_TENANTS };
 
     make_pool(1, "eject_after = 2\neject_time = 1s\n" NO_PANIC, "");
     ck_assert_int_eq(take(&s), 0);
@@ -369,7 +424,7 @@ END_TEST
 
 START_TEST(test_panic_routes_across_all)
 {
-    struct pool_want w = { NULL, 0, 0, 0, NULL, NULL, CONFIG_MAX_TENANTS };
+    struct pool_want w = { .tenant = CONFIG_MAX_TENANTS };
     struct pool_slot s, t;
     int ra;
 
@@ -435,7 +490,7 @@ START_TEST(test_panic_leaves_a_held_upstream_alone)
 {
     struct pool_slot s;
     int ra = 0;
-    struct pool_want w = { NULL, 0, 0, 0, NULL, NULL, CONFIG_MAX_TENANTS };
+    struct pool_want w = { .tenant = CONFIG_MAX_TENANTS };
 
     /* Held back by its Retry-After, the only upstream takes no call,
      * panic (the default 50%) or not: refused at once, told the time
@@ -468,7 +523,7 @@ END_TEST
 
 START_TEST(test_panic_routes_across_ejected_never_across_held)
 {
-    struct pool_want w = { NULL, 0, 0, 0, NULL, NULL, CONFIG_MAX_TENANTS };
+    struct pool_want w = { .tenant = CONFIG_MAX_TENANTS };
     struct pool_slot s;
     int ra = 0;
 
@@ -702,7 +757,7 @@ static void *
 waiter(void *arg)
 {
     struct waiter_arg *a = arg;
-    struct pool_want w = { NULL, 0, 0, 0, NULL, NULL, CONFIG_MAX_TENANTS };
+    struct pool_want w = { .tenant = CONFIG_MAX_TENANTS };
 
     a->rc = pool_acquire(pool, &w, &a->slot, &a->ra);
     return NULL;
@@ -744,8 +799,8 @@ static void *
 model_waiter(void *arg)
 {
     struct model_waiter *a = arg;
-    struct pool_want w = { a->model, 0, 0, 0, NULL, NULL,
-                           CONFIG_MAX_TENANTS };
+    struct pool_want w = { .model = a->model,
+                           .tenant = CONFIG_MAX_TENANTS };
     int ra;
 
     a->rc = pool_acquire(pool, &w, &a->slot, &ra);
@@ -845,7 +900,7 @@ END_TEST
  */
 START_TEST(test_acquire_says_whether_a_retry_could_go_elsewhere)
 {
-    struct pool_want w = { NULL, 0, 0, 0, NULL, NULL, CONFIG_MAX_TENANTS };
+    struct pool_want w = { .tenant = CONFIG_MAX_TENANTS };
     struct waiter_arg c = { 1, { -1, 0, 0, 0, 0 }, 0 };
     struct pool_slot a, b;
     pthread_t tc;
@@ -875,17 +930,31 @@ END_TEST
 
 START_TEST(test_queue_timeout_and_no_wait)
 {
-    struct pool_want w = { NULL, 0, 0, 1, NULL, NULL, CONFIG_MAX_TENANTS };
+    struct pool_want w = { .no_wait = 1, .tenant = CONFIG_MAX_TENANTS };
+    struct pool_want tw = { .tenant = CONFIG_MAX_TENANTS };
     struct pool_slot s, t;
     int64_t t0;
     int ra;
 
     make_pool(1, "queue_timeout = 100ms\n", "max_inflight = 1\n");
+    tw.tenants = tenants;
     ck_assert_int_eq(take(&s), 0);
     ck_assert_int_eq(pool_acquire(pool, &w, &t, &ra), GW_EUNAVAIL);
     t0 = gw_now_ms();
     ck_assert_int_eq(take(&t), GW_ETIMEDOUT);
     ck_assert_int_ge(gw_now_ms() - t0, 100);
+    /* The same for a tenant's call: what became of it is reported
+     * (tenant.h); the retry (no_wait) was no wait. */
+    ck_assert_int_eq(pool_acquire(pool, &tw, &t, &ra), GW_ETIMEDOUT);
+    ck_assert_int_eq(tenant_metric("infergw_tenant_queue_timeouts_total"
+                                   "{tenant=\"default\",priority=\"0\"}"),
+                     1);
+    ck_assert_int_eq(tenant_metric("infergw_tenant_queue_waits_total"
+                                   "{tenant=\"default\",priority=\"0\"}"),
+                     1);
+    ck_assert_int_eq(tenant_metric("infergw_tenant_queued"
+                                   "{tenant=\"default\",priority=\"0\"}"),
+                     0);
     pool_release(pool, &s, POOL_OK, 0);
 }
 END_TEST
@@ -1019,8 +1088,8 @@ END_TEST
 
 START_TEST(test_prefix_sticks_and_bounds)
 {
-    struct pool_want w = { NULL, UINT64_C(0x1234567890abcdef), 0, 0, NULL,
-                           NULL, CONFIG_MAX_TENANTS };
+    struct pool_want w = { .prefix_hash = UINT64_C(0x1234567890abcdef),
+                           .tenant = CONFIG_MAX_TENANTS };
     struct pool_slot s[12];
     int count[3] = { 0, 0, 0 }, first, ra;
 
@@ -1050,7 +1119,7 @@ START_TEST(test_models_route)
     char err[256];
     char **ids = gw_calloc(1, sizeof(*ids));
     char **texts = gw_calloc(1, sizeof(*texts));
-    struct pool_want w = { "beta", 0, 0, 0, NULL, NULL, CONFIG_MAX_TENANTS };
+    struct pool_want w = { .model = "beta", .tenant = CONFIG_MAX_TENANTS };
     struct pool_slot s;
     struct buf b;
     int ra;
@@ -1147,8 +1216,8 @@ END_TEST
  */
 START_TEST(test_prefix_bounds_on_the_engines_load)
 {
-    struct pool_want w = { NULL, UINT64_C(0x1234567890abcdef), 0, 0, NULL,
-                           NULL, CONFIG_MAX_TENANTS };
+    struct pool_want w = { .prefix_hash = UINT64_C(0x1234567890abcdef),
+                           .tenant = CONFIG_MAX_TENANTS };
     struct pool_slot s;
     int first, ra;
 
@@ -1381,7 +1450,7 @@ static void *
 tenant_waiter(void *arg)
 {
     struct tenant_waiter *a = arg;
-    struct pool_want w = { NULL, 0, 0, 0, NULL, NULL, a->tenant };
+    struct pool_want w = { .tenant = a->tenant, .tenants = tenants };
     int ra;
 
     a->rc = pool_acquire(pool, &w, &a->slot, &ra);
@@ -1392,7 +1461,7 @@ tenant_waiter(void *arg)
 static int
 take_as(size_t tenant, struct pool_slot *s)
 {
-    struct pool_want w = { NULL, 0, 0, 0, NULL, NULL, tenant };
+    struct pool_want w = { .tenant = tenant, .tenants = tenants };
     int ra;
 
     return pool_acquire(pool, &w, s, &ra);
@@ -1510,8 +1579,10 @@ START_TEST(test_competing_tenants_get_no_place_in_the_engines_queue)
     ck_assert_int_eq(pthread_create(&td, NULL, tenant_waiter, &dw), 0);
     wait_queued(3);
     /* d (priority -1) is not shed: the fleet is not saturated. */
-    ck_assert_int_eq(pool_metric("infergw_tenant_shed_total{tenant=\"d\","
-                                 "priority=\"-1\"}"), 0);
+    ck_assert_int_eq(tenant_metric("infergw_tenant_shed_total{tenant=\"d\","
+                                   "priority=\"-1\"}"), 0);
+    wait_tenant_metric("infergw_tenant_queued{tenant=\"d\",priority=\"-1\"}",
+                       1);
     /* One place frees: a's turn (fewer open than b), though b came
        first. */
     pool_release(pool, &a, POOL_OK, 0);
@@ -1530,6 +1601,15 @@ START_TEST(test_competing_tenants_get_no_place_in_the_engines_queue)
     pthread_join(td, NULL);
     ck_assert_int_eq(bw.rc, 0);
     ck_assert_int_eq(dw.rc, 0);
+    /* Each waited once, and none waits now: reported to tenant.h. */
+    ck_assert_int_eq(tenant_metric("infergw_tenant_queue_waits_total"
+                                   "{tenant=\"b\",priority=\"0\"}"), 1);
+    ck_assert_int_eq(tenant_metric("infergw_tenant_queue_waits_total"
+                                   "{tenant=\"d\",priority=\"-1\"}"), 1);
+    ck_assert_int_eq(tenant_metric("infergw_tenant_queued"
+                                   "{tenant=\"a\",priority=\"0\"}"), 0);
+    ck_assert_int_eq(tenant_metric("infergw_tenant_queue_timeouts_total"
+                                   "{tenant=\"a\",priority=\"0\"}"), 0);
     pool_release(pool, &aw.slot, POOL_OK, 0);
     pool_release(pool, &bw.slot, POOL_OK, 0);
     pool_release(pool, &dw.slot, POOL_OK, 0);
@@ -1571,8 +1651,8 @@ START_TEST(test_a_tenant_ahead_leaves_the_headroom_to_the_others)
     pool_release(pool, &a[0], POOL_OK, 0);
     pool_release(pool, &a[1], POOL_OK, 0);
     ck_assert_int_eq(atomic_load(&bw.done), 0);
-    ck_assert_int_eq(pool_metric("infergw_tenant_queued{tenant=\"b\","
-                                 "priority=\"0\"}"), 1);
+    wait_tenant_metric("infergw_tenant_queued{tenant=\"b\",priority=\"0\"}",
+                       1);
     pool_release(pool, &a[2], POOL_OK, 0);
     wait_done(&bw);
     pthread_join(tb, NULL);
@@ -1592,10 +1672,12 @@ START_TEST(test_sheddable_tenant_gets_429_at_saturation)
     pool_release(pool, &s, POOL_OK, 0);
     report_full(0, 1, 8, 0.1);
     ck_assert_int_eq(take_as(3, &s), GW_ESHED);
-    ck_assert_int_eq(pool_metric("infergw_tenant_shed_total{tenant=\"d\","
-                                 "priority=\"-1\"}"), 1);
-    ck_assert_int_eq(pool_metric("infergw_tenant_queued{tenant=\"d\","
-                                 "priority=\"-1\"}"), 0);
+    ck_assert_int_eq(tenant_metric("infergw_tenant_shed_total{tenant=\"d\","
+                                   "priority=\"-1\"}"), 1);
+    ck_assert_int_eq(tenant_metric("infergw_tenant_queued{tenant=\"d\","
+                                   "priority=\"-1\"}"), 0);
+    /* The pool renders no tenant's number: tenant.h has them all. */
+    ck_assert_int_eq(pool_metric_absent("tenant="), 1);
 }
 END_TEST
 

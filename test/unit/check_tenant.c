@@ -7,6 +7,7 @@
 #include <check.h>
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <mbedtls/sha256.h>
@@ -426,7 +427,7 @@ START_TEST(test_bill_and_render)
         tenants_bill(ts, p, model, 1, 1, 0);
     }
     buf_init(&b, 1 << 20);
-    ck_assert_int_eq(tenants_render_metrics(ts, &b), 0);
+    ck_assert_int_eq(tenants_render_metrics(ts, &cfg, &b), 0);
     ck_assert_int_eq(buf_append(&b, "", 1), 0);
     ck_assert_ptr_nonnull(strstr(buf_ptr(&b), "infergw_tokens_total{tenant="
                                  "\"a\",model=\"m1\",kind=\"prompt\"} 20\n"));
@@ -449,12 +450,12 @@ START_TEST(test_bill_and_render)
 }
 END_TEST
 
-/* The text of tenants_render_metrics(ts), NUL-terminated, in 'b'. */
+/* The text of tenants_render_metrics(ts, &cfg), NUL-terminated, in 'b'. */
 static const char *
 rendered(struct tenants *ts, struct buf *b)
 {
     buf_reset(b);
-    ck_assert_int_eq(tenants_render_metrics(ts, b), 0);
+    ck_assert_int_eq(tenants_render_metrics(ts, &cfg, b), 0);
     ck_assert_int_eq(buf_append(b, "", 1), 0);
     return buf_ptr(b);
 }
@@ -558,6 +559,105 @@ START_TEST(test_status)
 }
 END_TEST
 
+/* The value of the sample 'series' (name and labels) in 'text'; -1 none. */
+static double
+sample(const char *text, const char *series)
+{
+    char want[256];
+    const char *at;
+
+    snprintf(want, sizeof(want), "\n%s ", series);
+    at = strstr(text, want);
+    return at == NULL ? -1 : strtod(at + strlen(want), NULL);
+}
+
+/*
+ * Every number about a tenant is this module's to show: its limits, its
+ * followers and what the admission queue did with its calls, reported
+ * by the pool (tenants_note_queue()), each row of cfg's tenants (and the
+ * default one) there from the start, labelled with its priority where
+ * the queue's order is, and kept by name: a reload that reorders the
+ * tenants moves no count to another name.
+ */
+START_TEST(test_queue_followers_and_limits_by_name)
+{
+    struct tenants *ts = tenants_new();
+    struct tenant_entry *pa;
+    const char *t;
+    struct buf b;
+    int wait;
+
+    load("[tenant a]\napi_key = " KEY_1 "\nmax_inflight = 3\n"
+         "requests_per_minute = 120\npriority = 2\n"
+         "[tenant b]\napi_key = " KEY_2 "\npriority = -1\n");
+    buf_init(&b, 1 << 20);
+    t = rendered(ts, &b);
+    ck_assert_double_eq(sample(t, "infergw_tenant_max_inflight"
+                               "{tenant=\"a\"}"), 3);
+    ck_assert_double_eq(sample(t, "infergw_tenant_max_inflight"
+                               "{tenant=\"b\"}"), 0);
+    ck_assert_double_eq(sample(t, "infergw_tenant_requests_per_minute_limit"
+                               "{tenant=\"a\"}"), 120);
+    ck_assert_ptr_null(strstr(t, "infergw_tenant_max_inflight"
+                              "{tenant=\"default\"}"));
+    ck_assert_double_eq(sample(t, "infergw_tenant_queued{tenant=\"a\","
+                               "priority=\"2\"}"), 0);
+    ck_assert_double_eq(sample(t, "infergw_tenant_shed_total{tenant=\"b\","
+                               "priority=\"-1\"}"), 0);
+    ck_assert_double_eq(sample(t, "infergw_tenant_queue_waits_total"
+                               "{tenant=\"default\",priority=\"0\"}"), 0);
+    ck_assert_double_eq(sample(t, "infergw_coalesce_followers_by_tenant_total"
+                               "{tenant=\"default\"}"), 0);
+
+    tenants_note_queue(ts, &cfg, 0, TENANT_QUEUE_ENTERED, 0);
+    tenants_note_queue(ts, &cfg, 0, TENANT_QUEUE_ENTERED, 0);
+    t = rendered(ts, &b);
+    ck_assert_double_eq(sample(t, "infergw_tenant_queued{tenant=\"a\","
+                               "priority=\"2\"}"), 2);
+    tenants_note_queue(ts, &cfg, 0, TENANT_QUEUE_LEFT, 1500);
+    tenants_note_queue(ts, &cfg, 0, TENANT_QUEUE_LEFT, 250);
+    tenants_note_queue(ts, &cfg, 0, TENANT_QUEUE_TIMED_OUT, 0);
+    tenants_note_queue(ts, &cfg, 1, TENANT_QUEUE_SHED, 0);
+    tenants_note_queue(NULL, &cfg, 1, TENANT_QUEUE_SHED, 0);  /* nowhere */
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, &pa, &wait, NULL),
+                     TENANT_ADMITTED);
+    tenants_note_follower(ts, pa);
+    tenants_note_follower(ts, NULL);
+    t = rendered(ts, &b);
+    ck_assert_double_eq(sample(t, "infergw_tenant_queued{tenant=\"a\","
+                               "priority=\"2\"}"), 0);
+    ck_assert_double_eq(sample(t, "infergw_tenant_queue_waits_total"
+                               "{tenant=\"a\",priority=\"2\"}"), 2);
+    ck_assert_double_eq(sample(t, "infergw_tenant_queue_wait_seconds_total"
+                               "{tenant=\"a\",priority=\"2\"}"), 1.75);
+    ck_assert_double_eq(sample(t, "infergw_tenant_queue_timeouts_total"
+                               "{tenant=\"a\",priority=\"2\"}"), 1);
+    ck_assert_double_eq(sample(t, "infergw_tenant_shed_total{tenant=\"b\","
+                               "priority=\"-1\"}"), 1);
+    ck_assert_double_eq(sample(t, "infergw_coalesce_followers_by_tenant_total"
+                               "{tenant=\"a\"}"), 1);
+    ck_assert_double_eq(sample(t, "infergw_coalesce_followers_by_tenant_total"
+                               "{tenant=\"b\"}"), 0);
+
+    /* A reload puts b first, a second, with a new priority: the counts
+     * stay a's, the label says a's priority now. */
+    tenants_leave(ts, pa);
+    load("[tenant b]\napi_key = " KEY_2 "\n"
+         "[tenant a]\napi_key = " KEY_1 "\npriority = 1\n");
+    t = rendered(ts, &b);
+    ck_assert_double_eq(sample(t, "infergw_tenant_queue_waits_total"
+                               "{tenant=\"a\",priority=\"1\"}"), 2);
+    ck_assert_double_eq(sample(t, "infergw_tenant_shed_total{tenant=\"b\","
+                               "priority=\"0\"}"), 1);
+    ck_assert_double_eq(sample(t, "infergw_coalesce_followers_by_tenant_total"
+                               "{tenant=\"a\"}"), 1);
+    ck_assert_double_eq(sample(t, "infergw_tenant_max_inflight"
+                               "{tenant=\"a\"}"), 0);
+    buf_release(&b);
+    tenants_free(ts);
+}
+END_TEST
+
 static Suite *
 tenant_suite(void)
 {
@@ -583,6 +683,7 @@ tenant_suite(void)
     tcase_add_test(tc, test_rate_refusal_never_admits);
     tcase_add_test(tc, test_bill_and_render);
     tcase_add_test(tc, test_requests_by_status);
+    tcase_add_test(tc, test_queue_followers_and_limits_by_name);
     suite_add_tcase(s, tc);
     return s;
 }
