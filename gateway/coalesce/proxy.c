@@ -57,6 +57,8 @@ struct fwd {
     char *path;                 /* owned */
     char *auth;                 /* owned, wiped before free; or NULL */
     const char *model;          /* the body's; NULL: any upstream */
+    struct pool_admission adm;  /* pool_serves()'s for 'model', for the
+                                   call's pool_acquire(); or none */
     uint64_t prefix_hash;       /* balance = prefix */
 };
 
@@ -219,8 +221,8 @@ forward_direct(struct handler_req *hr, const struct fwd *fw)
     int64_t prompt, completion;
 
     usage_scan_init(&d.usage, usage_limit(hr->ctx->cfg->max_request_body));
-    dispatch_run(&dc, &fw->ur, fw->model, fw->prefix_hash, hr->tenant,
-                 &sink, net_stream_fd(r->stream), &out);
+    dispatch_run(&dc, &fw->ur, fw->model, &fw->adm, fw->prefix_hash,
+                 hr->tenant, &sink, net_stream_fd(r->stream), &out);
     hr->upstream = out.upstream;
     hr->attempts = out.attempts;
     r->upstream_status = o->status;
@@ -489,8 +491,8 @@ lead(struct handler_req *hr, struct flight *f, struct fanout_reader *self,
     dc.on_upstream = lead_upstream;
     dc.arg = &l;
     /* A flight is one tenant's (its key says whose): the leader's. */
-    dispatch_run(&dc, &ur, fw->model, fw->prefix_hash, hr->tenant, &sink,
-                 net_stream_fd(hr->reply->stream), &out);
+    dispatch_run(&dc, &ur, fw->model, &fw->adm, fw->prefix_hash, hr->tenant,
+                 &sink, net_stream_fd(hr->reply->stream), &out);
     hr->upstream = out.upstream;
     hr->attempts = out.attempts;
     if (o->kind == CALL_OK && usage_scan_end(&l.usage, &prompt, &completion))
@@ -603,7 +605,8 @@ proxy_forward(struct handler_req *hr, const json_t *json, int coalescable)
     if (fwd_init(&fw, hr, json_string_value(json_object_get(json, "model")),
                  json) != 0)
         reply_out_of_memory(hr->reply, "out of memory");
-    else if (fw.model != NULL && !pool_serves(hr->ctx->pool, fw.model))
+    else if (fw.model != NULL
+             && !pool_serves(hr->ctx->pool, fw.model, &fw.adm))
         reply_no_model(hr);
     else if (!coalescable)
         forward_direct(hr, &fw);
@@ -623,7 +626,7 @@ proxy_forward_form(struct handler_req *hr, const char *model,
 
     if (fwd_init(&fw, hr, model, NULL) != 0) {
         reply_out_of_memory(hr->reply, "out of memory");
-    } else if (!pool_serves(hr->ctx->pool, model)) {
+    } else if (!pool_serves(hr->ctx->pool, model, &fw.adm)) {
         reply_no_model(hr);
     } else {
         fw.ur.content_type = content_type;

@@ -303,7 +303,8 @@ stands(const struct run *r, struct dispatch_result *out)
 int
 dispatch_run(const struct dispatch_ctx *dc,
              const struct upstream_request *req, const char *model,
-             uint64_t prefix_hash, size_t tenant,
+             const struct pool_admission *adm, uint64_t prefix_hash,
+             size_t tenant,
              const struct upstream_sink *sink, int watch_fd,
              struct dispatch_result *out)
 {
@@ -318,6 +319,7 @@ dispatch_run(const struct dispatch_ctx *dc,
     memset(&r, 0, sizeof(r));
     r.dc = dc;
     r.want.model = model;
+    r.want.admission = adm;
     r.want.prefix_hash = prefix_hash;
     r.want.tenant = tenant;
     r.want.tenants = dc->tenants;

@@ -83,8 +83,10 @@ struct dispatch_result {
 };
 
 /*
- * Make the call for 'req' (model 'model', NULL: any; 'prefix_hash' for
- * balance = prefix; for 'tenant', pool_want.tenant) into 'sink', watching
+ * Make the call for 'req' (model 'model', NULL: any, with 'adm' what
+ * pool_serves() found for it, borrowed, or NULL: pool_want.admission;
+ * 'prefix_hash' for balance = prefix; for 'tenant', pool_want.tenant)
+ * into 'sink', watching
  * the client's socket 'watch_fd' (-1: none) for a hang-up
  * (sink->on_peer).  With [routing] hedge_after,
  * an attempt without a first body byte by then gets a hedge on another
@@ -98,7 +100,8 @@ struct dispatch_result {
  */
 int dispatch_run(const struct dispatch_ctx *dc,
                  const struct upstream_request *req, const char *model,
-                 uint64_t prefix_hash, size_t tenant,
+                 const struct pool_admission *adm, uint64_t prefix_hash,
+                 size_t tenant,
                  const struct upstream_sink *sink, int watch_fd,
                  struct dispatch_result *out);
 

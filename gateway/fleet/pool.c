@@ -36,6 +36,7 @@ pool_new(const struct gw_config *cfg)
     p->cfg = cfg;
     p->n = cfg->num_upstreams;
     p->rng = (uint64_t)gw_now_us() | 1;
+    p->models_gen = 1;
     p->m = gw_calloc(p->n > 0 ? p->n : 1, sizeof(*p->m));
     if (p->m == NULL)
         goto out;

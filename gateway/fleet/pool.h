@@ -166,6 +166,9 @@ struct pool_want {
     /* Where what the queue does with the call is reported, for the
      * operator (tenants_note_queue(), tenant.h; borrowed); NULL: not. */
     struct tenants *tenants;
+    /* pool_serves()'s for this request and this 'model' (borrowed), or
+     * NULL: the set is computed here. */
+    const struct pool_admission *admission;
 };
 
 /* A call's hold on an upstream: from pool_acquire to pool_release. */
@@ -185,15 +188,35 @@ struct pool *pool_new(const struct gw_config *cfg);
 void pool_free(struct pool *p);
 
 /*
+ * What pool_serves() found for a request, for the same request's
+ * pool_acquire() (pool_want.admission), so that one request computes the
+ * set of the upstreams that serve its model once: that set, and the
+ * generation of the upstreams' models it holds for.  pool_acquire() uses
+ * the set while that generation is the pool's (no upstream's GET
+ * /v1/models answer changed its models since: pool_set_models()), and
+ * computes it afresh otherwise, as it would without one; so the slot it
+ * takes is the one it would have taken.  A plain copy: nothing to free.
+ */
+struct pool_admission {
+    const struct pool *pool;    /* whose; NULL: none */
+    uint64_t models_gen;        /* the models' generation ... */
+    uint64_t set;               /* ... under which this is the set */
+};
+
+/*
  * Does any upstream serve 'model' (NULL: any)?  Ejected ones count: the
  * answer is about the configuration and the models seen, not health.
+ * OUT *adm (unless NULL): the admission for pool_acquire().
  */
-int pool_serves(struct pool *p, const char *model);
+int pool_serves(struct pool *p, const char *model,
+                struct pool_admission *adm);
 
 /*
  * Take a slot on the upstream the balancer picks among those that serve
  * want->model, are usable, not excluded and not full; wait for one in
  * the queue up to queue_timeout while every such upstream is full.
+ * The set of those that serve the model is want->admission's when it
+ * still holds, else computed here (pool_admission).
  * OUT *slot, with slot->other: is there an upstream for 'want', other
  * than the slot's and the excluded ones, that is usable and has room,
  * so that a retry could go there at once?  Asked as the slot is taken,
@@ -399,6 +422,10 @@ enum pool_state pool_state_of(struct pool *p, size_t idx);
  * anywhere at once: pool_acquire's slot->other, asked on its own.)
  */
 int pool_has_other(struct pool *p, const struct pool_want *want, size_t idx);
+
+/* How many times any pool computed a model's set of upstreams so far
+ * (pool_admission: a request does it once). */
+uint64_t pool_sets_computed(void);
 #endif
 
 #endif

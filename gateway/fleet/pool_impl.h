@@ -113,6 +113,8 @@ struct pool {
 
     struct gw_mutex lock;
     uint64_t rng;                       /* xorshift64 state */
+    uint64_t models_gen;                /* moves when any member's models
+                                           do (pool_set_models()); from 1 */
     struct waiter *q_head, *q_tail;     /* in arrival order */
 
     /*
@@ -273,6 +275,12 @@ int pool_member_serves_locked(struct pool *p, const struct member *m,
 
 /* The set of the upstreams that serve 'model' (NULL: any). */
 uint64_t pool_serving_mask_locked(struct pool *p, const char *model);
+
+/*
+ * The same for want->model, from want->admission when that holds for
+ * this pool and its models' generation now (pool.h), else computed.
+ */
+uint64_t pool_want_set_locked(struct pool *p, const struct pool_want *want);
 
 /* Free m's models from GET /v1/models (pool_free(), or the ones
  * pool_set_models() replaced, after its unlock); no lock. */

@@ -7,6 +7,7 @@
 #include "fleet/pool_impl.h"
 
 #include <assert.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "alloc.h"
@@ -54,26 +55,57 @@ pool_member_serves_locked(struct pool *p, const struct member *m,
     return 0;
 }
 
+#ifdef INFERGW_UNIT_TEST
+static _Atomic uint64_t sets_computed;
+
+uint64_t
+pool_sets_computed(void)
+{
+    return atomic_load(&sets_computed);
+}
+#endif
+
 uint64_t
 pool_serving_mask_locked(struct pool *p, const char *model)
 {
     uint64_t mask = 0;
     size_t i;
 
+    assert(gw_mutex_held(&p->lock));
+#ifdef INFERGW_UNIT_TEST
+    atomic_fetch_add(&sets_computed, 1);
+#endif
     for (i = 0; i < p->n; i++)
         if (pool_member_serves_locked(p, &p->m[i], model))
             mask |= UINT64_C(1) << i;
     return mask;
 }
 
-int
-pool_serves(struct pool *p, const char *model)
+uint64_t
+pool_want_set_locked(struct pool *p, const struct pool_want *want)
 {
-    uint64_t mask;
+    const struct pool_admission *a = want->admission;
+
+    assert(gw_mutex_held(&p->lock));
+    if (a != NULL && a->pool == p && a->models_gen == p->models_gen)
+        return a->set;
+    return pool_serving_mask_locked(p, want->model);
+}
+
+int
+pool_serves(struct pool *p, const char *model, struct pool_admission *adm)
+{
+    uint64_t mask, gen;
 
     gw_mutex_lock(&p->lock);
     mask = pool_serving_mask_locked(p, model);
+    gen = p->models_gen;
     gw_mutex_unlock(&p->lock);
+    if (adm != NULL) {
+        adm->pool = p;
+        adm->models_gen = gen;
+        adm->set = mask;
+    }
     return mask != 0;
 }
 
@@ -97,6 +129,7 @@ pool_set_models(struct pool *p, size_t idx, char **ids, char **texts,
     m->texts = texts;
     m->num_models = n;
     m->models_known = 1;
+    p->models_gen++;            /* every set computed before is stale */
     gw_mutex_unlock(&p->lock);
     pool_models_free(&old);     /* outside the lock */
 }

@@ -186,8 +186,8 @@ pool_has_other(struct pool *p, const struct pool_want *want, size_t idx)
     int ok;
 
     gw_mutex_lock(&p->lock);
-    ok = has_other_locked(p, pool_serving_mask_locked(p, want->model),
-                          want->exclude, idx, gw_now_ms());
+    ok = has_other_locked(p, pool_want_set_locked(p, want), want->exclude,
+                          idx, gw_now_ms());
     gw_mutex_unlock(&p->lock);
     return ok;
 }
@@ -361,7 +361,7 @@ pool_acquire(struct pool *p, const struct pool_want *want,
     slot->other = 0;
     *retry_after_s = 1;
     gw_mutex_lock(&p->lock);
-    serve = pool_serving_mask_locked(p, want->model);
+    serve = pool_want_set_locked(p, want);
     cand = serve & ~want->exclude;
     use = pool_usable_mask_locked(p, serve, cand, now, &panic);
     /* A panic that leaves nothing to send to (every one held back) has
@@ -471,9 +471,9 @@ pool_acquire(struct pool *p, const struct pool_want *want,
         slot->tenant = t;
         slot->trial = w.trial;
         slot->queued = 1;
-        /* Asked afresh: the set may have changed while it waited. */
-        slot->other = has_other_locked(p, pool_serving_mask_locked(
-                                              p, want->model),
+        /* Asked afresh: the set may have changed while it waited (then
+         * the admission's no longer holds, and it is computed). */
+        slot->other = has_other_locked(p, pool_want_set_locked(p, want),
                                        want->exclude, w.granted,
                                        gw_now_ms());
         rc = 0;

@@ -136,7 +136,8 @@ static int
 run(const struct step *steps, size_t n, const char *model,
     struct dispatch_result *out)
 {
-    struct dispatch_ctx dc = { &cfg, pool, NULL, -1, note_upstream, NULL };
+    struct dispatch_ctx dc = { &cfg, pool, NULL, -1, note_upstream, NULL,
+                               NULL };
     struct upstream_request req = { "POST", "/v1/completions", "{}", 2,
                                     "id", NULL, NULL };
     struct upstream_sink sink = { NULL, NULL, NULL, NULL, NULL };
@@ -145,8 +146,8 @@ run(const struct step *steps, size_t n, const char *model,
     up.n = n;
     up.next = 0;
     noted.n = 0;
-    return dispatch_run(&dc, &req, model, 0, CONFIG_MAX_TENANTS, &sink, -1,
-                        out);
+    return dispatch_run(&dc, &req, model, NULL, 0, CONFIG_MAX_TENANTS, &sink,
+                        -1, out);
 }
 
 START_TEST(test_connect_failure_retried_elsewhere)

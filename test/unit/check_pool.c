@@ -1130,12 +1130,13 @@ START_TEST(test_models_route)
     ck_assert_int_eq(config_load_text("t", text, &cfg, err, sizeof(err)), 0);
     pool = pool_new(&cfg);
     /* b has not answered yet: it may take any model. */
-    ck_assert(pool_serves(pool, "anything"));
+    ck_assert(pool_serves(pool, "anything", NULL));
     ids[0] = gw_strdup("beta");
     texts[0] = gw_strdup("{\"id\":\"beta\",\"object\":\"model\"}");
     pool_set_models(pool, 1, ids, texts, 1);
-    ck_assert(!pool_serves(pool, "anything"));
-    ck_assert(pool_serves(pool, "alpha") && pool_serves(pool, "beta"));
+    ck_assert(!pool_serves(pool, "anything", NULL));
+    ck_assert(pool_serves(pool, "alpha", NULL)
+              && pool_serves(pool, "beta", NULL));
     ck_assert_int_eq(pool_acquire(pool, &w, &s, &ra), 0);
     ck_assert_int_eq(s.idx, 1);
     pool_release(pool, &s, POOL_OK, 0);
@@ -1149,6 +1150,67 @@ START_TEST(test_models_route)
                      "\"owned_by\":\"a\"},"
                      "{\"id\":\"beta\",\"object\":\"model\"}]}");
     buf_release(&b);
+}
+END_TEST
+
+/* Upstream idx reported serving 'model' alone (GET /v1/models). */
+static void
+set_model(size_t idx, const char *model)
+{
+    char **ids = gw_calloc(1, sizeof(*ids));
+    char **texts = gw_calloc(1, sizeof(*texts));
+
+    ck_assert(ids != NULL && texts != NULL);
+    ids[0] = gw_strdup(model);
+    texts[0] = gw_strdup("{}");
+    pool_set_models(pool, idx, ids, texts, 1);
+}
+
+/*
+ * One admission per request (pool_admission): pool_serves() computes
+ * the model's set, and pool_acquire() takes it as it is while no
+ * upstream's models changed (no second computation), and computes it
+ * again once they did, so the slot is the one it would have been.
+ */
+START_TEST(test_admission_holds_until_the_models_change)
+{
+    struct pool_admission adm, other;
+    struct pool_want w = { .model = "m", .tenant = CONFIG_MAX_TENANTS };
+    struct pool_slot s;
+    uint64_t before;
+    struct pool *second;
+    int ra;
+
+    make_pool(2, "", "");
+    set_model(0, "m");
+    set_model(1, "n");
+    ck_assert(pool_serves(pool, "m", &adm));
+    ck_assert_uint_eq(adm.set, 1);
+    w.admission = &adm;
+    before = pool_sets_computed();
+    ck_assert_int_eq(pool_acquire(pool, &w, &s, &ra), 0);
+    ck_assert_uint_eq(pool_sets_computed(), before);   /* none again */
+    ck_assert_int_eq(s.idx, 0);
+    pool_release(pool, &s, POOL_OK, 0);
+    /* Now upstream 0 serves "n" and 1 serves "m": the admission made
+     * before no longer holds. */
+    set_model(0, "n");
+    set_model(1, "m");
+    before = pool_sets_computed();
+    ck_assert_int_eq(pool_acquire(pool, &w, &s, &ra), 0);
+    ck_assert_uint_eq(pool_sets_computed(), before + 1);
+    ck_assert_int_eq(s.idx, 1);
+    pool_release(pool, &s, POOL_OK, 0);
+    /* Nor does another pool's (a generation's pool is its own). */
+    second = pool_new(&cfg);
+    ck_assert_ptr_nonnull(second);
+    ck_assert(pool_serves(second, "m", &other));   /* not asked: any */
+    ck_assert_uint_eq(other.set, 3);
+    w.admission = &other;
+    ck_assert_int_eq(pool_acquire(pool, &w, &s, &ra), 0);
+    ck_assert_int_eq(s.idx, 1);
+    pool_release(pool, &s, POOL_OK, 0);
+    pool_free(second);
 }
 END_TEST
 
@@ -1730,6 +1792,7 @@ pool_suite(void)
     tcase_add_test(tc, test_prefix_sticks_and_bounds);
     tcase_add_test(tc, test_prefix_bounds_on_the_engines_load);
     tcase_add_test(tc, test_models_route);
+    tcase_add_test(tc, test_admission_holds_until_the_models_change);
     suite_add_tcase(s, tc);
     tc = tcase("engines");
     tcase_add_checked_fixture(tc, NULL, teardown);

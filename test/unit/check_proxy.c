@@ -647,6 +647,40 @@ START_TEST(test_leader_client_gone_stops_the_call)
 }
 END_TEST
 
+/*
+ * One request, from proxy_forward() to its last chunk: a leader (no
+ * follower) and a direct one, each answered in full.  The "admission"
+ * case runs these alone, so that the pool's work per request can be
+ * counted (the report of issue 27: gdb on gw_mutex_lock).
+ */
+START_TEST(test_one_request_each_path)
+{
+    struct client c;
+    uint64_t sets;
+
+    up_release(NCHUNKS);
+    for (int coalescable = 1; coalescable >= 0; coalescable--) {
+        client_open(&c, coalescable, "{\"model\":\"m\",\"messages\":[],"
+                    "\"stream\":true}");
+        sets = pool_sets_computed();
+        if (coalescable)
+            forward(&c);
+        else
+            client_direct_main(&c);
+        /* The 404's question and the slot: one set of upstreams for the
+         * model (pool_admission). */
+        ck_assert_uint_eq(pool_sets_computed() - sets, 1);
+        peer_read(&c);
+        ck_assert(strncmp(buf_ptr(&c.got), "HTTP/1.1 200 ", 13) == 0);
+        ck_assert(got_has(&c, CHUNK "\r\n0\r\n\r\n"));
+        ck_assert_str_eq(c.reply.role != NULL ? c.reply.role : "-",
+                         coalescable ? "leader" : "-");
+        client_close(&c);
+    }
+    ck_assert_int_eq(up_calls(), 2);
+}
+END_TEST
+
 /* Out of memory in the leader's own setup: a 503, no upstream call. */
 START_TEST(test_leader_setup_enomem)
 {
@@ -764,6 +798,10 @@ proxy_suite(void)
     tcase_add_test(tc, test_join_enomem_goes_direct);
     tcase_add_test(tc, test_direct_client_gone_stops_the_call);
     tcase_add_test(tc, test_leader_client_gone_stops_the_call);
+    suite_add_tcase(s, tc);
+    tc = tcase("admission");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_one_request_each_path);
     suite_add_tcase(s, tc);
     tc = tcase("edges");
     tcase_add_checked_fixture(tc, setup, teardown);
