@@ -80,20 +80,6 @@ render(struct buf *out, const struct gw_config *cfg)
     return buf_ptr(out);
 }
 
-/* The value of the sample line that starts with 'series' ("name{...} "
- * or "name "), which must be there. */
-static double
-sample(const char *text, const char *series)
-{
-    char line[512];
-    const char *p;
-
-    snprintf(line, sizeof(line), "\n%s", series);
-    p = strstr(text, line);
-    ck_assert_msg(p != NULL, "no sample %s", series);
-    return strtod(p + strlen(line), NULL);
-}
-
 static void
 load(struct gw_config *cfg, const char *text)
 {

@@ -96,24 +96,30 @@ wait_state(enum pool_state want)
     }
 }
 
-/* The value of the unlabelled pool metric 'name'. */
+/* The value of the series 'name' (with its labels, if any) in the text
+ * 'b' holds, which must have it; 'b' is released. */
+static long
+value_in(struct buf *b, const char *name)
+{
+    char want[160];
+    long v;
+
+    ck_assert_int_eq(buf_append(b, "", 1), 0);
+    snprintf(want, sizeof(want), "%s ", name);
+    v = (long)sample(buf_ptr(b), want);
+    buf_release(b);
+    return v;
+}
+
+/* The value of the pool's series 'name' (with its labels, if any). */
 static long
 pool_metric(const char *name)
 {
-    char want[128];
-    const char *at;
     struct buf b;
-    long v;
 
     buf_init(&b, 1 << 20);
     ck_assert_int_eq(pool_render_metrics(pool, &b), 0);
-    ck_assert_int_eq(buf_append(&b, "", 1), 0);
-    snprintf(want, sizeof(want), "\n%s ", name);
-    at = strstr(buf_ptr(&b), want);
-    ck_assert_msg(at != NULL, "no %s", name);
-    v = strtol(at + strlen(want), NULL, 10);
-    buf_release(&b);
-    return v;
+    return value_in(&b, name);
 }
 
 /*
@@ -125,20 +131,11 @@ pool_metric(const char *name)
 static long
 tenant_metric(const char *name)
 {
-    char want[160];
-    const char *at;
     struct buf b;
-    long v;
 
     buf_init(&b, 1 << 20);
     ck_assert_int_eq(tenants_render_metrics(tenants, &cfg, &b), 0);
-    ck_assert_int_eq(buf_append(&b, "", 1), 0);
-    snprintf(want, sizeof(want), "\n%s ", name);
-    at = strstr(buf_ptr(&b), want);
-    ck_assert_msg(at != NULL, "no %s", name);
-    v = strtol(at + strlen(want), NULL, 10);
-    buf_release(&b);
-    return v;
+    return value_in(&b, name);
 }
 
 static void

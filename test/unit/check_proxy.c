@@ -287,17 +287,24 @@ client_close(struct client *c)
     close(c->peer);
 }
 
-/* route.c's part: parse the body, forward it. */
+/* route.c's part: parse the body, forward it (as a completion, that may
+ * coalesce, or not). */
 static void
-forward(struct client *c)
+forward_as(struct client *c, int coalescable)
 {
     json_t *j = NULL;
     char err[128];
 
     ck_assert_int_eq(jsonx_parse_object(buf_ptr(&c->body), buf_len(&c->body),
                                         16, &j, err, sizeof(err)), 0);
-    proxy_forward(&c->hr, j, 1);
+    proxy_forward(&c->hr, j, coalescable);
     json_decref(j);
+}
+
+static void
+forward(struct client *c)
+{
+    forward_as(c, 1);
 }
 
 static void *
@@ -590,14 +597,7 @@ END_TEST
 static void *
 client_direct_main(void *p)
 {
-    struct client *c = p;
-    json_t *j = NULL;
-    char err[128];
-
-    ck_assert_int_eq(jsonx_parse_object(buf_ptr(&c->body), buf_len(&c->body),
-                                        16, &j, err, sizeof(err)), 0);
-    proxy_forward(&c->hr, j, 0);
-    json_decref(j);
+    forward_as(p, 0);
     return NULL;
 }
 

@@ -559,18 +559,6 @@ START_TEST(test_status)
 }
 END_TEST
 
-/* The value of the sample 'series' (name and labels) in 'text'; -1 none. */
-static double
-sample(const char *text, const char *series)
-{
-    char want[256];
-    const char *at;
-
-    snprintf(want, sizeof(want), "\n%s ", series);
-    at = strstr(text, want);
-    return at == NULL ? -1 : strtod(at + strlen(want), NULL);
-}
-
 /*
  * Every number about a tenant is this module's to show: its limits, its
  * followers and what the admission queue did with its calls, reported
@@ -593,27 +581,27 @@ START_TEST(test_queue_followers_and_limits_by_name)
     buf_init(&b, 1 << 20);
     t = rendered(ts, &b);
     ck_assert_double_eq(sample(t, "infergw_tenant_max_inflight"
-                               "{tenant=\"a\"}"), 3);
+                               "{tenant=\"a\"} "), 3);
     ck_assert_double_eq(sample(t, "infergw_tenant_max_inflight"
-                               "{tenant=\"b\"}"), 0);
+                               "{tenant=\"b\"} "), 0);
     ck_assert_double_eq(sample(t, "infergw_tenant_requests_per_minute_limit"
-                               "{tenant=\"a\"}"), 120);
+                               "{tenant=\"a\"} "), 120);
     ck_assert_ptr_null(strstr(t, "infergw_tenant_max_inflight"
                               "{tenant=\"default\"}"));
     ck_assert_double_eq(sample(t, "infergw_tenant_queued{tenant=\"a\","
-                               "priority=\"2\"}"), 0);
+                               "priority=\"2\"} "), 0);
     ck_assert_double_eq(sample(t, "infergw_tenant_shed_total{tenant=\"b\","
-                               "priority=\"-1\"}"), 0);
+                               "priority=\"-1\"} "), 0);
     ck_assert_double_eq(sample(t, "infergw_tenant_queue_waits_total"
-                               "{tenant=\"default\",priority=\"0\"}"), 0);
+                               "{tenant=\"default\",priority=\"0\"} "), 0);
     ck_assert_double_eq(sample(t, "infergw_coalesce_followers_by_tenant_total"
-                               "{tenant=\"default\"}"), 0);
+                               "{tenant=\"default\"} "), 0);
 
     tenants_note_queue(ts, &cfg, 0, TENANT_QUEUE_ENTERED, 0);
     tenants_note_queue(ts, &cfg, 0, TENANT_QUEUE_ENTERED, 0);
     t = rendered(ts, &b);
     ck_assert_double_eq(sample(t, "infergw_tenant_queued{tenant=\"a\","
-                               "priority=\"2\"}"), 2);
+                               "priority=\"2\"} "), 2);
     tenants_note_queue(ts, &cfg, 0, TENANT_QUEUE_LEFT, 1500);
     tenants_note_queue(ts, &cfg, 0, TENANT_QUEUE_LEFT, 250);
     tenants_note_queue(ts, &cfg, 0, TENANT_QUEUE_TIMED_OUT, 0);
@@ -625,19 +613,19 @@ START_TEST(test_queue_followers_and_limits_by_name)
     tenants_note_follower(ts, NULL);
     t = rendered(ts, &b);
     ck_assert_double_eq(sample(t, "infergw_tenant_queued{tenant=\"a\","
-                               "priority=\"2\"}"), 0);
+                               "priority=\"2\"} "), 0);
     ck_assert_double_eq(sample(t, "infergw_tenant_queue_waits_total"
-                               "{tenant=\"a\",priority=\"2\"}"), 2);
+                               "{tenant=\"a\",priority=\"2\"} "), 2);
     ck_assert_double_eq(sample(t, "infergw_tenant_queue_wait_seconds_total"
-                               "{tenant=\"a\",priority=\"2\"}"), 1.75);
+                               "{tenant=\"a\",priority=\"2\"} "), 1.75);
     ck_assert_double_eq(sample(t, "infergw_tenant_queue_timeouts_total"
-                               "{tenant=\"a\",priority=\"2\"}"), 1);
+                               "{tenant=\"a\",priority=\"2\"} "), 1);
     ck_assert_double_eq(sample(t, "infergw_tenant_shed_total{tenant=\"b\","
-                               "priority=\"-1\"}"), 1);
+                               "priority=\"-1\"} "), 1);
     ck_assert_double_eq(sample(t, "infergw_coalesce_followers_by_tenant_total"
-                               "{tenant=\"a\"}"), 1);
+                               "{tenant=\"a\"} "), 1);
     ck_assert_double_eq(sample(t, "infergw_coalesce_followers_by_tenant_total"
-                               "{tenant=\"b\"}"), 0);
+                               "{tenant=\"b\"} "), 0);
 
     /* A reload puts b first, a second, with a new priority: the counts
      * stay a's, the label says a's priority now. */
@@ -646,13 +634,13 @@ START_TEST(test_queue_followers_and_limits_by_name)
          "[tenant a]\napi_key = " KEY_1 "\npriority = 1\n");
     t = rendered(ts, &b);
     ck_assert_double_eq(sample(t, "infergw_tenant_queue_waits_total"
-                               "{tenant=\"a\",priority=\"1\"}"), 2);
+                               "{tenant=\"a\",priority=\"1\"} "), 2);
     ck_assert_double_eq(sample(t, "infergw_tenant_shed_total{tenant=\"b\","
-                               "priority=\"0\"}"), 1);
+                               "priority=\"0\"} "), 1);
     ck_assert_double_eq(sample(t, "infergw_coalesce_followers_by_tenant_total"
-                               "{tenant=\"a\"}"), 1);
+                               "{tenant=\"a\"} "), 1);
     ck_assert_double_eq(sample(t, "infergw_tenant_max_inflight"
-                               "{tenant=\"a\"}"), 0);
+                               "{tenant=\"a\"} "), 0);
     buf_release(&b);
     tenants_free(ts);
 }

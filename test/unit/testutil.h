@@ -10,6 +10,7 @@
 
 #include <check.h>
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -26,6 +27,22 @@ tcase(const char *name)
 
     tcase_set_timeout(tc, TEST_TIMEOUT);
     return tc;
+}
+
+/*
+ * The value of the sample line of Prometheus text 'text' that starts
+ * with 'series' ("name{...} " or "name "), which must be there.
+ */
+static inline double
+sample(const char *text, const char *series)
+{
+    char line[512];
+    const char *p;
+
+    snprintf(line, sizeof(line), "\n%s", series);
+    p = strstr(text, line);
+    ck_assert_msg(p != NULL, "no sample %s", series);
+    return strtod(p + strlen(line), NULL);
 }
 
 /* Run every suite of 'sr' and free it: main()'s exit status. */
