@@ -10,6 +10,7 @@
 
 #include <assert.h>
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -20,6 +21,22 @@
 #include "fleet/pool_impl.h"
 #include "log.h"
 #include "util.h"
+
+#ifdef INFERGW_UNIT_TEST
+static _Atomic uint64_t lock_holds;
+
+void
+pool_count_hold(void)
+{
+    atomic_fetch_add(&lock_holds, 1);
+}
+
+uint64_t
+pool_lock_holds(void)
+{
+    return atomic_load(&lock_holds);
+}
+#endif
 
 struct pool *
 pool_new(const struct gw_config *cfg)
@@ -32,6 +49,7 @@ pool_new(const struct gw_config *cfg)
     if (p == NULL)
         goto out;
     gw_mutex_init(&p->lock);
+    gw_mutex_init(&p->models_lock);
     gw_mutex_init(&p->budget.lock);
     p->cfg = cfg;
     p->n = cfg->num_upstreams;
@@ -68,6 +86,7 @@ pool_free(struct pool *p)
     gw_free(p->m);
     gw_free(p->ring);
     gw_mutex_destroy(&p->budget.lock);
+    gw_mutex_destroy(&p->models_lock);
     gw_mutex_destroy(&p->lock);
     gw_free(p);
 }
@@ -222,10 +241,10 @@ pool_ready(struct pool *p)
     size_t i;
     int ok = 0;
 
-    gw_mutex_lock(&p->lock);
+    pool_lock(p);
     for (i = 0; i < p->n && !ok; i++)
         ok = pool_ready_locked(p, &p->m[i], now);
-    gw_mutex_unlock(&p->lock);
+    pool_unlock(p);
     return ok;
 }
 
@@ -236,9 +255,9 @@ pool_load_mark(struct pool *p, size_t idx)
 {
     struct engine_mark mk;
 
-    gw_mutex_lock(&p->lock);
+    pool_lock(p);
     mk = engine_mark(&p->m[idx].load);
-    gw_mutex_unlock(&p->lock);
+    pool_unlock(p);
     return mk;
 }
 
@@ -250,14 +269,14 @@ pool_set_load(struct pool *p, size_t idx, const struct engine_report *r,
     struct member *m = &p->m[idx];
     int64_t now = gw_now_ms();
 
-    gw_mutex_lock(&p->lock);
+    pool_lock(p);
     if (r != NULL)
         engine_report(&m->load, r, sent, now);
     else
         engine_unknown(&m->load);
     pool_saturation_note_locked(p, m, now, &ev);
     pool_grant_locked(p, idx, now);
-    gw_mutex_unlock(&p->lock);
+    pool_unlock(p);
     pool_log_event(p, &ev);
 }
 
@@ -289,9 +308,9 @@ pool_state_of(struct pool *p, size_t idx)
 {
     enum pool_state s;
 
-    gw_mutex_lock(&p->lock);
+    pool_lock(p);
     s = pool_state_now_locked(p, &p->m[idx], gw_now_ms());
-    gw_mutex_unlock(&p->lock);
+    pool_unlock(p);
     return s;
 }
 #endif

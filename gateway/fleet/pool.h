@@ -206,7 +206,9 @@ struct pool_admission {
 /*
  * Does any upstream serve 'model' (NULL: any)?  Ejected ones count: the
  * answer is about the configuration and the models seen, not health.
- * OUT *adm (unless NULL): the admission for pool_acquire().
+ * OUT *adm (unless NULL): the admission for pool_acquire().  Takes the
+ * models' own lock, not the pool's: a request's admission takes the
+ * pool's lock once, in pool_acquire().
  */
 int pool_serves(struct pool *p, const char *model,
                 struct pool_admission *adm);
@@ -426,6 +428,10 @@ int pool_has_other(struct pool *p, const struct pool_want *want, size_t idx);
 /* How many times any pool computed a model's set of upstreams so far
  * (pool_admission: a request does it once). */
 uint64_t pool_sets_computed(void);
+
+/* How many times any pool's lock was taken so far (a request's
+ * admission takes it once: pool_serves() takes the models' lock). */
+uint64_t pool_lock_holds(void);
 #endif
 
 #endif

@@ -390,7 +390,7 @@ settle(struct pool *p, size_t idx, uint64_t trial, enum settle_slot slot,
     struct member *m = &p->m[idx];
     int64_t now = gw_now_ms();
 
-    gw_mutex_lock(&p->lock);
+    pool_lock(p);
     if (slot == SLOT_BACK)
         pool_slot_back_locked(p, m, tenant, now);
     end_trial(m, trial);
@@ -398,7 +398,7 @@ settle(struct pool *p, size_t idx, uint64_t trial, enum settle_slot slot,
     pool_saturation_note_locked(p, m, now, &sev);
     pool_grant_locked(p, idx, now);
     pool_panic_sweep_locked(p, now, &pev);
-    gw_mutex_unlock(&p->lock);
+    pool_unlock(p);
     pool_log_event(p, &ev);
     pool_log_event(p, &pev);
     pool_log_event(p, &sev);
@@ -434,17 +434,17 @@ pool_judge(struct pool *p, size_t idx, enum pool_outcome o, int poison)
     }
     if (o == POOL_OK || o == POOL_NEUTRAL)
         return;
-    gw_mutex_lock(&p->lock);
+    pool_lock(p);
     p->m[idx].failures[o]++;
-    gw_mutex_unlock(&p->lock);
+    pool_unlock(p);
 }
 
 void
 pool_note_poison(struct pool *p)
 {
-    gw_mutex_lock(&p->lock);
+    pool_lock(p);
     p->poison++;
-    gw_mutex_unlock(&p->lock);
+    pool_unlock(p);
 }
 
 /* ---- the health beat's probes: trials too ---- */
@@ -456,7 +456,7 @@ pool_probe_begin(struct pool *p, size_t idx, uint64_t *trial)
     int ok = 1;
 
     *trial = 0;
-    gw_mutex_lock(&p->lock);
+    pool_lock(p);
     if (pool_state_now_locked(p, m, gw_now_ms()) == POOL_HALF_OPEN) {
         ok = !m->trial_out;
         if (ok) {
@@ -464,7 +464,7 @@ pool_probe_begin(struct pool *p, size_t idx, uint64_t *trial)
             *trial = ++m->trial_gen;
         }
     }
-    gw_mutex_unlock(&p->lock);
+    pool_unlock(p);
     return ok;
 }
 
@@ -476,11 +476,11 @@ pool_probe_end(struct pool *p, size_t idx, uint64_t trial,
 
     /* The verdict first, in a section of its own: a reader in between
      * sees it before the failure it comes with, never the reverse. */
-    gw_mutex_lock(&p->lock);
+    pool_lock(p);
     if (o != POOL_OK && o != POOL_NEUTRAL)
         m->probe = POOL_PROBE_FAILED;
     else if (status > 0)
         m->probe = POOL_PROBE_PASSED;
-    gw_mutex_unlock(&p->lock);
+    pool_unlock(p);
     settle(p, idx, trial, SLOT_KEPT, 0, o, 0);
 }

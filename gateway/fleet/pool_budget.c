@@ -77,9 +77,9 @@ pool_note_resend(struct pool *p, struct pool_slot *slot)
     b->c.resends++;
     b->bucket_retry[bucket_locked(b)]++;
     gw_mutex_unlock(&b->lock);
-    gw_mutex_lock(&p->lock);
+    pool_lock(p);
     p->m[slot->idx].calls++;
-    gw_mutex_unlock(&p->lock);
+    pool_unlock(p);
 }
 
 int

@@ -23,7 +23,12 @@
  * Locking: 'lock' guards every field of struct pool and struct member
  * past the immutable ones (cfg, n, ring) but the retry budget, which
  * has a lock of its own (struct pool_budget); no thread holds both at
- * once.  Neither is held across I/O or a log line: what a call under
+ * once.  The models an upstream reported (struct member's ids, texts,
+ * num_models, models_known) and models_gen are written holding 'lock'
+ * and then 'models_lock' (pool_set_models(), the one writer), so either
+ * lock alone is enough to read them: everything under 'lock' reads them
+ * as before, and pool_serves() takes 'models_lock' alone, so that a
+ * request's admission takes the pool's lock once (pool_acquire()).  Neither is held across I/O or a log line: what a call under
  * the lock wants logged is noted in a struct event and logged after the
  * unlock (pool_log_event()).  A function whose name ends in _locked is
  * called with the pool's lock held (the budget's, in pool_budget.c),
@@ -114,7 +119,9 @@ struct pool {
     struct gw_mutex lock;
     uint64_t rng;                       /* xorshift64 state */
     uint64_t models_gen;                /* moves when any member's models
-                                           do (pool_set_models()); from 1 */
+                                           do (pool_set_models()); from 1;
+                                           see the lock note */
+    struct gw_mutex models_lock;        /* see the lock note */
     struct waiter *q_head, *q_tail;     /* in arrival order */
 
     /*
@@ -156,6 +163,29 @@ static inline size_t
 pool_count_of(uint64_t set)
 {
     return (size_t)__builtin_popcountll(set);
+}
+
+/* ---- the pool's lock ---- */
+
+#ifdef INFERGW_UNIT_TEST
+void pool_count_hold(void);     /* pool.c: pool_lock_holds() (pool.h) */
+#endif
+
+/* Take the pool's lock ('lock'): every pool file takes it so, so that a
+ * test build can count the holds a request costs. */
+static inline void
+pool_lock(struct pool *p)
+{
+#ifdef INFERGW_UNIT_TEST
+    pool_count_hold();
+#endif
+    gw_mutex_lock(&p->lock);
+}
+
+static inline void
+pool_unlock(struct pool *p)
+{
+    gw_mutex_unlock(&p->lock);
 }
 
 /* ---- pool.c: a member's state, under the lock ---- */

@@ -38,7 +38,8 @@ pool_member_serves_locked(struct pool *p, const struct member *m,
     const struct config_upstream *u = m->cfg;
     size_t i;
 
-    assert(gw_mutex_held(&p->lock));
+    /* Either lock is enough to read the models (pool_impl.h). */
+    assert(gw_mutex_held(&p->lock) || gw_mutex_held(&p->models_lock));
     if (model == NULL)
         return 1;
     if (u->num_models > 0) {
@@ -71,7 +72,7 @@ pool_serving_mask_locked(struct pool *p, const char *model)
     uint64_t mask = 0;
     size_t i;
 
-    assert(gw_mutex_held(&p->lock));
+    assert(gw_mutex_held(&p->lock) || gw_mutex_held(&p->models_lock));
 #ifdef INFERGW_UNIT_TEST
     atomic_fetch_add(&sets_computed, 1);
 #endif
@@ -97,10 +98,12 @@ pool_serves(struct pool *p, const char *model, struct pool_admission *adm)
 {
     uint64_t mask, gen;
 
-    gw_mutex_lock(&p->lock);
+    /* The models' own lock, not the pool's: the request takes that one
+     * once, for its slot (pool_impl.h). */
+    gw_mutex_lock(&p->models_lock);
     mask = pool_serving_mask_locked(p, model);
     gen = p->models_gen;
-    gw_mutex_unlock(&p->lock);
+    gw_mutex_unlock(&p->models_lock);
     if (adm != NULL) {
         adm->pool = p;
         adm->models_gen = gen;
@@ -121,7 +124,9 @@ pool_set_models(struct pool *p, size_t idx, char **ids, char **texts,
      * lock at a time). */
     for (size_t i = 0; i < n; i++)
         metrics_model_known(ids[i]);
-    gw_mutex_lock(&p->lock);
+    /* Both locks, in this order: a reader holds either (pool_impl.h). */
+    pool_lock(p);
+    gw_mutex_lock(&p->models_lock);
     old.ids = m->ids;
     old.texts = m->texts;
     old.num_models = m->num_models;
@@ -130,7 +135,8 @@ pool_set_models(struct pool *p, size_t idx, char **ids, char **texts,
     m->num_models = n;
     m->models_known = 1;
     p->models_gen++;            /* every set computed before is stale */
-    gw_mutex_unlock(&p->lock);
+    gw_mutex_unlock(&p->models_lock);
+    pool_unlock(p);
     pool_models_free(&old);     /* outside the lock */
 }
 
@@ -204,7 +210,7 @@ pool_models_json(struct pool *p, struct buf *out)
     const struct member *m;
     int rc = GW_ENOMEM;
 
-    gw_mutex_lock(&p->lock);
+    pool_lock(p);
     for (i = 0; i < p->n; i++)
         cap += p->m[i].cfg->num_models + p->m[i].num_models;
     while (size < 2 * cap)
@@ -233,7 +239,7 @@ pool_models_json(struct pool *p, struct buf *out)
         rc = buf_append(out, "]}", 2);
 
 out:
-    gw_mutex_unlock(&p->lock);
+    pool_unlock(p);
     gw_free(done.slot);
     return rc;
 }

@@ -185,10 +185,10 @@ pool_has_other(struct pool *p, const struct pool_want *want, size_t idx)
 {
     int ok;
 
-    gw_mutex_lock(&p->lock);
+    pool_lock(p);
     ok = has_other_locked(p, pool_want_set_locked(p, want), want->exclude,
                           idx, gw_now_ms());
-    gw_mutex_unlock(&p->lock);
+    pool_unlock(p);
     return ok;
 }
 #endif
@@ -360,7 +360,7 @@ pool_acquire(struct pool *p, const struct pool_want *want,
     slot->queued = 0;
     slot->other = 0;
     *retry_after_s = 1;
-    gw_mutex_lock(&p->lock);
+    pool_lock(p);
     serve = pool_want_set_locked(p, want);
     cand = serve & ~want->exclude;
     use = pool_usable_mask_locked(p, serve, cand, now, &panic);
@@ -439,10 +439,10 @@ pool_acquire(struct pool *p, const struct pool_want *want,
         /* The operator's count of it (tenant.h), not under this lock:
          * nothing is missed meanwhile, as the loop looks before it
          * waits. */
-        gw_mutex_unlock(&p->lock);
+        pool_unlock(p);
         tenants_note_queue(want->tenants, p->cfg, t, TENANT_QUEUE_ENTERED,
                            0);
-        gw_mutex_lock(&p->lock);
+        pool_lock(p);
     }
     deadline = now + p->cfg->queue_timeout_ms;
     while (w.state == WAIT_WAITING && !p->stopping) {
@@ -456,9 +456,9 @@ pool_acquire(struct pool *p, const struct pool_want *want,
         if (want->gone == NULL)
             continue;
         /* Its I/O (a peek at a socket) goes without the lock. */
-        gw_mutex_unlock(&p->lock);
+        pool_unlock(p);
         gone = want->gone(want->gone_arg);
-        gw_mutex_lock(&p->lock);
+        pool_lock(p);
         if (gone && w.state == WAIT_WAITING) {
             w.state = WAIT_GONE;
             break;
@@ -495,7 +495,7 @@ pool_acquire(struct pool *p, const struct pool_want *want,
     pthread_cond_destroy(&w.cv);
 
 out:
-    gw_mutex_unlock(&p->lock);
+    pool_unlock(p);
     pool_log_event(p, &ev);
     pool_log_event(p, &sev);
     if (shed)
@@ -514,11 +514,11 @@ pool_stop(struct pool *p)
 {
     struct waiter *w;
 
-    gw_mutex_lock(&p->lock);
+    pool_lock(p);
     p->stopping = 1;
     for (w = p->q_head; w != NULL; w = w->next)
         pthread_cond_signal(&w->cv);
-    gw_mutex_unlock(&p->lock);
+    pool_unlock(p);
 }
 
 void

@@ -30,7 +30,7 @@ pool_status(struct pool *p, struct pool_upstream_status *out, size_t max)
     size_t i;
 
     pool_budget_read(p, &bc);
-    gw_mutex_lock(&p->lock);
+    pool_lock(p);
     pool_queued_locked(p, queued);
     for (i = 0; i < p->n && i < max; i++) {
         struct member *m = &p->m[i];
@@ -57,7 +57,7 @@ pool_status(struct pool *p, struct pool_upstream_status *out, size_t max)
         st->hedges = bc.up_hedges[i];
         st->hedges_won = bc.up_hedges_won[i];
     }
-    gw_mutex_unlock(&p->lock);
+    pool_unlock(p);
     return i;
 }
 
@@ -258,7 +258,7 @@ pool_render_metrics(struct pool *p, struct buf *out)
 
     prom_init(&w, out);
     pool_budget_read(p, &bc);
-    gw_mutex_lock(&p->lock);
+    pool_lock(p);
     panics = pool_panic_sweep_locked(p, now, &pev);
     prom_family(&w, "infergw_upstream_state", PROM_GAUGE, "Circuit breaker: "
                 "0 closed, 1 half-open, 2 open (ejected).");
@@ -296,7 +296,7 @@ pool_render_metrics(struct pool *p, struct buf *out)
     render_engines_locked(p, &w, now);
     render_models_locked(p, &w, now);
     render_totals_locked(p, &w, &bc, panics);
-    gw_mutex_unlock(&p->lock);
+    pool_unlock(p);
     pool_log_event(p, &pev);
     return w.rc;
 }

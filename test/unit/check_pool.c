@@ -1211,6 +1211,48 @@ START_TEST(test_admission_holds_until_the_models_change)
 }
 END_TEST
 
+/* Upstream 0's models change, over and over, from another thread. */
+static void *
+models_churn(void *arg)
+{
+    const int *stop = arg;
+
+    for (unsigned i = 0; !__atomic_load_n(stop, __ATOMIC_ACQUIRE); i++)
+        set_model(0, i % 2 ? "m" : "n");
+    return NULL;
+}
+
+/*
+ * The models have a lock of their own (pool_impl.h): pool_serves()
+ * reads them under it alone while the health beat's pool_set_models()
+ * writes them under both.  Admissions going on meanwhile see a set that
+ * was true at some moment: "m" is served by upstream 1 throughout, by 0
+ * at times, never by nothing (under TSan: no race).
+ */
+START_TEST(test_models_change_under_admissions)
+{
+    struct pool_admission adm;
+    struct pool_want w = { .model = "m", .tenant = CONFIG_MAX_TENANTS };
+    struct pool_slot s;
+    pthread_t t;
+    int stop = 0, ra;
+
+    make_pool(2, "", "");
+    set_model(1, "m");
+    ck_assert_int_eq(pthread_create(&t, NULL, models_churn, &stop), 0);
+    for (int i = 0; i < 2000; i++) {
+        ck_assert(pool_serves(pool, "m", &adm));
+        ck_assert(adm.set == 2 || adm.set == 3);
+        w.admission = &adm;
+        ck_assert_int_eq(pool_acquire(pool, &w, &s, &ra), 0);
+        ck_assert(s.idx == 0 || s.idx == 1);
+        pool_release(pool, &s, POOL_OK, 0);
+    }
+    __atomic_store_n(&stop, 1, __ATOMIC_RELEASE);
+    pthread_join(t, NULL);
+}
+END_TEST
+
 /* ---- the engines' load (engine.h) ---- */
 
 /* Upstream idx's engine reports 'waiting' queued and 'running'. */
@@ -1790,6 +1832,7 @@ pool_suite(void)
     tcase_add_test(tc, test_prefix_bounds_on_the_engines_load);
     tcase_add_test(tc, test_models_route);
     tcase_add_test(tc, test_admission_holds_until_the_models_change);
+    tcase_add_test(tc, test_models_change_under_admissions);
     suite_add_tcase(s, tc);
     tc = tcase("engines");
     tcase_add_checked_fixture(tc, NULL, teardown);

@@ -651,18 +651,21 @@ END_TEST
  * One request, from proxy_forward() to its last chunk: a leader (no
  * follower) and a direct one, each answered in full.  The "admission"
  * case runs these alone, so that the pool's work per request can be
- * counted (the report of issue 27: gdb on gw_mutex_lock).
+ * counted: one set of the model's upstreams, and the pool's lock taken
+ * twice, once to take the slot (the admission: pool_serves() takes the
+ * models' lock) and once to give it back.
  */
 START_TEST(test_one_request_each_path)
 {
     struct client c;
-    uint64_t sets;
+    uint64_t sets, holds;
 
     up_release(NCHUNKS);
     for (int coalescable = 1; coalescable >= 0; coalescable--) {
         client_open(&c, coalescable, "{\"model\":\"m\",\"messages\":[],"
                     "\"stream\":true}");
         sets = pool_sets_computed();
+        holds = pool_lock_holds();
         if (coalescable)
             forward(&c);
         else
@@ -670,6 +673,7 @@ START_TEST(test_one_request_each_path)
         /* The 404's question and the slot: one set of upstreams for the
          * model (pool_admission). */
         ck_assert_uint_eq(pool_sets_computed() - sets, 1);
+        ck_assert_uint_eq(pool_lock_holds() - holds, 2);
         peer_read(&c);
         ck_assert(strncmp(buf_ptr(&c.got), "HTTP/1.1 200 ", 13) == 0);
         ck_assert(got_has(&c, CHUNK "\r\n0\r\n\r\n"));
