@@ -507,7 +507,7 @@ flight_wait(struct flight *f, struct flight_reader *r,
         && !r->cut && !is_stopping(stopping)) {
         park_locked(f, r);
         while (r->state != FLIGHT_READER_RUNNING) {
-            /* Claimed, it is its holder's until released: wait for that. */
+            /* Claimed, it is its holder's until given back: wait for that. */
             if (r->state == FLIGHT_READER_PARKED && is_stopping(stopping)) {
                 unlink_locked(f, r);
                 r->state = FLIGHT_READER_RUNNING;
@@ -566,7 +566,7 @@ flight_claim_parked(struct flight *f)
 }
 
 void
-flight_release(struct flight *f, struct flight_reader *batch)
+flight_give_back(struct flight *f, struct flight_reader *batch)
 {
     struct flight_reader *r, *next;
 

@@ -49,25 +49,25 @@
  *              park: nothing new             take, or sweep
  *     RUNNING --------------------> PARKED -----------------> CLAIMED
  *        ^  ^                        |   ^                       |  |
- *        |  |  hand back: the flight |   |  release: caught up   |  |
+ *        |  |  hand back: the flight |   | give back: caught up  |  |
  *        |  |  ended, helper, stop,  |   +-----------------------+  |
  *        |  |  wake all              |                              |
  *        |  +------------------------+                              |
  *        +----------------------------------------------------------+
- *             release: socket full or gone, behind, timed out, cut
+ *             give back: socket full or gone, behind, timed out, cut
  *
  *   RUNNING  its own thread holds it (flight_wait() parks it).
  *   PARKED   its thread sleeps on the reader's condition variable, in the
  *            flight's parked FIFO; nobody holds it.
  *   CLAIMED  the thread that took it (flight_take(), flight_claim_parked())
- *            holds it, its thread still asleep, until flight_release().
+ *            holds it, its thread still asleep, until flight_give_back().
  *
  * Who may use a reader's position and what its holder keeps with it
  * (fanout.h: its reply and pending bytes): its holder alone.  The lock
  * orders the hand-overs.
  *
- * The FIFO invariant: a reader enters the FIFO (parking, or released
- * caught up) only when its position equals the flight's chunk count at
+ * The FIFO invariant: a reader enters the FIFO (parking, or given
+ * back caught up) only when its position equals the flight's chunk count at
  * that moment, and the count only grows.  So readers queued earlier are
  * never ahead of readers queued later: the ones behind are always the
  * front of the FIFO, and a take is O(batch) however many are parked.
@@ -149,7 +149,7 @@ struct flight_reader {
     int helper;                     /* set under (L) as it is handed back
                                        to help; flight_wait() clears it */
     int parkable;                   /* CLAIMED: the holder's verdict for
-                                       flight_release() */
+                                       flight_give_back() */
     pthread_cond_t cv;              /* signalled under (L) when handed
                                        back */
     _Atomic size_t pos;             /* next chunk to send; the chunks
@@ -333,7 +333,7 @@ void flight_reader_release(struct flight_reader *r);
  * Its holder's view, no lock: the position (the next chunk to send);
  * moving it on to 'pos' (not back), which lets the chunks before 'pos'
  * be freed; the lag it was cut at (once a snapshot said so); and the
- * verdict on a CLAIMED reader for flight_release(): 1 caught up (park
+ * verdict on a CLAIMED reader for flight_give_back(): 1 caught up (park
  * it again), 0 its own thread goes on.
  */
 size_t flight_reader_pos(const struct flight_reader *r);
@@ -382,7 +382,7 @@ struct flight_reader *flight_claim_parked(struct flight *f);
  * back to their threads.  The batch must not be touched afterwards.
  * NULL-safe.
  */
-void flight_release(struct flight *f, struct flight_reader *batch);
+void flight_give_back(struct flight *f, struct flight_reader *batch);
 
 /*
  * Right after an append, when every parked reader is behind: hand back

@@ -144,7 +144,7 @@ hold_or_poison(struct run *r, size_t idx, int status)
  * histograms here too.
  */
 static void
-release(struct run *r, const struct upstream_result *res)
+give_back(struct run *r, const struct upstream_result *res)
 {
     struct pool_slot *s = slot_of(r, res->upstream);
     enum pool_outcome o = pool_outcome_of(&res->outcome);
@@ -156,10 +156,10 @@ release(struct run *r, const struct upstream_result *res)
     if (s == NULL)
         return;
     if (o != POOL_FAIL_STATUS || retry_after > 0) {
-        pool_release(r->dc->pool, s, o, retry_after);
+        pool_give_back(r->dc->pool, s, o, retry_after);
         return;
     }
-    pool_release(r->dc->pool, s, POOL_NEUTRAL, 0);  /* the slot, now */
+    pool_give_back(r->dc->pool, s, POOL_NEUTRAL, 0);  /* the slot, now */
     hold_or_poison(r, res->upstream, res->outcome.status);
 }
 
@@ -167,7 +167,7 @@ release(struct run *r, const struct upstream_result *res)
 static void
 attempt_done(void *arg, const struct upstream_result *res)
 {
-    release(arg, res);
+    give_back(arg, res);
 }
 
 /* dispatch_ctx.on_upstream, if set: the call is on upstream 'idx' now. */
@@ -240,7 +240,7 @@ hedge(void *arg, size_t first, size_t *idx)
     if (pool_acquire(r->dc->pool, &w, &r->slot[1], &retry_after) != 0)
         return -1;
     if (!pool_budget_take(r->dc->pool, &r->slot[1], 1)) {
-        pool_release(r->dc->pool, &r->slot[1], POOL_NEUTRAL, 0);
+        pool_give_back(r->dc->pool, &r->slot[1], POOL_NEUTRAL, 0);
         return -1;
     }
     *idx = (size_t)r->slot[1].idx;
@@ -360,7 +360,7 @@ dispatch_run(const struct dispatch_ctx *dc,
         note_upstream(dc, idx);
         upstream_perform(dc->up, idx, req, &opts, sink, &out->res);
         out->upstream = cfg->upstreams[out->res.upstream].name;
-        release(&r, &out->res);
+        give_back(&r, &out->res);
         /* A retryable status relayed as it came: the budget was spent. */
         if (r.more && !budget && out->res.head_seen
             && upstream_retryable_status(out->res.outcome.status))
@@ -374,7 +374,7 @@ dispatch_run(const struct dispatch_ctx *dc,
         if (pool_acquire(dc->pool, &next, &r.slot[0], &retry_after) != 0)
             goto out;
         if (!pool_budget_take(dc->pool, &r.slot[0], 0)) {
-            pool_release(dc->pool, &r.slot[0], POOL_NEUTRAL, 0);
+            pool_give_back(dc->pool, &r.slot[0], POOL_NEUTRAL, 0);
             log_msg(GW_LOG_INFO, "dispatch: no retry, budget spent "
                     "upstream=%s reason=\"%s\"", out->upstream,
                     call_kind_text(out->res.outcome.kind));
