@@ -27,7 +27,7 @@ struct generations {
 };
 
 struct generation_cert *
-generation_cert_acquire(struct generations *l, struct generation *g)
+generation_cert_ref(struct generations *l, struct generation *g)
 {
     gw_mutex_lock(&l->lock);
     g->cert->refs++;
@@ -36,7 +36,7 @@ generation_cert_acquire(struct generations *l, struct generation *g)
 }
 
 void
-generation_cert_release(struct generations *l, struct generation_cert *c)
+generation_cert_unref(struct generations *l, struct generation_cert *c)
 {
     int last;
 
@@ -109,9 +109,9 @@ gen_free(struct generations *l, struct generation *g)
 {
     if (g == NULL)
         return;
-    health_stop(g->health);
-    scrape_stop(g->scrape);
-    generation_cert_release(l, g->cert);
+    health_free(g->health);
+    scrape_free(g->scrape);
+    generation_cert_unref(l, g->cert);
     pool_free(g->pool);
     upstream_free(g->up);
     config_release(&g->cfg);
@@ -225,7 +225,7 @@ generations_free(struct generations *l)
 }
 
 struct generation *
-generation_acquire(struct generations *l)
+generation_ref_current(struct generations *l)
 {
     struct generation *g;
 
@@ -237,7 +237,7 @@ generation_acquire(struct generations *l)
 }
 
 void
-generation_release(struct generations *l, struct generation *g)
+generation_unref(struct generations *l, struct generation *g)
 {
     struct generation **pp;
     int last;
@@ -384,9 +384,9 @@ generations_reload(struct generations *l)
     end_reload(l, g, NULL);
     /* The old generation's requests finish without its health and load
      * beats (its pool no longer balances new calls). */
-    health_stop(old->health);
+    health_free(old->health);
     old->health = NULL;
-    scrape_stop(old->scrape);
+    scrape_free(old->scrape);
     old->scrape = NULL;
     log_set_level(g->cfg.log_level);
     log_set_format(g->cfg.log_format);
@@ -394,7 +394,7 @@ generations_reload(struct generations *l)
             "config=%s upstreams=%zu tenants=%zu",
             (unsigned long long)g->id, g->cfg.path, g->cfg.num_upstreams,
             g->cfg.num_tenants);
-    generation_release(l, old); /* the reference 'cur' held */
+    generation_unref(l, old); /* the reference 'cur' held */
     return 0;
 }
 

@@ -142,10 +142,10 @@ scrape_start(const struct gw_config *cfg, struct pool *pool,
 }
 
 void
-scrape_stop(struct scrape *sc)
+scrape_free(struct scrape *sc)
 {
     if (sc == NULL)
         return;
-    beat_stop(sc->beat);
+    beat_free(sc->beat);
     gw_free(sc);
 }
