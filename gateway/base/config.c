@@ -100,7 +100,7 @@ set_err(struct loader *ld, int line, const char *fmt, ...)
 }
 
 static void
-upstream_release(struct config_upstream *u)
+config_upstream_release(struct config_upstream *u)
 {
     gw_free(u->name);
     gw_free(u->url);
@@ -217,7 +217,7 @@ config_release(struct gw_config *c)
     gw_free(c->tls_cert);
     gw_free(c->tls_key);
     for (i = 0; i < c->num_upstreams; i++)
-        upstream_release(&c->upstreams[i]);
+        config_upstream_release(&c->upstreams[i]);
     for (i = 0; i < c->num_tenants; i++) {
         struct config_tenant *t = &c->tenants[i];
 
@@ -348,7 +348,7 @@ on_upstream_header(struct loader *ld, const struct cfg_entry *e)
     }
     /* The built-in upstream gives way to the file's. */
     if (c->num_upstreams == 1 && c->upstreams[0].line == 0) {
-        upstream_release(&c->upstreams[0]);
+        config_upstream_release(&c->upstreams[0]);
         c->num_upstreams = 0;
     }
     for (i = 0; i < c->num_upstreams; i++) {
