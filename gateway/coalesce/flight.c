@@ -332,6 +332,7 @@ snap_locked(struct flight *f, size_t lo, struct flight_snap *s)
     }
 }
 
+#ifdef INFERGW_UNIT_TEST
 void
 flight_snap(struct flight *f, size_t lo, struct flight_snap *s)
 {
@@ -339,6 +340,7 @@ flight_snap(struct flight *f, size_t lo, struct flight_snap *s)
     snap_locked(f, lo, s);
     gw_mutex_unlock(&f->lock);
 }
+#endif
 
 static void
 snap_reader_locked(struct flight *f, struct flight_reader *r,
@@ -372,6 +374,7 @@ flight_read_done(struct flight_reader *r)
     atomic_store_explicit(&r->reading, 0, memory_order_release);
 }
 
+#ifdef INFERGW_UNIT_TEST
 size_t
 flight_kept_bytes(struct flight *f)
 {
@@ -382,6 +385,7 @@ flight_kept_bytes(struct flight *f)
     gw_mutex_unlock(&f->lock);
     return n;
 }
+#endif
 
 /* ---- the reader's state ---- */
 
@@ -626,6 +630,7 @@ flight_wake_all(struct flight *f)
     gw_mutex_unlock(&f->lock);
 }
 
+#ifdef INFERGW_UNIT_TEST
 size_t
 flight_parked(struct flight *f)
 {
@@ -636,3 +641,4 @@ flight_parked(struct flight *f)
     gw_mutex_unlock(&f->lock);
     return n;
 }
+#endif

@@ -300,13 +300,6 @@ void flight_set_usage(struct flight *f, int64_t prompt, int64_t completion);
 int flight_usage(struct flight *f, int64_t *prompt, int64_t *completion);
 
 /*
- * OUT *s: what a reader at position 'lo' may send (see struct
- * flight_snap).  'lo' must be at or after the oldest kept chunk, which
- * the position of an attached reader that is not cut always is.
- */
-void flight_snap(struct flight *f, size_t lo, struct flight_snap *s);
-
-/*
  * The holder of 'r', about to send from its position: OUT *s is
  * flight_snap() from there, and 'r' is marked as being read, so that a cut
  * cannot free the snapshot's chunks under the holder until it calls
@@ -319,9 +312,6 @@ void flight_snap_reader(struct flight *f, struct flight_reader *r,
 
 /* Its holder reads no more chunks for 'r' (any thread, no lock). */
 void flight_read_done(struct flight_reader *r);
-
-/* Bytes in memory now, overhead included (tests, benchmarks). */
-size_t flight_kept_bytes(struct flight *f);
 
 /* ---- the reader's state (see the diagram above) ---- */
 
@@ -394,7 +384,21 @@ size_t flight_call_helpers(struct flight *f, size_t max, size_t per);
 /* Hand every parked reader back to its thread (the flight ended, stop). */
 void flight_wake_all(struct flight *f);
 
-/* Readers parked now (tests). */
+#ifdef INFERGW_UNIT_TEST
+/* ---- test builds only (test/check_exports.py) ---- */
+
+/*
+ * OUT *s: what a reader at position 'lo' may send (see struct
+ * flight_snap).  'lo' must be at or after the oldest kept chunk, which
+ * the position of an attached reader that is not cut always is.
+ */
+void flight_snap(struct flight *f, size_t lo, struct flight_snap *s);
+
+/* Bytes in memory now, overhead included. */
+size_t flight_kept_bytes(struct flight *f);
+
+/* Readers parked now. */
 size_t flight_parked(struct flight *f);
+#endif
 
 #endif
