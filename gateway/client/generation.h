@@ -3,8 +3,8 @@
  * generation.h - the configuration in force, and its reload (SIGHUP).
  *
  * A generation is one loaded configuration with the objects built from
- * it: the upstream transfers (upstream.h), the pool (pool.h) and the
- * health beat (health.h).  Each request runs on the generation that was
+ * it: the upstream transfers (upstream.h), the pool (pool.h), the
+ * health beat (health.h) and the load beat (scrape.h).  Each request runs on the generation that was
  * current when its head arrived, to its access-log line, so:
  *  - new requests use the new settings at once;
  *  - requests, streams and flights under way finish on the old ones (a
@@ -82,7 +82,7 @@ int generation_load_config(const char *path, struct gw_config *c,
 
 /*
  * Generation 1 from 'cfg', which is moved in (*cfg is left empty).
- * Starts its health beat.  NULL on failure (logged; *cfg released).
+ * Starts its health and load beats.  NULL on failure (logged; *cfg released).
  */
 struct generations *generations_new(struct gw_config *cfg);
 
