@@ -164,9 +164,9 @@ int net_peers_gone(struct pollfd *pfd, size_t n);
 /*
  * A stream over a socket.  Each function keeps the contract of its raw
  * namesake above (read: net_read, writev_some: net_write_some over an
- * iovec array, which it does not modify, writev_all: net_writev_all), and 'pending' says how many bytes it can
- * give without reading the socket (so net_stream_wait(POLLIN) returns at
- * once).
+ * iovec array, which it does not modify, writev_all: net_writev_all),
+ * and 'pending' says how many bytes it can give without reading the
+ * socket (so net_stream_wait(POLLIN) returns at once).
  */
 struct net_stream;
 

@@ -128,12 +128,13 @@ gen_build(struct generations *l, struct gw_config *cfg,
           const struct generation *prev)
 {
     struct generation *g = gw_calloc(1, sizeof(*g));
+    struct generation *ret = NULL;
     uint64_t id = prev != NULL ? prev->id + 1 : 1;
 
     if (g == NULL) {
         config_release(cfg);
         log_msg(GW_LOG_ERROR, "generation: out of memory for a configuration");
-        return NULL;
+        goto out;
     }
     memcpy(&g->cfg, cfg, sizeof(*cfg));
     memset(cfg, 0, sizeof(*cfg));
@@ -151,14 +152,12 @@ gen_build(struct generations *l, struct gw_config *cfg,
         g->cert = gw_calloc(1, sizeof(*g->cert));
         if (g->cert == NULL) {
             log_msg(GW_LOG_ERROR, "generation: out of memory for TLS");
-            gen_free(l, g);
-            return NULL;
+            goto out;
         }
         g->cert->refs = 1;          /* the generation's own */
         if (tls_server_new(&o, &g->cert->tls, err, sizeof(err)) != 0) {
             log_msg(GW_LOG_ERROR, "generation: TLS: %s", err);
-            gen_free(l, g);
-            return NULL;
+            goto out;
         }
         if (prev != NULL && prev->cfg.tls_session_timeout_ms
                             != g->cfg.tls_session_timeout_ms)
@@ -171,8 +170,7 @@ gen_build(struct generations *l, struct gw_config *cfg,
     g->pool = pool_new(&g->cfg);
     if (g->up == NULL || g->pool == NULL) {
         log_msg(GW_LOG_ERROR, "generation: out of memory for the upstreams");
-        gen_free(l, g);
-        return NULL;
+        goto out;
     }
     /* What the beat in force knows of the upstreams holds until the new
      * beat knows better: a reload is no reason for /readyz to say 503. */
@@ -180,11 +178,14 @@ gen_build(struct generations *l, struct gw_config *cfg,
         pool_carry_probes(g->pool, prev->pool);
     g->health = health_start(&g->cfg, g->pool, g->up);
     g->scrape = scrape_start(&g->cfg, g->pool, g->up);
-    if (g->health == NULL || g->scrape == NULL) {
-        gen_free(l, g);
-        return NULL;
-    }
-    return g;
+    if (g->health == NULL || g->scrape == NULL)
+        goto out;
+    ret = g;
+    g = NULL;
+
+out:
+    gen_free(l, g);                 /* NULL-safe */
+    return ret;
 }
 
 struct generations *

@@ -4,8 +4,9 @@
  *
  * A generation is one loaded configuration with the objects built from
  * it: the upstream transfers (upstream.h), the pool (pool.h), the
- * health beat (health.h) and the load beat (scrape.h).  Each request runs on the generation that was
- * current when its head arrived, to its access-log line, so:
+ * health beat (health.h) and the load beat (scrape.h).  Each request
+ * runs on the generation that was current when its head arrived, to its
+ * access-log line, so:
  *  - new requests use the new settings at once;
  *  - requests, streams and flights under way finish on the old ones (a
  *    flight's key holds its generation, coalesce.h, so a new request
