@@ -582,7 +582,6 @@ net_stream_writev_some(struct net_stream *s, const struct iovec *iov,
     return s->ops->writev_some(s, iov, iovcnt, n);
 }
 
-
 int
 net_stream_writev_all(struct net_stream *s, struct iovec *iov, int iovcnt,
                       int64_t deadline, int wake_fd)

@@ -66,8 +66,8 @@
  * (fanout.h: its reply and pending bytes): its holder alone.  The lock
  * orders the hand-overs.
  *
- * The FIFO invariant: a reader enters the FIFO (parking, or given
- * back caught up) only when its position equals the flight's chunk count at
+ * The FIFO invariant: a reader enters the FIFO (parking, or given back
+ * caught up) only when its position equals the flight's chunk count at
  * that moment, and the count only grows.  So readers queued earlier are
  * never ahead of readers queued later: the ones behind are always the
  * front of the FIFO, and a take is O(batch) however many are parked.

@@ -395,7 +395,7 @@ tls_want(const struct tls_conn *c)
 /*
  * Read at most 'len' (> 0) bytes of application data without waiting.
  * OUT *got: bytes read, > 0 exactly when 0 is returned.
- * Returns 0; GW_EAGAIN (nothing now: wait for tls_want(c) on the socket);
+ * Returns 0; GW_EAGAIN (nothing now: wait for c->want on the socket);
  * GW_ECLOSED (close_notify, EOF or reset); GW_EIO (a broken record or a
  * socket error).  After GW_ECLOSED or GW_EIO every later call returns the
  * same code.
@@ -505,7 +505,7 @@ next_record(struct tls_conn *c, const struct iovec *iov, int iovcnt,
  * gathered into records of at most TLS_RECORD_MAX bytes; net_write_some's
  * contract.  OUT *n: plaintext bytes taken, i.e. whose records the kernel
  * has taken in full; 0 when the socket is full (then wait for
- * tls_want(c)).  Bytes not taken must be offered again, first thing, by
+ * c->want)).  Bytes not taken must be offered again, first thing, by
  * the next write on 'c' (through any iovec split: their content counts,
  * not the pointers).  The caller's own pending buffer does exactly this;
  * internally, a record mbedTLS could only partly send is finished from a
