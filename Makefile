@@ -221,8 +221,11 @@ $(BUILD)/test/fuzz_%_replay: test/fuzz/fuzz_%.c test/fuzz/replay.c $(UT_OBJ)
 deps:
 	@sh tools/install-deps.sh
 
-unit: $(UNITS) $(FUZZ_REPLAY)
+# check_exports reads the plain build's objects (not the unit tests',
+# built with -DINFERGW_UNIT_TEST), so unit builds them too.
+unit: $(UNITS) $(FUZZ_REPLAY) $(BUILD)/bin/infergw $(TOOLS)
 	@python3 test/check_includes.py
+	@python3 test/check_exports.py $(BUILD)
 	@python3 test/check_licence.py
 	@python3 test/check_docs.py
 	@python3 test/integration/run_selftest.py

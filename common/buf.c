@@ -28,6 +28,7 @@ buf_release(struct buf *b)
     b->off = b->len = b->cap = 0;
 }
 
+#ifdef INFERGW_UNIT_TEST
 struct buf *
 buf_new(size_t limit)
 {
@@ -37,7 +38,9 @@ buf_new(size_t limit)
         buf_init(b, limit);
     return b;
 }
+#endif
 
+#ifdef INFERGW_UNIT_TEST
 void
 buf_free(struct buf *b)
 {
@@ -46,6 +49,7 @@ buf_free(struct buf *b)
     buf_release(b);
     gw_free(b);
 }
+#endif
 
 void
 buf_reset(struct buf *b)

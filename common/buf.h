@@ -32,12 +32,6 @@ void buf_init(struct buf *b, size_t limit);
 /* Free the contents (not the struct). */
 void buf_release(struct buf *b);
 
-/* Allocate and init; NULL on allocation failure. */
-struct buf *buf_new(size_t limit);
-
-/* Release and free; NULL-safe. */
-void buf_free(struct buf *b);
-
 /* Empty the buffer, keep its memory. */
 void buf_reset(struct buf *b);
 
@@ -79,5 +73,15 @@ void buf_compact(struct buf *b);
  * gw_free(), or NULL for an empty buffer that never allocated.
  */
 char *buf_take(struct buf *b, size_t *len);
+
+#ifdef INFERGW_UNIT_TEST
+/* ---- test builds only (test/check_exports.py) ---- */
+
+/* Allocate and init; NULL on allocation failure. */
+struct buf *buf_new(size_t limit);
+
+/* Release and free; NULL-safe. */
+void buf_free(struct buf *b);
+#endif
 
 #endif

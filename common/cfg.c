@@ -356,7 +356,8 @@ cfg_file_release(struct cfg_file *f)
     f->count = 0;
 }
 
-int
+/* cfg_parse_file() over text in memory; 'name' is used in messages. */
+GW_TESTABLE int
 cfg_parse_text(const char *name, const char *text, size_t len,
                struct cfg_file *f, char *err, size_t errlen)
 {

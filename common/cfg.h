@@ -46,10 +46,6 @@ struct cfg_file {
 int cfg_parse_file(const char *path, struct cfg_file *f, char *err,
                    size_t errlen);
 
-/* The same over text already in memory; 'name' is used in messages. */
-int cfg_parse_text(const char *name, const char *text, size_t len,
-                   struct cfg_file *f, char *err, size_t errlen);
-
 void cfg_file_release(struct cfg_file *f);
 
 /* Binary units of a size ("k", "m", "g"): the parser reads them, the
@@ -89,5 +85,14 @@ int cfg_parse_percent(const char *s, double lo, double hi, double *out);
  */
 void cfg_format_size(uint64_t v, char *out, size_t n);
 void cfg_format_duration_ms(uint64_t v, char *out, size_t n);
+
+#ifdef INFERGW_UNIT_TEST
+/* ---- test builds only (test/check_exports.py) ---- */
+
+/* cfg_parse_file() over text already in memory; 'name' is used in
+ * messages. */
+int cfg_parse_text(const char *name, const char *text, size_t len,
+                   struct cfg_file *f, char *err, size_t errlen);
+#endif
 
 #endif

@@ -67,11 +67,13 @@ log_set_format(int format)
     atomic_store_explicit(&log_format, format, memory_order_relaxed);
 }
 
+#ifdef INFERGW_UNIT_TEST
 void
 log_set_fd(int fd)
 {
     log_fd = fd;
 }
+#endif
 
 void
 log_set_request_id(const char *id)
@@ -83,7 +85,8 @@ log_set_request_id(const char *id)
     snprintf(request_id, sizeof(request_id), "%s", id);
 }
 
-const char *
+/* This thread's request id, "-" when none. */
+static const char *
 log_request_id(void)
 {
     return request_id[0] != '\0' ? request_id : "-";

@@ -24,7 +24,8 @@
  * object still closed.
  *
  * The logger is the one mutable global in common/: configure it in main()
- * before any thread starts (log_set_level, log_set_format, log_set_fd);
+ * before any thread starts (log_set_level, log_set_format; tests also
+ * log_set_fd);
  * afterwards only the level and the format change (a reload), atomically.
  * The request id is thread-local: a connection thread sets it per request
  * with log_set_request_id().
@@ -65,12 +66,8 @@ int log_format_parse(const char *s);
 /* Every line from now on, every thread's (atomic). */
 void log_set_format(int format);
 
-/* Where lines go (default 2, stderr).  Borrowed: the caller keeps it open. */
-void log_set_fd(int fd);
-
 /* Set this thread's request id (copied, at most 64 bytes); NULL clears it. */
 void log_set_request_id(const char *id);
-const char *log_request_id(void);   /* "-" when none */
 
 void log_write(int level, int err, const char *fmt, ...) GW_PRINTF(3, 4);
 
@@ -191,5 +188,12 @@ void log_repeat_ok(struct log_repeat *r, int64_t now_ms, const char *what);
         if ((level) <= GW_LOG_LEVEL())                          \
             log_write((level), (err), __VA_ARGS__);             \
     } while (0)
+
+#ifdef INFERGW_UNIT_TEST
+/* ---- test builds only (test/check_exports.py) ---- */
+
+/* Where lines go (default 2, stderr).  Borrowed: the caller keeps it open. */
+void log_set_fd(int fd);
+#endif
 
 #endif

@@ -199,6 +199,7 @@ resolve(const char *addr, int passive, struct addrinfo **res)
     return 0;
 }
 
+#ifdef INFERGW_UNIT_TEST
 int
 net_set_nonblock(int fd)
 {
@@ -208,6 +209,7 @@ net_set_nonblock(int fd)
         return GW_EIO;
     return 0;
 }
+#endif
 
 int
 net_listen(const char *addr, int backlog, int *fd, uint16_t *port)
@@ -384,7 +386,8 @@ write_error(int err)
     return err == EPIPE || err == ECONNRESET ? GW_ECLOSED : GW_EIO;
 }
 
-int
+/* net_write_some() for an iovec array (not modified). */
+static int
 net_writev_some(int fd, const struct iovec *iov, int iovcnt, size_t *n)
 {
     struct msghdr msg;
@@ -577,17 +580,6 @@ net_stream_writev_some(struct net_stream *s, const struct iovec *iov,
                        int iovcnt, size_t *n)
 {
     return s->ops->writev_some(s, iov, iovcnt, n);
-}
-
-int
-net_stream_write_some(struct net_stream *s, const void *p, size_t len,
-                      size_t *n)
-{
-    struct iovec iov;
-
-    iov.iov_base = (void *)p;
-    iov.iov_len = len;
-    return net_stream_writev_some(s, &iov, 1, n);
 }
 
 int

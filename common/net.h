@@ -114,9 +114,6 @@ int net_accept(int lfd, int *cfd);
  */
 int net_connect(const char *addr, int64_t deadline, int *fd);
 
-/* Set O_NONBLOCK; 0 or GW_EIO. */
-int net_set_nonblock(int fd);
-
 /*
  * Wait until 'fd' is readable (events POLLIN) or writable (POLLOUT).
  * Returns 0, GW_ETIMEDOUT, GW_EABORTED (wake_fd readable) or GW_EIO.
@@ -151,9 +148,6 @@ int net_writev_all(int fd, struct iovec *iov, int iovcnt, int64_t deadline,
  */
 int net_write_some(int fd, const void *p, size_t len, size_t *n);
 
-/* Same for an iovec array (not modified). */
-int net_writev_some(int fd, const struct iovec *iov, int iovcnt, size_t *n);
-
 /*
  * Has the peer gone?  Non-blocking check of a socket we are not reading
  * from: 1 if it hung up or reset, 0 if it looks alive (pending input does
@@ -169,10 +163,10 @@ int net_peers_gone(struct pollfd *pfd, size_t n);
 
 /*
  * A stream over a socket.  Each function keeps the contract of its raw
- * namesake above (read: net_read, writev_some: net_writev_some,
- * writev_all: net_writev_all), and 'pending' says how many bytes it can
- * give without reading the socket (so net_stream_wait(POLLIN) returns at
- * once).
+ * namesake above (read: net_read, writev_some: net_write_some over an
+ * iovec array, which it does not modify, writev_all: net_writev_all),
+ * and 'pending' says how many bytes it can give without reading the
+ * socket (so net_stream_wait(POLLIN) returns at once).
  */
 struct net_stream;
 
@@ -225,9 +219,14 @@ int net_stream_write_all(struct net_stream *s, const void *p, size_t len,
                          int64_t deadline, int wake_fd);
 int net_stream_writev_all(struct net_stream *s, struct iovec *iov,
                           int iovcnt, int64_t deadline, int wake_fd);
-int net_stream_write_some(struct net_stream *s, const void *p, size_t len,
-                          size_t *n);
 int net_stream_writev_some(struct net_stream *s, const struct iovec *iov,
                            int iovcnt, size_t *n);
+
+#ifdef INFERGW_UNIT_TEST
+/* ---- test builds only (test/check_exports.py) ---- */
+
+/* Set O_NONBLOCK; 0 or GW_EIO. */
+int net_set_nonblock(int fd);
+#endif
 
 #endif

@@ -133,8 +133,9 @@ PART_OF = {p: m for m, ps in PARTS.items() for p in ps.split()}
 CALLBACKS = {
     "beat.beat_fn": "health and scrape (same layer) give the beat thread "
                     "their per-upstream work: one thread, two feeds",
-    "coalesce.coalescer_each.fn": "server (client) wakes every flight at "
-                                  "drain; the map is the coalescer's",
+    "coalesce.coalescer_each.fn": "coalesce itself wakes every flight at "
+                                  "the stop (coalescer_wake_all); "
+                                  "test builds walk the map too",
     "dispatch.on_upstream": "proxy (coalesce, up) learns which upstream "
                             "answers, for its access line and status view",
     "fanout.after_append": "the leader's writer policy (fanout itself), "

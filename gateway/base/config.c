@@ -100,7 +100,7 @@ set_err(struct loader *ld, int line, const char *fmt, ...)
 }
 
 static void
-upstream_release(struct config_upstream *u)
+config_upstream_release(struct config_upstream *u)
 {
     gw_free(u->name);
     gw_free(u->url);
@@ -161,7 +161,8 @@ upstream_resolve(const struct gw_config *c, struct config_upstream *u)
     return 0;
 }
 
-int
+/* Fill 'c' with the defaults (owned strings; config_release frees them). */
+GW_TESTABLE int
 config_defaults(struct gw_config *c)
 {
     struct config_upstream *u;
@@ -186,6 +187,7 @@ out:
     return rc;
 }
 
+#ifdef INFERGW_UNIT_TEST
 const struct config_upstream *
 config_find_upstream(const struct gw_config *c, const char *name)
 {
@@ -196,6 +198,7 @@ config_find_upstream(const struct gw_config *c, const char *name)
             return &c->upstreams[i];
     return NULL;
 }
+#endif
 
 int
 config_line(const struct gw_config *c, const char *section, const char *key)
@@ -217,7 +220,7 @@ config_release(struct gw_config *c)
     gw_free(c->tls_cert);
     gw_free(c->tls_key);
     for (i = 0; i < c->num_upstreams; i++)
-        upstream_release(&c->upstreams[i]);
+        config_upstream_release(&c->upstreams[i]);
     for (i = 0; i < c->num_tenants; i++) {
         struct config_tenant *t = &c->tenants[i];
 
@@ -348,7 +351,7 @@ on_upstream_header(struct loader *ld, const struct cfg_entry *e)
     }
     /* The built-in upstream gives way to the file's. */
     if (c->num_upstreams == 1 && c->upstreams[0].line == 0) {
-        upstream_release(&c->upstreams[0]);
+        config_upstream_release(&c->upstreams[0]);
         c->num_upstreams = 0;
     }
     for (i = 0; i < c->num_upstreams; i++) {
@@ -786,6 +789,24 @@ finish(struct loader *ld)
 }
 
 /*
+ * Parse the file 'name', or, in test builds (config_load_text), 'text'
+ * unless it is NULL: reading from memory is for tests only, so the
+ * binary carries no path to it (test/check_exports.py).
+ */
+static int
+parse(const char *name, const char *text, struct cfg_file *f, char *err,
+      size_t errlen)
+{
+#ifdef INFERGW_UNIT_TEST
+    if (text != NULL)
+        return cfg_parse_text(name, text, strlen(text), f, err, errlen);
+#else
+    (void)text;
+#endif
+    return cfg_parse_file(name, f, err, errlen);
+}
+
+/*
  * The shared body of config_load and config_load_text: 'text' NULL means
  * read the file 'name'.
  */
@@ -813,10 +834,7 @@ load(const char *name, const char *text, struct gw_config *c, char *err,
         rc = GW_ENOMEM;
         goto out;
     }
-    if (text != NULL)
-        rc = cfg_parse_text(name, text, strlen(text), &f, err, errlen);
-    else
-        rc = cfg_parse_file(name, &f, err, errlen);
+    rc = parse(name, text, &f, err, errlen);
     if (rc == GW_ETOOBIG)
         rc = GW_EINVAL;         /* config.h promises no GW_ETOOBIG */
     if (rc != 0)
@@ -840,10 +858,12 @@ config_load(const char *path, struct gw_config *c, char *err, size_t errlen)
     return load(path, NULL, c, err, errlen);
 }
 
+#ifdef INFERGW_UNIT_TEST
 int
 config_load_text(const char *name, const char *text, struct gw_config *c,
                  char *err, size_t errlen)
 {
     return load(name, text, c, err, errlen);
 }
+#endif
 

@@ -179,9 +179,6 @@ struct gw_config {
     int set_line[CONFIG_MAX_SETTINGS];
 };
 
-/* Fill 'c' with the defaults (owned strings; config_release frees them). */
-int config_defaults(struct gw_config *c);
-
 /*
  * Load 'path' over the defaults.  Unknown section or key, bad value,
  * duplicate key, duplicate tenant, upstream, model or API key, a
@@ -193,16 +190,8 @@ int config_defaults(struct gw_config *c);
 int config_load(const char *path, struct gw_config *c, char *err,
                 size_t errlen);
 
-/* The same from text (tests). */
-int config_load_text(const char *name, const char *text,
-                     struct gw_config *c, char *err, size_t errlen);
-
 /* Free everything 'c' owns; API keys are zeroized first. */
 void config_release(struct gw_config *c);
-
-/* The upstream called 'name', or NULL. */
-const struct config_upstream *config_find_upstream(const struct gw_config *c,
-                                                   const char *name);
 
 /*
  * The line of c->path that set the global setting [section] key, for a
@@ -215,5 +204,20 @@ int config_line(const struct gw_config *c, const char *section,
 
 /* Label text of a balance setting ("least_inflight", ...). */
 const char *config_balance_name(int balance);
+
+#ifdef INFERGW_UNIT_TEST
+/* ---- test builds only (test/check_exports.py) ---- */
+
+/* Fill 'c' with the defaults (owned strings; config_release frees them). */
+int config_defaults(struct gw_config *c);
+
+/* config_load() from text. */
+int config_load_text(const char *name, const char *text,
+                     struct gw_config *c, char *err, size_t errlen);
+
+/* The upstream called 'name', or NULL. */
+const struct config_upstream *config_find_upstream(const struct gw_config *c,
+                                                   const char *name);
+#endif
 
 #endif

@@ -370,7 +370,7 @@ use_generation(struct conn *c)
 {
     const struct gw_config *cfg;
 
-    c->gen = generation_acquire(c->base->gens);
+    c->gen = generation_ref_current(c->base->gens);
     cfg = &c->gen->cfg;
     c->ctx = *c->base;
     c->ctx.cfg = cfg;
@@ -386,7 +386,7 @@ use_generation(struct conn *c)
 static void
 drop_generation(struct conn *c)
 {
-    generation_release(c->base->gens, c->gen);
+    generation_unref(c->base->gens, c->gen);
     c->gen = NULL;
     c->ctx.cfg = NULL;
     c->ctx.up = NULL;
@@ -466,7 +466,7 @@ start_tls(struct conn *c)
     char err[160];
     int rc;
 
-    c->cert = generation_cert_acquire(c->base->gens, c->gen);
+    c->cert = generation_cert_ref(c->base->gens, c->gen);
     rc = tls_accept(c->cert->tls, c->fd,
                     gw_now_ms() + cfg->tls_handshake_timeout_ms,
                     c->base->stop_fd, &c->tls, err, sizeof(err));
@@ -488,7 +488,7 @@ end_tls(struct conn *c)
         tls_close(c->tls);
         c->tls = NULL;
     }
-    generation_cert_release(c->base->gens, c->cert);
+    generation_cert_unref(c->base->gens, c->cert);
     c->cert = NULL;
 }
 

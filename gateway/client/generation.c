@@ -27,7 +27,7 @@ struct generations {
 };
 
 struct generation_cert *
-generation_cert_acquire(struct generations *l, struct generation *g)
+generation_cert_ref(struct generations *l, struct generation *g)
 {
     gw_mutex_lock(&l->lock);
     g->cert->refs++;
@@ -36,7 +36,7 @@ generation_cert_acquire(struct generations *l, struct generation *g)
 }
 
 void
-generation_cert_release(struct generations *l, struct generation_cert *c)
+generation_cert_unref(struct generations *l, struct generation_cert *c)
 {
     int last;
 
@@ -109,9 +109,9 @@ gen_free(struct generations *l, struct generation *g)
 {
     if (g == NULL)
         return;
-    health_stop(g->health);
-    scrape_stop(g->scrape);
-    generation_cert_release(l, g->cert);
+    health_free(g->health);
+    scrape_free(g->scrape);
+    generation_cert_unref(l, g->cert);
     pool_free(g->pool);
     upstream_free(g->up);
     config_release(&g->cfg);
@@ -128,12 +128,13 @@ gen_build(struct generations *l, struct gw_config *cfg,
           const struct generation *prev)
 {
     struct generation *g = gw_calloc(1, sizeof(*g));
+    struct generation *ret = NULL;
     uint64_t id = prev != NULL ? prev->id + 1 : 1;
 
     if (g == NULL) {
         config_release(cfg);
         log_msg(GW_LOG_ERROR, "generation: out of memory for a configuration");
-        return NULL;
+        goto out;
     }
     memcpy(&g->cfg, cfg, sizeof(*cfg));
     memset(cfg, 0, sizeof(*cfg));
@@ -151,14 +152,12 @@ gen_build(struct generations *l, struct gw_config *cfg,
         g->cert = gw_calloc(1, sizeof(*g->cert));
         if (g->cert == NULL) {
             log_msg(GW_LOG_ERROR, "generation: out of memory for TLS");
-            gen_free(l, g);
-            return NULL;
+            goto out;
         }
         g->cert->refs = 1;          /* the generation's own */
         if (tls_server_new(&o, &g->cert->tls, err, sizeof(err)) != 0) {
             log_msg(GW_LOG_ERROR, "generation: TLS: %s", err);
-            gen_free(l, g);
-            return NULL;
+            goto out;
         }
         if (prev != NULL && prev->cfg.tls_session_timeout_ms
                             != g->cfg.tls_session_timeout_ms)
@@ -171,8 +170,7 @@ gen_build(struct generations *l, struct gw_config *cfg,
     g->pool = pool_new(&g->cfg);
     if (g->up == NULL || g->pool == NULL) {
         log_msg(GW_LOG_ERROR, "generation: out of memory for the upstreams");
-        gen_free(l, g);
-        return NULL;
+        goto out;
     }
     /* What the beat in force knows of the upstreams holds until the new
      * beat knows better: a reload is no reason for /readyz to say 503. */
@@ -180,11 +178,14 @@ gen_build(struct generations *l, struct gw_config *cfg,
         pool_carry_probes(g->pool, prev->pool);
     g->health = health_start(&g->cfg, g->pool, g->up);
     g->scrape = scrape_start(&g->cfg, g->pool, g->up);
-    if (g->health == NULL || g->scrape == NULL) {
-        gen_free(l, g);
-        return NULL;
-    }
-    return g;
+    if (g->health == NULL || g->scrape == NULL)
+        goto out;
+    ret = g;
+    g = NULL;
+
+out:
+    gen_free(l, g);                 /* NULL-safe */
+    return ret;
 }
 
 struct generations *
@@ -225,7 +226,7 @@ generations_free(struct generations *l)
 }
 
 struct generation *
-generation_acquire(struct generations *l)
+generation_ref_current(struct generations *l)
 {
     struct generation *g;
 
@@ -237,7 +238,7 @@ generation_acquire(struct generations *l)
 }
 
 void
-generation_release(struct generations *l, struct generation *g)
+generation_unref(struct generations *l, struct generation *g)
 {
     struct generation **pp;
     int last;
@@ -384,9 +385,9 @@ generations_reload(struct generations *l)
     end_reload(l, g, NULL);
     /* The old generation's requests finish without its health and load
      * beats (its pool no longer balances new calls). */
-    health_stop(old->health);
+    health_free(old->health);
     old->health = NULL;
-    scrape_stop(old->scrape);
+    scrape_free(old->scrape);
     old->scrape = NULL;
     log_set_level(g->cfg.log_level);
     log_set_format(g->cfg.log_format);
@@ -394,7 +395,7 @@ generations_reload(struct generations *l)
             "config=%s upstreams=%zu tenants=%zu",
             (unsigned long long)g->id, g->cfg.path, g->cfg.num_upstreams,
             g->cfg.num_tenants);
-    generation_release(l, old); /* the reference 'cur' held */
+    generation_unref(l, old); /* the reference 'cur' held */
     return 0;
 }
 

@@ -3,9 +3,10 @@
  * generation.h - the configuration in force, and its reload (SIGHUP).
  *
  * A generation is one loaded configuration with the objects built from
- * it: the upstream transfers (upstream.h), the pool (pool.h) and the
- * health beat (health.h).  Each request runs on the generation that was
- * current when its head arrived, to its access-log line, so:
+ * it: the upstream transfers (upstream.h), the pool (pool.h), the
+ * health beat (health.h) and the load beat (scrape.h).  Each request
+ * runs on the generation that was current when its head arrived, to its
+ * access-log line, so:
  *  - new requests use the new settings at once;
  *  - requests, streams and flights under way finish on the old ones (a
  *    flight's key holds its generation, coalesce.h, so a new request
@@ -25,8 +26,8 @@
  * says so in the log.  The TLS certificate and key are read again with
  * the rest.  A new generation starts with fresh upstream state: breakers
  * closed, no model list until its health beat asks, no warm connections.
- * The reload joins the old health thread, so the accept loop may pause
- * for a probe under way (at most about a second).
+ * The reload joins the old health and load beats' threads, so the accept
+ * loop may pause for a probe under way (at most about a second).
  *
  * Locking: one mutex guards the current pointer, the list of live
  * generations and the reference counts of generations and certificates;
@@ -62,10 +63,10 @@ struct generation {
     struct gw_config cfg;           /* immutable */
     struct upstream *up;
     struct pool *pool;
-    struct health *health;          /* stopped when replaced (generation.c) */
+    struct health *health;          /* freed when replaced (generation.c) */
     struct scrape *scrape;          /* the same */
     struct generation_cert *cert;   /* tls_listen's certificate; NULL if
-                                       none (generation_cert_acquire) */
+                                       none (generation_cert_ref) */
     long refs;                      /* generation.c's, under its lock */
     struct generation *next;        /* generation.c's: every one alive */
 };
@@ -82,7 +83,7 @@ int generation_load_config(const char *path, struct gw_config *c,
 
 /*
  * Generation 1 from 'cfg', which is moved in (*cfg is left empty).
- * Starts its health beat.  NULL on failure (logged; *cfg released).
+ * Starts its health and load beats.  NULL on failure (logged; *cfg released).
  */
 struct generations *generations_new(struct gw_config *cfg);
 
@@ -93,10 +94,11 @@ struct generations *generations_new(struct gw_config *cfg);
 void generations_free(struct generations *l);
 
 /* The current generation, with a reference for the caller. */
-struct generation *generation_acquire(struct generations *l);
+struct generation *generation_ref_current(struct generations *l);
 
-/* Give it back; the last reference to a replaced generation frees it. */
-void generation_release(struct generations *l, struct generation *g);
+/* Drop the caller's reference; the last one to a replaced generation
+ * frees it.  NULL-safe. */
+void generation_unref(struct generations *l, struct generation *g);
 
 /*
  * The id of the current generation, without the lock: a connection that
@@ -105,12 +107,13 @@ void generation_release(struct generations *l, struct generation *g);
 uint64_t generation_current_id(struct generations *l);
 
 /* g's certificate (non-NULL) with a reference, for a TLS connection. */
-struct generation_cert *generation_cert_acquire(struct generations *l,
-                                                struct generation *g);
+struct generation_cert *generation_cert_ref(struct generations *l,
+                                            struct generation *g);
 
-/* Give it back; the last reference frees the tls_server.  NULL-safe. */
-void generation_cert_release(struct generations *l,
-                             struct generation_cert *c);
+/* Drop the caller's reference; the last one frees the tls_server.
+ * NULL-safe. */
+void generation_cert_unref(struct generations *l,
+                           struct generation_cert *c);
 
 /*
  * The current generation, without a reference: only for the thread that

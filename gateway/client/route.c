@@ -227,7 +227,7 @@ note_model(struct handler_req *hr, const json_t *body)
  * routing; OUT ctype (sizeof "multipart/form-data; boundary=\"...\""):
  * the Content-Type to send upstream, rebuilt from the boundary that split
  * the body, so that the upstream splits it the same way.  Returns 0, or
- * -1 after the 400 was sent.
+ * GW_EPARSE after the 400 was sent.
  */
 static int
 read_form(struct handler_req *hr, char *model, char *ctype, size_t ctype_len)
@@ -250,7 +250,7 @@ read_form(struct handler_req *hr, char *model, char *ctype, size_t ctype_len)
     if (rc == GW_ENOTFOUND) {
         reply_error_full(hr->reply, 400, "invalid_request_error", "model",
                          "missing_model", "the form has no model field", 0);
-        return -1;
+        return GW_EPARSE;
     }
     if (rc != 0)
         goto bad;
@@ -261,7 +261,7 @@ read_form(struct handler_req *hr, char *model, char *ctype, size_t ctype_len)
         reply_error_full(hr->reply, 400, "invalid_request_error", "model",
                          "invalid_model", "the model field must be 1 to 256 "
                          "printable characters", 0);
-        return -1;
+        return GW_EPARSE;
     }
     memcpy(model, v, vlen);
     model[vlen] = '\0';
@@ -275,7 +275,7 @@ read_form(struct handler_req *hr, char *model, char *ctype, size_t ctype_len)
 bad:
     reply_error(hr->reply, 400, "invalid_request_error", "invalid_multipart",
                 why);
-    return -1;
+    return GW_EPARSE;
 }
 
 /* Is the request's method 'm'? */

@@ -3,9 +3,11 @@
  * server.c - listen, accept, spawn one thread per connection, drain,
  * stop.
  *
- * Design: see server.h.  The only threads in the process are created
- * here.  A connection thread receives a heap-allocated argument it owns,
- * never a pointer into the acceptor's stack.
+ * Design: see server.h.  The connection threads are created here; the
+ * only other threads are the beats' (fleet/beat.c: a health and a load
+ * thread per upstream) and the keep-alive reaper (upstream/keepalive.c).
+ * A connection thread receives a heap-allocated argument it owns, never
+ * a pointer into the acceptor's stack.
  */
 #include "client/server.h"
 

@@ -104,7 +104,8 @@ int server_drain(struct server *s, int sig_fd);
 /* The stop (see above): every wait ends, every open stream is cut. */
 void server_stop(struct server *s);
 
-/* Wait for connection threads to finish, at most 'ms'.  0 or ETIMEDOUT. */
+/* Wait for connection threads to finish, at most 'ms'.  0 or
+ * GW_ETIMEDOUT. */
 int server_wait(struct server *s, int64_t ms);
 
 /* Close what is still open (not the borrowed objects). */

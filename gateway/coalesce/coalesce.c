@@ -13,6 +13,7 @@
 #include "alloc.h"
 #include "base/config.h"
 #include "log.h"
+#include "util.h"
 
 /*
  * The coalescer's record of a joinable flight.  It exists while the
@@ -400,6 +401,7 @@ coalescer_detach(struct coalescer *co, const unsigned char key[FLIGHT_KEY_LEN],
     return left;
 }
 
+#ifdef INFERGW_UNIT_TEST
 size_t
 coalescer_count(struct coalescer *co)
 {
@@ -410,6 +412,7 @@ coalescer_count(struct coalescer *co)
     gw_mutex_unlock(&co->lock);
     return n;
 }
+#endif
 
 /* Copy what the status view shows of entry 'e'.  Map lock held. */
 static void
@@ -451,7 +454,11 @@ coalescer_status(struct coalescer *co, struct coalesce_flight_status *out,
     return total;
 }
 
-void
+/*
+ * Call fn(f) for every flight in the map, under the map lock (fn may take
+ * the flight's lock, not the map's).
+ */
+GW_TESTABLE void
 coalescer_each(struct coalescer *co, void (*fn)(struct flight *f))
 {
     gw_mutex_lock(&co->lock);

@@ -170,9 +170,6 @@ unsigned coalescer_detach(struct coalescer *co,
                           const unsigned char key[FLIGHT_KEY_LEN],
                           struct flight *f, struct flight_reader *r);
 
-/* Flights in the map now (tests, /metrics). */
-size_t coalescer_count(struct coalescer *co);
-
 /*
  * For the status view: copy up to 'max' of the flights in the map into
  * out[] (the first ones the map holds, in no order), and return how many
@@ -183,14 +180,21 @@ size_t coalescer_count(struct coalescer *co);
 size_t coalescer_status(struct coalescer *co,
                         struct coalesce_flight_status *out, size_t max);
 
+/* The stop: hand every parked reader of every flight in the map back to
+ * its thread (flight_wake_all()), so that it sees the stop. */
+void coalescer_wake_all(struct coalescer *co);
+
+#ifdef INFERGW_UNIT_TEST
+/* ---- test builds only (test/check_exports.py) ---- */
+
+/* Flights in the map now. */
+size_t coalescer_count(struct coalescer *co);
+
 /*
  * Call fn(f) for every flight in the map, under the map lock (fn may take
  * the flight's lock, not the map's).
  */
 void coalescer_each(struct coalescer *co, void (*fn)(struct flight *f));
-
-/* The stop: hand every parked reader of every flight in the map back to
- * its thread (flight_wake_all()), so that it sees the stop. */
-void coalescer_wake_all(struct coalescer *co);
+#endif
 
 #endif

@@ -245,7 +245,7 @@ push_batch(struct flight *f, struct flight_reader *batch,
         flight_read_done(fr);
         pushed += get_pos(r) - before;
     }
-    flight_release(f, batch);
+    flight_give_back(f, batch);
     metrics_pushed(pushed);
 }
 
@@ -339,7 +339,7 @@ fanout_sweep(struct flight *f, int64_t now)
             }
         }
     }
-    flight_release(f, batch);
+    flight_give_back(f, batch);
 }
 
 /*

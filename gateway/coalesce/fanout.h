@@ -8,7 +8,7 @@
  * its invariant, and every change of state belong to the flight: see the
  * state diagram in flight.h.  This module decides who writes what, and
  * when, using flight.h's calls (flight_wait, flight_take,
- * flight_release, flight_call_helpers, flight_claim_parked,
+ * flight_give_back, flight_call_helpers, flight_claim_parked,
  * flight_wake_all); it touches no field of struct flight.
  *
  * Design.  A reader (one client of a flight, fanout_reader) that has

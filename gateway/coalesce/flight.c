@@ -332,6 +332,7 @@ snap_locked(struct flight *f, size_t lo, struct flight_snap *s)
     }
 }
 
+#ifdef INFERGW_UNIT_TEST
 void
 flight_snap(struct flight *f, size_t lo, struct flight_snap *s)
 {
@@ -339,6 +340,7 @@ flight_snap(struct flight *f, size_t lo, struct flight_snap *s)
     snap_locked(f, lo, s);
     gw_mutex_unlock(&f->lock);
 }
+#endif
 
 static void
 snap_reader_locked(struct flight *f, struct flight_reader *r,
@@ -372,6 +374,7 @@ flight_read_done(struct flight_reader *r)
     atomic_store_explicit(&r->reading, 0, memory_order_release);
 }
 
+#ifdef INFERGW_UNIT_TEST
 size_t
 flight_kept_bytes(struct flight *f)
 {
@@ -382,6 +385,7 @@ flight_kept_bytes(struct flight *f)
     gw_mutex_unlock(&f->lock);
     return n;
 }
+#endif
 
 /* ---- the reader's state ---- */
 
@@ -507,7 +511,7 @@ flight_wait(struct flight *f, struct flight_reader *r,
         && !r->cut && !is_stopping(stopping)) {
         park_locked(f, r);
         while (r->state != FLIGHT_READER_RUNNING) {
-            /* Claimed, it is its holder's until released: wait for that. */
+            /* Claimed, it is its holder's until given back: wait for that. */
             if (r->state == FLIGHT_READER_PARKED && is_stopping(stopping)) {
                 unlink_locked(f, r);
                 r->state = FLIGHT_READER_RUNNING;
@@ -566,7 +570,7 @@ flight_claim_parked(struct flight *f)
 }
 
 void
-flight_release(struct flight *f, struct flight_reader *batch)
+flight_give_back(struct flight *f, struct flight_reader *batch)
 {
     struct flight_reader *r, *next;
 
@@ -626,6 +630,7 @@ flight_wake_all(struct flight *f)
     gw_mutex_unlock(&f->lock);
 }
 
+#ifdef INFERGW_UNIT_TEST
 size_t
 flight_parked(struct flight *f)
 {
@@ -636,3 +641,4 @@ flight_parked(struct flight *f)
     gw_mutex_unlock(&f->lock);
     return n;
 }
+#endif

@@ -49,24 +49,24 @@
  *              park: nothing new             take, or sweep
  *     RUNNING --------------------> PARKED -----------------> CLAIMED
  *        ^  ^                        |   ^                       |  |
- *        |  |  hand back: the flight |   |  release: caught up   |  |
+ *        |  |  hand back: the flight |   | give back: caught up  |  |
  *        |  |  ended, helper, stop,  |   +-----------------------+  |
  *        |  |  wake all              |                              |
  *        |  +------------------------+                              |
  *        +----------------------------------------------------------+
- *             release: socket full or gone, behind, timed out, cut
+ *             give back: socket full or gone, behind, timed out, cut
  *
  *   RUNNING  its own thread holds it (flight_wait() parks it).
  *   PARKED   its thread sleeps on the reader's condition variable, in the
  *            flight's parked FIFO; nobody holds it.
  *   CLAIMED  the thread that took it (flight_take(), flight_claim_parked())
- *            holds it, its thread still asleep, until flight_release().
+ *            holds it, its thread still asleep, until flight_give_back().
  *
  * Who may use a reader's position and what its holder keeps with it
  * (fanout.h: its reply and pending bytes): its holder alone.  The lock
  * orders the hand-overs.
  *
- * The FIFO invariant: a reader enters the FIFO (parking, or released
+ * The FIFO invariant: a reader enters the FIFO (parking, or given back
  * caught up) only when its position equals the flight's chunk count at
  * that moment, and the count only grows.  So readers queued earlier are
  * never ahead of readers queued later: the ones behind are always the
@@ -149,7 +149,7 @@ struct flight_reader {
     int helper;                     /* set under (L) as it is handed back
                                        to help; flight_wait() clears it */
     int parkable;                   /* CLAIMED: the holder's verdict for
-                                       flight_release() */
+                                       flight_give_back() */
     pthread_cond_t cv;              /* signalled under (L) when handed
                                        back */
     _Atomic size_t pos;             /* next chunk to send; the chunks
@@ -300,13 +300,6 @@ void flight_set_usage(struct flight *f, int64_t prompt, int64_t completion);
 int flight_usage(struct flight *f, int64_t *prompt, int64_t *completion);
 
 /*
- * OUT *s: what a reader at position 'lo' may send (see struct
- * flight_snap).  'lo' must be at or after the oldest kept chunk, which
- * the position of an attached reader that is not cut always is.
- */
-void flight_snap(struct flight *f, size_t lo, struct flight_snap *s);
-
-/*
  * The holder of 'r', about to send from its position: OUT *s is
  * flight_snap() from there, and 'r' is marked as being read, so that a cut
  * cannot free the snapshot's chunks under the holder until it calls
@@ -320,9 +313,6 @@ void flight_snap_reader(struct flight *f, struct flight_reader *r,
 /* Its holder reads no more chunks for 'r' (any thread, no lock). */
 void flight_read_done(struct flight_reader *r);
 
-/* Bytes in memory now, overhead included (tests, benchmarks). */
-size_t flight_kept_bytes(struct flight *f);
-
 /* ---- the reader's state (see the diagram above) ---- */
 
 /* A RUNNING reader, not attached yet.  Release it once it is detached. */
@@ -333,7 +323,7 @@ void flight_reader_release(struct flight_reader *r);
  * Its holder's view, no lock: the position (the next chunk to send);
  * moving it on to 'pos' (not back), which lets the chunks before 'pos'
  * be freed; the lag it was cut at (once a snapshot said so); and the
- * verdict on a CLAIMED reader for flight_release(): 1 caught up (park
+ * verdict on a CLAIMED reader for flight_give_back(): 1 caught up (park
  * it again), 0 its own thread goes on.
  */
 size_t flight_reader_pos(const struct flight_reader *r);
@@ -382,7 +372,7 @@ struct flight_reader *flight_claim_parked(struct flight *f);
  * back to their threads.  The batch must not be touched afterwards.
  * NULL-safe.
  */
-void flight_release(struct flight *f, struct flight_reader *batch);
+void flight_give_back(struct flight *f, struct flight_reader *batch);
 
 /*
  * Right after an append, when every parked reader is behind: hand back
@@ -394,7 +384,21 @@ size_t flight_call_helpers(struct flight *f, size_t max, size_t per);
 /* Hand every parked reader back to its thread (the flight ended, stop). */
 void flight_wake_all(struct flight *f);
 
-/* Readers parked now (tests). */
+#ifdef INFERGW_UNIT_TEST
+/* ---- test builds only (test/check_exports.py) ---- */
+
+/*
+ * OUT *s: what a reader at position 'lo' may send (see struct
+ * flight_snap).  'lo' must be at or after the oldest kept chunk, which
+ * the position of an attached reader that is not cut always is.
+ */
+void flight_snap(struct flight *f, size_t lo, struct flight_snap *s);
+
+/* Bytes in memory now, overhead included. */
+size_t flight_kept_bytes(struct flight *f);
+
+/* Readers parked now. */
 size_t flight_parked(struct flight *f);
+#endif
 
 #endif

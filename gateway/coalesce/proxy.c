@@ -221,8 +221,8 @@ forward_direct(struct handler_req *hr, const struct fwd *fw)
     int64_t prompt, completion;
 
     usage_scan_init(&d.usage, usage_limit(hr->ctx->cfg->max_request_body));
-    dispatch_run(&dc, &fw->ur, fw->model, &fw->adm, fw->prefix_hash,
-                 hr->tenant, &sink, net_stream_fd(r->stream), &out);
+    dispatch_call(&dc, &fw->ur, fw->model, &fw->adm, fw->prefix_hash,
+                  hr->tenant, &sink, net_stream_fd(r->stream), &out);
     hr->upstream = out.upstream;
     hr->attempts = out.attempts;
     r->upstream_status = o->status;
@@ -491,8 +491,8 @@ lead(struct handler_req *hr, struct flight *f, struct fanout_reader *self,
     dc.on_upstream = lead_upstream;
     dc.arg = &l;
     /* A flight is one tenant's (its key says whose): the leader's. */
-    dispatch_run(&dc, &ur, fw->model, &fw->adm, fw->prefix_hash, hr->tenant,
-                 &sink, net_stream_fd(hr->reply->stream), &out);
+    dispatch_call(&dc, &ur, fw->model, &fw->adm, fw->prefix_hash, hr->tenant,
+                  &sink, net_stream_fd(hr->reply->stream), &out);
     hr->upstream = out.upstream;
     hr->attempts = out.attempts;
     if (o->kind == CALL_OK && usage_scan_end(&l.usage, &prompt, &completion))

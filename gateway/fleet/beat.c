@@ -14,7 +14,7 @@
 #include "log.h"
 #include "util.h"
 
-struct beat_thread {
+struct beat_worker {
     struct beat *b;
     size_t idx;
     pthread_t thread;
@@ -26,17 +26,18 @@ struct beat {
     beat_fn fn;
     void *arg;
     size_t n;                   /* threads started */
-    struct beat_thread t[CONFIG_MAX_UPSTREAMS];
+    struct beat_worker t[CONFIG_MAX_UPSTREAMS];
     struct gw_mutex lock;
     pthread_cond_t cv;
     int stop;                   /* guarded by lock */
     _Atomic int stopping;       /* the same, for a run under way */
 };
 
+/* A worker's thread: fn for its upstream, every every_ms, until stop. */
 static void *
-run(void *arg)
+beat_thread(void *arg)
 {
-    struct beat_thread *t = arg;
+    struct beat_worker *t = arg;
     struct beat *b = t->b;
     int64_t next;
 
@@ -74,10 +75,10 @@ beat_start(const char *name, size_t n, int64_t every_ms, beat_fn fn,
     for (size_t i = 0; i < n; i++) {
         b->t[i].b = b;
         b->t[i].idx = i;
-        err = pthread_create(&b->t[i].thread, NULL, run, &b->t[i]);
+        err = pthread_create(&b->t[i].thread, NULL, beat_thread, &b->t[i]);
         if (err != 0) {
             log_errno(GW_LOG_ERROR, err, "%s: pthread_create", name);
-            beat_stop(b);
+            beat_free(b);
             return NULL;
         }
         b->n++;
@@ -86,7 +87,7 @@ beat_start(const char *name, size_t n, int64_t every_ms, beat_fn fn,
 }
 
 void
-beat_stop(struct beat *b)
+beat_free(struct beat *b)
 {
     if (b == NULL)
         return;

@@ -9,7 +9,7 @@
  * its interval makes the next start at once.
  *
  * Threads: 'fn' runs on the upstream's thread, never twice at once for
- * one upstream, in parallel across upstreams.  beat_stop() sets the
+ * one upstream, in parallel across upstreams.  beat_free() sets the
  * 'stopping' flag fn is given, wakes every thread, and joins them.
  */
 #ifndef INFERGW_GATEWAY_FLEET_BEAT_H
@@ -23,7 +23,7 @@ struct beat;
 
 /*
  * Run for upstream 'idx' on its thread; 'arg' is beat_start()'s.
- * 'stopping' turns nonzero once beat_stop() began: a probe under way
+ * 'stopping' turns nonzero once beat_free() began: a probe under way
  * watches it to end early.
  */
 typedef void (*beat_fn)(void *arg, size_t idx, const _Atomic int *stopping);
@@ -37,6 +37,6 @@ struct beat *beat_start(const char *name, size_t n, int64_t every_ms,
                         beat_fn fn, void *arg);
 
 /* Stop and join every thread, then free.  NULL-safe. */
-void beat_stop(struct beat *b);
+void beat_free(struct beat *b);
 
 #endif

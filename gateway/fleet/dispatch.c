@@ -4,10 +4,11 @@
  * (dispatch.h).
  *
  * Poison (dispatch.h): a 5xx attempt gives its slot back at once with
- * no verdict, and the verdict waits in struct run's 'held' until another
- * attempt of the same request shows whose failure it was: the same
- * status again (both are the request's: poison), an answer (the held
- * ones were their upstreams'), or the end of the run (likewise).
+ * no verdict, and the verdict waits in struct dispatch_state's 'held'
+ * until another attempt of the same request shows whose failure it
+ * was: the same status again (both are the request's: poison), an
+ * answer (the held ones were their upstreams'), or the end of the call
+ * (likewise).
  */
 #include "fleet/dispatch.h"
 
@@ -34,8 +35,8 @@ struct held {
     int status;
 };
 
-/* One dispatch_run(): the slots its attempts hold. */
-struct run {
+/* One dispatch_call(): the slots its attempts hold. */
+struct dispatch_state {
     const struct dispatch_ctx *dc;
     const struct upstream_sink *sink;
     int watch_fd;
@@ -60,7 +61,7 @@ struct run {
  * receives, whatever made it.
  */
 static int
-attempt_left(const struct run *r)
+attempt_left(const struct dispatch_state *r)
 {
     return (uint64_t)r->out->attempts <= r->dc->cfg->retries;
 }
@@ -72,7 +73,7 @@ attempt_left(const struct run *r)
  * no longer come.
  */
 static void
-count_attempt(struct run *r)
+count_attempt(struct dispatch_state *r)
 {
     r->out->attempts++;
     metrics_upstream_call();
@@ -84,7 +85,7 @@ count_attempt(struct run *r)
 
 /* The slot held on upstream 'idx', or NULL. */
 static struct pool_slot *
-slot_of(struct run *r, size_t idx)
+slot_of(struct dispatch_state *r, size_t idx)
 {
     for (int i = 0; i < 2; i++)
         if (r->slot[i].idx >= 0 && (size_t)r->slot[i].idx == idx)
@@ -94,7 +95,7 @@ slot_of(struct run *r, size_t idx)
 
 /* The held verdicts were their upstreams' after all: judge them so. */
 static void
-judge_held(struct run *r)
+judge_held(struct dispatch_state *r)
 {
     for (size_t i = 0; i < r->num_held; i++)
         pool_judge(r->dc->pool, r->held[i].idx, POOL_FAIL_STATUS, 0);
@@ -107,7 +108,7 @@ judge_held(struct run *r)
  * known.
  */
 static void
-hold_or_poison(struct run *r, size_t idx, int status)
+hold_or_poison(struct dispatch_state *r, size_t idx, int status)
 {
     const struct gw_config *cfg = r->dc->cfg;
     size_t i;
@@ -144,7 +145,7 @@ hold_or_poison(struct run *r, size_t idx, int status)
  * histograms here too.
  */
 static void
-release(struct run *r, const struct upstream_result *res)
+give_back(struct dispatch_state *r, const struct upstream_result *res)
 {
     struct pool_slot *s = slot_of(r, res->upstream);
     enum pool_outcome o = pool_outcome_of(&res->outcome);
@@ -156,10 +157,10 @@ release(struct run *r, const struct upstream_result *res)
     if (s == NULL)
         return;
     if (o != POOL_FAIL_STATUS || retry_after > 0) {
-        pool_release(r->dc->pool, s, o, retry_after);
+        pool_give_back(r->dc->pool, s, o, retry_after);
         return;
     }
-    pool_release(r->dc->pool, s, POOL_NEUTRAL, 0);  /* the slot, now */
+    pool_give_back(r->dc->pool, s, POOL_NEUTRAL, 0);  /* the slot, now */
     hold_or_poison(r, res->upstream, res->outcome.status);
 }
 
@@ -167,7 +168,7 @@ release(struct run *r, const struct upstream_result *res)
 static void
 attempt_done(void *arg, const struct upstream_result *res)
 {
-    release(arg, res);
+    give_back(arg, res);
 }
 
 /* dispatch_ctx.on_upstream, if set: the call is on upstream 'idx' now. */
@@ -187,7 +188,7 @@ note_upstream(const struct dispatch_ctx *dc, size_t idx)
 static void
 on_winner(void *arg, size_t idx, int status)
 {
-    struct run *r = arg;
+    struct dispatch_state *r = arg;
     struct pool_slot *s = slot_of(r, idx);
 
     if (s != NULL && s == &r->slot[1]) {
@@ -210,7 +211,7 @@ on_winner(void *arg, size_t idx, int status)
 static int
 on_resend(void *arg, size_t idx)
 {
-    struct run *r = arg;
+    struct dispatch_state *r = arg;
     struct pool_slot *s = slot_of(r, idx);
 
     if (!attempt_left(r))
@@ -229,7 +230,7 @@ on_resend(void *arg, size_t idx)
 static int
 hedge(void *arg, size_t first, size_t *idx)
 {
-    struct run *r = arg;
+    struct dispatch_state *r = arg;
     struct pool_want w = r->want;
     int retry_after;
 
@@ -240,7 +241,7 @@ hedge(void *arg, size_t first, size_t *idx)
     if (pool_acquire(r->dc->pool, &w, &r->slot[1], &retry_after) != 0)
         return -1;
     if (!pool_budget_take(r->dc->pool, &r->slot[1], 1)) {
-        pool_release(r->dc->pool, &r->slot[1], POOL_NEUTRAL, 0);
+        pool_give_back(r->dc->pool, &r->slot[1], POOL_NEUTRAL, 0);
         return -1;
     }
     *idx = (size_t)r->slot[1].idx;
@@ -257,7 +258,7 @@ hedge(void *arg, size_t first, size_t *idx)
 static int
 waiting_gone(void *arg)
 {
-    const struct run *r = arg;
+    const struct dispatch_state *r = arg;
 
     if (r->watch_fd < 0 || r->sink->on_peer == NULL)
         return 0;
@@ -291,7 +292,7 @@ refuse(struct dispatch_result *out, int rc, int retry_after)
  * failed the same way on two upstreams is marked as its own fault.
  */
 static int
-stands(const struct run *r, struct dispatch_result *out)
+stands(const struct dispatch_state *r, struct dispatch_result *out)
 {
     struct call_outcome *o = &out->res.outcome;
 
@@ -301,17 +302,17 @@ stands(const struct run *r, struct dispatch_result *out)
 }
 
 int
-dispatch_run(const struct dispatch_ctx *dc,
-             const struct upstream_request *req, const char *model,
-             const struct pool_admission *adm, uint64_t prefix_hash,
-             size_t tenant,
-             const struct upstream_sink *sink, int watch_fd,
-             struct dispatch_result *out)
+dispatch_call(const struct dispatch_ctx *dc,
+              const struct upstream_request *req, const char *model,
+              const struct pool_admission *adm, uint64_t prefix_hash,
+              size_t tenant,
+              const struct upstream_sink *sink, int watch_fd,
+              struct dispatch_result *out)
 {
     const struct gw_config *cfg = dc->cfg;
     struct upstream_opts opts;
     struct pool_want next;
-    struct run r;
+    struct dispatch_state r;
     int rc, retry_after, budget;
     size_t idx;
 
@@ -360,7 +361,7 @@ dispatch_run(const struct dispatch_ctx *dc,
         note_upstream(dc, idx);
         upstream_perform(dc->up, idx, req, &opts, sink, &out->res);
         out->upstream = cfg->upstreams[out->res.upstream].name;
-        release(&r, &out->res);
+        give_back(&r, &out->res);
         /* A retryable status relayed as it came: the budget was spent. */
         if (r.more && !budget && out->res.head_seen
             && upstream_retryable_status(out->res.outcome.status))
@@ -374,7 +375,7 @@ dispatch_run(const struct dispatch_ctx *dc,
         if (pool_acquire(dc->pool, &next, &r.slot[0], &retry_after) != 0)
             goto out;
         if (!pool_budget_take(dc->pool, &r.slot[0], 0)) {
-            pool_release(dc->pool, &r.slot[0], POOL_NEUTRAL, 0);
+            pool_give_back(dc->pool, &r.slot[0], POOL_NEUTRAL, 0);
             log_msg(GW_LOG_INFO, "dispatch: no retry, budget spent "
                     "upstream=%s reason=\"%s\"", out->upstream,
                     call_kind_text(out->res.outcome.kind));

@@ -30,9 +30,9 @@
  * Poison: a request that fails with the same 5xx on two upstreams is
  * taken to be the request's fault (a prompt every server chokes on), not
  * theirs, and none of its failures with that status counts toward
- * ejection (pool_judge()).  So a 5xx verdict is held until the run knows:
+ * ejection (pool_judge()).  So a 5xx verdict is held until the call knows:
  * the same status from another attempt (poison), an answer from another
- * (the held failures count), or the end of the run (they count: a
+ * (the held failures count), or the end of the call (they count: a
  * request that failed on one upstream only, with no other to try or no
  * retry left, counts as it always did).  Its slot goes back at once; only
  * the verdict waits.  A 503 with Retry-After is judged at once: "not
@@ -52,7 +52,7 @@
 struct gw_config;
 struct tenants;
 
-/* What dispatch_run needs; all borrowed, immutable while it runs. */
+/* What dispatch_call needs; all borrowed, immutable while it runs. */
 struct dispatch_ctx {
     const struct gw_config *cfg;
     struct pool *pool;
@@ -98,12 +98,12 @@ struct dispatch_result {
  * GW_ESHED (CALL_SHED: every upstream full, the tenant sheddable: 429),
  * GW_EABORTED (CALL_QUEUE_GONE) or GW_ESTOPPING.
  */
-int dispatch_run(const struct dispatch_ctx *dc,
-                 const struct upstream_request *req, const char *model,
-                 const struct pool_admission *adm, uint64_t prefix_hash,
-                 size_t tenant,
-                 const struct upstream_sink *sink, int watch_fd,
-                 struct dispatch_result *out);
+int dispatch_call(const struct dispatch_ctx *dc,
+                  const struct upstream_request *req, const char *model,
+                  const struct pool_admission *adm, uint64_t prefix_hash,
+                  size_t tenant,
+                  const struct upstream_sink *sink, int watch_fd,
+                  struct dispatch_result *out);
 
 /*
  * The prompt's prefix for balance = prefix, hashed: the leading

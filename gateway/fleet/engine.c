@@ -41,7 +41,8 @@ engine_unknown(struct engine_load *l)
     l->full_reads = 0;
 }
 
-int
+/* Is the last scrape usable at 'now_ms' (load_interval on, not stale)? */
+static int
 engine_fresh(const struct engine_load *l, const struct gw_config *cfg,
              int64_t now_ms)
 {
@@ -111,13 +112,6 @@ engine_score(const struct engine_load *l, const struct gw_config *cfg,
         return (double)inflight;
     s = 4 * l->last.waiting + running_now(l);
     return s > open_here(l) ? s : open_here(l);
-}
-
-int
-engine_kv_high(const struct engine_load *l, const struct gw_config *cfg,
-               int64_t now_ms)
-{
-    return engine_fresh(l, cfg, now_ms) && l->last.kv_usage > cfg->kv_high;
 }
 
 int

@@ -99,10 +99,6 @@ void engine_report(struct engine_load *l, const struct engine_report *r,
 /* The scrape failed or lacked the series: nothing fresh is known. */
 void engine_unknown(struct engine_load *l);
 
-/* Is the last scrape usable at 'now_ms' (load_interval on, not stale)? */
-int engine_fresh(const struct engine_load *l, const struct gw_config *cfg,
-                 int64_t now_ms);
-
 /*
  * The score above, or 'inflight' when not fresh.  Compare two as
  * score / weight (pool_pick.c's power of two choices).
@@ -137,9 +133,5 @@ int engine_has_place_slowly(const struct engine_load *l,
  */
 int engine_places(const struct engine_load *l, const struct gw_config *cfg,
                   int64_t now_ms, double *room, double *free);
-
-/* Is its KV cache above kv_high (fresh only)? */
-int engine_kv_high(const struct engine_load *l, const struct gw_config *cfg,
-                   int64_t now_ms);
 
 #endif

@@ -214,10 +214,10 @@ health_start(const struct gw_config *cfg, struct pool *pool,
 }
 
 void
-health_stop(struct health *h)
+health_free(struct health *h)
 {
     if (h == NULL)
         return;
-    beat_stop(h->beat);
+    beat_free(h->beat);
     gw_free(h);
 }

@@ -38,12 +38,12 @@ struct health;
 
 /*
  * Start the threads; the first beat runs at once.  Borrows everything
- * (it must outlive health_stop()).  NULL on failure (logged).
+ * (it must outlive health_free()).  NULL on failure (logged).
  */
 struct health *health_start(const struct gw_config *cfg, struct pool *pool,
                             struct upstream *up);
 
 /* Stop the threads (a probe under way is cut) and free.  NULL-safe. */
-void health_stop(struct health *h);
+void health_free(struct health *h);
 
 #endif

@@ -171,7 +171,7 @@ struct pool_want {
     const struct pool_admission *admission;
 };
 
-/* A call's hold on an upstream: from pool_acquire to pool_release. */
+/* A call's hold on an upstream: from pool_acquire to pool_give_back. */
 struct pool_slot {
     int idx;                /* into cfg->upstreams; -1 none */
     uint64_t trial;         /* the half-open trial call: its generation
@@ -240,7 +240,7 @@ int pool_acquire(struct pool *p, const struct pool_want *want,
 /*
  * The call has its answer (its first body byte): judged a success now,
  * so a half-open upstream closes at once rather than when a long stream
- * ends.  The slot stays taken; pool_release still judges how it ended.
+ * ends.  The slot stays taken; pool_give_back still judges how it ended.
  */
 void pool_note_answer(struct pool *p, struct pool_slot *slot);
 
@@ -251,12 +251,12 @@ void pool_note_answer(struct pool *p, struct pool_slot *slot);
  * the slot may go to a waiter at once; pool_judge() may bring the
  * verdict later.
  */
-void pool_release(struct pool *p, struct pool_slot *slot,
-                  enum pool_outcome o, int64_t retry_after_ms);
+void pool_give_back(struct pool *p, struct pool_slot *slot,
+                    enum pool_outcome o, int64_t retry_after_ms);
 
 /*
  * The verdict 'o' on a call to upstream 'idx' whose slot went back
- * without one: judged now as pool_release() would have (no Retry-After).
+ * without one: judged now as pool_give_back() would have (no Retry-After).
  * 'poison': the same request failed the same way on another upstream
  * too, so the failure is the request's, not the upstream's: it is
  * counted in infergw_upstream_failures_total and nowhere else (no

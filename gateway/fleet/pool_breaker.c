@@ -405,8 +405,8 @@ settle(struct pool *p, size_t idx, uint64_t trial, enum settle_slot slot,
 }
 
 void
-pool_release(struct pool *p, struct pool_slot *slot, enum pool_outcome o,
-             int64_t retry_after_ms)
+pool_give_back(struct pool *p, struct pool_slot *slot, enum pool_outcome o,
+               int64_t retry_after_ms)
 {
     if (slot->idx < 0)
         return;

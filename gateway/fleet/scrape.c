@@ -21,14 +21,20 @@
 #include "prom_read.h"
 #include "util.h"
 
+/* What the last scrape of an upstream said of its engine load. */
+enum scrape_known {
+    KNOWN_NOT_YET,              /* no scrape yet: the first is logged */
+    KNOWN_NONE,                 /* answered without the series */
+    KNOWN_LOAD,                 /* had the load */
+};
+
 struct scrape {
     const struct gw_config *cfg;
     struct pool *pool;
     struct upstream *up;
     struct beat *beat;
-    /* Per upstream, its thread's: 1 the last scrape had the load, 0 it
-     * had not, -1 none yet (so the first failure is logged too). */
-    int known[CONFIG_MAX_UPSTREAMS];
+    /* Per upstream, its thread's: what its last scrape said. */
+    enum scrape_known known[CONFIG_MAX_UPSTREAMS];
     /* Per upstream, its thread's: scrapes that got no answer, or a 5xx,
      * logged as one repeating failure (log.h).  An answer without the
      * series is what that server serves, not a failure: 'known' says
@@ -103,14 +109,14 @@ scrape_one(void *arg, size_t i, const _Atomic int *stopping)
     probe_note(&sc->failing[i], "scrape", name, "/metrics",
                failed ? fail : NULL);
     pool_set_load(sc->pool, i, why == NULL ? &r : NULL, &sent);
-    if (why == NULL && sc->known[i] != 1)
+    if (why == NULL && sc->known[i] != KNOWN_LOAD)
         log_msg(GW_LOG_INFO, "scrape: upstream %s reports its engine load "
                 "(GET /metrics): balancing on it", name);
-    else if (why != NULL && sc->known[i] != 0)
+    else if (why != NULL && sc->known[i] != KNOWN_NONE)
         log_msg(GW_LOG_INFO, "scrape: upstream %s has no engine load "
                 "(GET /metrics: %s): balancing on its open calls", name,
                 why);
-    sc->known[i] = why == NULL;
+    sc->known[i] = why == NULL ? KNOWN_LOAD : KNOWN_NONE;
 }
 
 struct scrape *
@@ -126,7 +132,7 @@ scrape_start(const struct gw_config *cfg, struct pool *pool,
     sc->pool = pool;
     sc->up = up;
     for (size_t i = 0; i < CONFIG_MAX_UPSTREAMS; i++) {
-        sc->known[i] = -1;
+        sc->known[i] = KNOWN_NOT_YET;
         log_repeat_init(&sc->failing[i], GW_LOG_WARN,
                         cfg->log_repeat_interval_ms);
     }
@@ -142,10 +148,10 @@ scrape_start(const struct gw_config *cfg, struct pool *pool,
 }
 
 void
-scrape_stop(struct scrape *sc)
+scrape_free(struct scrape *sc)
 {
     if (sc == NULL)
         return;
-    beat_stop(sc->beat);
+    beat_free(sc->beat);
     gw_free(sc);
 }

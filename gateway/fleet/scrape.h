@@ -33,13 +33,13 @@ struct scrape;
 
 /*
  * Start a thread per upstream; the first scrape runs at once.  Borrows
- * everything (it must outlive scrape_stop()).  With load_interval 0 it
+ * everything (it must outlive scrape_free()).  With load_interval 0 it
  * starts none.  NULL on failure (logged).
  */
 struct scrape *scrape_start(const struct gw_config *cfg, struct pool *pool,
                             struct upstream *up);
 
 /* Stop the threads (a scrape under way is cut) and free.  NULL-safe. */
-void scrape_stop(struct scrape *s);
+void scrape_free(struct scrape *s);
 
 #endif

@@ -153,8 +153,9 @@ reap(struct keepalive *k)
     }
 }
 
+/* The reaper's thread: reap() every KEEPALIVE_CHECK_MS until 'stop'. */
 static void *
-reaper_run(void *arg)
+reaper_thread(void *arg)
 {
     struct keepalive *k = arg;
     int64_t next;
@@ -203,7 +204,7 @@ keepalive_new(size_t num_upstreams, uint64_t max_idle,
         k->pfd = gw_calloc(slots, sizeof(*k->pfd));
         if (k->stack == NULL || k->copy == NULL || k->pfd == NULL)
             goto out;
-        err = pthread_create(&k->reaper, NULL, reaper_run, k);
+        err = pthread_create(&k->reaper, NULL, reaper_thread, k);
         if (err != 0) {
             log_errno(GW_LOG_ERROR, err, "keepalive: pthread_create");
             goto out;

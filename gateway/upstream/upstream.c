@@ -820,7 +820,7 @@ reap(struct call *c)
  * ended last.
  */
 static struct xfer *
-run(struct call *c)
+transfer_loop(struct call *c)
 {
     const struct upstream_opts *o = c->opts;
     const struct upstream_sink *sink = c->sink;
@@ -927,7 +927,7 @@ upstream_perform(struct upstream *u, size_t idx,
     if (c.s == NULL)
         return call_kind_rc(res->outcome.kind);
     if (attempt_start(&c, idx) == 0)
-        final = run(&c);
+        final = transfer_loop(&c);
     else
         final = &c.x[0];
     *res = final->res;

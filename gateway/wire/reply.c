@@ -24,6 +24,9 @@
 #include "net.h"
 #include "util.h"
 
+/* Defined below, used above (static outside test builds). */
+GW_TESTABLE void reply_retry_after_line(char *out, size_t n, int seconds);
+
 void
 reply_init(struct reply *r, struct net_stream *s, size_t head_limit,
            int64_t send_timeout_ms, int stop_fd, const _Atomic int *draining)
@@ -68,7 +71,8 @@ reply_start(struct reply *r, const char *request_id, int minor,
     buf_reset(&r->head);
 }
 
-int64_t
+/* The deadline of a write the client must take within send_timeout. */
+GW_TESTABLE int64_t
 reply_deadline(const struct reply *r)
 {
     return gw_now_ms() + r->send_timeout_ms;
@@ -81,7 +85,14 @@ draining(const struct reply *r)
            && atomic_load_explicit(r->draining, memory_order_relaxed);
 }
 
-int
+/*
+ * Prepare the response head: status, Content-Type (NULL: none), framing
+ * from 'content_length' (-1: chunked, or close-delimited for HTTP/1.0),
+ * X-Request-Id, X-Infergw-Coalesce when r->role is set, 'extra' header
+ * lines (each ending in CRLF; NULL for none) and Connection.  Nothing is
+ * written yet.  Returns 0 or a buf error.
+ */
+GW_TESTABLE int
 reply_begin(struct reply *r, int status, const char *content_type,
             int64_t content_length, const char *extra)
 {
@@ -348,7 +359,14 @@ note_error(struct reply *r, const char *code, const char *message)
     snprintf(r->error_msg, sizeof(r->error_msg), "%s", message);
 }
 
-void
+/*
+ * End the body uncleanly after a mid-response failure: for an event
+ * stream not yet broken, an SSE error event in the OpenAI shape; then no
+ * terminating chunk, and the connection closes (never a fake success).
+ * A close-delimited body (HTTP/1.0) that is not an event stream has no
+ * other way to tell: its connection is reset (SO_LINGER 0), not closed.
+ */
+GW_TESTABLE void
 reply_fail_body(struct reply *r, const char *type, const char *code,
                 const char *message)
 {
@@ -427,7 +445,13 @@ reply_begin_head(struct reply *r, const struct http_head *h)
                        extra[0] != '\0' ? extra : NULL);
 }
 
-void
+/*
+ * "Retry-After: N\r\n" into out (n >= 32, as a REPLY_EXTRA_MAX buffer
+ * is), for reply_begin()'s 'extra'; "" when seconds <= 0.  N is at most
+ * HTTP_RETRY_AFTER_MAX_MS (60 s), the gateway's own as a relayed 429's or
+ * 503's (which keeps the upstream's up to that).
+ */
+GW_TESTABLE void
 reply_retry_after_line(char *out, size_t n, int seconds)
 {
     if (seconds > HTTP_RETRY_AFTER_MAX_MS / 1000)

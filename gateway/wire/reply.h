@@ -97,19 +97,6 @@ void reply_release(struct reply *r);
 void reply_start(struct reply *r, const char *request_id, int minor,
                  int keep_alive);
 
-/* The deadline of a write the client must take within send_timeout. */
-int64_t reply_deadline(const struct reply *r);
-
-/*
- * Prepare the response head: status, Content-Type (NULL: none), framing
- * from 'content_length' (-1: chunked, or close-delimited for HTTP/1.0),
- * X-Request-Id, X-Infergw-Coalesce when r->role is set, 'extra' header
- * lines (each ending in CRLF; NULL for none) and Connection.  Nothing is
- * written yet.  Returns 0 or a buf error.
- */
-int reply_begin(struct reply *r, int status, const char *content_type,
-                int64_t content_length, const char *extra);
-
 /*
  * reply_begin() for a head relayed from an upstream (borrowed), written
  * the same way for every client of it, the direct one, a flight's leader
@@ -154,16 +141,6 @@ int reply_write_all(struct reply *r, const char *p, size_t len);
 
 /* End the body cleanly: the head if still held, the last chunk. */
 int reply_end(struct reply *r);
-
-/*
- * End the body uncleanly after a mid-response failure: for an event
- * stream not yet broken, an SSE error event in the OpenAI shape; then no
- * terminating chunk, and the connection closes (never a fake success).
- * A close-delimited body (HTTP/1.0) that is not an event stream has no
- * other way to tell: its connection is reset (SO_LINGER 0), not closed.
- */
-void reply_fail_body(struct reply *r, const char *type, const char *code,
-                     const char *message);
 
 /*
  * The same in two steps, for a caller that writes at its own pace (the
@@ -222,14 +199,6 @@ int reply_body_complete(const struct reply *r);
  * "WWW-Authenticate: Bearer\r\n" (27).
  */
 #define REPLY_EXTRA_MAX 40
-
-/*
- * "Retry-After: N\r\n" into out (n >= 32, as a REPLY_EXTRA_MAX buffer
- * is), for reply_begin()'s 'extra'; "" when seconds <= 0.  N is at most
- * HTTP_RETRY_AFTER_MAX_MS (60 s), the gateway's own as a relayed 429's or
- * 503's (which keeps the upstream's up to that).
- */
-void reply_retry_after_line(char *out, size_t n, int seconds);
 
 /* A whole response with Content-Length in one write. */
 int reply_send(struct reply *r, int status, const char *content_type,
@@ -306,5 +275,17 @@ int reply_continue(struct reply *r);
  */
 #define REPLY_REFUSE_DRAIN (64 * 1024)
 size_t reply_refuse(int fd, const char *request_id, const char *message);
+
+#ifdef INFERGW_UNIT_TEST
+/* ---- test builds only (test/check_exports.py) ---- */
+
+/* reply.c's own (static in other builds; documented there). */
+int64_t reply_deadline(const struct reply *r);
+int reply_begin(struct reply *r, int status, const char *content_type,
+                int64_t content_length, const char *extra);
+void reply_fail_body(struct reply *r, const char *type, const char *code,
+                     const char *message);
+void reply_retry_after_line(char *out, size_t n, int seconds);
+#endif
 
 #endif

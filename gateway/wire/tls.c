@@ -374,19 +374,38 @@ out:
     return rc;
 }
 
-size_t
+/*
+ * Decrypted bytes already buffered: while this is > 0, tls_read() returns
+ * data without touching the socket, so do not poll() before reading.
+ */
+GW_TESTABLE size_t
 tls_pending(const struct tls_conn *c)
 {
     return mbedtls_ssl_get_bytes_avail(&c->ssl);
 }
 
+#ifdef INFERGW_UNIT_TEST
 short
 tls_want(const struct tls_conn *c)
 {
     return c->want;
 }
+#endif
 
-int
+/*
+ * Read at most 'len' (> 0) bytes of application data without waiting.
+ * OUT *got: bytes read, > 0 exactly when 0 is returned.
+ * Returns 0; GW_EAGAIN (nothing now: wait for c->want on the socket);
+ * GW_ECLOSED (close_notify, EOF or reset); GW_EIO (a broken record or a
+ * socket error).  After GW_ECLOSED or GW_EIO every later call returns the
+ * same code.
+ * Not while a write is unfinished: after a write that took fewer bytes
+ * than offered, the next call on 'c' must be a write offering the rest
+ * (or tls_close()), since mbedTLS may still hold part of a record
+ * (asserted).  An HTTP/1.1 server finishes its response before it reads
+ * the next request anyway.
+ */
+GW_TESTABLE int
 tls_read(struct tls_conn *c, void *p, size_t len, size_t *got)
 {
     int ret;
@@ -415,7 +434,11 @@ tls_read(struct tls_conn *c, void *p, size_t len, size_t *got)
     return c->dead != 0 ? c->dead : GW_EAGAIN;
 }
 
-int
+/*
+ * The same, waiting until 'deadline' (net_read's contract).  OUT *n.
+ * Returns 0, GW_ECLOSED, GW_ETIMEDOUT, GW_EABORTED or GW_EIO.
+ */
+GW_TESTABLE int
 tls_read_deadline(struct tls_conn *c, void *p, size_t len, int64_t deadline,
                   int wake_fd, size_t *n)
 {
@@ -477,7 +500,21 @@ next_record(struct tls_conn *c, const struct iovec *iov, int iovcnt,
     return n;
 }
 
-int
+/*
+ * One non-blocking attempt to write the bytes of 'iov' (not modified),
+ * gathered into records of at most TLS_RECORD_MAX bytes; net_write_some's
+ * contract.  OUT *n: plaintext bytes taken, i.e. whose records the kernel
+ * has taken in full; 0 when the socket is full (then wait for
+ * c->want)).  Bytes not taken must be offered again, first thing, by
+ * the next write on 'c' (through any iovec split: their content counts,
+ * not the pointers).  The caller's own pending buffer does exactly this;
+ * internally, a record mbedTLS could only partly send is finished from a
+ * copy, so the caller may move or rebuild its buffer meanwhile.
+ * Returns 0, GW_ECLOSED (peer gone: EPIPE, reset or close_notify seen) or
+ * GW_EIO.  An error met after some bytes were taken is returned by the
+ * next call.
+ */
+GW_TESTABLE int
 tls_writev_some(struct tls_conn *c, const struct iovec *iov, int iovcnt,
                 size_t *n)
 {
@@ -525,6 +562,7 @@ tls_writev_some(struct tls_conn *c, const struct iovec *iov, int iovcnt,
     return 0;
 }
 
+#ifdef INFERGW_UNIT_TEST
 int
 tls_write(struct tls_conn *c, const void *p, size_t len, size_t *n)
 {
@@ -538,8 +576,10 @@ tls_write(struct tls_conn *c, const void *p, size_t len, size_t *n)
         return GW_EAGAIN;
     return rc;
 }
+#endif
 
-int
+/* The same for an iovec array (modified as it is consumed). */
+static int
 tls_writev_all(struct tls_conn *c, struct iovec *iov, int iovcnt,
                int64_t deadline, int wake_fd)
 {
@@ -574,6 +614,7 @@ tls_writev_all(struct tls_conn *c, struct iovec *iov, int iovcnt,
     }
 }
 
+#ifdef INFERGW_UNIT_TEST
 int
 tls_write_all(struct tls_conn *c, const void *p, size_t len,
               int64_t deadline, int wake_fd)
@@ -584,6 +625,7 @@ tls_write_all(struct tls_conn *c, const void *p, size_t len,
     iov.iov_len = len;
     return tls_writev_all(c, &iov, 1, deadline, wake_fd);
 }
+#endif
 
 void
 tls_close(struct tls_conn *c)

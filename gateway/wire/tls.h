@@ -63,7 +63,7 @@
  * tls_writev_some() hides that: it keeps a copy of the plaintext of that
  * one record (at most TLS_RECORD_MAX bytes) and reports bytes as taken only
  * once their record has been handed to the kernel in full, exactly like
- * net_writev_some().  What is left to the caller is the rule every stream
+ * net_write_some().  What is left to the caller is the rule every stream
  * writer follows anyway: after a write that took fewer bytes than offered,
  * offer the bytes that were not taken again, from the same position (more
  * may follow them; different ones may not - that is asserted).
@@ -152,52 +152,32 @@ int tls_accept(struct tls_server *s, int fd, int64_t deadline, int wake_fd,
                struct tls_conn **out, char *err, size_t errlen);
 
 /*
- * Read at most 'len' (> 0) bytes of application data without waiting.
- * OUT *got: bytes read, > 0 exactly when 0 is returned.
- * Returns 0; GW_EAGAIN (nothing now: wait for tls_want(c) on the socket);
- * GW_ECLOSED (close_notify, EOF or reset); GW_EIO (a broken record or a
- * socket error).  After GW_ECLOSED or GW_EIO every later call returns the
- * same code.
- * Not while a write is unfinished: after a write that took fewer bytes
- * than offered, the next call on 'c' must be a write offering the rest
- * (or tls_close()), since mbedTLS may still hold part of a record
- * (asserted).  An HTTP/1.1 server finishes its response before it reads
- * the next request anyway.
+ * Send close_notify if the socket takes it now (never waits), then free
+ * 'c'.  The socket stays open: the caller closes it.  NULL-safe.
  */
-int tls_read(struct tls_conn *c, void *p, size_t len, size_t *got);
+void tls_close(struct tls_conn *c);
 
 /*
- * The same, waiting until 'deadline' (net_read's contract).  OUT *n.
- * Returns 0, GW_ECLOSED, GW_ETIMEDOUT, GW_EABORTED or GW_EIO.
+ * 's' becomes the stream of c's socket through TLS (net.h): every
+ * net_stream_* call on it goes through tls.c's reads and writes, which
+ * no other module calls (the stream is the one interface).  's' borrows
+ * 'c' (and its socket): tls_close() comes after the last use of 's'.
  */
+void tls_stream_init(struct net_stream *s, struct tls_conn *c);
+
+#ifdef INFERGW_UNIT_TEST
+/* ---- test builds only (test/check_exports.py) ---- */
+
+/* tls.c's own (static in other builds; documented there). */
+int tls_read(struct tls_conn *c, void *p, size_t len, size_t *got);
 int tls_read_deadline(struct tls_conn *c, void *p, size_t len,
                       int64_t deadline, int wake_fd, size_t *n);
-
-/*
- * Decrypted bytes already buffered: while this is > 0, tls_read() returns
- * data without touching the socket, so do not poll() before reading.
- */
 size_t tls_pending(const struct tls_conn *c);
+int tls_writev_some(struct tls_conn *c, const struct iovec *iov, int iovcnt,
+                    size_t *n);
 
 /* POLLIN or POLLOUT: what the last GW_EAGAIN (or short write) waits for. */
 short tls_want(const struct tls_conn *c);
-
-/*
- * One non-blocking attempt to write the bytes of 'iov' (not modified),
- * gathered into records of at most TLS_RECORD_MAX bytes; net_writev_some's
- * contract.  OUT *n: plaintext bytes taken, i.e. whose records the kernel
- * has taken in full; 0 when the socket is full (then wait for
- * tls_want(c)).  Bytes not taken must be offered again, first thing, by
- * the next write on 'c' (through any iovec split: their content counts,
- * not the pointers).  The caller's own pending buffer does exactly this;
- * internally, a record mbedTLS could only partly send is finished from a
- * copy, so the caller may move or rebuild its buffer meanwhile.
- * Returns 0, GW_ECLOSED (peer gone: EPIPE, reset or close_notify seen) or
- * GW_EIO.  An error met after some bytes were taken is returned by the
- * next call.
- */
-int tls_writev_some(struct tls_conn *c, const struct iovec *iov, int iovcnt,
-                    size_t *n);
 
 /*
  * tls_writev_some() for one buffer, except that a full socket is
@@ -212,22 +192,6 @@ int tls_write(struct tls_conn *c, const void *p, size_t len, size_t *n);
  */
 int tls_write_all(struct tls_conn *c, const void *p, size_t len,
                   int64_t deadline, int wake_fd);
-
-/* The same for an iovec array (modified as it is consumed). */
-int tls_writev_all(struct tls_conn *c, struct iovec *iov, int iovcnt,
-                   int64_t deadline, int wake_fd);
-
-/*
- * Send close_notify if the socket takes it now (never waits), then free
- * 'c'.  The socket stays open: the caller closes it.  NULL-safe.
- */
-void tls_close(struct tls_conn *c);
-
-/*
- * 's' becomes the stream of c's socket through TLS (net.h): every
- * net_stream_* call on it goes through the functions above.  's' borrows
- * 'c' (and its socket): tls_close() comes after the last use of 's'.
- */
-void tls_stream_init(struct net_stream *s, struct tls_conn *c);
+#endif
 
 #endif

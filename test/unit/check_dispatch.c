@@ -146,8 +146,8 @@ run(const struct step *steps, size_t n, const char *model,
     up.n = n;
     up.next = 0;
     noted.n = 0;
-    return dispatch_run(&dc, &req, model, NULL, 0, CONFIG_MAX_TENANTS, &sink,
-                        -1, out);
+    return dispatch_call(&dc, &req, model, NULL, 0, CONFIG_MAX_TENANTS, &sink,
+                         -1, out);
 }
 
 START_TEST(test_connect_failure_retried_elsewhere)

@@ -128,7 +128,7 @@ park_threadless(struct flight *f, struct client *c)
     gw_mutex_unlock(&f->lock);
     flight_reader_advance(&c->r.fr, f->nchunks);
     flight_reader_set_parkable(&c->r.fr, 1);
-    flight_release(f, &c->r.fr);
+    flight_give_back(f, &c->r.fr);
 }
 
 static void

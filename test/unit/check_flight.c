@@ -415,7 +415,7 @@ park_threadless(struct flight *f, struct flight_reader *r)
     gw_mutex_unlock(&f->lock);
     flight_reader_advance(r, f->nchunks);
     flight_reader_set_parkable(r, 1);
-    flight_release(f, r);
+    flight_give_back(f, r);
 }
 
 /* 'n' new readers of 'f', attached and parked in order. */
@@ -473,7 +473,7 @@ START_TEST(test_take_only_the_readers_behind)
         flight_reader_set_parkable(fr, 1);
         flight_read_done(fr);
     }
-    flight_release(f, batch);           /* parked behind the third */
+    flight_give_back(f, batch);           /* parked behind the third */
     ck_assert_uint_eq(flight_parked(f), 3);
     ck_assert_int_eq(r[0].state, FLIGHT_READER_PARKED);
     batch = flight_take(f, 8, &s, 0);
@@ -482,7 +482,7 @@ START_TEST(test_take_only_the_readers_behind)
     flight_reader_advance(batch, 1);
     flight_reader_set_parkable(batch, 1);
     flight_read_done(batch);
-    flight_release(f, batch);
+    flight_give_back(f, batch);
     ck_assert_ptr_null(flight_take(f, 8, &s, 0));
     ck_assert_uint_eq(flight_parked(f), 3);
     flight_wake_all(f);
@@ -495,7 +495,7 @@ START_TEST(test_take_only_the_readers_behind)
 END_TEST
 
 /*
- * flight_release() parks again only a reader that its holder found
+ * flight_give_back() parks again only a reader that its holder found
  * caught up, that has every chunk, of a flight that still runs; every
  * other goes back to its thread.
  */
@@ -518,7 +518,7 @@ START_TEST(test_release_parks_only_the_caught_up)
     append_n(f, 0, 1, BIG);                     /* r[2], r[3] behind now */
     flight_reader_advance(&r[0], 1);
     flight_reader_advance(&r[3], 1);
-    flight_release(f, batch);
+    flight_give_back(f, batch);
     ck_assert_int_eq(r[0].state, FLIGHT_READER_PARKED);
     ck_assert_int_eq(r[1].state, FLIGHT_READER_RUNNING);
     ck_assert_int_eq(r[2].state, FLIGHT_READER_RUNNING);
@@ -528,7 +528,7 @@ START_TEST(test_release_parks_only_the_caught_up)
     /* Once the flight is over, nobody parks again. */
     batch = flight_claim_parked(f);
     flight_finish(f, &complete);
-    flight_release(f, batch);
+    flight_give_back(f, batch);
     ck_assert_int_eq(r[0].state, FLIGHT_READER_RUNNING);
     ck_assert_int_eq(r[3].state, FLIGHT_READER_RUNNING);
     ck_assert_uint_eq(flight_parked(f), 0);
@@ -564,7 +564,7 @@ START_TEST(test_helpers_bounded_per_flight)
             flight_reader_set_parkable(fr, 1);
             flight_read_done(fr);
         }
-        flight_release(f, batch);
+        flight_give_back(f, batch);
     }
     append_n(f, 2, 1, BIG);
     ck_assert_uint_eq(flight_call_helpers(f, 2, 1), 1); /* room for one */

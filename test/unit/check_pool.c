@@ -182,7 +182,7 @@ fail_on(int idx, enum pool_outcome o)
     w.exclude = ~(UINT64_C(1) << idx);
     ck_assert_int_eq(pool_acquire(pool, &w, &s, &ra), 0);
     ck_assert_int_eq(s.idx, idx);
-    pool_release(pool, &s, o, 0);
+    pool_give_back(pool, &s, o, 0);
 }
 
 /* ---- the breaker ---- */
@@ -195,10 +195,10 @@ START_TEST(test_eject_half_open_close)
 
     make_pool(1, "eject_after = 2\neject_time = 1s\n" NO_PANIC, "");
     ck_assert_int_eq(take(&s), 0);
-    pool_release(pool, &s, POOL_FAIL_CONNECT, 0);
+    pool_give_back(pool, &s, POOL_FAIL_CONNECT, 0);
     ck_assert_int_eq(pool_state_of(pool, 0), POOL_CLOSED);
     ck_assert_int_eq(take(&s), 0);
-    pool_release(pool, &s, POOL_FAIL_TIMEOUT, 0);
+    pool_give_back(pool, &s, POOL_FAIL_TIMEOUT, 0);
     ck_assert_int_eq(pool_state_of(pool, 0), POOL_OPEN);
     ck_assert(!pool_ready(pool));
     ck_assert_int_eq(pool_acquire(pool, &w, &s, &ra), GW_EUNAVAIL);
@@ -217,8 +217,8 @@ START_TEST(test_eject_half_open_close)
     pool_note_answer(pool, &s);             /* its first body byte */
     ck_assert_int_eq(pool_state_of(pool, 0), POOL_CLOSED);
     ck_assert_int_eq(take(&t), 0);
-    pool_release(pool, &t, POOL_OK, 0);
-    pool_release(pool, &s, POOL_OK, 0);
+    pool_give_back(pool, &t, POOL_OK, 0);
+    pool_give_back(pool, &s, POOL_OK, 0);
 }
 END_TEST
 
@@ -230,13 +230,13 @@ START_TEST(test_failed_trial_doubles_eject_time)
     make_pool(1, "eject_after = 1\neject_time = 200ms\n", "");
     ck_assert_int_eq(take(&s), 0);
     t0 = gw_now_ms();
-    pool_release(pool, &s, POOL_FAIL_STATUS, 0);
+    pool_give_back(pool, &s, POOL_FAIL_STATUS, 0);
     wait_state(POOL_HALF_OPEN);
     first = gw_now_ms() - t0;
     ck_assert_int_ge(first, 200);
     ck_assert_int_eq(take(&s), 0);
     t0 = gw_now_ms();
-    pool_release(pool, &s, POOL_FAIL_BROKEN, 0);     /* the trial fails */
+    pool_give_back(pool, &s, POOL_FAIL_BROKEN, 0);     /* the trial fails */
     ck_assert_int_eq(pool_state_of(pool, 0), POOL_OPEN);
     wait_state(POOL_HALF_OPEN);
     second = gw_now_ms() - t0;
@@ -263,7 +263,7 @@ START_TEST(test_eject_time_doubles_up_to_its_own_bound)
     make_pool(1, "eject_after = 1\neject_time = 5m\n" NO_PANIC, "");
     ck_assert_int_eq(cfg.eject_time_ms, CONFIG_MAX_EJECT_MS);
     ck_assert_int_eq(take(&s), 0);
-    pool_release(pool, &s, POOL_FAIL_STATUS, 0);
+    pool_give_back(pool, &s, POOL_FAIL_STATUS, 0);
     ck_assert_uint_eq(pool_status(pool, &st, 1), 1);
     ck_assert_int_eq(st.state, POOL_OPEN);
     ck_assert_int_le(st.state_left_ms, CONFIG_MAX_EJECT_MS);
@@ -278,16 +278,16 @@ START_TEST(test_stale_trial_clears_nothing)
     make_pool(1, "eject_after = 1\neject_time = 500ms\n" NO_PANIC, "");
     ck_assert_int_eq(take(&old), 0);        /* taken while closed */
     ck_assert_int_eq(take(&d), 0);
-    pool_release(pool, &d, POOL_FAIL_CONNECT, 0);
+    pool_give_back(pool, &d, POOL_FAIL_CONNECT, 0);
     wait_state(POOL_HALF_OPEN);
     ck_assert_int_eq(take(&a), 0);          /* trial 1 */
-    pool_release(pool, &old, POOL_FAIL_CONNECT, 0);  /* ejects again */
+    pool_give_back(pool, &old, POOL_FAIL_CONNECT, 0);  /* ejects again */
     ck_assert_int_eq(pool_state_of(pool, 0), POOL_OPEN);
     wait_state(POOL_HALF_OPEN);
     ck_assert_int_eq(take(&b), 0);          /* trial 2 */
-    pool_release(pool, &a, POOL_NEUTRAL, 0);    /* trial 1 ends late */
+    pool_give_back(pool, &a, POOL_NEUTRAL, 0);    /* trial 1 ends late */
     ck_assert_int_eq(take(&d), GW_EUNAVAIL);    /* trial 2 still out */
-    pool_release(pool, &b, POOL_OK, 0);
+    pool_give_back(pool, &b, POOL_OK, 0);
     ck_assert_int_eq(pool_state_of(pool, 0), POOL_CLOSED);
 }
 END_TEST
@@ -299,15 +299,15 @@ START_TEST(test_retry_after_holds_and_counts_once)
     make_pool(1, "eject_after = 2\n" NO_PANIC, "");
     ck_assert_int_eq(take(&s), 0);
     ck_assert_int_eq(take(&t), 0);
-    pool_release(pool, &s, POOL_FAIL_THROTTLED, 2000);
+    pool_give_back(pool, &s, POOL_FAIL_THROTTLED, 2000);
     ck_assert_int_eq(take(&s), GW_EUNAVAIL);    /* held back */
     ck_assert(!pool_ready(pool));
     /* The second 429 of the same hold is not a second failure. */
-    pool_release(pool, &t, POOL_FAIL_THROTTLED, 2000);
+    pool_give_back(pool, &t, POOL_FAIL_THROTTLED, 2000);
     ck_assert_int_eq(pool_state_of(pool, 0), POOL_CLOSED);
     while (take(&s) != 0)
         poll(NULL, 0, 10);
-    pool_release(pool, &s, POOL_OK, 0);
+    pool_give_back(pool, &s, POOL_OK, 0);
 }
 END_TEST
 
@@ -319,12 +319,12 @@ START_TEST(test_late_verdict_and_poison)
     /* Given back without a verdict, then judged poison: counted as a
      * failure, not toward ejection. */
     ck_assert_int_eq(take(&s), 0);
-    pool_release(pool, &s, POOL_NEUTRAL, 0);
+    pool_give_back(pool, &s, POOL_NEUTRAL, 0);
     pool_judge(pool, 0, POOL_FAIL_STATUS, 1);
     ck_assert_int_eq(pool_state_of(pool, 0), POOL_CLOSED);
     ck_assert_int_eq(pool_metric("infergw_upstream_failures_total{upstream="
                                  "\"u0\",kind=\"status\"}"), 1);
-    /* Judged the upstream's: as pool_release would have. */
+    /* Judged the upstream's: as pool_give_back would have. */
     pool_judge(pool, 0, POOL_FAIL_STATUS, 0);
     ck_assert_int_eq(pool_state_of(pool, 0), POOL_OPEN);
     wait_state(POOL_HALF_OPEN);
@@ -332,12 +332,12 @@ START_TEST(test_late_verdict_and_poison)
      * call is a trial too, and a late failure of the first ejects. */
     ck_assert_int_eq(take(&s), 0);
     ck_assert_uint_ne(s.trial, 0);
-    pool_release(pool, &s, POOL_NEUTRAL, 0);
+    pool_give_back(pool, &s, POOL_NEUTRAL, 0);
     ck_assert_int_eq(take(&t), 0);
     ck_assert_uint_ne(t.trial, 0);
     pool_judge(pool, 0, POOL_FAIL_STATUS, 0);
     ck_assert_int_eq(pool_state_of(pool, 0), POOL_OPEN);
-    pool_release(pool, &t, POOL_OK, 0);
+    pool_give_back(pool, &t, POOL_OK, 0);
     ck_assert_int_eq(pool_metric("infergw_upstream_poison_requests_total"),
                      0);
     pool_note_poison(pool);
@@ -431,7 +431,7 @@ START_TEST(test_panic_routes_across_all)
     /* One of two usable: 50% is not below 50%. */
     ck_assert_int_eq(take(&s), 0);
     ck_assert_int_eq(s.idx, 1);
-    pool_release(pool, &s, POOL_OK, 0);
+    pool_give_back(pool, &s, POOL_OK, 0);
     ck_assert_int_eq(pool_metric("infergw_upstream_panic"), 0);
     fail_on(1, POOL_FAIL_STATUS);
     ck_assert_int_eq(pool_state_of(pool, 1), POOL_OPEN);
@@ -448,8 +448,8 @@ START_TEST(test_panic_routes_across_all)
     ck_assert(pool_has_other(pool, &w, (size_t)t.idx) == 0);
     w.exclude = 0;
     ck_assert(pool_has_other(pool, &w, (size_t)t.idx));
-    pool_release(pool, &s, POOL_OK, 0);
-    pool_release(pool, &t, POOL_OK, 0);
+    pool_give_back(pool, &s, POOL_OK, 0);
+    pool_give_back(pool, &t, POOL_OK, 0);
     ck_assert_int_eq(pool_state_of(pool, 0), POOL_OPEN);
     ck_assert(!pool_ready(pool));
     ck_assert_int_eq(pool_metric("infergw_upstream_panic"), 1);
@@ -476,9 +476,9 @@ START_TEST(test_panic_call_is_no_trial)
     ck_assert_uint_ne(s.trial, 0);
     ck_assert_int_eq(take(&t), 0);          /* trial out: none usable */
     ck_assert_uint_eq(t.trial, 0);          /* no second trial */
-    pool_release(pool, &t, POOL_NEUTRAL, 0);
+    pool_give_back(pool, &t, POOL_NEUTRAL, 0);
     ck_assert_int_eq(pool_state_of(pool, 0), POOL_HALF_OPEN);
-    pool_release(pool, &s, POOL_OK, 0);
+    pool_give_back(pool, &s, POOL_OK, 0);
     ck_assert_int_eq(pool_state_of(pool, 0), POOL_CLOSED);
 }
 END_TEST
@@ -494,7 +494,7 @@ START_TEST(test_panic_leaves_a_held_upstream_alone)
      * the hold has left. */
     make_pool(1, "eject_after = 100\n", "");
     ck_assert_int_eq(take(&s), 0);
-    pool_release(pool, &s, POOL_FAIL_THROTTLED, 30000);
+    pool_give_back(pool, &s, POOL_FAIL_THROTTLED, 30000);
     ck_assert(!pool_ready(pool));
     ck_assert_int_eq(pool_acquire(pool, &w, &s, &ra), GW_EUNAVAIL);
     ck_assert_int_ge(ra, 29);
@@ -509,11 +509,11 @@ START_TEST(test_panic_leaves_a_held_upstream_alone)
     /* Once the hold is over it takes calls again. */
     make_pool(1, "eject_after = 100\n", "");
     ck_assert_int_eq(take(&s), 0);
-    pool_release(pool, &s, POOL_FAIL_THROTTLED, 200);
+    pool_give_back(pool, &s, POOL_FAIL_THROTTLED, 200);
     ck_assert_int_eq(take(&s), GW_EUNAVAIL);
     for (int64_t end = gw_now_ms() + 5000; take(&s) != 0; poll(NULL, 0, 10))
         ck_assert_msg(gw_now_ms() < end, "still held back");
-    pool_release(pool, &s, POOL_OK, 0);
+    pool_give_back(pool, &s, POOL_OK, 0);
     ck_assert(pool_ready(pool));
 }
 END_TEST
@@ -531,7 +531,7 @@ START_TEST(test_panic_routes_across_ejected_never_across_held)
     w.exclude = UINT64_C(1) << 1;
     ck_assert_int_eq(pool_acquire(pool, &w, &s, &ra), 0);
     ck_assert_int_eq(s.idx, 0);
-    pool_release(pool, &s, POOL_FAIL_STATUS, 30000);
+    pool_give_back(pool, &s, POOL_FAIL_STATUS, 30000);
     ck_assert_int_eq(pool_state_of(pool, 0), POOL_OPEN);
     fail_on(1, POOL_FAIL_CONNECT);
     ck_assert_int_eq(pool_state_of(pool, 1), POOL_OPEN);
@@ -539,7 +539,7 @@ START_TEST(test_panic_routes_across_ejected_never_across_held)
         ck_assert_int_eq(take(&s), 0);
         ck_assert_int_eq(s.idx, 1);
         ck_assert_uint_eq(s.trial, 0);
-        pool_release(pool, &s, POOL_NEUTRAL, 0);
+        pool_give_back(pool, &s, POOL_NEUTRAL, 0);
     }
     ck_assert_int_eq(pool_metric("infergw_upstream_panic"), 1);
     /* A retry from u1 has nowhere to go: u0 is held back, and its
@@ -596,7 +596,7 @@ START_TEST(test_ready_from_a_passing_probe_to_a_failed_one)
     ck_assert_int_eq(status_of(0).probe, POOL_PROBE_FAILED);
     /* A call's answer is no probe's. */
     ck_assert_int_eq(take(&s), 0);
-    pool_release(pool, &s, POOL_OK, 0);
+    pool_give_back(pool, &s, POOL_OK, 0);
     ck_assert(!pool_ready(pool));
     /* A probe stopped before any answer says nothing. */
     probe(0, POOL_NEUTRAL, 0);
@@ -637,7 +637,7 @@ START_TEST(test_ejected_is_not_ready_though_its_probe_passes)
               "");
     probe(0, POOL_OK, 200);
     ck_assert_int_eq(take(&s), 0);
-    pool_release(pool, &s, POOL_FAIL_STATUS, 0);
+    pool_give_back(pool, &s, POOL_FAIL_STATUS, 0);
     ck_assert_int_eq(pool_state_of(pool, 0), POOL_OPEN);
     probe(0, POOL_OK, 200);                 /* while ejected */
     ck_assert_int_eq(pool_state_of(pool, 0), POOL_OPEN);
@@ -645,7 +645,7 @@ START_TEST(test_ejected_is_not_ready_though_its_probe_passes)
     wait_state(POOL_HALF_OPEN);
     ck_assert(pool_ready(pool));            /* it may take the trial */
     ck_assert_int_eq(take(&s), 0);
-    pool_release(pool, &s, POOL_OK, 0);
+    pool_give_back(pool, &s, POOL_OK, 0);
     ck_assert_int_eq(pool_state_of(pool, 0), POOL_CLOSED);
 }
 END_TEST
@@ -660,7 +660,7 @@ START_TEST(test_held_is_not_ready_though_its_probe_passes)
     probe(0, POOL_OK, 200);
     ck_assert(pool_ready(pool));
     ck_assert_int_eq(take(&s), 0);
-    pool_release(pool, &s, POOL_FAIL_THROTTLED, 300);
+    pool_give_back(pool, &s, POOL_FAIL_THROTTLED, 300);
     ck_assert(!pool_ready(pool));
     ck_assert_int_eq(pool_state_of(pool, 0), POOL_CLOSED);
     ck_assert_int_gt(status_of(0).held_left_ms, 0);
@@ -850,18 +850,18 @@ START_TEST(test_queued_per_upstream)
     wait_upstream_queued("a", 2);
     ck_assert_int_eq(upstream_metric("infergw_upstream_queued", "b"), 1);
     /* b's slot goes to the one waiter b may take. */
-    pool_release(pool, &hold_b.slot, POOL_OK, 0);
+    pool_give_back(pool, &hold_b.slot, POOL_OK, 0);
     pthread_join(t1, NULL);
     ck_assert_int_eq(w1.rc, 0);
     ck_assert_int_eq(w1.slot.idx, 1);
     wait_upstream_queued("a", 1);
     ck_assert_int_eq(upstream_metric("infergw_upstream_queued", "b"), 0);
-    pool_release(pool, &hold_a.slot, POOL_OK, 0);
+    pool_give_back(pool, &hold_a.slot, POOL_OK, 0);
     pthread_join(t2, NULL);
     ck_assert_int_eq(w2.rc, 0);
     ck_assert_int_eq(upstream_metric("infergw_upstream_queued", "a"), 0);
-    pool_release(pool, &w1.slot, POOL_OK, 0);
-    pool_release(pool, &w2.slot, POOL_OK, 0);
+    pool_give_back(pool, &w1.slot, POOL_OK, 0);
+    pool_give_back(pool, &w2.slot, POOL_OK, 0);
 }
 END_TEST
 
@@ -878,15 +878,15 @@ START_TEST(test_queue_granted_in_order)
     wait_queued(1);
     ck_assert_int_eq(pthread_create(&tb, NULL, waiter, &b), 0);
     wait_queued(2);
-    pool_release(pool, &s, POOL_OK, 0);     /* to the first in line */
+    pool_give_back(pool, &s, POOL_OK, 0);     /* to the first in line */
     pthread_join(ta, NULL);
     ck_assert_int_eq(a.rc, 0);
     ck_assert(a.slot.queued);
     wait_queued(1);
-    pool_release(pool, &a.slot, POOL_OK, 0);
+    pool_give_back(pool, &a.slot, POOL_OK, 0);
     pthread_join(tb, NULL);
     ck_assert_int_eq(b.rc, 0);
-    pool_release(pool, &b.slot, POOL_OK, 0);
+    pool_give_back(pool, &b.slot, POOL_OK, 0);
 }
 END_TEST
 
@@ -908,20 +908,20 @@ START_TEST(test_acquire_says_whether_a_retry_could_go_elsewhere)
     ck_assert_int_eq(pool_acquire(pool, &w, &a, &ra), 0);
     ck_assert_int_eq(a.idx, 0);
     ck_assert_int_eq(a.other, 0);           /* u1 excluded */
-    pool_release(pool, &a, POOL_OK, 0);
+    pool_give_back(pool, &a, POOL_OK, 0);
     ck_assert_int_eq(take(&a), 0);
     ck_assert_int_eq(a.other, 1);           /* the other has room */
     ck_assert_int_eq(take(&b), 0);
     ck_assert_int_eq(b.other, 0);           /* the other is full */
     ck_assert_int_eq(pthread_create(&tc, NULL, waiter, &c), 0);
     wait_queued(1);
-    pool_release(pool, &a, POOL_OK, 0);
+    pool_give_back(pool, &a, POOL_OK, 0);
     pthread_join(tc, NULL);
     ck_assert_int_eq(c.rc, 0);
     ck_assert(c.slot.queued);
     ck_assert_int_eq(c.slot.other, 0);      /* b still holds the other */
-    pool_release(pool, &b, POOL_OK, 0);
-    pool_release(pool, &c.slot, POOL_OK, 0);
+    pool_give_back(pool, &b, POOL_OK, 0);
+    pool_give_back(pool, &c.slot, POOL_OK, 0);
 }
 END_TEST
 
@@ -952,7 +952,7 @@ START_TEST(test_queue_timeout_and_no_wait)
     ck_assert_int_eq(tenant_metric("infergw_tenant_queued"
                                    "{tenant=\"default\",priority=\"0\"}"),
                      0);
-    pool_release(pool, &s, POOL_OK, 0);
+    pool_give_back(pool, &s, POOL_OK, 0);
 }
 END_TEST
 
@@ -968,7 +968,7 @@ START_TEST(test_queue_stop_and_hopeless)
     ck_assert_int_eq(take(&s), 0);
     ck_assert_int_eq(pthread_create(&ta, NULL, waiter, &a), 0);
     wait_queued(1);
-    pool_release(pool, &s, POOL_FAIL_CONNECT, 0);
+    pool_give_back(pool, &s, POOL_FAIL_CONNECT, 0);
     pthread_join(ta, NULL);
     ck_assert_int_eq(a.rc, GW_EUNAVAIL);
     teardown();
@@ -982,7 +982,7 @@ START_TEST(test_queue_stop_and_hopeless)
     a.rc = 1;
     ck_assert_int_eq(pthread_create(&ta, NULL, waiter, &a), 0);
     wait_queued(1);
-    pool_release(pool, &s, POOL_FAIL_STATUS, 30000);
+    pool_give_back(pool, &s, POOL_FAIL_STATUS, 30000);
     pthread_join(ta, NULL);
     ck_assert_int_eq(a.rc, GW_EUNAVAIL);
     ck_assert_int_ge(a.ra, 29);
@@ -1000,7 +1000,7 @@ START_TEST(test_queue_stop_and_hopeless)
     pool_stop(pool);
     pthread_join(ta, NULL);
     ck_assert_int_eq(a.rc, GW_ESTOPPING);
-    pool_release(pool, &s, POOL_OK, 0);
+    pool_give_back(pool, &s, POOL_OK, 0);
 }
 END_TEST
 
@@ -1017,12 +1017,12 @@ START_TEST(test_panic_grants_a_waiter_an_ejected_slot)
     ck_assert_int_eq(take(&s), 0);
     ck_assert_int_eq(pthread_create(&ta, NULL, waiter, &a), 0);
     wait_queued(1);
-    pool_release(pool, &s, POOL_FAIL_CONNECT, 0);
+    pool_give_back(pool, &s, POOL_FAIL_CONNECT, 0);
     pthread_join(ta, NULL);
     ck_assert_int_eq(a.rc, 0);
     ck_assert_int_eq(a.slot.idx, 0);
     ck_assert_int_eq(pool_state_of(pool, 0), POOL_OPEN);
-    pool_release(pool, &a.slot, POOL_OK, 0);
+    pool_give_back(pool, &a.slot, POOL_OK, 0);
 }
 END_TEST
 
@@ -1054,7 +1054,7 @@ START_TEST(test_budget_share_and_minimum)
     ck_assert_uint_eq(st[s.idx].hedges, 3);
     ck_assert_uint_eq(st[s.idx].hedges_won, 1);
     ck_assert_uint_eq(st[1 - s.idx].retries + st[1 - s.idx].hedges, 0);
-    pool_release(pool, &s, POOL_OK, 0);
+    pool_give_back(pool, &s, POOL_OK, 0);
 }
 END_TEST
 
@@ -1076,7 +1076,7 @@ START_TEST(test_round_robin_weights)
     for (int i = 0; i < 40; i++) {
         ck_assert_int_eq(take(&s), 0);
         count[s.idx]++;
-        pool_release(pool, &s, POOL_OK, 0);
+        pool_give_back(pool, &s, POOL_OK, 0);
     }
     ck_assert_int_eq(count[0], 30);
     ck_assert_int_eq(count[1], 10);
@@ -1093,11 +1093,11 @@ START_TEST(test_prefix_sticks_and_bounds)
     make_pool(3, "balance = prefix\nprefix_epsilon = 0.25\n", "");
     ck_assert_int_eq(pool_acquire(pool, &w, &s[0], &ra), 0);
     first = s[0].idx;
-    pool_release(pool, &s[0], POOL_OK, 0);
+    pool_give_back(pool, &s[0], POOL_OK, 0);
     for (int i = 0; i < 5; i++) {           /* idle: always the same one */
         ck_assert_int_eq(pool_acquire(pool, &w, &s[0], &ra), 0);
         ck_assert_int_eq(s[0].idx, first);
-        pool_release(pool, &s[0], POOL_OK, 0);
+        pool_give_back(pool, &s[0], POOL_OK, 0);
     }
     for (int i = 0; i < 12; i++) {          /* loaded: spills, bounded */
         ck_assert_int_eq(pool_acquire(pool, &w, &s[i], &ra), 0);
@@ -1107,7 +1107,7 @@ START_TEST(test_prefix_sticks_and_bounds)
         ck_assert_int_le(count[i], 5);      /* ceil(1.25 x 12 / 3) */
     ck_assert_int_ge(count[first], 4);
     for (int i = 0; i < 12; i++)
-        pool_release(pool, &s[i], POOL_OK, 0);
+        pool_give_back(pool, &s[i], POOL_OK, 0);
 }
 END_TEST
 
@@ -1136,7 +1136,7 @@ START_TEST(test_models_route)
               && pool_serves(pool, "beta", NULL));
     ck_assert_int_eq(pool_acquire(pool, &w, &s, &ra), 0);
     ck_assert_int_eq(s.idx, 1);
-    pool_release(pool, &s, POOL_OK, 0);
+    pool_give_back(pool, &s, POOL_OK, 0);
     w.exclude = 2;
     ck_assert_int_eq(pool_acquire(pool, &w, &s, &ra), GW_ENOTFOUND);
     buf_init(&b, 1 << 16);
@@ -1188,7 +1188,7 @@ START_TEST(test_admission_holds_until_the_models_change)
     ck_assert_int_eq(pool_acquire(pool, &w, &s, &ra), 0);
     ck_assert_uint_eq(pool_sets_computed(), before);   /* none again */
     ck_assert_int_eq(s.idx, 0);
-    pool_release(pool, &s, POOL_OK, 0);
+    pool_give_back(pool, &s, POOL_OK, 0);
     /* Now upstream 0 serves "n" and 1 serves "m": the admission made
      * before no longer holds. */
     set_model(0, "n");
@@ -1197,7 +1197,7 @@ START_TEST(test_admission_holds_until_the_models_change)
     ck_assert_int_eq(pool_acquire(pool, &w, &s, &ra), 0);
     ck_assert_uint_eq(pool_sets_computed(), before + 1);
     ck_assert_int_eq(s.idx, 1);
-    pool_release(pool, &s, POOL_OK, 0);
+    pool_give_back(pool, &s, POOL_OK, 0);
     /* Nor does another pool's (a generation's pool is its own). */
     second = pool_new(&cfg);
     ck_assert_ptr_nonnull(second);
@@ -1206,7 +1206,7 @@ START_TEST(test_admission_holds_until_the_models_change)
     w.admission = &other;
     ck_assert_int_eq(pool_acquire(pool, &w, &s, &ra), 0);
     ck_assert_int_eq(s.idx, 1);
-    pool_release(pool, &s, POOL_OK, 0);
+    pool_give_back(pool, &s, POOL_OK, 0);
     pool_free(second);
 }
 END_TEST
@@ -1289,7 +1289,7 @@ static void
 release_all(struct pool_slot *s, int n)
 {
     for (int i = 0; i < n; i++)
-        pool_release(pool, &s[i], POOL_OK, 0);
+        pool_give_back(pool, &s[i], POOL_OK, 0);
 }
 
 START_TEST(test_least_load_reads_the_engines)
@@ -1328,17 +1328,17 @@ START_TEST(test_prefix_bounds_on_the_engines_load)
         report(i, 0, 0, 0.1);
     ck_assert_int_eq(pool_acquire(pool, &w, &s, &ra), 0);
     first = s.idx;
-    pool_release(pool, &s, POOL_OK, 0);
+    pool_give_back(pool, &s, POOL_OK, 0);
     report((size_t)first, 0, 0, 0.1);
     ck_assert_int_eq(pool_acquire(pool, &w, &s, &ra), 0);
     ck_assert_int_eq(s.idx, first);         /* idle: it sticks */
-    pool_release(pool, &s, POOL_OK, 0);
+    pool_give_back(pool, &s, POOL_OK, 0);
     /* 10 running from another client: bound 1.25 x (10 + 1) / 3. */
     report((size_t)first, 0, 10, 0.1);
     for (int i = 0; i < 5; i++) {
         ck_assert_int_eq(pool_acquire(pool, &w, &s, &ra), 0);
         ck_assert_int_ne(s.idx, first);
-        pool_release(pool, &s, POOL_OK, 0);
+        pool_give_back(pool, &s, POOL_OK, 0);
     }
 }
 END_TEST
@@ -1396,14 +1396,14 @@ START_TEST(test_a_report_counts_from_when_it_was_sent)
         /* Its scrape goes out while the quick call runs, and its engine
            counts it; the call ends before the answer comes back. */
         sent = pool_load_mark(pool, idle);
-        pool_release(pool, &quick, POOL_OK, 0);
+        pool_give_back(pool, &quick, POOL_OK, 0);
         pool_set_load(pool, idle, &r, &sent);
         /* Idle again, not a tie with the busy one. */
         ck_assert_int_eq(take(&s), 0);
         ck_assert_int_ne(s.idx, busy.idx);
-        pool_release(pool, &s, POOL_OK, 0);
+        pool_give_back(pool, &s, POOL_OK, 0);
     }
-    pool_release(pool, &busy, POOL_OK, 0);
+    pool_give_back(pool, &busy, POOL_OK, 0);
 }
 END_TEST
 
@@ -1430,10 +1430,10 @@ START_TEST(test_a_scrape_never_counts_fewer_than_the_open_calls)
         ck_assert_int_eq(take(&s), 0);
         ck_assert_int_ne(s.idx, open.idx);
         idle = (size_t)s.idx;
-        pool_release(pool, &s, POOL_OK, 0);     /* clears s.idx */
+        pool_give_back(pool, &s, POOL_OK, 0);     /* clears s.idx */
         report(idle, 0, 0, 0);
     }
-    pool_release(pool, &open, POOL_OK, 0);
+    pool_give_back(pool, &open, POOL_OK, 0);
 }
 END_TEST
 
@@ -1481,16 +1481,16 @@ START_TEST(test_saturated_fleet_waits_until_a_scrape_frees_it)
     pthread_join(ta, NULL);
     ck_assert_int_eq(a.rc, 0);
     ck_assert(a.slot.queued);
-    pool_release(pool, &a.slot, POOL_OK, 0);
+    pool_give_back(pool, &a.slot, POOL_OK, 0);
     /* Capacity learned (8 ran while 2 waited): with 8 running, two more
      * started calls make a queue of 2 again. */
     ck_assert_int_eq(take(&s), 0);
     ck_assert_int_eq(upstream_metric("infergw_upstream_saturated", "u0"), 0);
     ck_assert_int_eq(take(&a.slot), 0);
     ck_assert_int_eq(upstream_metric("infergw_upstream_saturated", "u0"), 1);
-    pool_release(pool, &s, POOL_OK, 0);
+    pool_give_back(pool, &s, POOL_OK, 0);
     ck_assert_int_eq(upstream_metric("infergw_upstream_saturated", "u0"), 0);
-    pool_release(pool, &a.slot, POOL_OK, 0);
+    pool_give_back(pool, &a.slot, POOL_OK, 0);
 }
 END_TEST
 
@@ -1514,7 +1514,7 @@ START_TEST(test_a_burst_on_an_idle_engine_starts_slowly)
      * between two steps): still doubling, 40, and 24 more would fit. */
     report(0, 1, 20, 0);
     ck_assert_int_eq(take(&extra), 0);
-    pool_release(pool, &extra, POOL_OK, 0);
+    pool_give_back(pool, &extra, POOL_OK, 0);
     /* The second in a row: the room is known (20), no doubling; 3 more
      * make the queue 4. */
     report(0, 1, 20, 0);
@@ -1590,7 +1590,7 @@ admit_one(struct tenant_waiter *w, int n)
             /* Saturated again; its end lets one of the engine's two
                waiting in, so one is still waiting. */
             report(0, 2, 8, 0.1);
-            pool_release(pool, &w[found].slot, POOL_OK, 0);
+            pool_give_back(pool, &w[found].slot, POOL_OK, 0);
             w[found].slot.idx = -2;     /* counted */
             return found;
         }
@@ -1635,7 +1635,7 @@ START_TEST(test_priority_then_fewest_open_per_weight_then_oldest)
     for (int i = 0; i < 5; i++)
         pthread_join(t[i], NULL);
     for (int i = 0; i < 3; i++)
-        pool_release(pool, &held[i], POOL_OK, 0);
+        pool_give_back(pool, &held[i], POOL_OK, 0);
 }
 END_TEST
 
@@ -1686,16 +1686,16 @@ START_TEST(test_competing_tenants_get_no_place_in_the_engines_queue)
                        1);
     /* One place frees: a's turn (fewer open than b), though b came
        first. */
-    pool_release(pool, &a, POOL_OK, 0);
+    pool_give_back(pool, &a, POOL_OK, 0);
     wait_done(&aw);
     ck_assert_int_eq(aw.rc, 0);
     wait_queued(2);
     ck_assert_int_eq(atomic_load(&bw.done), 0);
     /* Two more: b's, then d's (lower priority). */
-    pool_release(pool, &b[0], POOL_OK, 0);
+    pool_give_back(pool, &b[0], POOL_OK, 0);
     wait_done(&bw);
     ck_assert_int_eq(atomic_load(&dw.done), 0);
-    pool_release(pool, &b[1], POOL_OK, 0);
+    pool_give_back(pool, &b[1], POOL_OK, 0);
     wait_done(&dw);
     pthread_join(ta, NULL);
     pthread_join(tb, NULL);
@@ -1711,9 +1711,9 @@ START_TEST(test_competing_tenants_get_no_place_in_the_engines_queue)
                                    "{tenant=\"a\",priority=\"0\"}"), 0);
     ck_assert_int_eq(tenant_metric("infergw_tenant_queue_timeouts_total"
                                    "{tenant=\"a\",priority=\"0\"}"), 0);
-    pool_release(pool, &aw.slot, POOL_OK, 0);
-    pool_release(pool, &bw.slot, POOL_OK, 0);
-    pool_release(pool, &dw.slot, POOL_OK, 0);
+    pool_give_back(pool, &aw.slot, POOL_OK, 0);
+    pool_give_back(pool, &bw.slot, POOL_OK, 0);
+    pool_give_back(pool, &dw.slot, POOL_OK, 0);
 }
 END_TEST
 
@@ -1749,18 +1749,18 @@ START_TEST(test_a_tenant_ahead_leaves_the_headroom_to_the_others)
     ck_assert_int_eq(atomic_load(&bw.done), 0);
     /* Two of a's calls end: the fleet has 2 free, no more than the
        headroom, so b still waits; the third makes 3, one for b. */
-    pool_release(pool, &a[0], POOL_OK, 0);
-    pool_release(pool, &a[1], POOL_OK, 0);
+    pool_give_back(pool, &a[0], POOL_OK, 0);
+    pool_give_back(pool, &a[1], POOL_OK, 0);
     ck_assert_int_eq(atomic_load(&bw.done), 0);
     wait_tenant_metric("infergw_tenant_queued{tenant=\"b\",priority=\"0\"}",
                        1);
-    pool_release(pool, &a[2], POOL_OK, 0);
+    pool_give_back(pool, &a[2], POOL_OK, 0);
     wait_done(&bw);
     pthread_join(tb, NULL);
     ck_assert_int_eq(bw.rc, 0);
-    pool_release(pool, &bw.slot, POOL_OK, 0);
+    pool_give_back(pool, &bw.slot, POOL_OK, 0);
     for (int i = 0; i < 13; i++)
-        pool_release(pool, &b[i], POOL_OK, 0);
+        pool_give_back(pool, &b[i], POOL_OK, 0);
 }
 END_TEST
 
@@ -1770,7 +1770,7 @@ START_TEST(test_sheddable_tenant_gets_429_at_saturation)
 
     make_pool(1, TENANTS, "");
     ck_assert_int_eq(take_as(3, &s), 0);    /* not saturated: served */
-    pool_release(pool, &s, POOL_OK, 0);
+    pool_give_back(pool, &s, POOL_OK, 0);
     report_full(0, 1, 8, 0.1);
     ck_assert_int_eq(take_as(3, &s), GW_ESHED);
     ck_assert_int_eq(tenant_metric("infergw_tenant_shed_total{tenant=\"d\","

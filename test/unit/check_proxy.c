@@ -144,14 +144,14 @@ upstream_perform(struct upstream *u, size_t idx,
  * (conn_serve is only driven to its out-of-memory answer).
  */
 struct generation *
-generation_acquire(struct generations *l)
+generation_ref_current(struct generations *l)
 {
     (void)l;
     abort();
 }
 
 void
-generation_release(struct generations *l, struct generation *g)
+generation_unref(struct generations *l, struct generation *g)
 {
     (void)l;
     (void)g;
@@ -166,7 +166,7 @@ generation_current_id(struct generations *l)
 }
 
 struct generation_cert *
-generation_cert_acquire(struct generations *l, struct generation *g)
+generation_cert_ref(struct generations *l, struct generation *g)
 {
     (void)l;
     (void)g;
@@ -174,7 +174,7 @@ generation_cert_acquire(struct generations *l, struct generation *g)
 }
 
 void
-generation_cert_release(struct generations *l, struct generation_cert *c)
+generation_cert_unref(struct generations *l, struct generation_cert *c)
 {
     (void)l;
     (void)c;
