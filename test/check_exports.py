@@ -32,11 +32,16 @@ ALLOWED = {
 
 
 def objects(root, sub):
+    """The objects under root/sub that a source of today's tree makes
+    (root/gateway/fleet/pool.o from gateway/fleet/pool.c): a build
+    directory may still hold objects of files that moved or went."""
     out = []
     for dirpath, _dirs, files in os.walk(os.path.join(root, sub)):
         for f in files:
-            if f.endswith(".o"):
-                out.append(os.path.join(dirpath, f))
+            path = os.path.join(dirpath, f)
+            if f.endswith(".o") and os.path.exists(
+                    os.path.relpath(path, root)[:-2] + ".c"):
+                out.append(path)
     return sorted(out)
 
 

@@ -1246,7 +1246,7 @@ START_TEST(test_models_change_under_admissions)
         w.admission = &adm;
         ck_assert_int_eq(pool_acquire(pool, &w, &s, &ra), 0);
         ck_assert(s.idx == 0 || s.idx == 1);
-        pool_release(pool, &s, POOL_OK, 0);
+        pool_give_back(pool, &s, POOL_OK, 0);
     }
     __atomic_store_n(&stop, 1, __ATOMIC_RELEASE);
     pthread_join(t, NULL);
