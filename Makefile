@@ -225,6 +225,7 @@ deps:
 # built with -DINFERGW_UNIT_TEST), so unit builds them too.
 unit: $(UNITS) $(FUZZ_REPLAY) $(BUILD)/bin/infergw $(TOOLS)
 	@python3 test/check_includes.py
+	@python3 test/check_sizes.py
 	@python3 test/check_exports.py $(BUILD)
 	@python3 test/check_licence.py
 	@python3 test/check_docs.py
