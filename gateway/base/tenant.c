@@ -564,6 +564,11 @@ per_configured(struct tenants *ts, const struct gw_config *cfg,
 {
     assert(gw_mutex_held(&ts->lock));
     prom_family(w, name, type, help);
+    /* A [tenant default] is that name's row: the implicit one would be
+     * a second series with the same labels (and the same entry). */
+    for (size_t i = 0; i < cfg->num_tenants && and_default; i++)
+        if (strcmp(cfg->tenants[i].name, TENANT_DEFAULT_NAME) == 0)
+            and_default = 0;
     for (size_t i = 0; i < cfg->num_tenants + (and_default ? 1 : 0); i++) {
         size_t t = i < cfg->num_tenants ? i : CONFIG_MAX_TENANTS;
         const struct config_tenant *ct = t < cfg->num_tenants

@@ -289,17 +289,17 @@ pool_carry_probes(struct pool *to, struct pool *from)
     size_t i, k;
 
     /* Copied out first: never two pools' locks at once. */
-    gw_mutex_lock(&from->lock);
+    pool_lock(from);
     for (k = 0; k < from->n; k++)
         v[k] = from->m[k].probe;
-    gw_mutex_unlock(&from->lock);
-    gw_mutex_lock(&to->lock);
+    pool_unlock(from);
+    pool_lock(to);
     for (i = 0; i < to->n; i++)
         for (k = 0; k < from->n; k++)
             if (strcmp(to->m[i].cfg->name, from->m[k].cfg->name) == 0
                 && strcmp(to->m[i].cfg->url, from->m[k].cfg->url) == 0)
                 to->m[i].probe = v[k];
-    gw_mutex_unlock(&to->lock);
+    pool_unlock(to);
 }
 
 #ifdef INFERGW_UNIT_TEST

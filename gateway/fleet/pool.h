@@ -418,6 +418,11 @@ size_t pool_status(struct pool *p, struct pool_upstream_status *out,
 /* The state of upstream 'idx' now. */
 enum pool_state pool_state_of(struct pool *p, size_t idx);
 
+/* How long an ejection lasts after 'streak' others in a row
+ * (pool_breaker.c, GW_TESTABLE): eject_time doubled, at most
+ * CONFIG_MAX_EJECT_MS. */
+int64_t eject_ms(int64_t eject_time_ms, unsigned streak);
+
 /*
  * Is there an upstream for 'want', other than 'idx' and the excluded
  * ones, that is usable now and has room?  (Whether a retry could go

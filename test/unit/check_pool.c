@@ -27,8 +27,6 @@ static struct gw_config cfg;
 static struct pool *pool;
 static struct tenants *tenants;     /* what the queue reports, per tenant */
 
-/* pool_breaker.c's GW_TESTABLE function. */
-int64_t eject_ms(int64_t eject_time_ms, unsigned streak);
 
 /*
  * For the breaker alone: with panic_below at its default, a pool whose
@@ -748,16 +746,42 @@ struct waiter_arg {
     int rc;
     struct pool_slot slot;
     int ra;                     /* its Retry-After */
+    int gone;                   /* its client has left (want.gone) */
 };
 
+static int
+waiter_gone(void *arg)
+{
+    const struct waiter_arg *a = arg;
+
+    return __atomic_load_n(&a->gone, __ATOMIC_ACQUIRE);
+}
+
+/* A call of the default tenant, reported to 'tenants', on its own
+ * thread. */
 static void *
 waiter(void *arg)
 {
     struct waiter_arg *a = arg;
-    struct pool_want w = { .tenant = CONFIG_MAX_TENANTS };
+    struct pool_want w = { .tenant = CONFIG_MAX_TENANTS,
+                           .tenants = tenants, .gone = waiter_gone,
+                           .gone_arg = a };
 
     a->rc = pool_acquire(pool, &w, &a->slot, &a->ra);
     return NULL;
+}
+
+/* However its wait ended, a call that waited is one wait of its tenant
+ * and no longer one that waits now (tenant.h's gauge). */
+static void
+assert_one_wait_over(void)
+{
+    ck_assert_int_eq(tenant_metric("infergw_tenant_queue_waits_total"
+                                   "{tenant=\"default\",priority=\"0\"}"),
+                     1);
+    ck_assert_int_eq(tenant_metric("infergw_tenant_queued"
+                                   "{tenant=\"default\",priority=\"0\"}"),
+                     0);
 }
 
 /* Poll until the pool says 'n' calls wait (for u0: these tests' pools
@@ -867,8 +891,8 @@ END_TEST
 
 START_TEST(test_queue_granted_in_order)
 {
-    struct waiter_arg a = { 1, { -1, 0, 0, 0, 0 }, 0 };
-    struct waiter_arg b = { 1, { -1, 0, 0, 0, 0 }, 0 };
+    struct waiter_arg a = { 1, { -1, 0, 0, 0, 0 }, 0, 0 };
+    struct waiter_arg b = { 1, { -1, 0, 0, 0, 0 }, 0, 0 };
     struct pool_slot s;
     pthread_t ta, tb;
 
@@ -898,7 +922,7 @@ END_TEST
 START_TEST(test_acquire_says_whether_a_retry_could_go_elsewhere)
 {
     struct pool_want w = { .tenant = CONFIG_MAX_TENANTS };
-    struct waiter_arg c = { 1, { -1, 0, 0, 0, 0 }, 0 };
+    struct waiter_arg c = { 1, { -1, 0, 0, 0, 0 }, 0, 0 };
     struct pool_slot a, b;
     pthread_t tc;
     int ra;
@@ -946,42 +970,46 @@ START_TEST(test_queue_timeout_and_no_wait)
     ck_assert_int_eq(tenant_metric("infergw_tenant_queue_timeouts_total"
                                    "{tenant=\"default\",priority=\"0\"}"),
                      1);
-    ck_assert_int_eq(tenant_metric("infergw_tenant_queue_waits_total"
-                                   "{tenant=\"default\",priority=\"0\"}"),
-                     1);
-    ck_assert_int_eq(tenant_metric("infergw_tenant_queued"
-                                   "{tenant=\"default\",priority=\"0\"}"),
-                     0);
+    assert_one_wait_over();
     pool_give_back(pool, &s, POOL_OK, 0);
 }
 END_TEST
 
+/*
+ * A pool of one upstream with max_inflight = 1 ('pool_text' its
+ * [routing]), its slot taken (OUT *s), and a waiter (*a, on thread *ta)
+ * queued behind it.
+ */
+static void
+queue_behind(const char *pool_text, struct pool_slot *s,
+             struct waiter_arg *a, pthread_t *ta)
+{
+    make_pool(1, pool_text, "max_inflight = 1\n");
+    ck_assert_int_eq(take(s), 0);
+    a->rc = 1;
+    ck_assert_int_eq(pthread_create(ta, NULL, waiter, a), 0);
+    wait_queued(1);
+}
+
 START_TEST(test_queue_stop_and_hopeless)
 {
-    struct waiter_arg a = { 1, { -1, 0, 0, 0, 0 }, 0 };
+    struct waiter_arg a = { 1, { -1, 0, 0, 0, 0 }, 0, 0 };
     struct pool_slot s;
     pthread_t ta;
 
     /* Every upstream it could use is ejected: told at once. */
-    make_pool(1, "queue_timeout = 10s\neject_after = 1\neject_time = 1m\n"
-              NO_PANIC, "max_inflight = 1\n");
-    ck_assert_int_eq(take(&s), 0);
-    ck_assert_int_eq(pthread_create(&ta, NULL, waiter, &a), 0);
-    wait_queued(1);
+    queue_behind("queue_timeout = 10s\neject_after = 1\neject_time = 1m\n"
+                 NO_PANIC, &s, &a, &ta);
     pool_give_back(pool, &s, POOL_FAIL_CONNECT, 0);
     pthread_join(ta, NULL);
     ck_assert_int_eq(a.rc, GW_EUNAVAIL);
+    assert_one_wait_over();
     teardown();
 
     /* Held back by its Retry-After while a call waits for it: in panic
      * too (the default), the waiter is told at once, with the hold's
      * time left. */
-    make_pool(1, "queue_timeout = 10s\neject_after = 100\n",
-              "max_inflight = 1\n");
-    ck_assert_int_eq(take(&s), 0);
-    a.rc = 1;
-    ck_assert_int_eq(pthread_create(&ta, NULL, waiter, &a), 0);
-    wait_queued(1);
+    queue_behind("queue_timeout = 10s\neject_after = 100\n", &s, &a, &ta);
     pool_give_back(pool, &s, POOL_FAIL_STATUS, 30000);
     pthread_join(ta, NULL);
     ck_assert_int_eq(a.rc, GW_EUNAVAIL);
@@ -989,34 +1017,38 @@ START_TEST(test_queue_stop_and_hopeless)
     ck_assert_int_le(a.ra, 30);
     ck_assert_int_eq(upstream_metric("infergw_upstream_calls_total", "u0"),
                      1);
+    assert_one_wait_over();
+    teardown();
+
+    /* Its client leaves while it waits: no slot. */
+    queue_behind("queue_timeout = 10s\n", &s, &a, &ta);
+    __atomic_store_n(&a.gone, 1, __ATOMIC_RELEASE);
+    pthread_join(ta, NULL);
+    a.gone = 0;
+    ck_assert_int_eq(a.rc, GW_EABORTED);
+    assert_one_wait_over();
+    pool_give_back(pool, &s, POOL_OK, 0);
     teardown();
 
     /* The stop ends the wait. */
-    make_pool(1, "queue_timeout = 10s\n", "max_inflight = 1\n");
-    ck_assert_int_eq(take(&s), 0);
-    a.rc = 1;
-    ck_assert_int_eq(pthread_create(&ta, NULL, waiter, &a), 0);
-    wait_queued(1);
+    queue_behind("queue_timeout = 10s\n", &s, &a, &ta);
     pool_stop(pool);
     pthread_join(ta, NULL);
     ck_assert_int_eq(a.rc, GW_ESTOPPING);
+    assert_one_wait_over();
     pool_give_back(pool, &s, POOL_OK, 0);
 }
 END_TEST
 
 START_TEST(test_panic_grants_a_waiter_an_ejected_slot)
 {
-    struct waiter_arg a = { 1, { -1, 0, 0, 0, 0 }, 0 };
+    struct waiter_arg a = { 1, { -1, 0, 0, 0, 0 }, 0, 0 };
     struct pool_slot s;
     pthread_t ta;
 
     /* Its one upstream full, a call waits; the upstream is ejected
      * meanwhile: in panic the waiter still gets the freed slot. */
-    make_pool(1, "queue_timeout = 10s\neject_after = 1\neject_time = 1m\n",
-              "max_inflight = 1\n");
-    ck_assert_int_eq(take(&s), 0);
-    ck_assert_int_eq(pthread_create(&ta, NULL, waiter, &a), 0);
-    wait_queued(1);
+    queue_behind("queue_timeout = 10s\neject_after = 1\neject_time = 1m\n", &s, &a, &ta);
     pool_give_back(pool, &s, POOL_FAIL_CONNECT, 0);
     pthread_join(ta, NULL);
     ck_assert_int_eq(a.rc, 0);
@@ -1468,7 +1500,7 @@ END_TEST
 
 START_TEST(test_saturated_fleet_waits_until_a_scrape_frees_it)
 {
-    struct waiter_arg a = { 1, { -1, 0, 0, 0, 0 }, 0 };
+    struct waiter_arg a = { 1, { -1, 0, 0, 0, 0 }, 0, 0 };
     struct pool_slot s;
     pthread_t ta;
 

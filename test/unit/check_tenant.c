@@ -567,6 +567,50 @@ END_TEST
  * the queue's order is, and kept by name: a reload that reorders the
  * tenants moves no count to another name.
  */
+/* How many lines of 'text' start with 'series' (a sample's name and
+ * labels). */
+static int
+count_lines(const char *text, const char *series)
+{
+    int n = 0;
+    size_t len = strlen(series);
+
+    for (const char *p = text; p != NULL && *p != '\0';) {
+        if (strncmp(p, series, len) == 0)
+            n++;
+        p = strchr(p, '\n');
+        if (p != NULL)
+            p++;
+    }
+    return n;
+}
+
+/*
+ * A configured [tenant default] is the one series of that name: the
+ * default tenant's implicit row would repeat its labels (an invalid
+ * exposition, counted twice by a sum()).
+ */
+START_TEST(test_a_tenant_named_default_is_one_series)
+{
+    struct tenants *ts = tenants_new();
+    const char *t;
+    struct buf b;
+
+    load("[tenant default]\napi_key = " KEY_1 "\n");
+    buf_init(&b, 1 << 20);
+    t = rendered(ts, &b);
+    ck_assert_int_eq(count_lines(t, "infergw_coalesce_followers_by_tenant_"
+                                 "total{tenant=\"default\"} "), 1);
+    ck_assert_int_eq(count_lines(t, "infergw_tenant_queued{tenant="
+                                 "\"default\",priority=\"0\"} "), 1);
+    ck_assert_int_eq(count_lines(t, "infergw_tenant_queue_waits_total"
+                                 "{tenant=\"default\",priority=\"0\"} "),
+                     1);
+    buf_release(&b);
+    tenants_free(ts);
+}
+END_TEST
+
 START_TEST(test_queue_followers_and_limits_by_name)
 {
     struct tenants *ts = tenants_new();
@@ -672,6 +716,7 @@ tenant_suite(void)
     tcase_add_test(tc, test_bill_and_render);
     tcase_add_test(tc, test_requests_by_status);
     tcase_add_test(tc, test_queue_followers_and_limits_by_name);
+    tcase_add_test(tc, test_a_tenant_named_default_is_one_series);
     suite_add_tcase(s, tc);
     return s;
 }
