@@ -186,20 +186,20 @@ START_TEST(test_max_inflight)
 
     load("[tenant a]\napi_key = " KEY_1 "\nmax_inflight = 2\n"
          "[tenant b]\napi_key = " KEY_2 "\n");
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, &p1, &wait, NULL),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, 0, &p1, &wait, NULL),
                      TENANT_ADMITTED);
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, &p2, &wait, NULL),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, 0, &p2, &wait, NULL),
                      TENANT_ADMITTED);
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, &p3, &wait, NULL),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, 0, &p3, &wait, NULL),
                      TENANT_MAX_INFLIGHT);
     ck_assert_ptr_null(p3);
     ck_assert_int_eq(wait, 1);
     /* Another tenant is not held back by a's limit. */
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 1, 0, &p3, &wait, NULL),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 1, 0, 0, &p3, &wait, NULL),
                      TENANT_ADMITTED);
     tenants_leave(ts, p3);
     tenants_leave(ts, p1);
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, &p1, &wait, NULL),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, 0, &p1, &wait, NULL),
                      TENANT_ADMITTED);
     tenants_leave(ts, p1);
     tenants_leave(ts, p2);
@@ -217,35 +217,39 @@ START_TEST(test_requests_per_minute)
 
     load("[tenant a]\napi_key = " KEY_1 "\nrequests_per_minute = 3\n");
     for (int i = 0; i < 3; i++) {
-        ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 1 * S_US, &p, &wait, NULL),
+        ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 1 * S_US, 0,
+                                       &p, &wait, NULL),
                          TENANT_ADMITTED);
         tenants_leave(ts, p);
     }
     /* Empty: one token per 20 s at 3 a minute, in whole seconds rounded
      * up (due in 19.999999 s is "20"). */
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 1 * S_US, &p, &wait, NULL),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 1 * S_US, 0, &p, &wait, NULL),
                      TENANT_RATE);
     ck_assert_int_eq(wait, 20);
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 1 * S_US + 1, &p, &wait, NULL),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 1 * S_US + 1, 0,
+                                   &p, &wait, NULL),
                      TENANT_RATE);
     ck_assert_int_eq(wait, 20);
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 11 * S_US, &p, &wait, NULL),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 11 * S_US, 0, &p, &wait, NULL),
                      TENANT_RATE);
     ck_assert_int_eq(wait, 10);
     /* A microsecond before the token: still refused, and honest. */
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 21 * S_US - 1, &p, &wait, NULL),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 21 * S_US - 1, 0,
+                                   &p, &wait, NULL),
                      TENANT_RATE);
     ck_assert_int_eq(wait, 1);
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 21 * S_US, &p, &wait, NULL),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 21 * S_US, 0, &p, &wait, NULL),
                      TENANT_ADMITTED);
     tenants_leave(ts, p);
     /* A full minute refills no more than the minute's worth. */
     for (int i = 0; i < 3; i++) {
-        ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 10000 * S_US, &p,
+        ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 10000 * S_US, 0, &p,
                                        &wait, NULL), TENANT_ADMITTED);
         tenants_leave(ts, p);
     }
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 10000 * S_US, &p, &wait, NULL),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 10000 * S_US, 0,
+                                   &p, &wait, NULL),
                      TENANT_RATE);
     tenants_free(ts);
 }
@@ -271,7 +275,7 @@ send_interleaved(struct tenants *ts, int64_t start_us, int senders,
         for (int j = 0; j < senders; j++) {
             int64_t now = start_us + k * period_us + j * stagger_us;
 
-            if (tenants_enter(ts, &cfg, 0, now, &p, &wait, NULL)
+            if (tenants_enter(ts, &cfg, 0, now, 0, &p, &wait, NULL)
                 == TENANT_ADMITTED) {
                 admitted++;
                 tenants_leave(ts, p);
@@ -303,35 +307,35 @@ START_TEST(test_rate_as_the_headers_tell_it)
     load("[tenant a]\napi_key = " KEY_1 "\nrequests_per_minute = 3\n"
          "max_inflight = 2\n[tenant b]\napi_key = " KEY_2 "\n");
     r.limit = 9;
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 1, 0, &p, &wait, &r),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 1, 0, 0, &p, &wait, &r),
                      TENANT_ADMITTED);
     ck_assert_uint_eq(r.limit, 0);              /* b has no rate */
     tenants_leave(ts, p);
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 1 * S_US, &p, &wait, &r),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 1 * S_US, 0, &p, &wait, &r),
                      TENANT_ADMITTED);
     tenants_leave(ts, p);
     ck_assert_uint_eq(r.limit, 3);
     ck_assert_uint_eq(r.remaining, 2);
     ck_assert_int_eq(r.reset_us, 20 * S_US);    /* one token: 20 s */
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 1 * S_US, &p1, &wait, &r),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 1 * S_US, 0, &p1, &wait, &r),
                      TENANT_ADMITTED);
     ck_assert_uint_eq(r.remaining, 1);
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 1 * S_US, &p2, &wait, &r),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 1 * S_US, 0, &p2, &wait, &r),
                      TENANT_ADMITTED);
     ck_assert_uint_eq(r.remaining, 0);
     /* Refused for max_inflight (2 under way): the bucket is told as it
      * is, refilled, nothing taken. */
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 11 * S_US, &q, &wait, &r),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 11 * S_US, 0, &q, &wait, &r),
                      TENANT_MAX_INFLIGHT);
     ck_assert_uint_eq(r.remaining, 0);
     ck_assert_int_eq(r.reset_us, 50 * S_US);    /* half a token back */
     tenants_leave(ts, p1);
     tenants_leave(ts, p2);
     /* Refused for the rate: 0 left, and a token is due at 21 s. */
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 21 * S_US - 1, &q, &wait,
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 21 * S_US - 1, 0, &q, &wait,
                                    &r), TENANT_RATE);
     ck_assert_uint_eq(r.remaining, 0);
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 21 * S_US, &q, &wait, &r),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 21 * S_US, 0, &q, &wait, &r),
                      TENANT_ADMITTED);
     ck_assert_uint_eq(r.remaining, 0);
     tenants_leave(ts, q);
@@ -385,22 +389,22 @@ START_TEST(test_rate_refusal_never_admits)
     /* 700 a minute: a token every 85714.3 us, so the first is whole at
      * 85715 us. */
     for (int64_t t = 85215; t < 85715; t++) {
-        ck_assert_int_eq(tenants_enter(ts, &cfg, 0, t, &p, &wait, NULL),
+        ck_assert_int_eq(tenants_enter(ts, &cfg, 0, t, 0, &p, &wait, NULL),
                          TENANT_RATE);
         ck_assert_int_eq(wait, 1);
     }
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 85715, &p, &wait, NULL),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 85715, 0, &p, &wait, NULL),
                      TENANT_ADMITTED);
     tenants_leave(ts, p);
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 85715, &p, &wait, NULL),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 85715, 0, &p, &wait, NULL),
                      TENANT_RATE);
     /* A clock read before the last one (another thread's, late for the
      * lock) neither refills nor rewinds the bucket. */
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 1, &p, &wait, NULL),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 1, 0, &p, &wait, NULL),
                      TENANT_RATE);
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 171428, &p, &wait, NULL),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 171428, 0, &p, &wait, NULL),
                      TENANT_RATE);
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 171429, &p, &wait, NULL),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 171429, 0, &p, &wait, NULL),
                      TENANT_ADMITTED);
     tenants_leave(ts, p);
     tenants_free(ts);
@@ -416,7 +420,7 @@ START_TEST(test_bill_and_render)
     char model[16];
 
     load("[tenant a]\napi_key = " KEY_1 "\n");
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, &p, &wait, NULL),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, 0, &p, &wait, NULL),
                      TENANT_ADMITTED);
     tenants_bill(ts, p, "m1", 10, 5, 0);
     tenants_bill(ts, p, "m1", 10, 5, 1);
@@ -427,7 +431,7 @@ START_TEST(test_bill_and_render)
         tenants_bill(ts, p, model, 1, 1, 0);
     }
     buf_init(&b, 1 << 20);
-    ck_assert_int_eq(tenants_render_metrics(ts, &cfg, &b), 0);
+    ck_assert_int_eq(tenants_render_metrics(ts, &cfg, 0, &b), 0);
     ck_assert_int_eq(buf_append(&b, "", 1), 0);
     ck_assert_ptr_nonnull(strstr(buf_ptr(&b), "infergw_tokens_total{tenant="
                                  "\"a\",model=\"m1\",kind=\"prompt\"} 20\n"));
@@ -450,12 +454,12 @@ START_TEST(test_bill_and_render)
 }
 END_TEST
 
-/* The text of tenants_render_metrics(ts, &cfg), NUL-terminated, in 'b'. */
+/* The text of tenants_render_metrics(ts, &cfg), 0, NUL-terminated, in 'b'. */
 static const char *
 rendered(struct tenants *ts, struct buf *b)
 {
     buf_reset(b);
-    ck_assert_int_eq(tenants_render_metrics(ts, &cfg, b), 0);
+    ck_assert_int_eq(tenants_render_metrics(ts, &cfg, 0, b), 0);
     ck_assert_int_eq(buf_append(b, "", 1), 0);
     return buf_ptr(b);
 }
@@ -520,37 +524,37 @@ START_TEST(test_status)
     int wait;
 
     load("[tenant a]\napi_key = " KEY_1 "\nmax_inflight = 2\n");
-    ck_assert_int_eq(tenants_status(ts, 0, &v, &n), 0);
+    ck_assert_int_eq(tenants_status(ts, &cfg, 0, 0, &v, &n), 0);
     ck_assert_uint_eq(n, 0);
     ck_assert_ptr_null(v);
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 1 * S_US, &p1, &wait, NULL),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 1 * S_US, 0, &p1, &wait, NULL),
                      TENANT_ADMITTED);
     tenants_bill(ts, p1, "m", 10, 5, 1);
     tenants_leave(ts, p1);
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 50 * S_US, &p1, &wait,
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 50 * S_US, 0, &p1, &wait,
                                    NULL), TENANT_ADMITTED);
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 50 * S_US, &p2, &wait,
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 50 * S_US, 0, &p2, &wait,
                                    NULL), TENANT_ADMITTED);
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 50 * S_US, &p3, &wait,
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 50 * S_US, 0, &p3, &wait,
                                    NULL), TENANT_MAX_INFLIGHT);
     tenants_bill(ts, p1, "n", 1, 2, 0);
 
-    ck_assert_int_eq(tenants_status(ts, 60 * S_US, &v, &n), 0);
+    ck_assert_int_eq(tenants_status(ts, &cfg, 60 * S_US, 0, &v, &n), 0);
     ck_assert_uint_eq(n, 1);
     ck_assert_str_eq(v[0].name, "a");
     ck_assert_uint_eq(v[0].inflight, 2);
     ck_assert_uint_eq(v[0].last_minute, 3);
-    ck_assert_uint_eq(v[0].rejected_inflight, 1);
-    ck_assert_uint_eq(v[0].rejected_rate, 0);
+    ck_assert_uint_eq(v[0].rejected[0], 1);
+    ck_assert_uint_eq(v[0].rejected[1], 0);
     ck_assert_uint_eq(v[0].prompt_tokens, 11);
     ck_assert_uint_eq(v[0].completion_tokens, 7);
     ck_assert_uint_eq(v[0].saved, 15);
     gw_free(v);
     /* Second 1 is past the minute at 61 s; second 50 is not. */
-    ck_assert_int_eq(tenants_status(ts, 61 * S_US, &v, &n), 0);
+    ck_assert_int_eq(tenants_status(ts, &cfg, 61 * S_US, 0, &v, &n), 0);
     ck_assert_uint_eq(v[0].last_minute, 2);
     gw_free(v);
-    ck_assert_int_eq(tenants_status(ts, 110 * S_US, &v, &n), 0);
+    ck_assert_int_eq(tenants_status(ts, &cfg, 110 * S_US, 0, &v, &n), 0);
     ck_assert_uint_eq(v[0].last_minute, 0);
     gw_free(v);
     tenants_leave(ts, p1);
@@ -607,7 +611,7 @@ START_TEST(test_queue_followers_and_limits_by_name)
     tenants_note_queue(ts, &cfg, 0, TENANT_QUEUE_TIMED_OUT, 0);
     tenants_note_queue(ts, &cfg, 1, TENANT_QUEUE_SHED, 0);
     tenants_note_queue(NULL, &cfg, 1, TENANT_QUEUE_SHED, 0);  /* nowhere */
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, &pa, &wait, NULL),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, 0, &pa, &wait, NULL),
                      TENANT_ADMITTED);
     tenants_note_follower(ts, pa);
     tenants_note_follower(ts, NULL);
