@@ -244,7 +244,7 @@ forward_direct(struct handler_req *hr, const struct fwd *fw)
     struct reply *r = hr->reply;
     int64_t prompt, completion;
     uint64_t tokens;
-    int counted;
+    int billed, counted;
 
     usage_scan_init(&d.usage, usage_limit(hr->ctx->cfg->max_request_body));
     dispatch_call(&dc, &fw->ur, fw->model, &fw->adm, fw->prefix_hash,
@@ -252,16 +252,20 @@ forward_direct(struct handler_req *hr, const struct fwd *fw)
     hr->upstream = out.upstream;
     hr->attempts = out.attempts;
     r->upstream_status = o->status;
+    billed = o->kind == CALL_OK
+             && usage_scan_end(&d.usage, &prompt, &completion);
+    /* Charged before the body ends, so that the client's next request
+     * is judged with it. */
+    tokens = usage_scan_charge(&d.usage, prompt_bytes(fw), &counted);
+    charge(hr, tokens, counted);
     if (o->kind == CALL_OK) {
         reply_end(r);
-        if (usage_scan_end(&d.usage, &prompt, &completion))
+        if (billed)
             bill(hr, prompt, completion, 0);
     } else if (call_kind_rc(o->kind) == GW_EABORTED || r->broken)
         reply_gone(r);          /* the client went away: nothing to say */
     else
         reply_failure(r, o);
-    tokens = usage_scan_charge(&d.usage, prompt_bytes(fw), &counted);
-    charge(hr, tokens, counted);
     usage_scan_release(&d.usage);
 }
 
