@@ -79,10 +79,6 @@ struct tenant_period {
     uint64_t used;
 };
 
-/* The period of 'kind' that 'wall_s' (seconds since the epoch, UTC,
- * CLOCK_REALTIME) is in, as a key. */
-int64_t tenant_period_key(enum tenant_period_kind kind, int64_t wall_s);
-
 /* The first second of the period after the one 'wall_s' is in. */
 int64_t tenant_period_end_s(enum tenant_period_kind kind, int64_t wall_s);
 
@@ -94,5 +90,11 @@ uint64_t tenant_period_used(const struct tenant_period *p,
  * saturates rather than wraps). */
 void tenant_period_add(struct tenant_period *p, enum tenant_period_kind kind,
                        int64_t wall_s, uint64_t tokens);
+
+#ifdef INFERGW_UNIT_TEST
+/* Test builds only (GW_TESTABLE): the period of 'kind' that 'wall_s'
+ * (seconds since the epoch, UTC) is in, as a key. */
+int64_t tenant_period_key(enum tenant_period_kind kind, int64_t wall_s);
+#endif
 
 #endif

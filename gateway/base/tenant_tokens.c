@@ -17,9 +17,13 @@
 #include <stdint.h>
 
 #include "base/config.h"
+#include "util.h"
 
 #define DEBT_FLOOR (-(INT64_C(1) << 62))
 #define DAY_S INT64_C(86400)
+
+GW_TESTABLE int64_t tenant_period_key(enum tenant_period_kind kind,
+                                      int64_t wall_s);
 
 _Static_assert(CONFIG_MAX_TOKENS_PER_MINUTE
                <= INT64_MAX / 8 / TENANT_TOKEN_UNITS, "the bucket's units");
@@ -140,7 +144,9 @@ civil_from_days(int64_t z, int64_t *y, int64_t *m)
     *y = yoe + era * 400 + (*m <= 2);
 }
 
-int64_t
+/* The period of 'kind' that 'wall_s' (seconds since the epoch, UTC,
+ * CLOCK_REALTIME) is in, as a key. */
+GW_TESTABLE int64_t
 tenant_period_key(enum tenant_period_kind kind, int64_t wall_s)
 {
     int64_t day = floor_div(wall_s, DAY_S), y, m;
