@@ -117,6 +117,7 @@ PRIVATE = {
     "config_schema": ("config", set()),
     "tls_server": ("tls", set()),
     "pool_impl": ("pool", set()),
+    "tenant_impl": ("tenant", set()),
 }
 
 # The parts of a module split by job (STYLE.md section 1): .c files that
@@ -124,6 +125,7 @@ PRIVATE = {
 PARTS = {
     "pool": "pool_pick pool_breaker pool_queue pool_models pool_report "
             "pool_budget",
+    "tenant": "tenant_tokens",
 }
 PART_OF = {p: m for m, ps in PARTS.items() for p in ps.split()}
 

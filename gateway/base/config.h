@@ -32,6 +32,10 @@
 /* A [tenant]'s requests_per_minute: tenant.c's bucket counts in units
  * that stay below 2^64 up to this. */
 #define CONFIG_MAX_REQUESTS_PER_MINUTE 1000000000
+/* A [tenant]'s tokens_per_minute (tenant_impl.h's units), and its
+ * tokens_per_day and tokens_per_month. */
+#define CONFIG_MAX_TOKENS_PER_MINUTE 1000000000
+#define CONFIG_MAX_TOKEN_BUDGET UINT64_C(1000000000000000)
 
 enum config_balance {
     BALANCE_LEAST_LOAD = 0,     /* power of two choices on the engines'
@@ -78,6 +82,11 @@ struct config_tenant {
     int coalesce;               /* per-tenant switch, default on */
     uint64_t max_inflight;      /* 0 = no limit on requests under way */
     uint64_t requests_per_minute;   /* 0 = no limit; a token bucket */
+    uint64_t tokens_per_minute;     /* 0 = no limit; prompt + completion,
+                                       a bucket that usage may put in
+                                       debt (tenant.h) */
+    uint64_t tokens_per_day;        /* 0 = no limit; a budget per UTC day */
+    uint64_t tokens_per_month;      /* 0 = no limit; per UTC month */
     uint64_t weight;            /* 1: its share of upstream calls while
                                    calls wait in the gateway (pool.h) */
     int64_t priority;           /* 0: higher goes first; < 0 sheddable */

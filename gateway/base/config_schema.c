@@ -162,6 +162,12 @@ const struct setting config_settings[] = {
     { "tenant", "max_inflight", T_UINT, TN(max_inflight), "0", 0, 1000000 },
     { "tenant", "requests_per_minute", T_UINT, TN(requests_per_minute), "0",
       0, CONFIG_MAX_REQUESTS_PER_MINUTE },
+    { "tenant", "tokens_per_minute", T_UINT, TN(tokens_per_minute), "0",
+      0, CONFIG_MAX_TOKENS_PER_MINUTE },
+    { "tenant", "tokens_per_day", T_UINT, TN(tokens_per_day), "0",
+      0, CONFIG_MAX_TOKEN_BUDGET },
+    { "tenant", "tokens_per_month", T_UINT, TN(tokens_per_month), "0",
+      0, CONFIG_MAX_TOKEN_BUDGET },
     { "tenant", "weight", T_UINT, TN(weight), "1", 1, 1000 },
     { "tenant", "priority", T_INT, TN(priority), "0", 0, 1000 },
 

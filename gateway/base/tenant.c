@@ -6,6 +6,7 @@
 
 #include <assert.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -15,6 +16,7 @@
 
 #include "alloc.h"
 #include "base/config.h"
+#include "base/tenant_impl.h"
 #include "prom.h"
 #include "util.h"
 
@@ -131,7 +133,10 @@ struct tenant_entry {
                                    once 'filled' */
     int64_t refilled_us;
     int filled;
-    uint64_t rejected[2];       /* max_inflight, requests_per_minute */
+    uint64_t rejected[TENANT_LIMITS];   /* by verdict - 1 */
+    struct tenant_bucket tokens;        /* tokens_per_minute */
+    struct tenant_period day, month;    /* every tenant's use */
+    uint64_t charged[2];        /* tokens charged: from usage, counted */
     uint64_t saved;             /* tokens followers got for nothing */
     uint64_t followers;         /* requests that followed a flight */
     /* Its calls in the admission queue (tenants_note_queue()). */
@@ -267,6 +272,13 @@ take_token(struct tenant_entry *e, uint64_t rpm, int64_t now_us)
     return (int)gw_us_to_s_ceil(wait_us);
 }
 
+/* a + b, or UINT64_MAX: a counter that stops rather than wraps to 0. */
+static uint64_t
+add_sat(uint64_t a, uint64_t b)
+{
+    return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
 /* One more admission of 'e' in the second of 'now_us'. */
 static void
 count_second_locked(struct tenants *ts, struct tenant_entry *e,
@@ -298,51 +310,177 @@ last_minute_locked(struct tenants *ts, const struct tenant_entry *e,
     return n;
 }
 
-enum tenant_limit
-tenants_enter(struct tenants *ts, const struct gw_config *cfg, size_t tenant,
-              int64_t now_us, struct tenant_entry **out, int *retry_after_s,
-              struct tenant_rate *rate)
-{
-    const struct config_tenant *ct = tenant < cfg->num_tenants
-                                     ? &cfg->tenants[tenant] : NULL;
-    uint64_t rpm = ct != NULL ? ct->requests_per_minute : 0;
-    enum tenant_limit verdict = TENANT_ADMITTED;
-    struct tenant_entry *e;
-    int wait = 0;
+_Static_assert(TENANT_QUOTA_MONTH - TENANT_MAX_INFLIGHT + 1 == TENANT_LIMITS,
+               "a refusal's row");
 
-    *out = NULL;
-    *retry_after_s = 0;
-    if (rate != NULL)
-        rate->limit = 0;
-    gw_mutex_lock(&ts->lock);
-    e = entry_of(ts, tenant_name(cfg, tenant));
-    if (e == NULL) {
-        verdict = TENANT_NOMEM;
-    } else if (ct != NULL && ct->max_inflight > 0
-               && e->inflight >= ct->max_inflight) {
+const char *
+tenant_limit_name(enum tenant_limit verdict)
+{
+    switch (verdict) {
+    case TENANT_MAX_INFLIGHT: return "max_inflight";
+    case TENANT_RATE: return "requests_per_minute";
+    case TENANT_TOKENS: return "tokens_per_minute";
+    case TENANT_QUOTA_DAY: return "tokens_per_day";
+    case TENANT_QUOTA_MONTH: return "tokens_per_month";
+    case TENANT_ADMITTED:
+    case TENANT_NOMEM:
+        break;
+    }
+    return "none";
+}
+
+/* Whole seconds, rounded up, of 'us'; at least 1, at most INT_MAX. */
+static int
+wait_s(uint64_t us)
+{
+    uint64_t s = gw_us_to_s_ceil(us);
+
+    return s < 1 ? 1 : s > INT_MAX ? INT_MAX : (int)s;
+}
+
+/*
+ * Is a token budget of 'ct' spent at 'wall_s'?  TENANT_ADMITTED, or the
+ * verdict with *wait the seconds until its period ends (the day's
+ * first: it ends no later than the month).  Locked.
+ */
+static enum tenant_limit
+check_budgets_locked(struct tenants *ts, const struct tenant_entry *e,
+                     const struct config_tenant *ct, int64_t wall_s,
+                     int *wait)
+{
+    static const enum tenant_period_kind kinds[2] = { TENANT_DAY,
+                                                      TENANT_MONTH };
+
+    assert(gw_mutex_held(&ts->lock));
+    for (size_t k = 0; k < 2; k++) {
+        uint64_t budget = k == 0 ? ct->tokens_per_day : ct->tokens_per_month;
+        const struct tenant_period *p = k == 0 ? &e->day : &e->month;
+
+        if (budget > 0 && tenant_period_used(p, kinds[k], wall_s) >= budget) {
+            *wait = wait_s((uint64_t)(tenant_period_end_s(kinds[k], wall_s)
+                                      - wall_s) * 1000000);
+            return k == 0 ? TENANT_QUOTA_DAY : TENANT_QUOTA_MONTH;
+        }
+    }
+    return TENANT_ADMITTED;
+}
+
+/*
+ * The verdict of 'ct''s limits on 'e' at the given times, *wait set for
+ * a refusal.  The checks that take nothing come first, so that a
+ * refusal never costs a request of the requests_per_minute bucket.
+ * Locked.
+ */
+static enum tenant_limit
+judge_locked(struct tenants *ts, struct tenant_entry *e,
+             const struct config_tenant *ct, int64_t now_us, int64_t wall_s,
+             int *wait)
+{
+    enum tenant_limit verdict;
+    uint64_t us;
+
+    assert(gw_mutex_held(&ts->lock));
+    if (ct == NULL)
+        return TENANT_ADMITTED;
+    if (ct->max_inflight > 0 && e->inflight >= ct->max_inflight) {
         /* No clock says when one ends: a second is a polite guess. */
-        verdict = TENANT_MAX_INFLIGHT;
-        wait = 1;
-    } else if (rpm > 0 && (wait = take_token(e, rpm, now_us)) != 0) {
-        verdict = TENANT_RATE;
+        *wait = 1;
+        return TENANT_MAX_INFLIGHT;
     }
-    if (verdict == TENANT_ADMITTED) {
-        e->inflight++;
-        count_second_locked(ts, e, now_us);
-        *out = e;
-    } else if (verdict != TENANT_NOMEM) {
-        e->rejected[verdict == TENANT_RATE]++;
+    verdict = check_budgets_locked(ts, e, ct, wall_s, wait);
+    if (verdict != TENANT_ADMITTED)
+        return verdict;
+    if (ct->tokens_per_minute > 0
+        && (us = tenant_bucket_wait_us(&e->tokens, ct->tokens_per_minute,
+                                       now_us)) > 0) {
+        *wait = wait_s(us);
+        return TENANT_TOKENS;
     }
-    if (rate != NULL && e != NULL && rpm > 0) {
+    if (ct->requests_per_minute > 0
+        && (*wait = take_token(e, ct->requests_per_minute, now_us)) != 0)
+        return TENANT_RATE;
+    return TENANT_ADMITTED;
+}
+
+/* The buckets of 'e' for 'ct' at 'now_us' into 'rate'.  Locked. */
+static void
+rate_of_locked(struct tenants *ts, struct tenant_entry *e,
+               const struct config_tenant *ct, int64_t now_us,
+               struct tenant_rate *rate)
+{
+    uint64_t rpm = ct != NULL ? ct->requests_per_minute : 0;
+    uint64_t tpm = ct != NULL ? ct->tokens_per_minute : 0;
+
+    assert(gw_mutex_held(&ts->lock));
+    if (rpm > 0) {
         refill(e, rpm, now_us);         /* a no-op after take_token() */
         rate->limit = rpm;
         rate->remaining = e->credit / TOKEN_CREDIT;
         rate->reset_us = (int64_t)((rpm * TOKEN_CREDIT - e->credit + rpm - 1)
                                    / rpm);
     }
+    if (tpm > 0) {
+        tenant_bucket_refill(&e->tokens, tpm, now_us);
+        rate->tokens_limit = tpm;
+        rate->tokens_remaining = tenant_bucket_remaining(&e->tokens);
+        rate->tokens_reset_us = (int64_t)tenant_bucket_reset_us(&e->tokens,
+                                                                 tpm);
+    }
+}
+
+enum tenant_limit
+tenants_enter(struct tenants *ts, const struct gw_config *cfg, size_t tenant,
+              int64_t now_us, int64_t wall_s, struct tenant_entry **out,
+              int *retry_after_s, struct tenant_rate *rate)
+{
+    const struct config_tenant *ct = tenant < cfg->num_tenants
+                                     ? &cfg->tenants[tenant] : NULL;
+    enum tenant_limit verdict = TENANT_NOMEM;
+    struct tenant_entry *e;
+    int wait = 0;
+
+    *out = NULL;
+    *retry_after_s = 0;
+    if (rate != NULL)
+        memset(rate, 0, sizeof(*rate));
+    gw_mutex_lock(&ts->lock);
+    e = entry_of(ts, tenant_name(cfg, tenant));
+    if (e != NULL)
+        verdict = judge_locked(ts, e, ct, now_us, wall_s, &wait);
+    if (verdict == TENANT_ADMITTED) {
+        e->inflight++;
+        count_second_locked(ts, e, now_us);
+        *out = e;
+    } else if (verdict != TENANT_NOMEM) {
+        e->rejected[verdict - TENANT_MAX_INFLIGHT]++;
+    }
+    if (rate != NULL && e != NULL)
+        rate_of_locked(ts, e, ct, now_us, rate);
     gw_mutex_unlock(&ts->lock);
     *retry_after_s = wait < 1 && verdict != TENANT_ADMITTED ? 1 : wait;
     return verdict;
+}
+
+void
+tenants_charge(struct tenants *ts, const struct gw_config *cfg, size_t tenant,
+               struct tenant_entry *e, uint64_t tokens, int counted,
+               int64_t now_us, int64_t wall_s)
+{
+    const struct config_tenant *ct = tenant < cfg->num_tenants
+                                     ? &cfg->tenants[tenant] : NULL;
+
+    if (e == NULL)
+        return;
+    if (tokens > TENANT_MAX_CHARGE)
+        tokens = TENANT_MAX_CHARGE;
+    gw_mutex_lock(&ts->lock);
+    if (ct != NULL && ct->tokens_per_minute > 0)
+        tenant_bucket_charge(&e->tokens, ct->tokens_per_minute, tokens,
+                             now_us);
+    tenant_period_add(&e->day, TENANT_DAY, wall_s, tokens);
+    tenant_period_add(&e->month, TENANT_MONTH, wall_s, tokens);
+    e->charged[counted != 0] = add_sat(e->charged[counted != 0], tokens);
+    gw_mutex_unlock(&ts->lock);
 }
 
 void
@@ -372,13 +510,6 @@ bill_of(struct tenant_entry *e, const char *model)
     snprintf(e->bills[e->nbills].model, sizeof(e->bills[e->nbills].model),
              "%s", model);
     return &e->bills[e->nbills++];
-}
-
-/* a + b, or UINT64_MAX: a counter that stops rather than wraps to 0. */
-static uint64_t
-add_sat(uint64_t a, uint64_t b)
-{
-    return a > UINT64_MAX - b ? UINT64_MAX : a + b;
 }
 
 void
@@ -483,8 +614,19 @@ out:
     gw_mutex_unlock(&ts->lock);
 }
 
+/* The [tenant] of 'cfg' called 'name', or NULL (a reload removed it). */
+static const struct config_tenant *
+config_of(const struct gw_config *cfg, const char *name)
+{
+    for (size_t t = 0; t < cfg->num_tenants; t++)
+        if (strcmp(cfg->tenants[t].name, name) == 0)
+            return &cfg->tenants[t];
+    return NULL;
+}
+
 int
-tenants_status(struct tenants *ts, int64_t now_us, struct tenant_status **out,
+tenants_status(struct tenants *ts, const struct gw_config *cfg,
+               int64_t now_us, int64_t wall_s, struct tenant_status **out,
                size_t *n)
 {
     struct tenant_status *v = NULL;
@@ -499,14 +641,22 @@ tenants_status(struct tenants *ts, int64_t now_us, struct tenant_status **out,
         goto out;
     }
     for (size_t i = 0; i < ts->n; i++) {
-        const struct tenant_entry *e = ts->v[i];
+        struct tenant_entry *e = ts->v[i];
         struct tenant_status *st = &v[i];
+        const struct config_tenant *ct = config_of(cfg, e->name);
 
         memcpy(st->name, e->name, sizeof(st->name));
         st->inflight = e->inflight;
         st->last_minute = last_minute_locked(ts, e, now_us);
-        st->rejected_inflight = e->rejected[0];
-        st->rejected_rate = e->rejected[1];
+        memcpy(st->rejected, e->rejected, sizeof(st->rejected));
+        if (ct != NULL && ct->tokens_per_minute > 0) {
+            tenant_bucket_refill(&e->tokens, ct->tokens_per_minute, now_us);
+            st->tokens_bucket = 1;
+            st->tokens_credit = e->tokens.credit / TENANT_TOKEN_UNITS;
+        }
+        st->tokens_day = tenant_period_used(&e->day, TENANT_DAY, wall_s);
+        st->tokens_month = tenant_period_used(&e->month, TENANT_MONTH,
+                                              wall_s);
         for (size_t b = 0; b < e->nbills; b++) {
             st->prompt_tokens = add_sat(st->prompt_tokens,
                                         e->bills[b].prompt);
@@ -541,6 +691,9 @@ per_tenant(const struct tenants *ts, struct prom *w, const char *name,
 enum shown {
     SHOWN_MAX_INFLIGHT,         /* the configuration's ... */
     SHOWN_RPM,
+    SHOWN_TPM,
+    SHOWN_TPD,
+    SHOWN_TPMONTH,
     SHOWN_FOLLOWERS,            /* the entry's ... */
     SHOWN_QUEUED,
     SHOWN_WAITS,
@@ -584,6 +737,9 @@ per_configured(struct tenants *ts, const struct gw_config *cfg,
         switch (what) {
         case SHOWN_MAX_INFLIGHT: v = ct->max_inflight; break;
         case SHOWN_RPM: v = ct->requests_per_minute; break;
+        case SHOWN_TPM: v = ct->tokens_per_minute; break;
+        case SHOWN_TPD: v = ct->tokens_per_day; break;
+        case SHOWN_TPMONTH: v = ct->tokens_per_month; break;
         case SHOWN_FOLLOWERS: v = e != NULL ? e->followers : 0; break;
         case SHOWN_QUEUED: v = e != NULL ? e->queued : 0; break;
         case SHOWN_WAITS: v = e != NULL ? e->waits : 0; break;
@@ -615,6 +771,14 @@ render_configured(struct tenants *ts, const struct gw_config *cfg,
           SHOWN_MAX_INFLIGHT, 0, 0 },
         { "infergw_tenant_requests_per_minute_limit", PROM_GAUGE,
           "[tenant] requests_per_minute; 0 none.", SHOWN_RPM, 0, 0 },
+        { "infergw_tenant_tokens_per_minute_limit", PROM_GAUGE,
+          "[tenant] tokens_per_minute; 0 none.", SHOWN_TPM, 0, 0 },
+        { "infergw_tenant_tokens_per_day_limit", PROM_GAUGE,
+          "[tenant] tokens_per_day, a budget per UTC day; 0 none.",
+          SHOWN_TPD, 0, 0 },
+        { "infergw_tenant_tokens_per_month_limit", PROM_GAUGE,
+          "[tenant] tokens_per_month, a budget per UTC month; 0 none.",
+          SHOWN_TPMONTH, 0, 0 },
         { "infergw_coalesce_followers_by_tenant_total", PROM_COUNTER,
           "Followers by tenant, for billing.", SHOWN_FOLLOWERS, 1, 0 },
         { "infergw_tenant_queued", PROM_GAUGE, "Calls of the tenant "
@@ -638,13 +802,51 @@ render_configured(struct tenants *ts, const struct gw_config *cfg,
                        families[k].and_default, families[k].priority);
 }
 
+/*
+ * The token families of every tenant seen: what its calls were charged
+ * (by source) and what it used in the day and month of 'wall_s'.
+ * Locked.
+ */
+static void
+render_charged(struct tenants *ts, struct prom *w, int64_t wall_s)
+{
+    static const char *const sources[2] = { "usage", "counted" };
+
+    assert(gw_mutex_held(&ts->lock));
+    prom_family(w, "infergw_tenant_tokens_charged_total", PROM_COUNTER,
+                "Tokens charged to the tenant's token limits, by source: "
+                "the response's usage, or the gateway's count where it "
+                "had none.");
+    for (size_t i = 0; i < ts->n; i++)
+        for (size_t k = 0; k < 2; k++) {
+            const struct prom_label lv[] = { { "tenant", ts->v[i]->name },
+                                             { "source", sources[k] } };
+
+            prom_uint(w, lv, GW_ARRAY_LEN(lv), ts->v[i]->charged[k]);
+        }
+    prom_family(w, "infergw_tenant_tokens_used", PROM_GAUGE,
+                "Tokens charged to the tenant in the current UTC day and "
+                "month (its tokens_per_day and tokens_per_month "
+                "budgets).");
+    for (size_t i = 0; i < ts->n; i++) {
+        const struct tenant_entry *e = ts->v[i];
+        const struct prom_label day[] = { { "tenant", e->name },
+                                          { "period", "day" } };
+        const struct prom_label month[] = { { "tenant", e->name },
+                                            { "period", "month" } };
+
+        prom_uint(w, day, 2, tenant_period_used(&e->day, TENANT_DAY,
+                                                wall_s));
+        prom_uint(w, month, 2, tenant_period_used(&e->month, TENANT_MONTH,
+                                                  wall_s));
+    }
+}
+
 int
 tenants_render_metrics(struct tenants *ts, const struct gw_config *cfg,
-                       struct buf *out)
+                       int64_t wall_s, struct buf *out)
 {
     static const char *const kinds[2] = { "prompt", "completion" };
-    static const char *const limits[2] = { "max_inflight",
-                                           "requests_per_minute" };
     struct prom w;
 
     prom_init(&w, out);
@@ -656,9 +858,12 @@ tenants_render_metrics(struct tenants *ts, const struct gw_config *cfg,
     prom_family(&w, "infergw_tenant_rejected_total", PROM_COUNTER,
                 "Requests refused with 429 by a tenant limit.");
     for (size_t i = 0; i < ts->n; i++)
-        for (size_t l = 0; l < 2; l++) {
-            const struct prom_label lv[] = { { "tenant", ts->v[i]->name },
-                                             { "limit", limits[l] } };
+        for (size_t l = 0; l < TENANT_LIMITS; l++) {
+            const struct prom_label lv[] = {
+                { "tenant", ts->v[i]->name },
+                { "limit", tenant_limit_name((enum tenant_limit)
+                                             (TENANT_MAX_INFLIGHT + l)) },
+            };
 
             prom_uint(&w, lv, GW_ARRAY_LEN(lv), ts->v[i]->rejected[l]);
         }
@@ -702,6 +907,7 @@ tenants_render_metrics(struct tenants *ts, const struct gw_config *cfg,
                "Tokens that coalesced followers received without an "
                "upstream call.",
                offsetof(struct tenant_entry, saved));
+    render_charged(ts, &w, wall_s);
     gw_mutex_unlock(&ts->lock);
     return w.rc;
 }

@@ -14,9 +14,29 @@
  *  - requests_per_minute: a token bucket holding a minute's worth,
  *    refilled continuously (to the microsecond); a request is admitted
  *    only if a whole token is there, so a refusal never admits.
- * A refused request gets 429 with Retry-After.  A coalesced follower is
- * a request of its tenant like any other (it is admitted here first), even
- * though it costs no upstream call.
+ *  - tokens_per_minute: a bucket of a minute's worth of tokens (prompt
+ *    + completion), refilled continuously like requests_per_minute's.
+ *    A request is admitted while it holds a whole token; the call is
+ *    charged its whole usage when it ends (tenants_charge()), which may
+ *    put the bucket in debt: the next is admitted once the refill has
+ *    paid the debt back and a whole token is there again.
+ *  - tokens_per_day, tokens_per_month: budgets per calendar period in
+ *    UTC (wall clock, CLOCK_REALTIME; given by the caller, so a test
+ *    crosses midnight at will).  Refused once the period's charges
+ *    reach the budget, until the period ends.
+ * A refused request gets 429 with Retry-After (rate_limit_exceeded, or
+ * insufficient_quota for a spent budget, route.c).  The checks take
+ * nothing until all pass, so a refusal costs no request of the bucket.
+ * A coalesced follower is a request of its tenant like any other (it is
+ * admitted here first, and charged the flight's tokens), even though it
+ * costs no upstream call.
+ *
+ * Overshoot: a call is checked before it starts and charged when it
+ * ends, so every call admitted while the tenant had room may finish.
+ * A tenant goes past a token limit by at most the tokens of the calls
+ * it had in flight when it reached it: with max_inflight N, at most N
+ * times its largest call (prompt + max_tokens).  Then it is refused
+ * until the refill (or the next period) has made up for all of it.
  *
  * The bill: infergw_tokens_total{tenant,model,kind} counts the tokens of
  * the usage each client received (prompt and completion), and
@@ -82,34 +102,66 @@ const char *tenant_name(const struct gw_config *cfg, size_t tenant);
 struct tenants *tenants_new(void);
 void tenants_free(struct tenants *ts);      /* NULL-safe */
 
+/* The verdicts, in the order they are checked. */
 enum tenant_limit {
     TENANT_ADMITTED = 0,
     TENANT_MAX_INFLIGHT,
     TENANT_RATE,                /* requests_per_minute */
+    TENANT_TOKENS,              /* tokens_per_minute */
+    TENANT_QUOTA_DAY,           /* tokens_per_day spent */
+    TENANT_QUOTA_MONTH,         /* tokens_per_month spent */
     TENANT_NOMEM,
 };
+#define TENANT_LIMITS 5         /* the refusals: MAX_INFLIGHT..QUOTA_MONTH */
 
-/* A tenant's requests_per_minute bucket as OpenAI's headers tell it. */
+/* The limit a refusal names (its metrics label): "max_inflight", ... */
+const char *tenant_limit_name(enum tenant_limit verdict);
+
+/*
+ * A tenant's requests_per_minute and tokens_per_minute buckets as
+ * OpenAI's x-ratelimit-* headers tell them.
+ */
 struct tenant_rate {
     uint64_t limit;             /* requests_per_minute; 0: none */
     uint64_t remaining;         /* whole requests it would admit now */
     int64_t reset_us;           /* until the bucket is full again */
+    uint64_t tokens_limit;      /* tokens_per_minute; 0: none */
+    uint64_t tokens_remaining;  /* whole tokens in it (0 in debt) */
+    int64_t tokens_reset_us;    /* until it is full again */
 };
 
 /*
  * Admit one request of tenant 'tenant' of 'cfg' at 'now_us' (gw_now_us(),
  * microseconds: a bucket must see time finer than the requests that
- * arrive within one millisecond).  TENANT_ADMITTED: '*out' is its pass
- * (give it back with tenants_leave).  Otherwise *retry_after_s says when
- * to try again, in whole seconds rounded up (>= 1), and nothing was
+ * arrive within one millisecond) and 'wall_s' (seconds since the epoch,
+ * CLOCK_REALTIME: the budgets' UTC periods).  TENANT_ADMITTED: '*out'
+ * is its pass (give it back with tenants_leave).  Otherwise
+ * *retry_after_s says when to try again, in whole seconds rounded up
+ * (>= 1; for a spent budget, until its period ends), and nothing was
  * taken.  TENANT_NOMEM: the caller answers 503.  'rate' (NULL: not
- * wanted) gets the bucket as it is after the verdict, limit 0 for a
- * tenant without requests_per_minute.
+ * wanted) gets the buckets as they are after the verdict, a limit 0 for
+ * a bucket the tenant does not have.
  */
 enum tenant_limit tenants_enter(struct tenants *ts,
                                 const struct gw_config *cfg, size_t tenant,
-                                int64_t now_us, struct tenant_entry **out,
+                                int64_t now_us, int64_t wall_s,
+                                struct tenant_entry **out,
                                 int *retry_after_s, struct tenant_rate *rate);
+
+/*
+ * Charge the call of the request admitted as 'e' (its pass; NULL-safe)
+ * under tenant 'tenant' of 'cfg' (the configuration it was admitted
+ * under) 'tokens' (prompt + completion; bounded at 2^34) at 'now_us'
+ * and 'wall_s' (as tenants_enter's): its tokens_per_minute bucket, and
+ * the day's and month's use, which are kept for every tenant, limited
+ * or not.  'counted': the tokens are the gateway's count, the response
+ * having no usage (usage.h: usage_scan_charge()); counted apart in
+ * infergw_tenant_tokens_charged_total{source}.  Once per request:
+ * leaders, direct calls and followers alike.
+ */
+void tenants_charge(struct tenants *ts, const struct gw_config *cfg,
+                    size_t tenant, struct tenant_entry *e, uint64_t tokens,
+                    int counted, int64_t now_us, int64_t wall_s);
 
 /* The request is over.  NULL-safe. */
 void tenants_leave(struct tenants *ts, struct tenant_entry *e);
@@ -154,8 +206,11 @@ struct tenant_status {
     char name[TENANT_NAME_MAX];
     uint64_t inflight;              /* requests under way */
     uint64_t last_minute;           /* admitted in the last 60 s */
-    uint64_t rejected_inflight;     /* 429s: max_inflight */
-    uint64_t rejected_rate;         /* 429s: requests_per_minute */
+    uint64_t rejected[TENANT_LIMITS];   /* 429s by verdict - 1 */
+    int tokens_bucket;              /* has a tokens_per_minute bucket */
+    int64_t tokens_credit;          /* its whole tokens (< 0: debt) */
+    uint64_t tokens_day;            /* charged today (UTC) */
+    uint64_t tokens_month;          /* charged this month (UTC) */
     uint64_t prompt_tokens;         /* billed, every model */
     uint64_t completion_tokens;
     uint64_t saved;                 /* tokens followers got for nothing */
@@ -163,11 +218,13 @@ struct tenant_status {
 
 /*
  * Every tenant seen so far (by name; tenant.h's design), copied under
- * the tenants' lock alone, at 'now_us' (gw_now_us()).  OUT *out: a new
- * array (gw_free() it) of OUT *n entries, NULL when there are none.
- * Returns 0 or GW_ENOMEM.
+ * the tenants' lock alone, at 'now_us' (gw_now_us()) and 'wall_s' (as
+ * tenants_enter's), the buckets of 'cfg''s tenants refilled to then
+ * (borrowed).  OUT *out: a new array (gw_free() it) of OUT *n entries,
+ * NULL when there are none.  Returns 0 or GW_ENOMEM.
  */
-int tenants_status(struct tenants *ts, int64_t now_us,
+int tenants_status(struct tenants *ts, const struct gw_config *cfg,
+                   int64_t now_us, int64_t wall_s,
                    struct tenant_status **out, size_t *n);
 
 /*
@@ -185,11 +242,14 @@ void tenants_count_request(struct tenants *ts, const struct gw_config *cfg,
  * Append every per-tenant family to 'out' (Prometheus text 0.0.4), the
  * one place /metrics gets them from: of every tenant seen (by name),
  * infergw_tenant_requests_inflight, infergw_tenant_rejected_total,
- * infergw_tenant_requests_total, infergw_tokens_total and
- * infergw_coalesce_tokens_saved_total; of each of cfg's tenants (and,
- * but for the limits, the default one; borrowed), its limits
+ * infergw_tenant_requests_total, infergw_tokens_total,
+ * infergw_coalesce_tokens_saved_total, infergw_tenant_tokens_charged_
+ * total and infergw_tenant_tokens_used (the day's and month's, as of
+ * 'wall_s', tenants_enter's clock); of each of cfg's tenants (and, but
+ * for the limits, the default one; borrowed), its limits
  * (infergw_tenant_max_inflight, infergw_tenant_requests_per_minute_
- * limit), its followers (infergw_coalesce_followers_by_tenant_total)
+ * limit, infergw_tenant_tokens_per_{minute,day,month}_limit), its
+ * followers (infergw_coalesce_followers_by_tenant_total)
  * and its calls in the admission queue, labelled with its priority too
  * (infergw_tenant_queued, infergw_tenant_queue_waits_total,
  * infergw_tenant_queue_wait_seconds_total,
@@ -197,6 +257,6 @@ void tenants_count_request(struct tenants *ts, const struct gw_config *cfg,
  * Every family is present (HELP, TYPE) even before its first sample.
  */
 int tenants_render_metrics(struct tenants *ts, const struct gw_config *cfg,
-                           struct buf *out);
+                           int64_t wall_s, struct buf *out);
 
 #endif

@@ -131,7 +131,8 @@ serve_metrics(struct handler_req *hr)
     buf_init(&b, 4 << 20);
     if (metrics_render(&b, hr->ctx->cfg) == 0
         && pool_render_metrics(hr->ctx->pool, &b) == 0
-        && tenants_render_metrics(hr->ctx->tenants, hr->ctx->cfg, &b) == 0)
+        && tenants_render_metrics(hr->ctx->tenants, hr->ctx->cfg,
+                                  gw_wall_ms() / 1000, &b) == 0)
         reply_send(hr->reply, 200, "text/plain; version=0.0.4; charset=utf-8",
                    buf_ptr(&b), buf_len(&b), NULL);
     else
@@ -294,38 +295,55 @@ send_405(struct reply *r, const char *allowed)
                                                            : allowed);
 }
 
-/* A duration as OpenAI's x-ratelimit-reset-* write it: 250ms, 8.5s, 1m0s. */
+/*
+ * A duration as OpenAI's x-ratelimit-reset-* write it (Go's): 250ms,
+ * 8.5s, 1m0s, and, for a token bucket deep in debt, 2h5m0s.
+ */
 static void
 format_reset(char *out, size_t n, int64_t us)
 {
-    int64_t ms = (us + 999) / 1000;
+    int64_t ms = (us + 999) / 1000, s = (ms + 999) / 1000;
 
     if (ms < 1000)
         snprintf(out, n, "%" PRId64 "ms", ms);
     else if (ms < 60000)
         snprintf(out, n, "%" PRId64 ".%03" PRId64 "s", ms / 1000, ms % 1000);
-    else                        /* whole seconds, rounded up */
-        snprintf(out, n, "%" PRId64 "m%" PRId64 "s", (ms + 999) / 1000 / 60,
-                 (ms + 999) / 1000 % 60);
+    else if (s < 3600)          /* whole seconds, rounded up */
+        snprintf(out, n, "%" PRId64 "m%" PRId64 "s", s / 60, s % 60);
+    else
+        snprintf(out, n, "%" PRId64 "h%" PRId64 "m%" PRId64 "s", s / 3600,
+                 s / 60 % 60, s % 60);
 }
 
 /*
  * OpenAI's rate-limit header lines, on every answer to a tenant with
- * requests_per_minute (the openai SDKs read them), into the reply.
+ * requests_per_minute (the -requests ones) or tokens_per_minute (the
+ * -tokens ones), into the reply: the openai SDKs read them.
  */
 static void
 note_rate(struct reply *r, const struct tenant_rate *rate)
 {
     char reset[32];
+    size_t len = 0;
+    int w;
 
-    if (rate->limit == 0)
-        return;
-    format_reset(reset, sizeof(reset), rate->reset_us);
-    snprintf(r->tenant_head, sizeof(r->tenant_head),
-             "x-ratelimit-limit-requests: %" PRIu64 "\r\n"
-             "x-ratelimit-remaining-requests: %" PRIu64 "\r\n"
-             "x-ratelimit-reset-requests: %s\r\n",
-             rate->limit, rate->remaining, reset);
+    if (rate->limit > 0) {
+        format_reset(reset, sizeof(reset), rate->reset_us);
+        w = snprintf(r->tenant_head, sizeof(r->tenant_head),
+                     "x-ratelimit-limit-requests: %" PRIu64 "\r\n"
+                     "x-ratelimit-remaining-requests: %" PRIu64 "\r\n"
+                     "x-ratelimit-reset-requests: %s\r\n",
+                     rate->limit, rate->remaining, reset);
+        len = w > 0 ? (size_t)w : 0;
+    }
+    if (rate->tokens_limit > 0 && len < sizeof(r->tenant_head)) {
+        format_reset(reset, sizeof(reset), rate->tokens_reset_us);
+        snprintf(r->tenant_head + len, sizeof(r->tenant_head) - len,
+                 "x-ratelimit-limit-tokens: %" PRIu64 "\r\n"
+                 "x-ratelimit-remaining-tokens: %" PRIu64 "\r\n"
+                 "x-ratelimit-reset-tokens: %s\r\n",
+                 rate->tokens_limit, rate->tokens_remaining, reset);
+    }
 }
 
 /*
@@ -335,33 +353,48 @@ note_rate(struct reply *r, const struct tenant_rate *rate)
 static int
 admit(struct handler_req *hr)
 {
-    char msg[160];
+    const char *name = tenant_name(hr->ctx->cfg, hr->tenant);
+    const char *type = "requests", *code = "rate_limit_exceeded";
+    char msg[200];
     struct tenant_rate rate;
     int wait;
     enum tenant_limit verdict;
 
     verdict = tenants_enter(hr->ctx->tenants, hr->ctx->cfg, hr->tenant,
-                            gw_now_us(), &hr->pass, &wait, &rate);
+                            gw_now_us(), gw_wall_ms() / 1000, &hr->pass,
+                            &wait, &rate);
     note_rate(hr->reply, &rate);
     switch (verdict) {
     case TENANT_ADMITTED:
         return 0;
     case TENANT_MAX_INFLIGHT:
         snprintf(msg, sizeof(msg), "tenant '%s' has max_inflight requests "
-                 "under way; try again later",
-                 tenant_name(hr->ctx->cfg, hr->tenant));
+                 "under way; try again later", name);
         break;
     case TENANT_RATE:
         snprintf(msg, sizeof(msg), "tenant '%s' is over its "
-                 "requests_per_minute; try again in %d s",
-                 tenant_name(hr->ctx->cfg, hr->tenant), wait);
+                 "requests_per_minute; try again in %d s", name, wait);
+        break;
+    case TENANT_TOKENS:
+        /* OpenAI's type for a tokens-per-minute limit. */
+        type = "tokens";
+        snprintf(msg, sizeof(msg), "tenant '%s' is over its "
+                 "tokens_per_minute (limit %" PRIu64 "); try again in %d s",
+                 name, rate.tokens_limit, wait);
+        break;
+    case TENANT_QUOTA_DAY:
+    case TENANT_QUOTA_MONTH:
+        /* A spent budget is OpenAI's insufficient_quota, also a 429. */
+        type = code = "insufficient_quota";
+        snprintf(msg, sizeof(msg), "tenant '%s' has used its %s; it renews "
+                 "%s00:00 UTC, in %d s", name, tenant_limit_name(verdict),
+                 verdict == TENANT_QUOTA_DAY ? "at " : "on the 1st, ", wait);
         break;
     case TENANT_NOMEM:
         reply_out_of_memory(hr->reply, "out of memory");
         return GW_ENOMEM;
     }
-    reply_error_full(hr->reply, 429, "requests", NULL, "rate_limit_exceeded",
-                     msg, wait);
+    reply_error_full(hr->reply, 429, type, NULL, code, msg, wait);
     return GW_EUNAVAIL;
 }
 

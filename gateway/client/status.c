@@ -353,6 +353,7 @@ tenant_json(const struct tenant_status *t, const struct config_tenant *ct,
             int *failed)
 {
     json_t *o = json_object(), *tok = json_object();
+    uint64_t rejected = 0;
 
     put(o, "name", json_string(t->name), failed);
     put(o, "inflight", count(t->inflight), failed);
@@ -361,8 +362,20 @@ tenant_json(const struct tenant_status *t, const struct config_tenant *ct,
     put(o, "requests_last_minute", count(t->last_minute), failed);
     put(o, "requests_per_minute",
         limit(ct, ct != NULL ? ct->requests_per_minute : 0), failed);
-    put(o, "rejected_429", count(t->rejected_inflight + t->rejected_rate),
+    for (size_t k = 0; k < TENANT_LIMITS; k++)
+        rejected += t->rejected[k];
+    put(o, "rejected_429", count(rejected), failed);
+    put(o, "tokens_per_minute",
+        limit(ct, ct != NULL ? ct->tokens_per_minute : 0), failed);
+    /* The bucket's whole tokens, negative in debt; null: no bucket. */
+    put(o, "tokens_bucket", t->tokens_bucket
+        ? json_integer((json_int_t)t->tokens_credit) : json_null(), failed);
+    put(o, "tokens_today", count(t->tokens_day), failed);
+    put(o, "tokens_per_day", limit(ct, ct != NULL ? ct->tokens_per_day : 0),
         failed);
+    put(o, "tokens_this_month", count(t->tokens_month), failed);
+    put(o, "tokens_per_month",
+        limit(ct, ct != NULL ? ct->tokens_per_month : 0), failed);
     put(tok, "prompt", count(t->prompt_tokens), failed);
     put(tok, "completion", count(t->completion_tokens), failed);
     put(o, "tokens", tok, failed);
@@ -385,7 +398,8 @@ render_tenants(const struct handler_ctx *ctx, json_t *doc)
     json_t *a = json_array();
     int failed = 0;
 
-    if (tenants_status(ctx->tenants, gw_now_us(), &v, &n) != 0
+    if (tenants_status(ctx->tenants, cfg, gw_now_us(), gw_wall_ms() / 1000,
+                       &v, &n) != 0
         || (n > 0 && (used = gw_calloc(n, 1)) == NULL)) {
         failed = 1;
         goto out;

@@ -314,6 +314,31 @@ flight_usage(struct flight *f, int64_t *prompt, int64_t *completion)
     return ok;
 }
 
+void
+flight_set_charge(struct flight *f, uint64_t tokens, int counted)
+{
+    gw_mutex_lock(&f->lock);
+    f->has_charge = 1;
+    f->charge = tokens;
+    f->charge_counted = counted;
+    gw_mutex_unlock(&f->lock);
+}
+
+int
+flight_charge(struct flight *f, uint64_t *tokens, int *counted)
+{
+    int ok;
+
+    gw_mutex_lock(&f->lock);
+    ok = f->state != FLIGHT_RUNNING && f->has_charge;
+    if (ok) {
+        *tokens = f->charge;
+        *counted = f->charge_counted;
+    }
+    gw_mutex_unlock(&f->lock);
+    return ok;
+}
+
 static void
 snap_locked(struct flight *f, size_t lo, struct flight_snap *s)
 {

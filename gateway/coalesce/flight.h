@@ -210,6 +210,10 @@ struct flight {
     struct call_outcome outcome;    /* (L) set with the final state */
     int has_usage;                  /* (L) usage.h: what the call cost */
     int64_t usage_prompt, usage_completion;     /* (L) */
+    int has_charge;                 /* (L) what each client's tenant is
+                                       charged (tenant.h) */
+    uint64_t charge;                /* (L) tokens */
+    int charge_counted;             /* (L) the gateway's count */
 
     struct flight_reader *readers;  /* (L) every attached reader */
     _Atomic unsigned nreaders;      /* (L) to write; anyone may read */
@@ -298,6 +302,14 @@ void flight_set_usage(struct flight *f, int64_t prompt, int64_t completion);
 
 /* The usage of a DONE flight: 1 with both set, else 0. */
 int flight_usage(struct flight *f, int64_t *prompt, int64_t *completion);
+
+/* Before flight_finish(), whatever the outcome: the tokens each of its
+ * clients is charged (usage_scan_charge()).  The driver only. */
+void flight_set_charge(struct flight *f, uint64_t tokens, int counted);
+
+/* The charge of a finished flight (DONE or FAILED): 1 with both set,
+ * else 0 (still running, or no charge was set). */
+int flight_charge(struct flight *f, uint64_t *tokens, int *counted);
 
 /*
  * The holder of 'r', about to send from its position: OUT *s is

@@ -149,6 +149,30 @@ bill(struct handler_req *hr, int64_t prompt, int64_t completion, int saved)
                  (uint64_t)completion, saved);
 }
 
+/*
+ * The bytes the prompt is counted from when the response has no usage
+ * (usage_scan_charge()): the request's, but none of a form's, whose
+ * bytes are audio, not text.
+ */
+static size_t
+prompt_bytes(const struct fwd *fw)
+{
+    return fw->ur.content_type == NULL ? fw->ur.body_len : 0;
+}
+
+/*
+ * Charge hr's tenant 'tokens' (tenant.h's token limits), once per
+ * request, whatever became of its client: the upstream spent them all
+ * the same (unlike the bill, which counts what a client received).
+ */
+static void
+charge(struct handler_req *hr, uint64_t tokens, int counted)
+{
+    if (tokens > 0)
+        tenants_charge(hr->ctx->tenants, hr->ctx->cfg, hr->tenant, hr->pass,
+                       tokens, counted, gw_now_us(), gw_wall_ms() / 1000);
+}
+
 /* ---- direct: the client's own socket is the sink ---- */
 
 struct direct {
@@ -219,6 +243,8 @@ forward_direct(struct handler_req *hr, const struct fwd *fw)
     const struct call_outcome *o = &out.res.outcome;
     struct reply *r = hr->reply;
     int64_t prompt, completion;
+    uint64_t tokens;
+    int billed, counted;
 
     usage_scan_init(&d.usage, usage_limit(hr->ctx->cfg->max_request_body));
     dispatch_call(&dc, &fw->ur, fw->model, &fw->adm, fw->prefix_hash,
@@ -226,9 +252,15 @@ forward_direct(struct handler_req *hr, const struct fwd *fw)
     hr->upstream = out.upstream;
     hr->attempts = out.attempts;
     r->upstream_status = o->status;
+    billed = o->kind == CALL_OK
+             && usage_scan_end(&d.usage, &prompt, &completion);
+    /* Charged before the body ends, so that the client's next request
+     * is judged with it. */
+    tokens = usage_scan_charge(&d.usage, prompt_bytes(fw), &counted);
+    charge(hr, tokens, counted);
     if (o->kind == CALL_OK) {
         reply_end(r);
-        if (usage_scan_end(&d.usage, &prompt, &completion))
+        if (billed)
             bill(hr, prompt, completion, 0);
     } else if (call_kind_rc(o->kind) == GW_EABORTED || r->broken)
         reply_gone(r);          /* the client went away: nothing to say */
@@ -470,6 +502,8 @@ lead(struct handler_req *hr, struct flight *f, struct fanout_reader *self,
     struct dispatch_result out;
     const struct call_outcome *o = &out.res.outcome;
     int64_t prompt, completion;
+    uint64_t tokens;
+    int counted;
 
     memset(&l, 0, sizeof(l));
     usage_scan_init(&l.usage, usage_limit(hr->ctx->cfg->max_request_body));
@@ -497,6 +531,11 @@ lead(struct handler_req *hr, struct flight *f, struct fanout_reader *self,
     hr->attempts = out.attempts;
     if (o->kind == CALL_OK && usage_scan_end(&l.usage, &prompt, &completion))
         flight_set_usage(f, prompt, completion);
+    /* The leader's tenant now, attached or not; each follower's from the
+     * flight, the same count (its key holds the same request). */
+    tokens = usage_scan_charge(&l.usage, prompt_bytes(fw), &counted);
+    flight_set_charge(f, tokens, counted);
+    charge(hr, tokens, counted);
     usage_scan_release(&l.usage);
     coalescer_finish(ctx->co, key, f, o);
     flight_wake_all(f);
@@ -525,7 +564,8 @@ follow(struct handler_req *hr, struct flight *f, struct fanout_reader *r,
     const struct handler_ctx *ctx = hr->ctx;
     struct fanout_opts o = opts_of(ctx);
     int64_t prompt, completion;
-    int billed;
+    uint64_t tokens;
+    int billed, charged, counted;
 
     hr->reply->role = "follower";
     note_flight(hr, f);
@@ -536,9 +576,12 @@ follow(struct handler_req *hr, struct flight *f, struct fanout_reader *r,
     fanout_relay(f, r, &o);
     /* Before the detach: it may drop the last reference. */
     billed = flight_usage(f, &prompt, &completion);
+    charged = flight_charge(f, &tokens, &counted);
     coalescer_detach(ctx->co, key, f, &r->fr);
     if (billed)
         bill(hr, prompt, completion, 1);
+    if (charged)
+        charge(hr, tokens, counted);
 }
 
 static void

@@ -46,6 +46,7 @@ usage_scan_head(struct usage_scan *u, int status, const char *content_type)
     buf_reset(&u->pending);
     u->overflow = 0;
     u->prompt = u->completion = -1;
+    u->events = u->bytes = 0;
     if (status < 200 || status > 299)
         u->mode = USAGE_OFF;
     else if (strncasecmp(ct, "text/event-stream", 17) == 0)
@@ -150,7 +151,52 @@ may_hold_usage(const char *p, size_t n)
     return 0;
 }
 
-/* One whole SSE line (no '\n'): a "data:" event with a usage object? */
+/*
+ * Does p[0..n) hold "KEY", blanks, ':', blanks, then a string that is
+ * not empty?  (KEY given with its quotes.)  Inside a JSON string every
+ * quote is escaped, so text that quotes a key never matches.
+ */
+static int
+has_text(const char *p, size_t n, const char *key, size_t klen)
+{
+    const char *end = p + n, *q;
+
+    while ((q = memmem(p, (size_t)(end - p), key, klen)) != NULL) {
+        q += klen;
+        while (q < end && (*q == ' ' || *q == '\t'))
+            q++;
+        if (q < end && *q == ':') {
+            q++;
+            while (q < end && (*q == ' ' || *q == '\t'))
+                q++;
+            if (end - q >= 2 && q[0] == '"' && q[1] != '"')
+                return 1;
+        }
+        p = q;
+    }
+    return 0;
+}
+
+/* Does this event's JSON carry text (usage.h: the count)? */
+static int
+carries_text(const char *p, size_t n)
+{
+#define KEY(k) { "\"" k "\"", sizeof(k) + 1 }
+    static const struct {
+        const char *key;
+        size_t len;
+    } keys[] = { KEY("content"), KEY("text"), KEY("delta"), KEY("arguments"),
+                 KEY("reasoning_content"), KEY("refusal") };
+#undef KEY
+
+    for (size_t i = 0; i < GW_ARRAY_LEN(keys); i++)
+        if (has_text(p, n, keys[i].key, keys[i].len))
+            return 1;
+    return 0;
+}
+
+/* One whole SSE line (no '\n'): a "data:" event with a usage object?
+ * With text? */
 static void
 sse_line(struct usage_scan *u, const char *p, size_t n)
 {
@@ -162,6 +208,8 @@ sse_line(struct usage_scan *u, const char *p, size_t n)
     n -= 5;
     if (may_hold_usage(p, n))
         take_usage(u, p, n);
+    if (carries_text(p, n))
+        u->events++;
 }
 
 static void
@@ -195,6 +243,7 @@ feed_sse(struct usage_scan *u, const char *p, size_t n)
 void
 usage_scan_feed(struct usage_scan *u, const char *p, size_t n)
 {
+    u->bytes += n;
     switch (u->mode) {
     case USAGE_OFF:
         return;
@@ -222,4 +271,25 @@ usage_scan_end(struct usage_scan *u, int64_t *prompt, int64_t *completion)
     *prompt = u->prompt;
     *completion = u->completion;
     return 1;
+}
+
+/* n / 4, rounded up. */
+static uint64_t
+quarter_ceil(uint64_t n)
+{
+    return n / 4 + (n % 4 != 0);
+}
+
+uint64_t
+usage_scan_charge(const struct usage_scan *u, size_t request_bytes,
+                  int *counted)
+{
+    *counted = 0;
+    if (u->mode == USAGE_OFF)
+        return 0;
+    if (u->prompt >= 0)
+        return (uint64_t)u->prompt + (uint64_t)u->completion;
+    *counted = 1;
+    return quarter_ceil(request_bytes)
+           + (u->mode == USAGE_SSE ? u->events : quarter_ceil(u->bytes));
 }

@@ -28,6 +28,17 @@
  * cannot hold a usage object ("usage": then '{') are never parsed, so a
  * stream costs one memmem() per line.
  *
+ * The charge (tenant.h's token limits) is the usage when there is one.
+ * Without (a stream that did not ask for stream_options.include_usage,
+ * from an upstream that adds none), the call is counted instead, as an
+ * estimate: the prompt as the request's bytes / 4 (rounded up; about
+ * what a BPE tokenizer makes of English text and JSON), and the
+ * completion as one token per event that carries text ("data:" with a
+ * non-empty "content", "text", "delta", "arguments", "reasoning_content"
+ * or "refusal" string: vLLM sends about one token per event), or, for a
+ * JSON body, its bytes / 4.  So a stream costs one more memmem() per
+ * line and key.
+ *
  * A struct usage_scan belongs to one transfer's thread; no locking.
  */
 #ifndef INFERGW_GATEWAY_COALESCE_USAGE_H
@@ -55,6 +66,8 @@ struct usage_scan {
     int overflow;               /* JSON: the body is past 'limit'; SSE:
                                    this line is */
     int64_t prompt, completion; /* -1 until a usage object was read */
+    uint64_t events;            /* SSE: events that carry text */
+    uint64_t bytes;             /* the body's bytes, all of them */
 };
 
 /*
@@ -79,6 +92,16 @@ void usage_scan_feed(struct usage_scan *u, const char *p, size_t n);
  */
 int usage_scan_end(struct usage_scan *u, int64_t *prompt,
                    int64_t *completion);
+
+/*
+ * What the call costs a tenant's token limits (tenant.h), after
+ * usage_scan_end(): prompt + completion of the usage read, else the
+ * count above, for a request of 'request_bytes'; 0 for a response that
+ * was not 2xx (or had no head).  OUT *counted: 1 when it is the count.
+ * Also for a body that did not end: what the upstream sent until then.
+ */
+uint64_t usage_scan_charge(const struct usage_scan *u, size_t request_bytes,
+                           int *counted);
 
 void usage_scan_release(struct usage_scan *u);
 

@@ -447,15 +447,15 @@ reply_begin_head(struct reply *r, const struct http_head *h)
 
 /*
  * "Retry-After: N\r\n" into out (n >= 32, as a REPLY_EXTRA_MAX buffer
- * is), for reply_begin()'s 'extra'; "" when seconds <= 0.  N is at most
- * HTTP_RETRY_AFTER_MAX_MS (60 s), the gateway's own as a relayed 429's or
- * 503's (which keeps the upstream's up to that).
+ * is), for reply_begin()'s 'extra'; "" when seconds <= 0.  N is the
+ * caller's: a relayed 429's or 503's was bounded when it was read
+ * (HTTP_RETRY_AFTER_MAX_MS, http_response.h), and a tenant's spent
+ * token budget (route.c) truly has room only when its day or month
+ * ends, hours or days away.
  */
 GW_TESTABLE void
 reply_retry_after_line(char *out, size_t n, int seconds)
 {
-    if (seconds > HTTP_RETRY_AFTER_MAX_MS / 1000)
-        seconds = HTTP_RETRY_AFTER_MAX_MS / 1000;   /* as relayed ones */
     if (seconds > 0)
         snprintf(out, n, "Retry-After: %d\r\n", seconds);
     else if (n > 0)

@@ -40,7 +40,7 @@ enum reply_framing {
     REPLY_CLOSE,                /* HTTP/1.0: the body ends when we close */
 };
 
-#define REPLY_TENANT_HEAD 192
+#define REPLY_TENANT_HEAD 384
 #define REPLY_ERROR_CODE 40
 #define REPLY_ERROR_MSG 160
 
@@ -78,7 +78,8 @@ struct reply {
     char tenant_head[REPLY_TENANT_HEAD];    /* header lines (CRLF each)
                                    every head of this answer carries:
                                    route.c's x-ratelimit-* for a tenant
-                                   with requests_per_minute; "" none */
+                                   with requests_per_minute or
+                                   tokens_per_minute; "" none */
     char error_code[REPLY_ERROR_CODE];  /* the last error this answer
                                    gave its client (every error answer is
                                    made by a function below, which notes

@@ -132,7 +132,7 @@ tenant_metric(const char *name)
     struct buf b;
 
     buf_init(&b, 1 << 20);
-    ck_assert_int_eq(tenants_render_metrics(tenants, &cfg, &b), 0);
+    ck_assert_int_eq(tenants_render_metrics(tenants, &cfg, 0, &b), 0);
     return value_in(&b, name);
 }
 

@@ -1023,6 +1023,9 @@ START_TEST(test_retry_after_line)
     ck_assert_str_eq(line, "Retry-After: 5\r\n");
     reply_retry_after_line(line, sizeof(line), 60);
     ck_assert_str_eq(line, "Retry-After: 60\r\n");
+    /* A month's budget spent on the 1st: until the next month. */
+    reply_retry_after_line(line, sizeof(line), 31 * 86400);
+    ck_assert_str_eq(line, "Retry-After: 2678400\r\n");
     memcpy(line, "junk", 5);
     reply_retry_after_line(line, sizeof(line), 0);
     ck_assert_str_eq(line, "");

@@ -934,7 +934,7 @@ START_TEST(test_max_inflight)
 
     load("[tenant acme]\napi_key = " KEY_ACME "\nmax_inflight = 1\n");
     /* One request of acme's under way elsewhere. */
-    ck_assert_int_eq(tenants_enter(ctx.tenants, &cfg, 0, gw_now_us(), &held,
+    ck_assert_int_eq(tenants_enter(ctx.tenants, &cfg, 0, gw_now_us(), 0, &held,
                                    &wait, NULL), TENANT_ADMITTED);
     route(0, "POST", "/v1/chat/completions", AUTH_ACME, CHAT_BODY);
     assert_answered(429, "rate_limit_exceeded");

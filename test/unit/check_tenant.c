@@ -6,6 +6,7 @@
  */
 #include <check.h>
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,7 @@
 #include "base/config.h"
 #include "http.h"
 #include "base/tenant.h"
+#include "base/tenant_impl.h"
 #include "util.h"
 #include "testutil.h"
 
@@ -186,20 +188,20 @@ START_TEST(test_max_inflight)
 
     load("[tenant a]\napi_key = " KEY_1 "\nmax_inflight = 2\n"
          "[tenant b]\napi_key = " KEY_2 "\n");
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, &p1, &wait, NULL),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, 0, &p1, &wait, NULL),
                      TENANT_ADMITTED);
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, &p2, &wait, NULL),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, 0, &p2, &wait, NULL),
                      TENANT_ADMITTED);
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, &p3, &wait, NULL),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, 0, &p3, &wait, NULL),
                      TENANT_MAX_INFLIGHT);
     ck_assert_ptr_null(p3);
     ck_assert_int_eq(wait, 1);
     /* Another tenant is not held back by a's limit. */
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 1, 0, &p3, &wait, NULL),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 1, 0, 0, &p3, &wait, NULL),
                      TENANT_ADMITTED);
     tenants_leave(ts, p3);
     tenants_leave(ts, p1);
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, &p1, &wait, NULL),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, 0, &p1, &wait, NULL),
                      TENANT_ADMITTED);
     tenants_leave(ts, p1);
     tenants_leave(ts, p2);
@@ -217,35 +219,39 @@ START_TEST(test_requests_per_minute)
 
     load("[tenant a]\napi_key = " KEY_1 "\nrequests_per_minute = 3\n");
     for (int i = 0; i < 3; i++) {
-        ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 1 * S_US, &p, &wait, NULL),
+        ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 1 * S_US, 0,
+                                       &p, &wait, NULL),
                          TENANT_ADMITTED);
         tenants_leave(ts, p);
     }
     /* Empty: one token per 20 s at 3 a minute, in whole seconds rounded
      * up (due in 19.999999 s is "20"). */
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 1 * S_US, &p, &wait, NULL),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 1 * S_US, 0, &p, &wait, NULL),
                      TENANT_RATE);
     ck_assert_int_eq(wait, 20);
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 1 * S_US + 1, &p, &wait, NULL),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 1 * S_US + 1, 0,
+                                   &p, &wait, NULL),
                      TENANT_RATE);
     ck_assert_int_eq(wait, 20);
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 11 * S_US, &p, &wait, NULL),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 11 * S_US, 0, &p, &wait, NULL),
                      TENANT_RATE);
     ck_assert_int_eq(wait, 10);
     /* A microsecond before the token: still refused, and honest. */
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 21 * S_US - 1, &p, &wait, NULL),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 21 * S_US - 1, 0,
+                                   &p, &wait, NULL),
                      TENANT_RATE);
     ck_assert_int_eq(wait, 1);
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 21 * S_US, &p, &wait, NULL),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 21 * S_US, 0, &p, &wait, NULL),
                      TENANT_ADMITTED);
     tenants_leave(ts, p);
     /* A full minute refills no more than the minute's worth. */
     for (int i = 0; i < 3; i++) {
-        ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 10000 * S_US, &p,
+        ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 10000 * S_US, 0, &p,
                                        &wait, NULL), TENANT_ADMITTED);
         tenants_leave(ts, p);
     }
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 10000 * S_US, &p, &wait, NULL),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 10000 * S_US, 0,
+                                   &p, &wait, NULL),
                      TENANT_RATE);
     tenants_free(ts);
 }
@@ -271,7 +277,7 @@ send_interleaved(struct tenants *ts, int64_t start_us, int senders,
         for (int j = 0; j < senders; j++) {
             int64_t now = start_us + k * period_us + j * stagger_us;
 
-            if (tenants_enter(ts, &cfg, 0, now, &p, &wait, NULL)
+            if (tenants_enter(ts, &cfg, 0, now, 0, &p, &wait, NULL)
                 == TENANT_ADMITTED) {
                 admitted++;
                 tenants_leave(ts, p);
@@ -303,35 +309,35 @@ START_TEST(test_rate_as_the_headers_tell_it)
     load("[tenant a]\napi_key = " KEY_1 "\nrequests_per_minute = 3\n"
          "max_inflight = 2\n[tenant b]\napi_key = " KEY_2 "\n");
     r.limit = 9;
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 1, 0, &p, &wait, &r),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 1, 0, 0, &p, &wait, &r),
                      TENANT_ADMITTED);
     ck_assert_uint_eq(r.limit, 0);              /* b has no rate */
     tenants_leave(ts, p);
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 1 * S_US, &p, &wait, &r),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 1 * S_US, 0, &p, &wait, &r),
                      TENANT_ADMITTED);
     tenants_leave(ts, p);
     ck_assert_uint_eq(r.limit, 3);
     ck_assert_uint_eq(r.remaining, 2);
     ck_assert_int_eq(r.reset_us, 20 * S_US);    /* one token: 20 s */
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 1 * S_US, &p1, &wait, &r),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 1 * S_US, 0, &p1, &wait, &r),
                      TENANT_ADMITTED);
     ck_assert_uint_eq(r.remaining, 1);
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 1 * S_US, &p2, &wait, &r),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 1 * S_US, 0, &p2, &wait, &r),
                      TENANT_ADMITTED);
     ck_assert_uint_eq(r.remaining, 0);
     /* Refused for max_inflight (2 under way): the bucket is told as it
      * is, refilled, nothing taken. */
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 11 * S_US, &q, &wait, &r),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 11 * S_US, 0, &q, &wait, &r),
                      TENANT_MAX_INFLIGHT);
     ck_assert_uint_eq(r.remaining, 0);
     ck_assert_int_eq(r.reset_us, 50 * S_US);    /* half a token back */
     tenants_leave(ts, p1);
     tenants_leave(ts, p2);
     /* Refused for the rate: 0 left, and a token is due at 21 s. */
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 21 * S_US - 1, &q, &wait,
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 21 * S_US - 1, 0, &q, &wait,
                                    &r), TENANT_RATE);
     ck_assert_uint_eq(r.remaining, 0);
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 21 * S_US, &q, &wait, &r),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 21 * S_US, 0, &q, &wait, &r),
                      TENANT_ADMITTED);
     ck_assert_uint_eq(r.remaining, 0);
     tenants_leave(ts, q);
@@ -385,22 +391,22 @@ START_TEST(test_rate_refusal_never_admits)
     /* 700 a minute: a token every 85714.3 us, so the first is whole at
      * 85715 us. */
     for (int64_t t = 85215; t < 85715; t++) {
-        ck_assert_int_eq(tenants_enter(ts, &cfg, 0, t, &p, &wait, NULL),
+        ck_assert_int_eq(tenants_enter(ts, &cfg, 0, t, 0, &p, &wait, NULL),
                          TENANT_RATE);
         ck_assert_int_eq(wait, 1);
     }
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 85715, &p, &wait, NULL),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 85715, 0, &p, &wait, NULL),
                      TENANT_ADMITTED);
     tenants_leave(ts, p);
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 85715, &p, &wait, NULL),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 85715, 0, &p, &wait, NULL),
                      TENANT_RATE);
     /* A clock read before the last one (another thread's, late for the
      * lock) neither refills nor rewinds the bucket. */
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 1, &p, &wait, NULL),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 1, 0, &p, &wait, NULL),
                      TENANT_RATE);
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 171428, &p, &wait, NULL),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 171428, 0, &p, &wait, NULL),
                      TENANT_RATE);
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 171429, &p, &wait, NULL),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 171429, 0, &p, &wait, NULL),
                      TENANT_ADMITTED);
     tenants_leave(ts, p);
     tenants_free(ts);
@@ -416,7 +422,7 @@ START_TEST(test_bill_and_render)
     char model[16];
 
     load("[tenant a]\napi_key = " KEY_1 "\n");
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, &p, &wait, NULL),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, 0, &p, &wait, NULL),
                      TENANT_ADMITTED);
     tenants_bill(ts, p, "m1", 10, 5, 0);
     tenants_bill(ts, p, "m1", 10, 5, 1);
@@ -427,7 +433,7 @@ START_TEST(test_bill_and_render)
         tenants_bill(ts, p, model, 1, 1, 0);
     }
     buf_init(&b, 1 << 20);
-    ck_assert_int_eq(tenants_render_metrics(ts, &cfg, &b), 0);
+    ck_assert_int_eq(tenants_render_metrics(ts, &cfg, 0, &b), 0);
     ck_assert_int_eq(buf_append(&b, "", 1), 0);
     ck_assert_ptr_nonnull(strstr(buf_ptr(&b), "infergw_tokens_total{tenant="
                                  "\"a\",model=\"m1\",kind=\"prompt\"} 20\n"));
@@ -450,12 +456,12 @@ START_TEST(test_bill_and_render)
 }
 END_TEST
 
-/* The text of tenants_render_metrics(ts, &cfg), NUL-terminated, in 'b'. */
+/* The text of tenants_render_metrics(ts, &cfg), 0, NUL-terminated, in 'b'. */
 static const char *
 rendered(struct tenants *ts, struct buf *b)
 {
     buf_reset(b);
-    ck_assert_int_eq(tenants_render_metrics(ts, &cfg, b), 0);
+    ck_assert_int_eq(tenants_render_metrics(ts, &cfg, 0, b), 0);
     ck_assert_int_eq(buf_append(b, "", 1), 0);
     return buf_ptr(b);
 }
@@ -520,37 +526,37 @@ START_TEST(test_status)
     int wait;
 
     load("[tenant a]\napi_key = " KEY_1 "\nmax_inflight = 2\n");
-    ck_assert_int_eq(tenants_status(ts, 0, &v, &n), 0);
+    ck_assert_int_eq(tenants_status(ts, &cfg, 0, 0, &v, &n), 0);
     ck_assert_uint_eq(n, 0);
     ck_assert_ptr_null(v);
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 1 * S_US, &p1, &wait, NULL),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 1 * S_US, 0, &p1, &wait, NULL),
                      TENANT_ADMITTED);
     tenants_bill(ts, p1, "m", 10, 5, 1);
     tenants_leave(ts, p1);
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 50 * S_US, &p1, &wait,
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 50 * S_US, 0, &p1, &wait,
                                    NULL), TENANT_ADMITTED);
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 50 * S_US, &p2, &wait,
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 50 * S_US, 0, &p2, &wait,
                                    NULL), TENANT_ADMITTED);
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 50 * S_US, &p3, &wait,
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 50 * S_US, 0, &p3, &wait,
                                    NULL), TENANT_MAX_INFLIGHT);
     tenants_bill(ts, p1, "n", 1, 2, 0);
 
-    ck_assert_int_eq(tenants_status(ts, 60 * S_US, &v, &n), 0);
+    ck_assert_int_eq(tenants_status(ts, &cfg, 60 * S_US, 0, &v, &n), 0);
     ck_assert_uint_eq(n, 1);
     ck_assert_str_eq(v[0].name, "a");
     ck_assert_uint_eq(v[0].inflight, 2);
     ck_assert_uint_eq(v[0].last_minute, 3);
-    ck_assert_uint_eq(v[0].rejected_inflight, 1);
-    ck_assert_uint_eq(v[0].rejected_rate, 0);
+    ck_assert_uint_eq(v[0].rejected[0], 1);
+    ck_assert_uint_eq(v[0].rejected[1], 0);
     ck_assert_uint_eq(v[0].prompt_tokens, 11);
     ck_assert_uint_eq(v[0].completion_tokens, 7);
     ck_assert_uint_eq(v[0].saved, 15);
     gw_free(v);
     /* Second 1 is past the minute at 61 s; second 50 is not. */
-    ck_assert_int_eq(tenants_status(ts, 61 * S_US, &v, &n), 0);
+    ck_assert_int_eq(tenants_status(ts, &cfg, 61 * S_US, 0, &v, &n), 0);
     ck_assert_uint_eq(v[0].last_minute, 2);
     gw_free(v);
-    ck_assert_int_eq(tenants_status(ts, 110 * S_US, &v, &n), 0);
+    ck_assert_int_eq(tenants_status(ts, &cfg, 110 * S_US, 0, &v, &n), 0);
     ck_assert_uint_eq(v[0].last_minute, 0);
     gw_free(v);
     tenants_leave(ts, p1);
@@ -651,7 +657,7 @@ START_TEST(test_queue_followers_and_limits_by_name)
     tenants_note_queue(ts, &cfg, 0, TENANT_QUEUE_TIMED_OUT, 0);
     tenants_note_queue(ts, &cfg, 1, TENANT_QUEUE_SHED, 0);
     tenants_note_queue(NULL, &cfg, 1, TENANT_QUEUE_SHED, 0);  /* nowhere */
-    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, &pa, &wait, NULL),
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, 0, &pa, &wait, NULL),
                      TENANT_ADMITTED);
     tenants_note_follower(ts, pa);
     tenants_note_follower(ts, NULL);
@@ -690,6 +696,331 @@ START_TEST(test_queue_followers_and_limits_by_name)
 }
 END_TEST
 
+/* ---- token limits ---- */
+
+/* Some instants, UTC (seconds since the epoch). */
+#define T_2024_02_28_2359 INT64_C(1709164740)
+#define T_2024_02_29 INT64_C(1709164800)
+#define T_2024_02_29_1200 INT64_C(1709208000)
+#define T_2024_03_01 INT64_C(1709251200)
+#define T_2023_12_31_2300 INT64_C(1704063600)
+#define T_2024_01_01 INT64_C(1704067200)
+#define T_2023_02_10 INT64_C(1675987200)
+#define T_2023_03_01 INT64_C(1677628800)
+#define DAY INT64_C(86400)
+
+/* The period ends of the calendar, a table: (instant, day's end,
+ * month's end, note). */
+static const struct {
+    int64_t at, day_end, month_end;
+    const char *note;
+} period_ends[] = {
+    { T_2024_02_28_2359, T_2024_02_29, T_2024_03_01, "leap year: 29 Feb" },
+    { T_2024_02_29, T_2024_02_29 + DAY, T_2024_03_01, "the leap day" },
+    { T_2023_02_10, T_2023_02_10 + DAY, T_2023_03_01, "not leap: 28 days" },
+    { T_2023_12_31_2300, T_2024_01_01, T_2024_01_01, "December to January" },
+    { T_2024_01_01, T_2024_01_01 + DAY, T_2024_01_01 + 31 * DAY,
+      "the first second of a month" },
+    { T_2024_01_01 - 1, T_2024_01_01, T_2024_01_01, "its last second" },
+    { INT64_C(4107456000), INT64_C(4107542400), INT64_C(4107542400),
+      "2100-02-28: 2100 is not a leap year" },
+    { INT64_C(951696000), INT64_C(951782400), INT64_C(951868800),
+      "2000-02-28: 2000 is" },
+    { -1, 0, 0, "1969-12-31 23:59:59: before the epoch" },
+    { INT64_C(-2203977600), INT64_C(-2203891200), INT64_C(-2203891200),
+      "1900-02-28: 1900 is not" },
+};
+
+START_TEST(test_period_ends)
+{
+    int64_t at = period_ends[_i].at;
+
+    ck_assert_msg(tenant_period_end_s(TENANT_DAY, at)
+                  == period_ends[_i].day_end, "%s: day ends %" PRId64,
+                  period_ends[_i].note, tenant_period_end_s(TENANT_DAY, at));
+    ck_assert_msg(tenant_period_end_s(TENANT_MONTH, at)
+                  == period_ends[_i].month_end, "%s: month ends %" PRId64,
+                  period_ends[_i].note,
+                  tenant_period_end_s(TENANT_MONTH, at));
+    /* The last second of a period and the first of the next differ. */
+    ck_assert_int_ne(tenant_period_key(TENANT_DAY,
+                                       period_ends[_i].day_end - 1),
+                     tenant_period_key(TENANT_DAY, period_ends[_i].day_end));
+    ck_assert_int_eq(tenant_period_key(TENANT_MONTH, at),
+                     tenant_period_key(TENANT_MONTH,
+                                       period_ends[_i].month_end - 1));
+    ck_assert_int_ne(tenant_period_key(TENANT_MONTH, at),
+                     tenant_period_key(TENANT_MONTH,
+                                       period_ends[_i].month_end));
+}
+END_TEST
+
+/*
+ * tokens_per_minute = 600 (10 a second): admitted while a whole token
+ * is there, charged the whole usage after, into debt; Retry-After and
+ * the headers' numbers until it is paid back.
+ */
+START_TEST(test_tokens_per_minute_debt)
+{
+    struct tenants *ts = tenants_new();
+    struct tenant_entry *p, *q;
+    struct tenant_rate r;
+    int wait;
+
+    load("[tenant a]\napi_key = " KEY_1 "\ntokens_per_minute = 600\n"
+         "requests_per_minute = 100\n[tenant b]\napi_key = " KEY_2 "\n");
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 1 * S_US, 0, &p, &wait, &r),
+                     TENANT_ADMITTED);
+    ck_assert_uint_eq(r.tokens_limit, 600);
+    ck_assert_uint_eq(r.tokens_remaining, 600);     /* starts full */
+    ck_assert_int_eq(r.tokens_reset_us, 0);
+    ck_assert_uint_eq(r.remaining, 99);
+    /* Another call of a's under way: admitted, the usage is not known
+     * before a call ends. */
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 1 * S_US, 0, &q, &wait, &r),
+                     TENANT_ADMITTED);
+    /* The first costs 1000 tokens: 400 in debt. */
+    tenants_charge(ts, &cfg, 0, p, 1000, 0, 1 * S_US, 0);
+    tenants_leave(ts, p);
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 1 * S_US, 0, &p, &wait, &r),
+                     TENANT_TOKENS);
+    /* 401 tokens at 10 a second: 40.1 s, rounded up. */
+    ck_assert_int_eq(wait, 41);
+    ck_assert_uint_eq(r.tokens_remaining, 0);
+    ck_assert_int_eq(r.tokens_reset_us, 100 * S_US);   /* 1000 tokens */
+    ck_assert_uint_eq(r.remaining, 98);     /* the refusal took none */
+    /* The one still under way finishes: charged too (the overshoot). */
+    tenants_charge(ts, &cfg, 0, q, 200, 1, 2 * S_US, 0);
+    tenants_leave(ts, q);
+    /* Now 590 in debt at 2 s: a whole token at 2 + 59.1 s. */
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 2 * S_US + 59100000 - 1, 0,
+                                   &p, &wait, NULL), TENANT_TOKENS);
+    ck_assert_int_eq(wait, 1);
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 2 * S_US + 59100000, 0, &p,
+                                   &wait, &r), TENANT_ADMITTED);
+    ck_assert_uint_eq(r.tokens_remaining, 1);
+    tenants_leave(ts, p);
+    /* Another tenant without the limit: no bucket, no headers. */
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 1, 2 * S_US, 0, &p, &wait, &r),
+                     TENANT_ADMITTED);
+    ck_assert_uint_eq(r.tokens_limit, 0);
+    tenants_charge(ts, &cfg, 1, p, 1000000, 0, 2 * S_US, 0);
+    tenants_leave(ts, p);
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 1, 2 * S_US, 0, &p, &wait, &r),
+                     TENANT_ADMITTED);
+    tenants_leave(ts, p);
+    tenants_charge(ts, &cfg, 0, NULL, 5, 0, 0, 0);     /* NULL-safe */
+    tenants_free(ts);
+}
+END_TEST
+
+/*
+ * The bucket never holds more than a minute's worth, however long it
+ * idles; a huge charge cannot overflow it; a reload keeps its state by
+ * name and clamps it to a lower limit.
+ */
+START_TEST(test_tokens_bucket_bounds_and_reload)
+{
+    struct tenants *ts = tenants_new();
+    struct tenant_entry *p;
+    struct tenant_rate r;
+    int wait;
+
+    load("[tenant a]\napi_key = " KEY_1 "\ntokens_per_minute = 1000\n"
+         "[tenant b]\napi_key = " KEY_2 "\ntokens_per_minute = 60\n");
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, 0, &p, &wait, &r),
+                     TENANT_ADMITTED);
+    tenants_charge(ts, &cfg, 0, p, 100, 0, 0, 0);
+    tenants_leave(ts, p);
+    /* An hour idle: full, not 60 minutes' worth. */
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 3600 * S_US, 0, &p, &wait,
+                                   &r), TENANT_ADMITTED);
+    ck_assert_uint_eq(r.tokens_remaining, 1000);
+    /* The most one call can be charged, at 1 a second: in debt for
+     * ages, Retry-After bounded, no overflow. */
+    tenants_leave(ts, p);
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 1, 0, 0, &p, &wait, &r),
+                     TENANT_ADMITTED);
+    tenants_charge(ts, &cfg, 1, p, UINT64_MAX, 0, 0, 0);
+    tenants_leave(ts, p);
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 1, 0, 0, &p, &wait, &r),
+                     TENANT_TOKENS);
+    ck_assert_int_ge(wait, 1);
+    ck_assert_int_gt(r.tokens_reset_us, 0);
+    /* b's debt survives a reload that renames nothing but moves it
+     * first; a's full bucket is clamped to its new, lower limit. */
+    load("[tenant b]\napi_key = " KEY_2 "\ntokens_per_minute = 60\n"
+         "[tenant a]\napi_key = " KEY_1 "\ntokens_per_minute = 10\n");
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 1 * S_US, 0, &p, &wait, &r),
+                     TENANT_TOKENS);
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 1, 3601 * S_US, 0, &p, &wait,
+                                   &r), TENANT_ADMITTED);
+    ck_assert_uint_eq(r.tokens_remaining, 10);
+    tenants_leave(ts, p);
+    tenants_free(ts);
+}
+END_TEST
+
+/*
+ * tokens_per_day = 100: refused once the day's charges reach it, with
+ * Retry-After until midnight UTC, and admitted again on the next day,
+ * across a leap day.
+ */
+START_TEST(test_day_budget_across_midnight)
+{
+    struct tenants *ts = tenants_new();
+    struct tenant_entry *p;
+    int wait;
+
+    load("[tenant a]\napi_key = " KEY_1 "\ntokens_per_day = 100\n");
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, T_2024_02_28_2359, &p,
+                                   &wait, NULL), TENANT_ADMITTED);
+    tenants_charge(ts, &cfg, 0, p, 99, 0, 0, T_2024_02_28_2359);
+    tenants_leave(ts, p);
+    /* 99 of 100: room for one more call, which overshoots. */
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, T_2024_02_28_2359, &p,
+                                   &wait, NULL), TENANT_ADMITTED);
+    tenants_charge(ts, &cfg, 0, p, 30, 0, 0, T_2024_02_28_2359);
+    tenants_leave(ts, p);
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, T_2024_02_28_2359, &p,
+                                   &wait, NULL), TENANT_QUOTA_DAY);
+    ck_assert_int_eq(wait, 60);
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, T_2024_02_29 - 1, &p,
+                                   &wait, NULL), TENANT_QUOTA_DAY);
+    ck_assert_int_eq(wait, 1);
+    /* Midnight: the leap day is a new day. */
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, T_2024_02_29, &p, &wait,
+                                   NULL), TENANT_ADMITTED);
+    /* A call that ends at noon is charged to the day it ends in. */
+    tenants_charge(ts, &cfg, 0, p, 100, 0, 0, T_2024_02_29_1200);
+    tenants_leave(ts, p);
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, T_2024_02_29_1200, &p,
+                                   &wait, NULL), TENANT_QUOTA_DAY);
+    ck_assert_int_eq(wait, 12 * 3600);
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, T_2024_03_01, &p, &wait,
+                                   NULL), TENANT_ADMITTED);
+    tenants_leave(ts, p);
+    tenants_free(ts);
+}
+END_TEST
+
+/*
+ * tokens_per_month = 1000: the month adds up its days; refused until
+ * the first of the next month (December to January; a February of 28
+ * days); a spent day comes first, its end being the sooner.
+ */
+START_TEST(test_month_budget_across_month_ends)
+{
+    struct tenants *ts = tenants_new();
+    struct tenant_entry *p;
+    int wait;
+
+    load("[tenant a]\napi_key = " KEY_1 "\ntokens_per_month = 1000\n"
+         "tokens_per_day = 700\n");
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, T_2023_02_10, &p, &wait,
+                                   NULL), TENANT_ADMITTED);
+    tenants_charge(ts, &cfg, 0, p, 600, 0, 0, T_2023_02_10);
+    tenants_leave(ts, p);
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, T_2023_02_10 + DAY, &p,
+                                   &wait, NULL), TENANT_ADMITTED);
+    tenants_charge(ts, &cfg, 0, p, 400, 0, 0, T_2023_02_10 + DAY);
+    tenants_leave(ts, p);
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, T_2023_02_10 + DAY, &p,
+                                   &wait, NULL), TENANT_QUOTA_MONTH);
+    ck_assert_int_eq(wait, T_2023_03_01 - T_2023_02_10 - DAY);
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, T_2023_03_01, &p, &wait,
+                                   NULL), TENANT_ADMITTED);
+    tenants_leave(ts, p);
+
+    /* The last hour of the year, both spent: the day is named. */
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, T_2023_12_31_2300, &p,
+                                   &wait, NULL), TENANT_ADMITTED);
+    tenants_charge(ts, &cfg, 0, p, 1000, 0, 0, T_2023_12_31_2300);
+    tenants_leave(ts, p);
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, T_2023_12_31_2300, &p,
+                                   &wait, NULL), TENANT_QUOTA_DAY);
+    ck_assert_int_eq(wait, 3600);
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, T_2024_01_01, &p, &wait,
+                                   NULL), TENANT_ADMITTED);
+    tenants_leave(ts, p);
+    tenants_free(ts);
+}
+END_TEST
+
+/* The status view's and /metrics' numbers of the token limits. */
+START_TEST(test_tokens_status_and_render)
+{
+    struct tenants *ts = tenants_new();
+    struct tenant_entry *p;
+    struct tenant_status *v;
+    struct buf b;
+    const char *t;
+    size_t n;
+    int wait;
+
+    load("[tenant a]\napi_key = " KEY_1 "\ntokens_per_minute = 60\n"
+         "tokens_per_day = 500\ntokens_per_month = 9000\n"
+         "[tenant b]\napi_key = " KEY_2 "\n");
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, T_2024_02_28_2359, &p, &wait,
+                                   NULL), TENANT_ADMITTED);
+    tenants_charge(ts, &cfg, 0, p, 100, 0, 0, T_2024_02_28_2359);
+    tenants_charge(ts, &cfg, 0, p, 7, 1, 0, T_2024_02_28_2359);
+    tenants_leave(ts, p);
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, T_2024_02_28_2359, &p, &wait,
+                                   NULL), TENANT_TOKENS);
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 1, 0, T_2024_02_28_2359, &p, &wait,
+                                   NULL), TENANT_ADMITTED);
+    tenants_leave(ts, p);
+    ck_assert_int_eq(tenants_status(ts, &cfg, 1 * S_US, T_2024_02_28_2359, &v,
+                                    &n), 0);
+    ck_assert_uint_eq(n, 2);
+    ck_assert_str_eq(v[0].name, "a");
+    ck_assert(v[0].tokens_bucket);
+    ck_assert_int_eq(v[0].tokens_credit, -46);  /* 60 - 107 + 1 */
+    ck_assert_uint_eq(v[0].tokens_day, 107);
+    ck_assert_uint_eq(v[0].tokens_month, 107);
+    ck_assert_uint_eq(v[0].rejected[TENANT_TOKENS - 1], 1);
+    ck_assert(!v[1].tokens_bucket);
+    gw_free(v);
+    /* The next day: the day's count is back to 0, the month's is not. */
+    ck_assert_int_eq(tenants_status(ts, &cfg, 1 * S_US, T_2024_02_29,
+                                    &v, &n), 0);
+    ck_assert_uint_eq(v[0].tokens_day, 0);
+    ck_assert_uint_eq(v[0].tokens_month, 107);
+    gw_free(v);
+
+    buf_init(&b, 1 << 20);
+    ck_assert_int_eq(tenants_render_metrics(ts, &cfg, T_2024_02_28_2359,
+                                            &b), 0);
+    ck_assert_int_eq(buf_append(&b, "", 1), 0);
+    t = buf_ptr(&b);
+    ck_assert_double_eq(sample(t, "infergw_tenant_tokens_per_minute_limit"
+                               "{tenant=\"a\"} "), 60);
+    ck_assert_double_eq(sample(t, "infergw_tenant_tokens_per_day_limit"
+                               "{tenant=\"a\"} "), 500);
+    ck_assert_double_eq(sample(t, "infergw_tenant_tokens_per_month_limit"
+                               "{tenant=\"a\"} "), 9000);
+    ck_assert_double_eq(sample(t, "infergw_tenant_tokens_per_month_limit"
+                               "{tenant=\"b\"} "), 0);
+    ck_assert_double_eq(sample(t, "infergw_tenant_rejected_total{tenant="
+                               "\"a\",limit=\"tokens_per_minute\"} "), 1);
+    ck_assert_double_eq(sample(t, "infergw_tenant_rejected_total{tenant="
+                               "\"a\",limit=\"tokens_per_day\"} "), 0);
+    ck_assert_double_eq(sample(t, "infergw_tenant_rejected_total{tenant="
+                               "\"b\",limit=\"tokens_per_month\"} "), 0);
+    ck_assert_double_eq(sample(t, "infergw_tenant_tokens_charged_total{"
+                               "tenant=\"a\",source=\"usage\"} "), 100);
+    ck_assert_double_eq(sample(t, "infergw_tenant_tokens_charged_total{"
+                               "tenant=\"a\",source=\"counted\"} "), 7);
+    ck_assert_double_eq(sample(t, "infergw_tenant_tokens_used{tenant=\"a\","
+                               "period=\"day\"} "), 107);
+    ck_assert_double_eq(sample(t, "infergw_tenant_tokens_used{tenant=\"a\","
+                               "period=\"month\"} "), 107);
+    buf_release(&b);
+    tenants_free(ts);
+}
+END_TEST
+
 static Suite *
 tenant_suite(void)
 {
@@ -717,6 +1048,17 @@ tenant_suite(void)
     tcase_add_test(tc, test_requests_by_status);
     tcase_add_test(tc, test_queue_followers_and_limits_by_name);
     tcase_add_test(tc, test_a_tenant_named_default_is_one_series);
+    suite_add_tcase(s, tc);
+
+    tc = tcase("tokens");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_loop_test(tc, test_period_ends, 0,
+                        (int)GW_ARRAY_LEN(period_ends));
+    tcase_add_test(tc, test_tokens_per_minute_debt);
+    tcase_add_test(tc, test_tokens_bucket_bounds_and_reload);
+    tcase_add_test(tc, test_day_budget_across_midnight);
+    tcase_add_test(tc, test_month_budget_across_month_ends);
+    tcase_add_test(tc, test_tokens_status_and_render);
     suite_add_tcase(s, tc);
     return s;
 }

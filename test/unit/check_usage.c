@@ -404,6 +404,113 @@ START_TEST(test_a_new_head_starts_over)
 }
 END_TEST
 
+/*
+ * The charge (usage.h): the usage when there is one, else the count:
+ * request bytes / 4, rounded up, plus the events that carry text (or a
+ * JSON body's bytes / 4).  A table: (status, type, body, request
+ * bytes, charge, counted, note); each fed whole and byte by byte.
+ */
+static const struct charge_case {
+    int status;
+    const char *ctype;
+    const char *body;
+    size_t request_bytes;
+    uint64_t charge;
+    int counted;
+    const char *note;
+} charges[] = {
+    { 200, "text/event-stream",
+      "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\","
+      "\"content\":\"\"}}]}\n\n"
+      "data: {\"choices\":[{\"delta\":{\"content\":\"Hello\"}}]}\n\n"
+      "data: {\"choices\":[{\"delta\":{\"content\": \" world\"}}]}\n\n"
+      "data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n"
+      "data: [DONE]\n\n", 41, 11 + 2, 1,
+      "chat without usage: the role and finish events carry no text" },
+    { 200, "text/event-stream",
+      "data: {\"choices\":[{\"text\":\"a\"}]}\r\n\r\n"
+      "data: {\"choices\":[{\"text\":\"b\"}]}\r\n\r\n"
+      "data: {\"choices\":[{\"text\":\"\",\"finish_reason\":\"length\"}]}"
+      "\r\n\r\ndata: [DONE]\r\n\r\n", 8, 2 + 2, 1,
+      "completions, CRLF lines" },
+    { 200, "text/event-stream",
+      "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"function\":"
+      "{\"arguments\":\"{\\\"x\\\"\"}}]}}]}\n\n"
+      "data: {\"choices\":[{\"delta\":{\"reasoning_content\":\"hm\"}}]}\n\n"
+      "data: {\"type\":\"response.output_text.delta\",\"delta\":\"hi\"}\n\n"
+      "data: {\"choices\":[{\"delta\":{\"content\":\"say \\\"text\\\": "
+      "\\\"x\\\"\"}}]}\n\n", 0, 4, 1,
+      "tool arguments, reasoning, a Responses delta, quoted keys: 1 each" },
+    { 200, "text/event-stream",
+      "data: {\"choices\":[{\"delta\":{\"content\":\"Hello\"}}]}\n\n"
+      "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":30,"
+      "\"completion_tokens\":7}}\n\ndata: [DONE]\n\n", 1000, 37, 0,
+      "include_usage: the usage, not the count" },
+    { 200, "application/json",
+      "{\"choices\":[{\"message\":{\"content\":\"Hi\"}}],\"usage\":"
+      "{\"prompt_tokens\":5,\"completion_tokens\":1}}", 400, 6, 0,
+      "a JSON body's usage" },
+    { 200, "application/json", "{\"text\":\"one two three\"}", 5,
+      2 + 6, 1, "a JSON body without usage: its 24 bytes / 4" },
+    { 503, "application/json", "{\"error\":{\"message\":\"busy\"}}", 400,
+      0, 0, "not 2xx: nothing" },
+};
+
+/* Scan charges[i].body in pieces of 'step' bytes (0: whole). */
+static void
+check_charge(const struct charge_case *c, size_t step)
+{
+    struct usage_scan u;
+    size_t n = strlen(c->body);
+    int64_t prompt, completion;
+    uint64_t got;
+    int counted = -1;
+
+    usage_scan_init(&u, LIMIT);
+    usage_scan_head(&u, c->status, c->ctype);
+    for (size_t at = 0; at < n; at += step == 0 ? n : step) {
+        size_t len = step == 0 || n - at < step ? n - at : step;
+
+        feed_guarded(&u, c->body + at, len);
+    }
+    (void)usage_scan_end(&u, &prompt, &completion);
+    got = usage_scan_charge(&u, c->request_bytes, &counted);
+    usage_scan_release(&u);
+    ck_assert_msg(got == c->charge && counted == c->counted,
+                  "%s (step %zu): %llu counted %d, want %llu counted %d",
+                  c->note, step, (unsigned long long)got, counted,
+                  (unsigned long long)c->charge, c->counted);
+}
+
+START_TEST(test_charge)
+{
+    check_charge(&charges[_i], 0);
+    check_charge(&charges[_i], 1);
+    check_charge(&charges[_i], 7);
+}
+END_TEST
+
+/* A stream cut short is charged what came before the cut; a new head
+ * (a retry's) starts the count over. */
+START_TEST(test_charge_of_a_cut_stream_and_a_retry)
+{
+    static const char ev[] = "data: {\"choices\":[{\"text\":\"w\"}]}\n\n";
+    struct usage_scan u;
+    int counted;
+
+    usage_scan_init(&u, LIMIT);
+    usage_scan_head(&u, 200, "text/event-stream");
+    usage_scan_feed(&u, ev, strlen(ev));
+    usage_scan_head(&u, 200, "text/event-stream");
+    usage_scan_feed(&u, ev, strlen(ev));
+    usage_scan_feed(&u, ev, strlen(ev));
+    usage_scan_feed(&u, ev, 12);        /* cut mid-event: not counted */
+    ck_assert_uint_eq(usage_scan_charge(&u, 4, &counted), 1 + 2);
+    ck_assert_int_eq(counted, 1);
+    usage_scan_release(&u);
+}
+END_TEST
+
 static Suite *
 usage_suite(void)
 {
@@ -425,6 +532,11 @@ usage_suite(void)
 
     tc = tcase("reuse");
     tcase_add_test(tc, test_a_new_head_starts_over);
+    suite_add_tcase(s, tc);
+
+    tc = tcase("charge");
+    tcase_add_loop_test(tc, test_charge, 0, (int)GW_ARRAY_LEN(charges));
+    tcase_add_test(tc, test_charge_of_a_cut_stream_and_a_retry);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1,0 +1,100 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tenant_impl.h - the arithmetic of a tenant's token limits: the
+ * tokens_per_minute bucket, which a call's usage may put in debt, and
+ * the calendar periods (UTC days and months) of the tokens_per_day and
+ * tokens_per_month budgets.  Private to module tenant (tenant.c,
+ * tenant_tokens.c; test/check_includes.py, PARTS): tenant.h is the API.
+ *
+ * Plain functions on plain structs, no lock of their own and no clock:
+ * tenant.c calls them under the tenants' lock with the times it was
+ * given (tenants_enter(), tenants_charge()), so a test decides the time
+ * and crosses midnight or a month's end at will.
+ */
+#ifndef INFERGW_GATEWAY_BASE_TENANT_IMPL_H
+#define INFERGW_GATEWAY_BASE_TENANT_IMPL_H
+
+#include <stdint.h>
+
+/*
+ * A token of the bucket is TENANT_TOKEN_UNITS units (the microseconds
+ * in a minute) and each microsecond refills 'per_minute' units: a
+ * bucket of per_minute tokens fills in exactly a minute, to the
+ * microsecond, in integers (tenant.c's requests_per_minute bucket does
+ * the same).  The credit is signed: a call is charged its whole usage
+ * when it ends, which may be more than the bucket holds (debt), and
+ * the bucket admits again once a whole token is back.
+ */
+#define TENANT_TOKEN_UNITS INT64_C(60000000)
+
+/* The most one charge takes: usage.h bounds a count by 2^32. */
+#define TENANT_MAX_CHARGE (UINT64_C(1) << 34)
+
+struct tenant_bucket {
+    int64_t credit;             /* units; < 0: in debt */
+    int64_t refilled_us;        /* when 'credit' was last brought up */
+    int filled;                 /* 0: never used, starts full */
+};
+
+/*
+ * Bring 'b' up to 'now_us' for a limit of 'per_minute' (1..
+ * CONFIG_MAX_TOKENS_PER_MINUTE) tokens: never above a minute's worth
+ * (also when a reload lowered the limit), a debt paid back at the
+ * limit's pace.  A time before the last refill refills nothing.
+ */
+void tenant_bucket_refill(struct tenant_bucket *b, uint64_t per_minute,
+                          int64_t now_us);
+
+/*
+ * Microseconds, after a refill to 'now_us', until 'b' holds a whole
+ * token again: 0 when it does (a call is admitted).
+ */
+uint64_t tenant_bucket_wait_us(struct tenant_bucket *b, uint64_t per_minute,
+                               int64_t now_us);
+
+/* Take 'tokens' (at most TENANT_MAX_CHARGE) at 'now_us': may go into
+ * debt, down to a floor far below any real one (no overflow). */
+void tenant_bucket_charge(struct tenant_bucket *b, uint64_t per_minute,
+                          uint64_t tokens, int64_t now_us);
+
+/* After a refill: the whole tokens it holds (0 in debt), and the
+ * microseconds until it is full. */
+uint64_t tenant_bucket_remaining(const struct tenant_bucket *b);
+uint64_t tenant_bucket_reset_us(const struct tenant_bucket *b,
+                                uint64_t per_minute);
+
+enum tenant_period_kind {
+    TENANT_DAY = 0,             /* 00:00:00 UTC to the next */
+    TENANT_MONTH,               /* the 1st, 00:00:00 UTC, to the next */
+};
+
+/*
+ * The tokens used in one period.  'key' names the period they were
+ * used in (days or months since the epoch); a 'used' of another
+ * period than the one asked about counts as 0, so a new day starts
+ * from nothing without a timer.
+ */
+struct tenant_period {
+    int64_t key;
+    uint64_t used;
+};
+
+/* The first second of the period after the one 'wall_s' is in. */
+int64_t tenant_period_end_s(enum tenant_period_kind kind, int64_t wall_s);
+
+/* The tokens used in the period of 'wall_s' (0 for a new one). */
+uint64_t tenant_period_used(const struct tenant_period *p,
+                            enum tenant_period_kind kind, int64_t wall_s);
+
+/* Add 'tokens' to the period of 'wall_s' (a new one starts at 0;
+ * saturates rather than wraps). */
+void tenant_period_add(struct tenant_period *p, enum tenant_period_kind kind,
+                       int64_t wall_s, uint64_t tokens);
+
+#ifdef INFERGW_UNIT_TEST
+/* Test builds only (GW_TESTABLE): the period of 'kind' that 'wall_s'
+ * (seconds since the epoch, UTC) is in, as a key. */
+int64_t tenant_period_key(enum tenant_period_kind kind, int64_t wall_s);
+#endif
+
+#endif
