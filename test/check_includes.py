@@ -175,6 +175,7 @@ COMMON = {
     "multipart": "http util",
     "prom": "buf util",
     "prom_read": "util",
+    "redis": "alloc util",
     "buf": "alloc util",
     "log": "util",
     "alloc": "",
