@@ -406,7 +406,7 @@ redis_replies_free(redisReply **replies, size_t n)
     }
 }
 
-int
+GW_TESTABLE int
 redis_reply_is_error(const redisReply *r, const char *code)
 {
     size_t n = strlen(code);
@@ -466,7 +466,7 @@ round_trip(struct redis_conn *c, const struct redis_cmd *cmds, size_t n,
     return rc;
 }
 
-int
+GW_TESTABLE int
 redis_pipeline(struct redis_conn *c, const struct redis_cmd *cmds, size_t n,
                redisReply **replies, int64_t deadline_ms)
 {
@@ -731,7 +731,7 @@ quiet(const struct redis_conn *c)
     return poll(&pfd, 1, 0) == 0;
 }
 
-int
+GW_TESTABLE int
 redis_pool_take(struct redis_pool *p, int64_t deadline_ms,
                 struct redis_conn **out)
 {
@@ -769,7 +769,7 @@ redis_pool_take(struct redis_pool *p, int64_t deadline_ms,
     }
 }
 
-void
+GW_TESTABLE void
 redis_pool_put(struct redis_pool *p, struct redis_conn *c)
 {
     if (c == NULL)

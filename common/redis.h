@@ -157,6 +157,35 @@ void redis_pool_drop_idle(struct redis_pool *p);
 /* Connections connected now, idle or taken. */
 size_t redis_pool_connected(struct redis_pool *p);
 
+
+
+
+/*
+ * One round trip on a connection of 'p': cmds[0..n) written together,
+ * their n replies read, all by 'deadline_ms'.  A script goes by EVALSHA
+ * once its connection has sent it whole (EVAL, in its place), and by
+ * EVAL again, in a second round trip by the same deadline, when Redis
+ * answers NOSCRIPT (its cache was flushed); then, and only then, the
+ * commands after it in cmds[] ran before it: put what must see a
+ * script's effects inside the script.  On 0 replies[i] is an owned reply
+ * for cmds[i] (a Redis error is a reply of type REDIS_REPLY_ERROR: the
+ * caller looks); free with redis_replies_free().  On failure every
+ * replies[i] is NULL: GW_EUNAVAIL (no connection: at once), GW_ETIMEDOUT
+ * (every connection busy until the deadline, or no answer by it),
+ * GW_EIO (reset, closed), GW_EPARSE (not the protocol), GW_ETOOBIG (a
+ * reply past REDIS_REPLY_MAX), GW_EINVAL (n or an argc past its bound),
+ * GW_ENOMEM.  A connection whose round trip failed is closed.
+ */
+int redis_pool_pipeline(struct redis_pool *p, const struct redis_cmd *cmds,
+                        size_t n, redisReply **replies,
+                        int64_t deadline_ms);
+
+/* freeReplyObject() on replies[0..n), each set to NULL.  NULL-safe. */
+void redis_replies_free(redisReply **replies, size_t n);
+
+#ifdef INFERGW_UNIT_TEST
+/* ---- test builds only (test/check_exports.py): the pool's parts ---- */
+
 /*
  * Take an idle connection for the caller's thread.  None connected:
  * GW_EUNAVAIL at once.  All taken: waits for one until 'deadline_ms',
@@ -187,20 +216,11 @@ int redis_pipeline(struct redis_conn *c, const struct redis_cmd *cmds,
                    size_t n, redisReply **replies, int64_t deadline_ms);
 
 /*
- * redis_pool_take(), redis_pipeline() and redis_pool_put() in one call:
- * the request path's.  Returns what they return.
- */
-int redis_pool_pipeline(struct redis_pool *p, const struct redis_cmd *cmds,
-                        size_t n, redisReply **replies,
-                        int64_t deadline_ms);
-
-/* freeReplyObject() on replies[0..n), each set to NULL.  NULL-safe. */
-void redis_replies_free(redisReply **replies, size_t n);
-
-/*
  * Is 'r' an error reply whose text starts with 'code' ("NOSCRIPT",
  * "WRONGPASS")?
  */
 int redis_reply_is_error(const redisReply *r, const char *code);
+#endif
+
 
 #endif
