@@ -88,7 +88,8 @@ turn(struct cluster *cl, char *err, size_t errlen)
     rc = cluster_pipeline(cl, CLUSTER_OP_HEARTBEAT, &cmd, 1, &r,
                           cl->beat_io_ms);
     if (rc != 0) {
-        snprintf(err, errlen, "heartbeat: %s", gw_strerror(rc));
+        snprintf(err, errlen, "heartbeat: %s", rc == GW_EUNAVAIL
+                 ? "Redis closed every connection" : gw_strerror(rc));
         return rc;
     }
     got = gw_calloc(CLUSTER_MEMBERS_MAX, sizeof(*got));
