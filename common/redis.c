@@ -100,7 +100,10 @@ valid_host(const char *p, size_t n, int v6)
     return 1;
 }
 
-/* "unix:/path": absolute, printable, fits a sockaddr_un. */
+/*
+ * "unix:/path": absolute, fits a sockaddr_un, printable ASCII (it is
+ * shown in log lines and the status view's JSON as it is).
+ */
 static int
 parse_unix(const char *path, struct redis_url *u)
 {
@@ -109,7 +112,7 @@ parse_unix(const char *path, struct redis_url *u)
     if (path[0] != '/' || n >= 108)
         return GW_EINVAL;
     for (size_t i = 0; i < n; i++)
-        if ((unsigned char)path[i] <= 0x20 || path[i] == 0x7f)
+        if ((unsigned char)path[i] <= 0x20 || (unsigned char)path[i] >= 0x7f)
             return GW_EINVAL;
     u->unix_socket = 1;
     memcpy(u->host, path, n + 1);
@@ -231,14 +234,33 @@ out:
 void
 redis_url_show(const struct redis_url *u, char *out, size_t n)
 {
+    static const char hex[] = "0123456789ABCDEF";
+    char user[3 * REDIS_URL_USER_MAX + 2];
+    size_t k = 0;
     int v6 = strchr(u->host, ':') != NULL;
 
-    if (u->unix_socket)
+    if (u->unix_socket) {
         snprintf(out, n, "unix:%s", u->host);
-    else
-        snprintf(out, n, "redis://%s%s%s%s%s:%d/%ld", u->user,
-                 u->user[0] != '\0' ? "@" : "", v6 ? "[" : "", u->host,
-                 v6 ? "]" : "", u->port, u->db);
+        return;
+    }
+    /* The user as the URL would escape it: the line or page it goes to
+     * gets printable ASCII only. */
+    for (const char *p = u->user; *p != '\0'; p++) {
+        unsigned char c = (unsigned char)*p;
+
+        if (c > 0x20 && c < 0x7f && strchr("%@:/", c) == NULL) {
+            user[k++] = (char)c;
+        } else {
+            user[k++] = '%';
+            user[k++] = hex[c >> 4];
+            user[k++] = hex[c & 15];
+        }
+    }
+    if (k > 0)
+        user[k++] = '@';
+    user[k] = '\0';
+    snprintf(out, n, "redis://%s%s%s%s:%d/%ld", user, v6 ? "[" : "",
+             u->host, v6 ? "]" : "", u->port, u->db);
 }
 
 /* ---- scripts ---- */

@@ -48,6 +48,8 @@ static const struct {
     { "unix:run/redis.sock", 0, 0, NULL, 0, NULL, NULL, 0,
       "relative path" },
     { "unix:", 0, 0, NULL, 0, NULL, NULL, 0, "no path" },
+    { "unix:/r\xc6.sock", 0, 0, NULL, 0, NULL, NULL, 0,
+      "a path byte past ASCII (shown as it is: refused)" },
     { "http://h:6379", 0, 0, NULL, 0, NULL, NULL, 0, "another scheme" },
     { "rediss://h", 0, 0, NULL, 0, NULL, NULL, 0, "TLS is not built in" },
     { "redis://", 0, 0, NULL, 0, NULL, NULL, 0, "no host" },
@@ -105,6 +107,10 @@ START_TEST(test_url_show_hides_the_password)
     ck_assert_int_eq(redis_url_parse("redis://:hunter2@[::1]", &u), 0);
     redis_url_show(&u, out, sizeof(out));
     ck_assert_str_eq(out, "redis://[::1]:6379/0");
+    /* A user's odd bytes are shown escaped, as the URL would have them. */
+    ck_assert_int_eq(redis_url_parse("redis://a%C3%A9%40:pw@h", &u), 0);
+    redis_url_show(&u, out, sizeof(out));
+    ck_assert_str_eq(out, "redis://a%C3%A9%40@h:6379/0");
     ck_assert_int_eq(redis_url_parse("unix:/s", &u), 0);
     redis_url_show(&u, out, sizeof(out));
     ck_assert_str_eq(out, "unix:/s");
