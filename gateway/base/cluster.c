@@ -315,8 +315,12 @@ cluster_start(const struct gw_config *cfg, const struct cluster_self *self)
         cl->beat_ms = 100;
     if (cl->beat_ms > 5000)
         cl->beat_ms = 5000;
-    cl->beat_io_ms = cfg->redis_timeout_ms > 250 ? cfg->redis_timeout_ms
-                     : 250;
+    /* The beat's own round trips are not a request's: a Redis a little
+     * slow is not lost for that.  At most a second, which is also the
+     * longest a reload or the stop waits to join the thread. */
+    cl->beat_io_ms = cfg->redis_timeout_ms < 250 ? 250
+                     : cfg->redis_timeout_ms > 1000 ? 1000
+                     : cfg->redis_timeout_ms;
     cl->connections_max = (size_t)cfg->redis_connections;
     cl->on_error = cfg->on_error;
     cl->started_unix_ms = self->started_unix_ms;

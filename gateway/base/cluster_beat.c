@@ -16,6 +16,7 @@
 #include "base/cluster_impl.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <jansson.h>
@@ -69,7 +70,7 @@ turn(struct cluster *cl, char *err, size_t errlen)
     if (cluster_key(cl, CLUSTER_TAG_GATEWAYS, "members", members,
                     sizeof(members)) != 0
         || cluster_key(cl, CLUSTER_TAG_GATEWAYS, "node:", node_prefix,
-                       sizeof(node_prefix)) == GW_ETOOBIG
+                       sizeof(node_prefix)) != 0
         || snprintf(self, sizeof(self), "%s%s", node_prefix, cl->node)
            >= (int)sizeof(self)) {
         snprintf(err, errlen, "key_prefix and node make too long a key");

@@ -25,7 +25,8 @@ struct cluster {
     int64_t timeout_ms;             /* redis_timeout */
     int64_t lease_ms;
     int64_t beat_ms;                /* lease / 3, 100 ms .. 5 s */
-    int64_t beat_io_ms;             /* the beat's own round trips' bound */
+    int64_t beat_io_ms;             /* the beat's own round trips' bound:
+                                       redis_timeout, 250 ms .. 1 s */
     size_t connections_max;
     int on_error;
     int64_t started_unix_ms;

@@ -29,7 +29,9 @@
  * the rest.  A new generation starts with fresh upstream state: breakers
  * closed, no model list until its health beat asks, no warm connections.
  * The reload joins the old health and load beats' threads, so the accept
- * loop may pause for a probe under way (at most about a second).
+ * loop may pause for a probe under way (at most about a second); a
+ * replaced cluster's beat thread is joined by whoever drops the old
+ * generation's last reference, as long (cluster.h).
  *
  * Locking: one mutex guards the current pointer, the list of live
  * generations and the reference counts of generations and certificates;

@@ -459,6 +459,7 @@ static int
 render_cluster(const struct handler_ctx *ctx, json_t *doc)
 {
     struct cluster_status *cs;
+    char why[sizeof(cs->last_error)];
     json_t *o, *a;
     int failed = 0;
 
@@ -477,8 +478,9 @@ render_cluster(const struct handler_ctx *ctx, json_t *doc)
     put(o, "up", json_boolean(cs->up), &failed);
     put(o, "since_unix_ms", cs->since_unix_ms > 0
         ? json_integer(cs->since_unix_ms) : json_null(), &failed);
-    put(o, "last_error", str_or_null(cs->up ? "" : cs->last_error),
-        &failed);
+    /* Redis's own words may be any bytes: json_string() wants UTF-8. */
+    copy_printable(why, sizeof(why), cs->up ? "" : cs->last_error);
+    put(o, "last_error", str_or_null(why), &failed);
     put(o, "connections", count(cs->connections), &failed);
     put(o, "connections_max", count(cs->connections_max), &failed);
     put(o, "lease_ms", json_integer(cs->lease_ms), &failed);
