@@ -387,7 +387,8 @@ cluster_status(struct cluster *cl, struct cluster_status *out)
     gw_mutex_lock(&cl->lock);
     out->since_unix_ms = cl->since_unix_ms;
     memcpy(out->last_error, cl->last_error, sizeof(out->last_error));
-    memcpy(out->members, cl->members, cl->num_members * sizeof(out->members[0]));
+    memcpy(out->members, cl->members,
+           cl->num_members * sizeof(out->members[0]));
     out->num_members = cl->num_members;
     gw_mutex_unlock(&cl->lock);
 }

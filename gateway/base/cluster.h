@@ -45,8 +45,8 @@
  * Threads and locking: one beat thread per cluster, started by
  * cluster_start() and joined by the last cluster_unref(), which waits
  * for a turn under way: at most its connect and round trip bound,
- * redis_timeout within 250 ms .. 1 s (and a host name's resolution).  The cluster's
- * mutex guards the beat's stop flag and the state the status view
+ * redis_timeout within 250 ms .. 1 s (and a host name's resolution).
+ * The cluster's mutex guards the beat's stop flag and the state the status view
  * copies (members, last error); it is never held across I/O.  The
  * metrics are process-wide atomics.  Every function here may be called
  * from any thread.
