@@ -68,8 +68,8 @@ BASE_CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer \
 SAN_LDFLAGS := -fsanitize=$(SANITIZE)
 endif
 
-PKG_CFLAGS := $(shell pkg-config --cflags libcurl jansson 2>/dev/null)
-PKG_LIBS := $(shell pkg-config --libs libcurl jansson 2>/dev/null)
+PKG_CFLAGS := $(shell pkg-config --cflags libcurl jansson hiredis 2>/dev/null)
+PKG_LIBS := $(shell pkg-config --libs libcurl jansson hiredis 2>/dev/null)
 CHECK_CFLAGS := $(shell pkg-config --cflags check 2>/dev/null)
 CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null)
 # Debian's mbedTLS 2.28 ships no .pc file.

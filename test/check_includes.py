@@ -64,7 +64,7 @@ LAYERS = [
      "reply tls"),
     ("base", "what every layer shares: config, outcomes, metrics, "
              "tenants, the request context",
-     "config outcome metrics tenant handler"),
+     "config outcome metrics tenant handler cluster"),
 ]
 TOP = "main"                    # gateway/main.c, above every layer
 
@@ -78,11 +78,12 @@ GATEWAY = {
     "main": "coalesce config generation metrics server tenant",
     "server": "coalesce config conn generation handler metrics reply",
     "conn": "config generation handler reply route status tenant tls",
-    "route": "config handler metrics pool proxy reply status tenant",
-    "status": "coalesce config generation handler metrics pool tenant",
+    "route": "cluster config handler metrics pool proxy reply status tenant",
+    "status": "cluster coalesce config generation handler metrics pool"
+              " tenant",
     "proxy": "coalesce config dispatch fanout flight handler metrics pool"
              " reply tenant upstream usage",
-    "generation": "config health metrics pool scrape tls upstream",
+    "generation": "cluster config health metrics pool scrape tls upstream",
     "health": "beat config pool probe upstream",
     "scrape": "beat config engine pool probe",
     "probe": "upstream",
@@ -103,6 +104,7 @@ GATEWAY = {
     "tenant": "config",
     "flight": "outcome",
     "reply": "outcome",
+    "cluster": "config",
     "config": "",
     "outcome": "",
     "usage": "",
@@ -118,6 +120,7 @@ PRIVATE = {
     "tls_server": ("tls", set()),
     "pool_impl": ("pool", set()),
     "tenant_impl": ("tenant", set()),
+    "cluster_impl": ("cluster", set()),
 }
 
 # The parts of a module split by job (STYLE.md section 1): .c files that
@@ -126,6 +129,7 @@ PARTS = {
     "pool": "pool_pick pool_breaker pool_queue pool_models pool_report "
             "pool_budget",
     "tenant": "tenant_tokens",
+    "cluster": "cluster_beat",
 }
 PART_OF = {p: m for m, ps in PARTS.items() for p in ps.split()}
 
@@ -177,6 +181,7 @@ COMMON = {
     "multipart": "http util",
     "prom": "buf util",
     "prom_read": "util",
+    "redis": "alloc util",
     "buf": "alloc util",
     "log": "util",
     "alloc": "",

@@ -6,7 +6,7 @@
 # as arguments (the benchmark scripts add wrk, nginx-light, ...).
 set -eu
 
-pkgs="gcc binutils make pkg-config libcurl4-openssl-dev libssl-dev libjansson-dev libmbedtls-dev check python3 python3-prometheus-client mandoc curl haproxy dpkg-dev lintian strace prometheus chromium iproute2 $*"
+pkgs="gcc binutils make pkg-config libcurl4-openssl-dev libssl-dev libjansson-dev libmbedtls-dev libhiredis-dev redis-server check python3 python3-prometheus-client mandoc curl haproxy dpkg-dev lintian strace prometheus chromium iproute2 $*"
 missing=""
 for p in $pkgs; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed'; then

@@ -39,6 +39,7 @@
 #include "base/config_schema.h"
 #include "cfg.h"
 #include "net.h"
+#include "redis.h"
 #include "util.h"
 
 #define DEFAULT_URL "http://127.0.0.1:8000"
@@ -60,6 +61,7 @@ static const struct {
     { "coalesce", N_NONE },
     { "tenant", N_REQUIRED },
     { "admin", N_NONE },
+    { "cluster", N_NONE },
 };
 
 #define NUM_SECTIONS GW_ARRAY_LEN(sections)
@@ -177,6 +179,12 @@ config_defaults(struct gw_config *c)
         if (rc != 0)
             goto out;
     }
+    /* Not a setting of its own: read from redis_password_file. */
+    c->redis_password = gw_strdup("");
+    if (c->redis_password == NULL) {
+        rc = GW_ENOMEM;
+        goto out;
+    }
     /* The built-in upstream (line 0): a file's first [upstream] drops it. */
     rc = upstream_start(c, "default", 0, &u);
     if (rc == 0)
@@ -228,6 +236,11 @@ config_release(struct gw_config *c)
         mbedtls_platform_zeroize(t->key_sha256, sizeof(t->key_sha256));
     }
     gw_free(c->admin_listen);
+    gw_wipe_free_str(c->redis);
+    gw_free(c->redis_password_file);
+    gw_wipe_free_str(c->redis_password);
+    gw_free(c->key_prefix);
+    gw_free(c->node);
     mbedtls_platform_zeroize(c->admin_key_sha256,
                              sizeof(c->admin_key_sha256));
     /* Leaves every pointer NULL, so a second release is harmless. */
@@ -637,8 +650,9 @@ on_setting(struct loader *ld, const struct cfg_entry *e)
     }
     if (rc == GW_EINVAL) {
         config_describe(s, expected, sizeof(expected));
+        /* A redis URL may hold a password: never echoed either. */
         if (s->type == T_SECRET || s->type == T_TENANT_KEY
-            || s->type == T_TENANT_KEY_SHA256)
+            || s->type == T_TENANT_KEY_SHA256 || s->type == T_REDIS_URL)
             set_err(ld, e->line, "%s: expected %s", e->key, expected);
         else
             set_err(ld, e->line, "%s: expected %s, got '%s'", e->key,
@@ -761,6 +775,99 @@ check_listeners(struct loader *ld)
     return 0;
 }
 
+/* The section's index in sections[]. */
+static size_t
+section_index(const char *name)
+{
+    size_t i;
+
+    for (i = 0; i < NUM_SECTIONS; i++)
+        if (strcmp(sections[i].name, name) == 0)
+            break;
+    return i;
+}
+
+/*
+ * redis_password_file's first line: the password, without its line end,
+ * 1..REDIS_URL_PASSWORD_MAX printable bytes.  The file is read at every
+ * load, so a reload picks a rotated password up.  OUT c->redis_password.
+ */
+static int
+read_password_file(struct loader *ld, int line)
+{
+    struct gw_config *c = ld->c;
+    char buf[REDIS_URL_PASSWORD_MAX + 3];
+    ssize_t n = -1;
+    size_t len, i;
+    int fd, rc = GW_EINVAL;
+
+    fd = open(c->redis_password_file, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd != -1)
+        n = read(fd, buf, sizeof(buf) - 1);
+    if (fd != -1)
+        close(fd);
+    if (n < 0) {
+        set_err(ld, line, "redis_password_file %s: not a readable file",
+                c->redis_password_file);
+        goto out;
+    }
+    len = (size_t)n;
+    buf[len] = '\0';
+    len = strcspn(buf, "\r\n");
+    buf[len] = '\0';
+    for (i = 0; i < len; i++)
+        if ((unsigned char)buf[i] < 0x20 || buf[i] == 0x7f)
+            break;
+    if (len == 0 || len > REDIS_URL_PASSWORD_MAX || i < len) {
+        set_err(ld, line, "redis_password_file %s: expected a password of "
+                "1..%d printable characters on its first line",
+                c->redis_password_file, REDIS_URL_PASSWORD_MAX);
+        goto out;
+    }
+    gw_wipe_free_str(c->redis_password);
+    c->redis_password = gw_strdup(buf);
+    rc = c->redis_password != NULL ? 0 : GW_ENOMEM;
+
+out:
+    mbedtls_platform_zeroize(buf, sizeof(buf));
+    return rc;
+}
+
+/*
+ * [cluster]: on only with the section, and then Redis must be named; a
+ * password comes from the URL or from redis_password_file, not both.
+ */
+static int
+check_cluster(struct loader *ld)
+{
+    struct gw_config *c = ld->c;
+    int header = ld->section_line[section_index("cluster")];
+    int file_line = line_of(ld, "cluster", "redis_password_file");
+    struct redis_url url;
+    int rc;
+
+    c->cluster = header != 0;
+    if (!c->cluster)
+        return 0;
+    if (c->redis[0] == '\0') {
+        set_err(ld, header, "[cluster] needs redis = redis://HOST:PORT or "
+                "unix:/PATH");
+        return GW_EINVAL;
+    }
+    if (c->redis_password_file[0] == '\0')
+        return 0;
+    rc = redis_url_parse(c->redis, &url);
+    if (rc == 0 && url.password[0] != '\0') {
+        set_err(ld, file_line, "redis_password_file: the redis URL has a "
+                "password already: give it in one place");
+        rc = GW_EINVAL;
+    }
+    redis_url_wipe(&url);
+    if (rc != 0)
+        return rc;
+    return read_password_file(ld, file_line);
+}
+
 /* After the last entry: every upstream's timeouts from [routing]'s. */
 static int
 finish(struct loader *ld)
@@ -772,6 +879,8 @@ finish(struct loader *ld)
 
     memcpy(c->set_line, ld->set_line, sizeof(ld->set_line));
     rc = check_listeners(ld);
+    if (rc == 0)
+        rc = check_cluster(ld);
     if (rc != 0)
         return rc;
     for (i = 0; i < c->num_upstreams; i++) {

@@ -37,6 +37,12 @@
 #define CONFIG_MAX_TOKENS_PER_MINUTE 1000000000
 #define CONFIG_MAX_TOKEN_BUDGET UINT64_C(1000000000000000)
 
+/* [cluster] on_error: what a limited tenant gets while Redis is gone. */
+enum config_on_error {
+    ON_ERROR_LOCAL = 0,         /* each gateway's share of the limits */
+    ON_ERROR_DENY,              /* 503 with Retry-After */
+};
+
 enum config_balance {
     BALANCE_LEAST_LOAD = 0,     /* power of two choices on the engines'
                                    own load (pool.h), else open calls */
@@ -183,6 +189,23 @@ struct gw_config {
     unsigned char admin_key_sha256[CONFIG_MAX_TENANT_KEYS]
                                   [CONFIG_KEY_DIGEST_LEN];
     size_t num_admin_keys;      /* digests wiped on release */
+
+    /*
+     * [cluster]: state shared across gateways in Redis (cluster.h).  Off
+     * without the section: nothing connects.  The URL and the password
+     * are secrets: wiped on release, never in a message.
+     */
+    int cluster;                /* the section is there (then redis is) */
+    char *redis;                /* "redis://..." or "unix:/path" */
+    char *redis_password_file;  /* "" = none */
+    char *redis_password;       /* read from it at load; "" = none (the
+                                   URL's, if it has one) */
+    int64_t redis_timeout_ms;   /* 20ms: the longest a request waits */
+    uint64_t redis_connections; /* 8: the pool, shared by every thread */
+    char *key_prefix;           /* "infergw:" */
+    char *node;                 /* "" = host name and listen port */
+    int64_t lease_ms;           /* 10s: heartbeat and lease lifetime */
+    int on_error;               /* enum config_on_error */
 
     /* config.c's: the line that set each setting (config_line()). */
     int set_line[CONFIG_MAX_SETTINGS];

@@ -27,6 +27,7 @@
 #include "cfg.h"
 #include "log.h"
 #include "net.h"
+#include "redis.h"
 #include "util.h"
 
 #define DAY_MS (UINT64_C(24) * 60 * 60 * 1000)
@@ -171,6 +172,20 @@ const struct setting config_settings[] = {
     { "tenant", "weight", T_UINT, TN(weight), "1", 1, 1000 },
     { "tenant", "priority", T_INT, TN(priority), "0", 0, 1000 },
 
+    { "cluster", "redis", T_REDIS_URL, C(redis), "", 0, 0 },
+    { "cluster", "redis_password_file", T_PATH, C(redis_password_file), "",
+      0, 0 },
+    { "cluster", "redis_timeout", T_DURATION, C(redis_timeout_ms), "20ms",
+      1, 10000 },
+    { "cluster", "redis_connections", T_UINT, C(redis_connections), "8",
+      1, REDIS_POOL_MAX },
+    { "cluster", "key_prefix", T_KEY_TEXT, C(key_prefix), "infergw:",
+      0, 64 },
+    { "cluster", "node", T_KEY_TEXT, C(node), "", 0, CONFIG_NAME_MAX },
+    { "cluster", "lease", T_DURATION, C(lease_ms), "10s", 1000,
+      60 * 60 * 1000 },
+    { "cluster", "on_error", T_ON_ERROR, C(on_error), "local", 0, 0 },
+
     { "admin", "listen", T_LISTEN, C(admin_listen), "", 1, 0 },
     { "admin", "api_key", T_TENANT_KEY, C(admin_key_sha256), NULL,
       CONFIG_MIN_KEY_LEN, 0 },
@@ -259,6 +274,25 @@ valid_url(const char *s)
     for (p = s; *p != '\0'; p++)
         if ((unsigned char)*p <= 0x20 || (unsigned char)*p >= 0x7f
             || *p == '?' || *p == '#' || *p == '"')
+            return 0;
+    return 1;
+}
+
+/*
+ * A piece of a Redis key (key_prefix, node): printable ASCII without
+ * blanks, quotes or backslashes, and without braces, which would move
+ * the key's hash tag ({tenant}, cluster.h) off the tenant.
+ */
+static int
+valid_key_text(const char *s, uint64_t min, uint64_t max)
+{
+    size_t n = strlen(s);
+
+    if (n < min || n > max)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)s[i] <= 0x20 || (unsigned char)s[i] >= 0x7f
+            || strchr("\"\\{}", s[i]) != NULL)
             return 0;
     return 1;
 }
@@ -353,6 +387,17 @@ config_describe(const struct setting *s, char *out, size_t n)
         snprintf(out, n, "model names separated by commas (at most %d, "
                  "each at most %d characters, without blanks or quotes)",
                  CONFIG_MAX_MODELS, CONFIG_NAME_MAX);
+        break;
+    case T_REDIS_URL:
+        snprintf(out, n, "redis://[user:password@]host[:port][/db] or "
+                 "unix:/path");
+        break;
+    case T_KEY_TEXT:
+        snprintf(out, n, "at most %" PRIu64 " printable characters without "
+                 "blanks, quotes, backslashes or braces", s->max);
+        break;
+    case T_ON_ERROR:
+        snprintf(out, n, "local or deny");
         break;
     }
 }
@@ -584,6 +629,27 @@ config_set_value(const struct setting *s, char *base, const char *v)
         return GW_EINVAL;
     case T_MODELS:
         return parse_models((struct config_upstream *)(void *)base, v);
+    case T_REDIS_URL: {
+        struct redis_url ru;
+
+        /* Parsed again where it is used (cluster.c): a secret is kept
+         * in one place only, the configuration's string. */
+        if (v[0] != '\0') {
+            if (redis_url_parse(v, &ru) != 0)
+                return GW_EINVAL;
+            redis_url_wipe(&ru);
+        }
+        return replace_string(field, v, 1);
+    }
+    case T_KEY_TEXT:
+        if (!valid_key_text(v, s->min, s->max))
+            return GW_EINVAL;
+        return replace_string(field, v, 0);
+    case T_ON_ERROR:
+        if (strcmp(v, "local") != 0 && strcmp(v, "deny") != 0)
+            return GW_EINVAL;
+        *(int *)field = v[0] == 'l' ? ON_ERROR_LOCAL : ON_ERROR_DENY;
+        return 0;
     }
     return GW_EINVAL;
 }

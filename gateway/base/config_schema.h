@@ -37,6 +37,10 @@ enum setting_type {
     T_PERCENT,          /* double in [min, max] / 100, from "20%" */
     T_BALANCE,          /* int enum config_balance */
     T_MODELS,           /* config_upstream.models, comma-separated */
+    T_REDIS_URL,        /* char *: redis.h's URL; a secret (a password) */
+    T_KEY_TEXT,         /* char *: a piece of a Redis key: printable, no
+                           blanks, quotes or braces, 'min'..'max' bytes */
+    T_ON_ERROR,         /* int enum config_on_error */
 };
 
 /* Where a setting is stored. */

@@ -32,6 +32,7 @@ struct reply;
 struct tenants;
 struct tenant_entry;
 struct generations;
+struct cluster;
 
 /*
  * The server's is immutable once it starts, and shared by every thread;
@@ -51,6 +52,8 @@ struct handler_ctx {
                                        from */
     struct coalescer *co;
     struct tenants *tenants;        /* limits and bills (tenant.h) */
+    struct cluster *cluster;        /* shared state in Redis (cluster.h);
+                                       NULL without [cluster] */
     const _Atomic int *draining;    /* SIGTERM: readyz 503, no keep-alive,
                                        requests under way go on */
     const _Atomic int *stopping;    /* drain_timeout passed: every wait

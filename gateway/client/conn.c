@@ -376,6 +376,7 @@ use_generation(struct conn *c)
     c->ctx.cfg = cfg;
     c->ctx.up = c->gen->up;
     c->ctx.pool = c->gen->pool;
+    c->ctx.cluster = c->gen->cluster;
     c->ctx.generation = c->gen->id;
     c->in.limit = CONN_IN_LIMIT(cfg);
     c->head.limit = (size_t)cfg->max_header_size;
@@ -391,6 +392,7 @@ drop_generation(struct conn *c)
     c->ctx.cfg = NULL;
     c->ctx.up = NULL;
     c->ctx.pool = NULL;
+    c->ctx.cluster = NULL;
 }
 
 static void

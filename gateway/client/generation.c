@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "base/cluster.h"
 #include "fleet/health.h"
 #include "log.h"
 #include "base/metrics.h"
@@ -19,6 +20,7 @@
 #include "util.h"
 
 struct generations {
+    int64_t started_unix_ms;        /* the process's, for heartbeats */
     struct gw_mutex lock;
     struct generation *cur;         /* (L) holds one reference */
     struct generation *gens;        /* (L) every generation alive */
@@ -111,6 +113,7 @@ gen_free(struct generations *l, struct generation *g)
         return;
     health_free(g->health);
     scrape_free(g->scrape);
+    cluster_unref(g->cluster);
     generation_cert_unref(l, g->cert);
     pool_free(g->pool);
     upstream_free(g->up);
@@ -180,6 +183,18 @@ gen_build(struct generations *l, struct gw_config *cfg,
     g->scrape = scrape_start(&g->cfg, g->pool, g->up);
     if (g->health == NULL || g->scrape == NULL)
         goto out;
+    if (g->cfg.cluster && prev != NULL && prev->cluster != NULL
+        && cluster_same_config(&prev->cfg, &g->cfg)) {
+        /* Same Redis, same node: the same connections and beat go on. */
+        g->cluster = cluster_ref(prev->cluster);
+        cluster_set_generation(g->cluster, g->id);
+    } else if (g->cfg.cluster) {
+        struct cluster_self self = { g->id, l->started_unix_ms };
+
+        g->cluster = cluster_start(&g->cfg, &self);
+        if (g->cluster == NULL)
+            goto out;
+    }
     ret = g;
     g = NULL;
 
@@ -198,6 +213,7 @@ generations_new(struct gw_config *cfg)
         return NULL;
     }
     gw_mutex_init(&l->lock);
+    l->started_unix_ms = gw_wall_ms();
     l->cur = l->gens = gen_build(l, cfg, NULL);
     if (l->cur == NULL) {
         gw_mutex_destroy(&l->lock);
@@ -389,6 +405,10 @@ generations_reload(struct generations *l)
     old->health = NULL;
     scrape_free(old->scrape);
     old->scrape = NULL;
+    /* A replaced cluster writes no more heartbeats; its pool serves the
+     * old generation's requests until the last one ends. */
+    if (old->cluster != NULL && old->cluster != g->cluster)
+        cluster_stop(old->cluster);
     log_set_level(g->cfg.log_level);
     log_set_format(g->cfg.log_format);
     log_msg(GW_LOG_INFO, "reload: configuration generation=%llu in force "

@@ -4,7 +4,9 @@
  *
  * A generation is one loaded configuration with the objects built from
  * it: the upstream transfers (upstream.h), the pool (pool.h), the
- * health beat (health.h) and the load beat (scrape.h).  Each request
+ * health beat (health.h), the load beat (scrape.h) and the cluster
+ * (cluster.h, with [cluster] only; kept across a reload that leaves its
+ * settings alone).  Each request
  * runs on the generation that was current when its head arrived, to its
  * access-log line, so:
  *  - new requests use the new settings at once;
@@ -27,7 +29,9 @@
  * the rest.  A new generation starts with fresh upstream state: breakers
  * closed, no model list until its health beat asks, no warm connections.
  * The reload joins the old health and load beats' threads, so the accept
- * loop may pause for a probe under way (at most about a second).
+ * loop may pause for a probe under way (at most about a second); a
+ * replaced cluster's beat thread is joined by whoever drops the old
+ * generation's last reference, as long (cluster.h).
  *
  * Locking: one mutex guards the current pointer, the list of live
  * generations and the reference counts of generations and certificates;
@@ -44,6 +48,7 @@
 
 struct upstream;
 struct pool;
+struct cluster;
 struct health;
 struct generations;
 struct tls_server;
@@ -65,6 +70,9 @@ struct generation {
     struct pool *pool;
     struct health *health;          /* freed when replaced (generation.c) */
     struct scrape *scrape;          /* the same */
+    struct cluster *cluster;        /* [cluster]'s, or NULL; shared with
+                                       the generation before when its
+                                       settings are the same (cluster.h) */
     struct generation_cert *cert;   /* tls_listen's certificate; NULL if
                                        none (generation_cert_ref) */
     long refs;                      /* generation.c's, under its lock */

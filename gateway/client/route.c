@@ -14,6 +14,7 @@
 
 #include <jansson.h>
 
+#include "base/cluster.h"
 #include "base/config.h"
 #include "base/handler.h"
 #include "http_read.h"
@@ -132,7 +133,9 @@ serve_metrics(struct handler_req *hr)
     if (metrics_render(&b, hr->ctx->cfg) == 0
         && pool_render_metrics(hr->ctx->pool, &b) == 0
         && tenants_render_metrics(hr->ctx->tenants, hr->ctx->cfg,
-                                  gw_wall_ms() / 1000, &b) == 0)
+                                  gw_wall_ms() / 1000, &b) == 0
+        && (hr->ctx->cluster == NULL
+            || cluster_render_metrics(hr->ctx->cluster, &b) == 0))
         reply_send(hr->reply, 200, "text/plain; version=0.0.4; charset=utf-8",
                    buf_ptr(&b), buf_len(&b), NULL);
     else

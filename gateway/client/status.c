@@ -18,6 +18,7 @@
 #include <jansson.h>
 
 #include "alloc.h"
+#include "base/cluster.h"
 #include "coalesce/coalesce.h"
 #include "base/config.h"
 #include "client/generation.h"
@@ -464,6 +465,61 @@ render_errors(json_t *doc)
     return failed ? GW_ENOMEM : 0;
 }
 
+/*
+ * "cluster": null without [cluster]; else Redis's state as the beat last
+ * found it and the live gateways, this one marked.
+ */
+static int
+render_cluster(const struct handler_ctx *ctx, json_t *doc)
+{
+    struct cluster_status *cs;
+    char why[sizeof(cs->last_error)];
+    json_t *o, *a;
+    int failed = 0;
+
+    if (ctx->cluster == NULL) {
+        put(doc, "cluster", json_null(), &failed);
+        return failed ? GW_ENOMEM : 0;
+    }
+    cs = gw_calloc(1, sizeof(*cs));
+    if (cs == NULL)
+        return GW_ENOMEM;
+    cluster_status(ctx->cluster, cs);
+    o = json_object();
+    a = json_array();
+    put(o, "node", json_string(cs->node), &failed);
+    put(o, "redis", json_string(cs->redis), &failed);
+    put(o, "up", json_boolean(cs->up), &failed);
+    put(o, "since_unix_ms", cs->since_unix_ms > 0
+        ? json_integer(cs->since_unix_ms) : json_null(), &failed);
+    /* Redis's own words may be any bytes: json_string() wants UTF-8. */
+    copy_printable(why, sizeof(why), cs->up ? "" : cs->last_error);
+    put(o, "last_error", str_or_null(why), &failed);
+    put(o, "connections", count(cs->connections), &failed);
+    put(o, "connections_max", count(cs->connections_max), &failed);
+    put(o, "lease_ms", json_integer(cs->lease_ms), &failed);
+    put(o, "on_error", json_string(cs->on_error == ON_ERROR_DENY ? "deny"
+                                   : "local"), &failed);
+    for (size_t i = 0; i < cs->num_members; i++) {
+        const struct cluster_member *m = &cs->members[i];
+        json_t *e = json_object();
+
+        put(e, "node", json_string(m->node), &failed);
+        put(e, "self", json_boolean(strcmp(m->node, cs->node) == 0),
+            &failed);
+        put(e, "version", json_string(m->version), &failed);
+        put(e, "generation", count(m->generation), &failed);
+        put(e, "started_unix_ms", json_integer(m->started_unix_ms),
+            &failed);
+        put(e, "ttl_ms", json_integer(m->ttl_ms), &failed);
+        append(a, e, &failed);
+    }
+    put(o, "members", a, &failed);
+    put(doc, "cluster", o, &failed);
+    gw_free(cs);
+    return failed ? GW_ENOMEM : 0;
+}
+
 static int
 render_head(const struct handler_ctx *ctx, json_t *doc, int64_t now)
 {
@@ -507,6 +563,7 @@ status_render_json(const struct handler_ctx *ctx, struct buf *out)
         || render_flights(ctx, doc, now) != 0
         || render_upstreams(ctx, doc) != 0
         || render_tenants(ctx, doc) != 0
+        || render_cluster(ctx, doc) != 0
         || render_errors(doc) != 0)
         goto out;
     text = json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER);

@@ -1013,12 +1013,60 @@ START_TEST(test_listeners_apart)
 }
 END_TEST
 
+/* [cluster]: off without the section; its defaults; the password file. */
+START_TEST(test_cluster)
+{
+    struct gw_config c;
+    char dir[] = "/tmp/infergw-cfg-XXXXXX", path[64], text[256], err[256];
+    FILE *f;
+
+    ck_assert_int_eq(config_load_text("g.conf", "[server]\n", &c, err,
+                                      sizeof(err)), 0);
+    ck_assert_int_eq(c.cluster, 0);
+    config_release(&c);
+
+    ck_assert_int_eq(config_load_text("g.conf", "[cluster]\nredis = "
+                                      "unix:/run/r.sock\n", &c, err,
+                                      sizeof(err)), 0);
+    ck_assert_int_eq(c.cluster, 1);
+    ck_assert_str_eq(c.redis, "unix:/run/r.sock");
+    ck_assert_int_eq(c.redis_timeout_ms, 20);
+    ck_assert_uint_eq(c.redis_connections, 8);
+    ck_assert_str_eq(c.key_prefix, "infergw:");
+    ck_assert_str_eq(c.node, "");
+    ck_assert_int_eq(c.lease_ms, 10000);
+    ck_assert_int_eq(c.on_error, ON_ERROR_LOCAL);
+    ck_assert_str_eq(c.redis_password, "");
+    config_release(&c);
+
+    /* The first line, without its line end; read at every load. */
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(path, sizeof(path), "%s/pw", dir);
+    f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("s3cret pass\r\nsecond line\n", f);
+    fclose(f);
+    snprintf(text, sizeof(text), "[cluster]\nredis = redis://h\n"
+             "redis_password_file = %s\n", path);
+    ck_assert_msg(config_load_text("g.conf", text, &c, err, sizeof(err))
+                  == 0, "%s", err);
+    ck_assert_str_eq(c.redis_password, "s3cret pass");
+    config_release(&c);
+    unlink(path);
+    rmdir(dir);
+}
+END_TEST
+
 /* Valid values at the edges of each kind of validation. */
 static const struct {
     const char *text;
     const char *note;
 } load_ok[] = {
     { "[server]\nlisten = :8080\n", ":PORT" },
+    { "[cluster]\nredis = redis://h\n", "cluster: a host alone" },
+    { "[cluster]\nredis = redis://u:p@[::1]:6380/15\nredis_timeout = 1ms\n"
+      "redis_connections = 256\nkey_prefix =\nnode = gw-1:8080\n"
+      "lease = 1h\non_error = deny\n", "cluster: every setting at an edge" },
     { "[server]\nlisten = 0.0.0.0:65535\n", "highest port" },
     { "[server]\nlisten = localhost:0\n", "host name, port 0" },
     { "[server]\nlisten = [::]:443\n", "IPv6 any" },
@@ -1089,6 +1137,7 @@ END_TEST
     "separated by commas, at most 64, no host bits past the prefix"
 #define BOOL_HINT "on or off (or yes/no, true/false, 1/0)"
 #define KEY_HINT "key without blanks, quotes or control characters"
+#define REDIS_HINT "redis://[user:password@]host[:port][/db] or unix:/path"
 
 static const struct {
     const char *text;
@@ -1352,6 +1401,54 @@ static const struct {
       "gateway.conf:1: section [admin] takes no name" },
     { "[admin]\n[server]\n[admin]\n", GW_EINVAL,
       "gateway.conf:3: duplicate section [admin], first at line 1" },
+    /* [cluster] (issue 28): a password in a URL is never echoed */
+    { "[cluster]\n", GW_EINVAL, "gateway.conf:1: [cluster] needs redis = "
+      "redis://HOST:PORT or unix:/PATH" },
+    { "[cluster]\nredis =\n", GW_EINVAL, "gateway.conf:1: [cluster] needs "
+      "redis = redis://HOST:PORT or unix:/PATH" },
+    { "[cluster]\nredis = http://h:6379\n", GW_EINVAL,
+      "gateway.conf:2: redis: expected " REDIS_HINT },
+    { "[cluster]\nredis = redis://:sk-secret@h:0\n", GW_EINVAL,
+      "gateway.conf:2: redis: expected " REDIS_HINT },
+    { "[cluster]\nredis = redis://app:sk-secret@h:6379/x\n", GW_EINVAL,
+      "gateway.conf:2: redis: expected " REDIS_HINT },
+    { "[cluster]\nredis = unix:redis.sock\n", GW_EINVAL,
+      "gateway.conf:2: redis: expected " REDIS_HINT },
+    { "[cluster]\nredis = unix:/r.sock\nredis_timeout = 0\n", GW_EINVAL,
+      "gateway.conf:3: redis_timeout: expected a duration 1ms..10s "
+      DUR_HINT ", got '0'" },
+    { "[cluster]\nredis = unix:/r.sock\nredis_timeout = 11s\n", GW_EINVAL,
+      "gateway.conf:3: redis_timeout: expected a duration 1ms..10s "
+      DUR_HINT ", got '11s'" },
+    { "[cluster]\nredis = unix:/r.sock\nredis_connections = 0\n",
+      GW_EINVAL, "gateway.conf:3: redis_connections: expected an integer "
+      "1..256, got '0'" },
+    { "[cluster]\nredis = unix:/r.sock\nredis_connections = 257\n",
+      GW_EINVAL, "gateway.conf:3: redis_connections: expected an integer "
+      "1..256, got '257'" },
+    { "[cluster]\nredis = unix:/r.sock\nkey_prefix = gw{1}:\n", GW_EINVAL,
+      "gateway.conf:3: key_prefix: expected at most 64 printable "
+      "characters without blanks, quotes, backslashes or braces, got "
+      "'gw{1}:'" },
+    { "[cluster]\nredis = unix:/r.sock\nnode = a\"b\n", GW_EINVAL,
+      "gateway.conf:3: node: expected at most 64 printable characters "
+      "without blanks, quotes, backslashes or braces, got 'a\"b'" },
+    { "[cluster]\nredis = unix:/r.sock\nlease = 999ms\n", GW_EINVAL,
+      "gateway.conf:3: lease: expected a duration 1s..1h " DUR_HINT
+      ", got '999ms'" },
+    { "[cluster]\nredis = unix:/r.sock\non_error = allow\n", GW_EINVAL,
+      "gateway.conf:3: on_error: expected local or deny, got 'allow'" },
+    { "[cluster]\nredis = unix:/r.sock\nredis_password_file = /nonexistent"
+      "\n", GW_EINVAL, "gateway.conf:3: redis_password_file /nonexistent: "
+      "not a readable file" },
+    { "[cluster]\nredis = redis://:sk-secret@h\nredis_password_file = "
+      "/dev/null\n", GW_EINVAL, "gateway.conf:3: redis_password_file: the "
+      "redis URL has a password already: give it in one place" },
+    { "[cluster]\nredis = unix:/r.sock\nredis_password_file = /dev/null\n",
+      GW_EINVAL, "gateway.conf:3: redis_password_file /dev/null: expected "
+      "a password of 1..512 printable characters on its first line" },
+    { "[cluster x]\n", GW_EINVAL,
+      "gateway.conf:1: section [cluster] takes no name" },
     /* upstreams and routing (issue 9) */
     { "[upstream a]\nurl = http://h\n[upstream a]\nurl = http://i\n",
       GW_EINVAL, "gateway.conf:3: duplicate upstream 'a', first at line 1" },
@@ -1809,10 +1906,14 @@ START_TEST(test_sample_documents_defaults)
                                     err, sizeof(err)), 0);
     for (i = 0; config_schema_entry(i, &section, &key, &alias) == 0; i++) {
         if (strcmp(section, "tenant") == 0
+            || strcmp(section, "cluster") == 0
             || (strcmp(section, "admin") == 0
                 && strncmp(key, "api_key", 7) == 0)) {
+            /* [cluster] is off by default: its example is commented. */
             const char *from = strstr(text, section[0] == 'a'
-                                            ? "\n[admin]\n" : "\n");
+                                            ? "\n[admin]\n"
+                                            : section[0] == 'c'
+                                            ? "\n#   [cluster]\n" : "\n");
             char line[64];
 
             /* Shown in the example sections (keys have no default). */
@@ -1906,6 +2007,7 @@ config_suite(void)
     tcase_add_test(tc, test_listeners_apart);
     tcase_add_test(tc, test_load_upstreams_and_routing);
     tcase_add_loop_test(tc, test_load_ok, 0, (int)GW_ARRAY_LEN(load_ok));
+    tcase_add_test(tc, test_cluster);
     tcase_add_test(tc, test_url_trailing_slash);
     tcase_add_test(tc, test_load_file_ok);
     suite_add_tcase(s, tc);

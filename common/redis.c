@@ -1,0 +1,825 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * redis.c - URLs, the pool and round trips with a deadline (redis.h).
+ *
+ * Design: hiredis is used for what it is good at, the protocol: it
+ * formats commands into its output buffer (redisAppendCommandArgv()),
+ * and its reader turns bytes into replies (redisGetReplyFromReader()).
+ * The socket is non-blocking once connected (REDIS_BLOCK cleared, which
+ * is how hiredis 0.14 tells redisBufferRead() and redisBufferWrite() to
+ * return on EAGAIN), and every wait is our poll() on the deadline.
+ *
+ * Locking: 'lock' guards 'slot[].state', 'idle' and 'nidle'; 'cv' is
+ * signalled when a connection is put back or closed (a waiter in
+ * redis_pool_take() looks again).  A slot's 'ctx' belongs to whoever
+ * moved it out of IDLE (a taker, or the filling thread) until it moves
+ * back, so it is used without the lock.
+ */
+#include "redis.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/time.h>
+
+#include <mbedtls/platform_util.h>
+#include <mbedtls/sha1.h>
+
+#include "alloc.h"
+#include "util.h"
+
+/* ---- URLs ---- */
+
+void
+redis_url_wipe(struct redis_url *u)
+{
+    mbedtls_platform_zeroize(u, sizeof(*u));
+}
+
+static int
+hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/*
+ * p[0..n) with %XX decoded into out[0..cap), NUL-terminated.  Refuses a
+ * bad escape, a decoded NUL or control byte, and what does not fit.
+ */
+static int
+unescape(const char *p, size_t n, char *out, size_t cap)
+{
+    size_t o = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)p[i];
+
+        if (c == '%') {
+            int hi, lo;
+
+            if (i + 2 >= n)
+                return GW_EINVAL;
+            hi = hexval(p[i + 1]);
+            lo = hexval(p[i + 2]);
+            if (hi < 0 || lo < 0)
+                return GW_EINVAL;
+            c = (unsigned char)(hi * 16 + lo);
+            i += 2;
+        }
+        if (c < 0x20 || c == 0x7f || o + 1 >= cap)
+            return GW_EINVAL;
+        out[o++] = (char)c;
+    }
+    out[o] = '\0';
+    return 0;
+}
+
+/* A host name or IPv4 address: letters, digits, '.', '-', '_'. */
+static int
+valid_host(const char *p, size_t n, int v6)
+{
+    if (n == 0 || n > REDIS_URL_HOST_MAX)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = p[i];
+
+        if (v6 ? strchr("0123456789abcdefABCDEF:.", c) == NULL
+               : !((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
+                   || (c >= '0' && c <= '9') || c == '.' || c == '-'
+                   || c == '_'))
+            return 0;
+    }
+    return 1;
+}
+
+/*
+ * "unix:/path": absolute, fits a sockaddr_un, printable ASCII (it is
+ * shown in log lines and the status view's JSON as it is).
+ */
+static int
+parse_unix(const char *path, struct redis_url *u)
+{
+    size_t n = strlen(path);
+
+    if (path[0] != '/' || n >= 108)
+        return GW_EINVAL;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)path[i] <= 0x20 || (unsigned char)path[i] >= 0x7f)
+            return GW_EINVAL;
+    u->unix_socket = 1;
+    memcpy(u->host, path, n + 1);
+    return 0;
+}
+
+/* "user:password" or ":password" (p[0..n), before the '@'). */
+static int
+parse_userinfo(const char *p, size_t n, struct redis_url *u)
+{
+    const char *colon = memchr(p, ':', n);
+
+    if (colon == NULL || colon + 1 == p + n)
+        return GW_EINVAL;           /* AUTH needs a password */
+    if (unescape(p, (size_t)(colon - p), u->user, sizeof(u->user)) != 0)
+        return GW_EINVAL;
+    return unescape(colon + 1, (size_t)(p + n - colon - 1), u->password,
+                    sizeof(u->password));
+}
+
+/* "host[:port]" or "[v6][:port]" (p[0..n)). */
+static int
+parse_hostport(const char *p, size_t n, struct redis_url *u)
+{
+    const char *end = p + n, *host = p, *port = NULL;
+    size_t hn;
+    long v;
+    char num[8];
+
+    if (n > 0 && p[0] == '[') {
+        const char *close = memchr(p, ']', n);
+
+        if (close == NULL)
+            return GW_EINVAL;
+        host = p + 1;
+        hn = (size_t)(close - host);
+        if (close + 1 < end) {
+            if (close[1] != ':')
+                return GW_EINVAL;
+            port = close + 2;
+        }
+        if (!valid_host(host, hn, 1))
+            return GW_EINVAL;
+    } else {
+        const char *colon = memchr(p, ':', n);
+
+        hn = colon != NULL ? (size_t)(colon - p) : n;
+        if (colon != NULL)
+            port = colon + 1;
+        if (!valid_host(host, hn, 0))
+            return GW_EINVAL;
+    }
+    memcpy(u->host, host, hn);
+    u->host[hn] = '\0';
+    u->port = 6379;
+    if (port == NULL)
+        return 0;
+    if (port == end || (size_t)(end - port) >= sizeof(num))
+        return GW_EINVAL;
+    memcpy(num, port, (size_t)(end - port));
+    num[end - port] = '\0';
+    if (gw_parse_long(num, 1, 65535, &v) != 0)
+        return GW_EINVAL;
+    u->port = (int)v;
+    return 0;
+}
+
+int
+redis_url_parse(const char *s, struct redis_url *out)
+{
+    const char *p, *at, *slash, *end;
+    char num[16];
+    int rc = GW_EINVAL;
+
+    memset(out, 0, sizeof(*out));
+    if (strncmp(s, "unix:", 5) == 0) {
+        rc = parse_unix(s + 5, out);
+        goto out;
+    }
+    if (strncmp(s, "redis://", 8) != 0)
+        goto out;
+    p = s + 8;
+    for (end = p; *end != '\0'; end++)
+        if ((unsigned char)*end <= 0x20 || *end == 0x7f || *end == '?'
+            || *end == '#')
+            goto out;
+    /* The last '@' ends the user info: a raw '@' in a password then
+     * still parses, as redis-cli reads it. */
+    slash = memchr(p, '/', (size_t)(end - p));
+    at = NULL;
+    for (const char *q = p; q < (slash != NULL ? slash : end); q++)
+        if (*q == '@')
+            at = q;
+    if (at != NULL) {
+        if (parse_userinfo(p, (size_t)(at - p), out) != 0)
+            goto out;
+        p = at + 1;
+        slash = memchr(p, '/', (size_t)(end - p));
+    }
+    if (parse_hostport(p, (size_t)((slash != NULL ? slash : end) - p),
+                       out) != 0)
+        goto out;
+    if (slash != NULL && slash + 1 < end) {
+        if ((size_t)(end - slash - 1) >= sizeof(num))
+            goto out;
+        memcpy(num, slash + 1, (size_t)(end - slash - 1));
+        num[end - slash - 1] = '\0';
+        if (gw_parse_long(num, 0, REDIS_URL_DB_MAX, &out->db) != 0)
+            goto out;
+    }
+    rc = 0;
+
+out:
+    if (rc != 0)
+        redis_url_wipe(out);
+    return rc;
+}
+
+void
+redis_url_show(const struct redis_url *u, char *out, size_t n)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    char user[3 * REDIS_URL_USER_MAX + 2];
+    size_t k = 0;
+    int v6 = strchr(u->host, ':') != NULL;
+
+    if (u->unix_socket) {
+        snprintf(out, n, "unix:%s", u->host);
+        return;
+    }
+    /* The user as the URL would escape it: the line or page it goes to
+     * gets printable ASCII only. */
+    for (const char *p = u->user; *p != '\0'; p++) {
+        unsigned char c = (unsigned char)*p;
+
+        if (c > 0x20 && c < 0x7f && strchr("%@:/", c) == NULL) {
+            user[k++] = (char)c;
+        } else {
+            user[k++] = '%';
+            user[k++] = hex[c >> 4];
+            user[k++] = hex[c & 15];
+        }
+    }
+    if (k > 0)
+        user[k++] = '@';
+    user[k] = '\0';
+    snprintf(out, n, "redis://%s%s%s%s:%d/%ld", user, v6 ? "[" : "",
+             u->host, v6 ? "]" : "", u->port, u->db);
+}
+
+/* ---- scripts ---- */
+
+void
+redis_script_init(struct redis_script *s, const char *src)
+{
+    unsigned char d[20];
+    static const char hex[] = "0123456789abcdef";
+
+    s->src = src;
+    mbedtls_sha1_ret((const unsigned char *)src, strlen(src), d);
+    for (size_t i = 0; i < sizeof(d); i++) {
+        s->sha1[2 * i] = hex[d[i] >> 4];
+        s->sha1[2 * i + 1] = hex[d[i] & 15];
+    }
+    s->sha1[40] = '\0';
+}
+
+/* ---- connections ---- */
+
+enum slot_state { SLOT_EMPTY, SLOT_FILLING, SLOT_IDLE, SLOT_TAKEN };
+
+/*
+ * A connection, in its slot.  'known' lists the scripts this connection
+ * has sent whole (EVAL), so that Redis has them cached; only those go by
+ * EVALSHA.  A script's first use on a connection is an EVAL in its place
+ * in the round trip, so the commands after it see its effects.
+ */
+struct redis_conn {
+    redisContext *ctx;              /* NULL when the slot is empty */
+    enum slot_state state;          /* (L) */
+    int broken;                     /* its owner's: a round trip failed */
+    const struct redis_script *known[REDIS_SCRIPTS_MAX];
+    size_t nknown;
+};
+
+struct redis_pool {
+    struct redis_url url;           /* immutable; password wiped at free */
+    char password[REDIS_URL_PASSWORD_MAX + 1];  /* the one AUTH sends */
+    size_t cap;
+    struct gw_mutex lock;
+    pthread_cond_t cv;
+    struct redis_conn *slot;        /* [cap] */
+    struct redis_conn **idle;       /* (L) [cap], a LIFO of nidle */
+    size_t nidle;                   /* (L) */
+};
+
+/*
+ * Wait for 'events' on 'fd' until 'deadline_ms'.  Returns 0 (ready, or
+ * an error the next read or write reports), GW_ETIMEDOUT or GW_EIO.
+ */
+static int
+wait_fd(int fd, short events, int64_t deadline_ms)
+{
+    struct pollfd pfd = { fd, events, 0 };
+    int left, n;
+
+    for (;;) {
+        left = gw_ms_left(deadline_ms);
+        if (left <= 0)
+            return GW_ETIMEDOUT;
+        n = poll(&pfd, 1, left);
+        if (n > 0)
+            return 0;
+        if (n == 0)
+            return GW_ETIMEDOUT;
+        if (errno != EINTR)
+            return GW_EIO;
+    }
+}
+
+/* Write hiredis's output buffer out by the deadline. */
+static int
+flush_out(redisContext *ctx, int64_t deadline_ms)
+{
+    int done = 0, rc;
+
+    for (;;) {
+        if (redisBufferWrite(ctx, &done) != REDIS_OK)
+            return GW_EIO;
+        if (done)
+            return 0;
+        rc = wait_fd(ctx->fd, POLLOUT, deadline_ms);
+        if (rc != 0)
+            return rc;
+    }
+}
+
+/* The next reply, reading as needed by the deadline.  OUT *out. */
+static int
+read_reply(redisContext *ctx, redisReply **out, int64_t deadline_ms)
+{
+    void *r = NULL;
+    int rc;
+
+    *out = NULL;
+    for (;;) {
+        if (redisGetReplyFromReader(ctx, &r) != REDIS_OK)
+            return ctx->err == REDIS_ERR_OOM ? GW_ENOMEM : GW_EPARSE;
+        if (r != NULL) {
+            *out = r;
+            return 0;
+        }
+        if (ctx->reader->len - ctx->reader->pos > REDIS_REPLY_MAX)
+            return GW_ETOOBIG;
+        rc = wait_fd(ctx->fd, POLLIN, deadline_ms);
+        if (rc != 0)
+            return rc;
+        if (redisBufferRead(ctx) != REDIS_OK)
+            return ctx->err == REDIS_ERR_OOM ? GW_ENOMEM : GW_EIO;
+    }
+}
+
+/* Has 'c' sent script 's' whole already? */
+static int
+knows(const struct redis_conn *c, const struct redis_script *s)
+{
+    for (size_t i = 0; i < c->nknown; i++)
+        if (c->known[i] == s)
+            return 1;
+    return 0;
+}
+
+/* Append command 'c' to the output buffer, a script as EVAL when 'eval'. */
+static int
+append_cmd(redisContext *ctx, const struct redis_cmd *c, int eval)
+{
+    const char *argv[REDIS_ARGS_MAX + 3];
+    size_t len[REDIS_ARGS_MAX + 3];
+    char nkeys[16];
+    int argc = 0;
+
+    if (c->argc < 0 || c->argc > REDIS_ARGS_MAX
+        || (c->script != NULL && (c->nkeys < 0 || c->nkeys > c->argc))
+        || (c->script == NULL && c->argc == 0))
+        return GW_EINVAL;
+    if (c->script != NULL) {
+        snprintf(nkeys, sizeof(nkeys), "%d", c->nkeys);
+        argv[argc] = eval ? "EVAL" : "EVALSHA";
+        len[argc++] = eval ? 4 : 7;
+        argv[argc] = eval ? c->script->src : c->script->sha1;
+        len[argc] = strlen(argv[argc]);
+        argc++;
+        argv[argc] = nkeys;
+        len[argc++] = strlen(nkeys);
+    }
+    for (int i = 0; i < c->argc; i++) {
+        argv[argc] = c->argv[i];
+        len[argc++] = c->argvlen != NULL ? c->argvlen[i] : strlen(c->argv[i]);
+    }
+    return redisAppendCommandArgv(ctx, argc, argv, len) == REDIS_OK
+           ? 0 : GW_ENOMEM;
+}
+
+void
+redis_replies_free(redisReply **replies, size_t n)
+{
+    if (replies == NULL)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        if (replies[i] != NULL)
+            freeReplyObject(replies[i]);
+        replies[i] = NULL;
+    }
+}
+
+GW_TESTABLE int
+redis_reply_is_error(const redisReply *r, const char *code)
+{
+    size_t n = strlen(code);
+
+    return r != NULL && r->type == REDIS_REPLY_ERROR && r->str != NULL
+           && r->len >= n && memcmp(r->str, code, n) == 0
+           && (r->len == n || r->str[n] == ' ');
+}
+
+/*
+ * The round trip of redis_pipeline() on 'c': each script by EVALSHA if
+ * the connection sent it before, else by EVAL; then, in a second round
+ * trip, by EVAL each one Redis answered NOSCRIPT (its cache was flushed:
+ * SCRIPT FLUSH; a restart closes the connection).  Only in that second
+ * case does a script run after the commands that follow it.
+ */
+static int
+round_trip(struct redis_conn *c, const struct redis_cmd *cmds, size_t n,
+           redisReply **replies, int64_t deadline_ms)
+{
+    size_t again[REDIS_PIPELINE_MAX], nagain = 0;
+    int eval[REDIS_PIPELINE_MAX];
+    int rc;
+
+    for (size_t i = 0; i < n; i++) {
+        eval[i] = cmds[i].script != NULL && !knows(c, cmds[i].script);
+        rc = append_cmd(c->ctx, &cmds[i], eval[i]);
+        if (rc != 0)
+            return rc;
+    }
+    rc = flush_out(c->ctx, deadline_ms);
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        rc = read_reply(c->ctx, &replies[i], deadline_ms);
+    if (rc != 0)
+        return rc;
+    for (size_t i = 0; i < n; i++) {
+        if (cmds[i].script == NULL)
+            continue;
+        if (!eval[i] && redis_reply_is_error(replies[i], "NOSCRIPT"))
+            again[nagain++] = i;
+        else if (eval[i] && !knows(c, cmds[i].script)
+                 && c->nknown < REDIS_SCRIPTS_MAX)
+            c->known[c->nknown++] = cmds[i].script;
+    }
+    if (nagain == 0)
+        return 0;
+    for (size_t k = 0; k < nagain; k++) {
+        freeReplyObject(replies[again[k]]);
+        replies[again[k]] = NULL;
+        rc = append_cmd(c->ctx, &cmds[again[k]], 1);
+        if (rc != 0)
+            return rc;
+    }
+    rc = flush_out(c->ctx, deadline_ms);
+    for (size_t k = 0; rc == 0 && k < nagain; k++)
+        rc = read_reply(c->ctx, &replies[again[k]], deadline_ms);
+    return rc;
+}
+
+GW_TESTABLE int
+redis_pipeline(struct redis_conn *c, const struct redis_cmd *cmds, size_t n,
+               redisReply **replies, int64_t deadline_ms)
+{
+    int rc = GW_EINVAL;
+
+    for (size_t i = 0; i < n && i < REDIS_PIPELINE_MAX; i++)
+        replies[i] = NULL;
+    if (n == 0 || n > REDIS_PIPELINE_MAX)
+        goto out;
+    rc = round_trip(c, cmds, n, replies, deadline_ms);
+
+out:
+    if (rc != 0) {
+        if (n <= REDIS_PIPELINE_MAX)
+            redis_replies_free(replies, n);
+        c->broken = 1;
+    }
+    return rc;
+}
+
+/*
+ * The hello of a new connection, in one round trip: AUTH when there is a
+ * password, SELECT when the db is not 0, and PING, so that a server that
+ * accepts connections but does not answer (stopped, overloaded) is not
+ * taken for a live one.
+ */
+static int
+hello(struct redis_pool *p, redisContext *ctx, int64_t deadline_ms,
+      char *err, size_t errlen)
+{
+    struct redis_conn c = { ctx, SLOT_FILLING, 0, { NULL }, 0 };
+    const char *auth[3] = { "AUTH", p->url.user, p->password };
+    char db[24];
+    const char *select[2] = { "SELECT", db };
+    const char *ping[1] = { "PING" };
+    struct redis_cmd cmds[3];
+    const char *what[3];
+    redisReply *r[3] = { NULL, NULL, NULL };
+    size_t n = 0;
+    int rc;
+
+    if (p->password[0] != '\0') {
+        int user = p->url.user[0] != '\0';
+
+        auth[1] = user ? p->url.user : p->password;
+        cmds[n] = (struct redis_cmd){ NULL, 0, user ? 3 : 2, auth, NULL };
+        what[n++] = "AUTH";
+    }
+    if (p->url.db != 0) {
+        snprintf(db, sizeof(db), "%ld", p->url.db);
+        cmds[n] = (struct redis_cmd){ NULL, 0, 2, select, NULL };
+        what[n++] = "SELECT";
+    }
+    cmds[n] = (struct redis_cmd){ NULL, 0, 1, ping, NULL };
+    what[n++] = "PING";
+    rc = round_trip(&c, cmds, n, r, deadline_ms);
+    if (rc != 0) {
+        snprintf(err, errlen, "%s", ctx->err != 0 ? ctx->errstr
+                 : gw_strerror(rc));
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (r[i]->type == REDIS_REPLY_ERROR) {
+            /* Redis's text names the problem, never the password. */
+            snprintf(err, errlen, "%s: %.*s", what[i],
+                     (int)(r[i]->len > 200 ? 200 : r[i]->len), r[i]->str);
+            rc = GW_EUPSTREAM;
+            goto out;
+        }
+    }
+
+out:
+    redis_replies_free(r, n);
+    return rc;
+}
+
+/* A new connection, hello said, non-blocking.  OUT *out. */
+static int
+dial(struct redis_pool *p, int64_t deadline_ms, redisContext **out,
+     char *err, size_t errlen)
+{
+    int left = gw_ms_left(deadline_ms);
+    struct timeval tv = { left / 1000, (left % 1000) * 1000 };
+    redisContext *ctx;
+    int flags, rc = GW_EIO;
+
+    *out = NULL;
+    if (left <= 0) {
+        snprintf(err, errlen, "connect: %s", gw_strerror(GW_ETIMEDOUT));
+        return GW_ETIMEDOUT;
+    }
+    ctx = p->url.unix_socket ? redisConnectUnixWithTimeout(p->url.host, tv)
+          : redisConnectWithTimeout(p->url.host, p->url.port, tv);
+    if (ctx == NULL) {
+        snprintf(err, errlen, "connect: out of memory");
+        return GW_ENOMEM;
+    }
+    if (ctx->err != 0) {
+        snprintf(err, errlen, "connect: %s", ctx->errstr);
+        rc = strstr(ctx->errstr, "timed out") != NULL ? GW_ETIMEDOUT : GW_EIO;
+        goto out;
+    }
+    flags = fcntl(ctx->fd, F_GETFL);
+    if (flags == -1 || fcntl(ctx->fd, F_SETFL, flags | O_NONBLOCK) == -1) {
+        snprintf(err, errlen, "fcntl: %s", strerror(errno));
+        goto out;
+    }
+    ctx->flags &= ~REDIS_BLOCK;
+    rc = hello(p, ctx, deadline_ms, err, errlen);
+    if (rc == 0) {
+        *out = ctx;
+        ctx = NULL;
+    }
+
+out:
+    if (ctx != NULL)
+        redisFree(ctx);
+    return rc;
+}
+
+struct redis_pool *
+redis_pool_new(const struct redis_pool_opts *o)
+{
+    struct redis_pool *p;
+
+    if (o->connections == 0 || o->connections > REDIS_POOL_MAX)
+        return NULL;
+    p = gw_calloc(1, sizeof(*p));
+    if (p == NULL)
+        return NULL;
+    p->slot = gw_calloc(o->connections, sizeof(*p->slot));
+    p->idle = gw_calloc(o->connections, sizeof(*p->idle));
+    if (p->slot == NULL || p->idle == NULL) {
+        gw_free(p->slot);
+        gw_free(p->idle);
+        gw_free(p);
+        return NULL;
+    }
+    p->url = *o->url;
+    snprintf(p->password, sizeof(p->password), "%s",
+             o->password != NULL && o->password[0] != '\0' ? o->password
+             : o->url->password);
+    p->cap = o->connections;
+    gw_mutex_init(&p->lock);
+    gw_cond_init(&p->cv);
+    return p;
+}
+
+void
+redis_pool_free(struct redis_pool *p)
+{
+    if (p == NULL)
+        return;
+    for (size_t i = 0; i < p->cap; i++) {
+        /* A taken one here is a caller's bug: it would use freed memory. */
+        if (p->slot[i].ctx != NULL)
+            redisFree(p->slot[i].ctx);
+    }
+    pthread_cond_destroy(&p->cv);
+    gw_mutex_destroy(&p->lock);
+    redis_url_wipe(&p->url);
+    mbedtls_platform_zeroize(p->password, sizeof(p->password));
+    gw_free(p->slot);
+    gw_free(p->idle);
+    gw_free(p);
+}
+
+int
+redis_pool_fill(struct redis_pool *p, int64_t deadline_ms, char *err,
+                size_t errlen)
+{
+    size_t connected = 0;
+    int rc = 0;
+
+    if (errlen > 0)
+        err[0] = '\0';
+    for (size_t i = 0; i < p->cap && rc == 0; i++) {
+        struct redis_conn *c = &p->slot[i];
+        redisContext *ctx = NULL;
+
+        gw_mutex_lock(&p->lock);
+        if (c->state != SLOT_EMPTY) {
+            gw_mutex_unlock(&p->lock);
+            continue;
+        }
+        c->state = SLOT_FILLING;
+        gw_mutex_unlock(&p->lock);
+        rc = dial(p, deadline_ms, &ctx, err, errlen);
+        gw_mutex_lock(&p->lock);
+        if (rc == 0) {
+            c->ctx = ctx;
+            c->broken = 0;
+            c->nknown = 0;
+            c->state = SLOT_IDLE;
+            p->idle[p->nidle++] = c;
+            pthread_cond_signal(&p->cv);
+        } else {
+            c->state = SLOT_EMPTY;
+        }
+        gw_mutex_unlock(&p->lock);
+    }
+    gw_mutex_lock(&p->lock);
+    for (size_t i = 0; i < p->cap; i++)
+        connected += p->slot[i].state == SLOT_IDLE
+                     || p->slot[i].state == SLOT_TAKEN;
+    gw_mutex_unlock(&p->lock);
+    return rc != 0 ? rc : (int)connected;
+}
+
+size_t
+redis_pool_connected(struct redis_pool *p)
+{
+    size_t n = 0;
+
+    gw_mutex_lock(&p->lock);
+    for (size_t i = 0; i < p->cap; i++)
+        n += p->slot[i].state == SLOT_IDLE || p->slot[i].state == SLOT_TAKEN;
+    gw_mutex_unlock(&p->lock);
+    return n;
+}
+
+/* Close slot 'c' (not idle, not taken by anyone else). */
+static void
+close_slot(struct redis_pool *p, struct redis_conn *c)
+{
+    redisContext *ctx = c->ctx;
+
+    gw_mutex_lock(&p->lock);
+    c->ctx = NULL;
+    c->state = SLOT_EMPTY;
+    pthread_cond_broadcast(&p->cv);     /* a waiter may now have none */
+    gw_mutex_unlock(&p->lock);
+    redisFree(ctx);
+}
+
+void
+redis_pool_drop_idle(struct redis_pool *p)
+{
+    redisContext *drop[REDIS_POOL_MAX];
+    size_t n = 0;
+
+    gw_mutex_lock(&p->lock);
+    while (p->nidle > 0) {
+        struct redis_conn *c = p->idle[--p->nidle];
+
+        drop[n++] = c->ctx;
+        c->ctx = NULL;
+        c->state = SLOT_EMPTY;
+    }
+    pthread_cond_broadcast(&p->cv);
+    gw_mutex_unlock(&p->lock);
+    for (size_t i = 0; i < n; i++)
+        redisFree(drop[i]);
+}
+
+/* Is an idle connection still quiet (nothing to read, not closed)? */
+static int
+quiet(const struct redis_conn *c)
+{
+    struct pollfd pfd = { c->ctx->fd, POLLIN, 0 };
+
+    return poll(&pfd, 1, 0) == 0;
+}
+
+GW_TESTABLE int
+redis_pool_take(struct redis_pool *p, int64_t deadline_ms,
+                struct redis_conn **out)
+{
+    struct redis_conn *c;
+    size_t taken;
+
+    *out = NULL;
+    for (;;) {
+        gw_mutex_lock(&p->lock);
+        for (;;) {
+            if (p->nidle > 0)
+                break;
+            taken = 0;
+            for (size_t i = 0; i < p->cap; i++)
+                taken += p->slot[i].state == SLOT_TAKEN;
+            if (taken == 0) {
+                gw_mutex_unlock(&p->lock);
+                return GW_EUNAVAIL;
+            }
+            if (gw_cond_timedwait(&p->cv, &p->lock, deadline_ms) != 0
+                && p->nidle == 0) {
+                gw_mutex_unlock(&p->lock);
+                return GW_ETIMEDOUT;
+            }
+        }
+        c = p->idle[--p->nidle];
+        c->state = SLOT_TAKEN;
+        gw_mutex_unlock(&p->lock);
+        if (quiet(c)) {
+            c->broken = 0;
+            *out = c;
+            return 0;
+        }
+        close_slot(p, c);
+    }
+}
+
+GW_TESTABLE void
+redis_pool_put(struct redis_pool *p, struct redis_conn *c)
+{
+    if (c == NULL)
+        return;
+    if (c->broken) {
+        close_slot(p, c);
+        return;
+    }
+    gw_mutex_lock(&p->lock);
+    c->state = SLOT_IDLE;
+    p->idle[p->nidle++] = c;
+    pthread_cond_signal(&p->cv);
+    gw_mutex_unlock(&p->lock);
+}
+
+int
+redis_pool_pipeline(struct redis_pool *p, const struct redis_cmd *cmds,
+                    size_t n, redisReply **replies, int64_t deadline_ms)
+{
+    struct redis_conn *c = NULL;
+    int rc;
+
+    for (size_t i = 0; i < n && i < REDIS_PIPELINE_MAX; i++)
+        replies[i] = NULL;
+    rc = redis_pool_take(p, deadline_ms, &c);
+    if (rc != 0)
+        return rc;
+    rc = redis_pipeline(c, cmds, n, replies, deadline_ms);
+    redis_pool_put(p, c);
+    return rc;
+}

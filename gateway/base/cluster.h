@@ -1,0 +1,188 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cluster.h - the [cluster] section at work: a pool of Redis connections
+ * shared by every thread (common/redis.h), a beat thread that keeps it
+ * connected and writes this gateway's heartbeat, the live gateways it
+ * reads back, the keys, and the round trip the request path makes.
+ *
+ * What is shared so far is membership; tenant limits, leases and usage
+ * (issue 28, items 3 to 5) are to be built on cluster_pipeline() and
+ * cluster_key() below.
+ *
+ * Keys: every key starts with key_prefix.  A tenant's carry its name as
+ * a hash tag, "<prefix>{<tenant>}:<what>", so each tenant's keys share
+ * one Redis Cluster slot (one script may touch them all).  The
+ * gateways' own use the tag "{@gateways}", which no tenant name can be
+ * (a tenant name has no '@').  No key, nor a value, holds an API key or
+ * a hash of one: tenants are named by their configured names.
+ *
+ * Membership: the beat writes "<prefix>{@gateways}:node:<node>" (this
+ * gateway: node, version, configuration generation, start time) with a
+ * time to live of 'lease', and its node into the sorted set
+ * "<prefix>{@gateways}:members" scored by that expiry on Redis's clock,
+ * in one script; the same script drops expired members and returns the
+ * live ones.  A gateway that stops beating is gone from every view
+ * within 'lease'; one that stops cleanly is too (it deletes nothing, so
+ * a reload that keeps the node name never blinks).
+ *
+ * Failure: no round trip waits longer than its deadline (redis_timeout
+ * on the request path).  The beat runs every lease / 3 (at most 5 s, at
+ * least 100 ms); when Redis fails it logs one line, sets
+ * infergw_cluster_up to 0, closes the idle connections (so the request
+ * path fails at once rather than each request waiting its deadline), and
+ * tries again after a doubling backoff (100 ms to 5 s); when Redis is
+ * back it logs one line and sets the gauge to 1.  Only the beat thread
+ * connects: the accept loop, requests and the health and load beats
+ * never wait on a connect.
+ *
+ * Lifetime: a generation (generation.h) holds a cluster.  A reload whose
+ * [cluster] settings are unchanged keeps the one in force (same
+ * connections, same beat: cluster_ref(), cluster_set_generation()); a
+ * changed one starts a new cluster and stops the old one's beat
+ * (cluster_stop()), whose pool stays usable by the old generation's
+ * requests until its last reference goes.
+ *
+ * Threads and locking: one beat thread per cluster, started by
+ * cluster_start() and joined by the last cluster_unref(), which waits
+ * for a turn under way: at most its connect and round trip bound,
+ * redis_timeout within 250 ms .. 1 s (and a host name's resolution).
+ * The cluster's mutex guards the beat's stop flag and the state the status view
+ * copies (members, last error); it is never held across I/O.  The
+ * metrics are process-wide atomics.  Every function here may be called
+ * from any thread.
+ */
+#ifndef INFERGW_GATEWAY_BASE_CLUSTER_H
+#define INFERGW_GATEWAY_BASE_CLUSTER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "buf.h"
+#include "redis.h"
+#include "base/config.h"
+
+#define CLUSTER_MEMBERS_MAX 64      /* gateways listed */
+#define CLUSTER_KEY_MAX 256         /* bytes of a key, with its NUL */
+#define CLUSTER_TAG_GATEWAYS "@gateways"
+/* The backoff between tries while Redis is gone. */
+#define CLUSTER_BACKOFF_MIN_MS 100
+#define CLUSTER_BACKOFF_MAX_MS 5000
+
+struct cluster;
+
+/*
+ * What a round trip was for: the label of infergw_cluster_errors_total
+ * and infergw_cluster_latency_seconds.  A new use (a limit, a lease) is a
+ * new value and a name in cluster.c.
+ */
+enum cluster_op {
+    CLUSTER_OP_CONNECT = 0,         /* a connection's hello (the beat's) */
+    CLUSTER_OP_HEARTBEAT,           /* the heartbeat and membership */
+    CLUSTER_OP_COUNT
+};
+
+/* What this process's heartbeat says besides its node and version. */
+struct cluster_self {
+    uint64_t generation;            /* the configuration's, at start */
+    int64_t started_unix_ms;        /* when the process started */
+};
+
+/*
+ * Start the cluster of 'cfg' (borrowed; cfg->cluster set): its pool and
+ * its beat thread, which connects at once.  Nothing waits on Redis here.
+ * Returns a cluster with one reference, or NULL (logged: out of memory,
+ * a thread that cannot start).
+ */
+struct cluster *cluster_start(const struct gw_config *cfg,
+                              const struct cluster_self *self);
+
+/* One more reference to 'cl' (a generation that shares it). */
+struct cluster *cluster_ref(struct cluster *cl);
+
+/*
+ * Drop a reference; the last one stops the beat, joins its thread and
+ * frees everything (the caller's round trips are over).  NULL-safe.
+ */
+void cluster_unref(struct cluster *cl);
+
+/*
+ * Ask the beat to end (a reload replaced this cluster): returns at once;
+ * no heartbeat is written after it.  The pool stays usable.
+ */
+void cluster_stop(struct cluster *cl);
+
+/* Are the [cluster] settings of 'a' and 'b' the same (both borrowed)? */
+int cluster_same_config(const struct gw_config *a, const struct gw_config *b);
+
+/* The configuration generation the next heartbeat names. */
+void cluster_set_generation(struct cluster *cl, uint64_t generation);
+
+/*
+ * One round trip for 'op': cmds[0..n) pipelined (redis.h, scripts by
+ * EVALSHA with EVAL on NOSCRIPT), by a deadline 'timeout_ms' from now
+ * (0: redis_timeout, as the request path must use).  Fails fast: with
+ * Redis gone (no connection) GW_EUNAVAIL at once, with every connection
+ * busy GW_ETIMEDOUT at the deadline.  Counts the outcome and its time
+ * into the metrics; a failure other than GW_EUNAVAIL wakes the beat to
+ * look at Redis.  Returns and fills 'replies' as redis_pool_pipeline().
+ */
+int cluster_pipeline(struct cluster *cl, enum cluster_op op,
+                     const struct redis_cmd *cmds, size_t n,
+                     redisReply **replies, int64_t timeout_ms);
+
+/*
+ * The key "<prefix>{<tag>}:<what>" into out[0..n).  'tag' is a tenant's
+ * name (or CLUSTER_TAG_GATEWAYS); 'tag' and 'what' must be printable,
+ * without blanks or braces (a brace would move the hash tag).  Returns 0,
+ * GW_EINVAL or GW_ETOOBIG.  Borrows everything.
+ */
+int cluster_key(const struct cluster *cl, const char *tag, const char *what,
+                char *out, size_t n);
+
+/* One gateway of the membership, as its heartbeat says. */
+struct cluster_member {
+    char node[CONFIG_NAME_MAX + 1];
+    char version[32];
+    uint64_t generation;
+    int64_t started_unix_ms;
+    int64_t ttl_ms;                 /* its heartbeat's time left */
+};
+
+/*
+ * Read the heartbeat script's reply 'r' (borrowed): an array of
+ * (heartbeat JSON, its PTTL) pairs.  Fills out[0..max), OUT *n.  An entry
+ * that is not a valid heartbeat (another version's, damaged) is skipped;
+ * entries past 'max' are left out.  Returns 0, or GW_EPARSE when 'r' is
+ * not such an array at all.  Any bytes: it is fuzzed
+ * (test/fuzz/fuzz_cluster.c).
+ */
+int cluster_members_read(const redisReply *r, struct cluster_member *out,
+                         size_t max, size_t *n);
+
+/* What the status view shows of a cluster: a copy. */
+struct cluster_status {
+    char node[CONFIG_NAME_MAX + 1];
+    char redis[300];                /* the URL without its password */
+    int up;
+    int on_error;
+    int64_t lease_ms;
+    size_t connections;             /* connected now */
+    size_t connections_max;
+    int64_t since_unix_ms;          /* up or down since; 0: not tried */
+    char last_error[200];           /* the last failure's reason, or "" */
+    struct cluster_member members[CLUSTER_MEMBERS_MAX];
+    size_t num_members;
+};
+
+/* Copy it into *out (a big struct: the caller's heap). */
+void cluster_status(struct cluster *cl, struct cluster_status *out);
+
+/*
+ * Append the cluster's /metrics families: infergw_cluster_up (of 'cl'),
+ * infergw_cluster_members, infergw_cluster_errors_total{op} and
+ * infergw_cluster_latency_seconds{op} (process-wide).  Returns 0 or a
+ * buf error.
+ */
+int cluster_render_metrics(struct cluster *cl, struct buf *out);
+
+#endif

@@ -1,0 +1,135 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fuzz_cluster.c - libFuzzer target for what of ours reads Redis's
+ * replies and the redis URL: cluster_members_read() (gateway/base/
+ * cluster.c) over replies that hiredis's own reader builds from the
+ * input's bytes, and redis_url_parse() (common/redis.c).
+ *
+ * An input's first byte picks: 'U' reads the rest as a URL (cut at its
+ * first NUL); anything else feeds the rest to hiredis's protocol reader
+ * as a server's bytes and reads every complete reply as the heartbeat
+ * script's answer.  Inputs whose array headers ask for 10,000 elements
+ * or more are skipped: hiredis 0.14 allocates an array's slots before
+ * its elements arrive, so such a header only measures malloc.
+ *
+ * Besides crashes and sanitizer reports, the target aborts when:
+ *   members    a read member count exceeds its room, or a member has an
+ *              empty or unterminated node or version, a node with a
+ *              blank or a brace, or a negative time to live;
+ *   url        a parsed URL has no host, a TCP port outside 1..65535, a
+ *              db outside 0..REDIS_URL_DB_MAX, or a user without a
+ *              password; a refused one is left all zero; and the URL
+ *              shown for it is printable ASCII and does not depend on
+ *              the password (the same with the password wiped).
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <hiredis/hiredis.h>
+
+#include "base/cluster.h"
+#include "fuzz.h"
+#include "redis.h"
+
+#define ROOM 8
+
+static void
+check_url(const char *s)
+{
+    struct redis_url u;
+    char shown[600], again[600];
+    static const struct redis_url zero;
+
+    if (redis_url_parse(s, &u) != 0) {
+        REQUIRE(memcmp(&u, &zero, sizeof(u)) == 0);
+        return;
+    }
+    REQUIRE(u.host[0] != '\0');
+    REQUIRE(u.unix_socket || (u.port >= 1 && u.port <= 65535));
+    REQUIRE(u.db >= 0 && u.db <= REDIS_URL_DB_MAX);
+    REQUIRE(u.user[0] == '\0' || u.password[0] != '\0');
+    redis_url_show(&u, shown, sizeof(shown));
+    for (const char *p = shown; *p != '\0'; p++)
+        REQUIRE(*p > 0x20 && *p < 0x7f);
+    memset(u.password, 0, sizeof(u.password));
+    redis_url_show(&u, again, sizeof(again));
+    REQUIRE(strcmp(shown, again) == 0);
+    redis_url_wipe(&u);
+}
+
+static void
+check_member(const struct cluster_member *m)
+{
+    size_t n = strnlen(m->node, sizeof(m->node));
+
+    REQUIRE(n > 0 && n < sizeof(m->node));
+    REQUIRE(strpbrk(m->node, " \t{}\"") == NULL);
+    n = strnlen(m->version, sizeof(m->version));
+    REQUIRE(n > 0 && n < sizeof(m->version));
+    REQUIRE(m->ttl_ms >= 0);
+}
+
+/* Array headers of 10,000 elements or more (see above). */
+static int
+huge_array(const uint8_t *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        size_t d = 0;
+
+        if (p[i] != '*')
+            continue;
+        while (i + 1 + d < n && p[i + 1 + d] >= '0' && p[i + 1 + d] <= '9')
+            d++;
+        if (d >= 5)
+            return 1;
+    }
+    return 0;
+}
+
+static void
+check_replies(const uint8_t *p, size_t n)
+{
+    redisReader *r = redisReaderCreate();
+    struct cluster_member got[ROOM];
+    void *reply = NULL;
+    size_t count;
+
+    REQUIRE(r != NULL);
+    if (redisReaderFeed(r, (const char *)p, n) == REDIS_OK) {
+        while (redisReaderGetReply(r, &reply) == REDIS_OK && reply != NULL) {
+            memset(got, 0xa5, sizeof(got));
+            if (cluster_members_read(reply, got, ROOM, &count) == 0) {
+                REQUIRE(count <= ROOM);
+                for (size_t i = 0; i < count; i++)
+                    check_member(&got[i]);
+            } else {
+                REQUIRE(count == 0);
+            }
+            freeReplyObject(reply);
+            reply = NULL;
+        }
+    }
+    redisReaderFree(r);
+}
+
+int
+LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    char *s;
+
+    if (size == 0)
+        return 0;
+    if (data[0] == 'U') {
+        s = malloc(size);
+        REQUIRE(s != NULL);
+        memcpy(s, data + 1, size - 1);
+        s[size - 1] = '\0';
+        check_url(s);
+        free(s);
+        return 0;
+    }
+    if (!huge_array(data + 1, size - 1))
+        check_replies(data + 1, size - 1);
+    return 0;
+}

@@ -1,0 +1,530 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * check_redis.c - unit tests for common/redis.c: URLs, and the pool and
+ * its round trips against a real redis-server (redisutil.h): the bound
+ * on connections, a deadline kept against a stopped server, failing at
+ * once with no connection, EVAL after NOSCRIPT, AUTH and SELECT.
+ */
+#include <check.h>
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "redis.h"
+#include "redisutil.h"
+#include "testutil.h"
+#include "util.h"
+
+/* ---- URLs ---- */
+
+static const struct {
+    const char *in;
+    int ok;
+    int unix_socket;
+    const char *host;
+    int port;
+    const char *user, *password;
+    long db;
+    const char *note;
+} url_cases[] = {
+    { "redis://127.0.0.1:6380/2", 1, 0, "127.0.0.1", 6380, "", "", 2,
+      "all parts" },
+    { "redis://localhost", 1, 0, "localhost", 6379, "", "", 0,
+      "port and db default" },
+    { "redis://h:1/", 1, 0, "h", 1, "", "", 0, "empty db" },
+    { "redis://:s3cret@h:7000", 1, 0, "h", 7000, "", "s3cret", 0,
+      "password alone" },
+    { "redis://app:pw@h/15", 1, 0, "h", 6379, "app", "pw", 15,
+      "user and password" },
+    { "redis://app:p%40ss%3Aw@h", 1, 0, "h", 6379, "app", "p@ss:w", 0,
+      "escapes" },
+    { "redis://app:p@ss@h", 1, 0, "h", 6379, "app", "p@ss", 0,
+      "the last @ ends the user info" },
+    { "redis://[::1]:6390/1", 1, 0, "::1", 6390, "", "", 1, "IPv6" },
+    { "unix:/run/redis/redis.sock", 1, 1, "/run/redis/redis.sock", 0, "",
+      "", 0, "socket" },
+    { "unix:run/redis.sock", 0, 0, NULL, 0, NULL, NULL, 0,
+      "relative path" },
+    { "unix:", 0, 0, NULL, 0, NULL, NULL, 0, "no path" },
+    { "unix:/r\xc6.sock", 0, 0, NULL, 0, NULL, NULL, 0,
+      "a path byte past ASCII (shown as it is: refused)" },
+    { "http://h:6379", 0, 0, NULL, 0, NULL, NULL, 0, "another scheme" },
+    { "rediss://h", 0, 0, NULL, 0, NULL, NULL, 0, "TLS is not built in" },
+    { "redis://", 0, 0, NULL, 0, NULL, NULL, 0, "no host" },
+    { "redis://:6379", 0, 0, NULL, 0, NULL, NULL, 0, "no host, a port" },
+    { "redis://h:0", 0, 0, NULL, 0, NULL, NULL, 0, "port 0" },
+    { "redis://h:65536", 0, 0, NULL, 0, NULL, NULL, 0, "port too big" },
+    { "redis://h:", 0, 0, NULL, 0, NULL, NULL, 0, "empty port" },
+    { "redis://h:12x", 0, 0, NULL, 0, NULL, NULL, 0, "port not a number" },
+    { "redis://h/x", 0, 0, NULL, 0, NULL, NULL, 0, "db not a number" },
+    { "redis://h/-1", 0, 0, NULL, 0, NULL, NULL, 0, "negative db" },
+    { "redis://h/1000001", 0, 0, NULL, 0, NULL, NULL, 0, "db too big" },
+    { "redis://user@h", 0, 0, NULL, 0, NULL, NULL, 0, "user, no password" },
+    { "redis://user:@h", 0, 0, NULL, 0, NULL, NULL, 0, "empty password" },
+    { "redis://:p%4@h", 0, 0, NULL, 0, NULL, NULL, 0, "short escape" },
+    { "redis://:p%zz@h", 0, 0, NULL, 0, NULL, NULL, 0, "bad escape" },
+    { "redis://:p%00@h", 0, 0, NULL, 0, NULL, NULL, 0, "escaped NUL" },
+    { "redis://h a", 0, 0, NULL, 0, NULL, NULL, 0, "a blank" },
+    { "redis://h?db=1", 0, 0, NULL, 0, NULL, NULL, 0, "a query" },
+    { "redis://h#x", 0, 0, NULL, 0, NULL, NULL, 0, "a fragment" },
+    { "redis://[::1", 0, 0, NULL, 0, NULL, NULL, 0, "open bracket" },
+    { "redis://[::1]x", 0, 0, NULL, 0, NULL, NULL, 0, "junk after ]" },
+    { "redis://h*st", 0, 0, NULL, 0, NULL, NULL, 0, "bad host byte" },
+    { "redis://h:1/2/3", 0, 0, NULL, 0, NULL, NULL, 0, "a path" },
+};
+
+START_TEST(test_url_table)
+{
+    struct redis_url u;
+    int rc = redis_url_parse(url_cases[_i].in, &u);
+
+    ck_assert_msg((rc == 0) == url_cases[_i].ok, "%s: %s: rc %d",
+                  url_cases[_i].note, url_cases[_i].in, rc);
+    if (rc != 0) {
+        ck_assert_str_eq(u.host, "");       /* wiped */
+        return;
+    }
+    ck_assert_int_eq(u.unix_socket, url_cases[_i].unix_socket);
+    ck_assert_str_eq(u.host, url_cases[_i].host);
+    if (!u.unix_socket)
+        ck_assert_int_eq(u.port, url_cases[_i].port);
+    ck_assert_str_eq(u.user, url_cases[_i].user);
+    ck_assert_str_eq(u.password, url_cases[_i].password);
+    ck_assert_int_eq(u.db, url_cases[_i].db);
+}
+END_TEST
+
+START_TEST(test_url_show_hides_the_password)
+{
+    struct redis_url u;
+    char out[256];
+
+    ck_assert_int_eq(redis_url_parse("redis://app:hunter2@h:7/3", &u), 0);
+    redis_url_show(&u, out, sizeof(out));
+    ck_assert_str_eq(out, "redis://app@h:7/3");
+    ck_assert_int_eq(redis_url_parse("redis://:hunter2@[::1]", &u), 0);
+    redis_url_show(&u, out, sizeof(out));
+    ck_assert_str_eq(out, "redis://[::1]:6379/0");
+    /* A user's odd bytes are shown escaped, as the URL would have them. */
+    ck_assert_int_eq(redis_url_parse("redis://a%C3%A9%40:pw@h", &u), 0);
+    redis_url_show(&u, out, sizeof(out));
+    ck_assert_str_eq(out, "redis://a%C3%A9%40@h:6379/0");
+    ck_assert_int_eq(redis_url_parse("unix:/s", &u), 0);
+    redis_url_show(&u, out, sizeof(out));
+    ck_assert_str_eq(out, "unix:/s");
+}
+END_TEST
+
+START_TEST(test_script_sha1)
+{
+    struct redis_script s;
+
+    /* sha1("return 1"), as Redis's SCRIPT LOAD answers it. */
+    redis_script_init(&s, "return 1");
+    ck_assert_str_eq(s.sha1, "e0e1f9fabfc9d4800c877a703b823ac0578ff8db");
+}
+END_TEST
+
+/* ---- the pool, against a real server ---- */
+
+static struct test_redis srv;
+
+static struct redis_pool *
+pool_for(const char *url, const char *password, size_t n)
+{
+    struct redis_url u;
+    struct redis_pool_opts o = { &u, password, n };
+    struct redis_pool *p;
+
+    ck_assert_int_eq(redis_url_parse(url, &u), 0);
+    p = redis_pool_new(&o);
+    ck_assert_ptr_nonnull(p);
+    redis_url_wipe(&u);
+    return p;
+}
+
+static void
+fill(struct redis_pool *p, int want)
+{
+    char err[256];
+    int rc = redis_pool_fill(p, gw_now_ms() + 2000, err, sizeof(err));
+
+    ck_assert_msg(rc == want, "fill: %d (%s)", rc, err);
+}
+
+/* PING on the pool by 'deadline'; 0 or the error. */
+static int
+ping(struct redis_pool *p, int64_t deadline)
+{
+    const char *argv[] = { "PING" };
+    struct redis_cmd cmd = { NULL, 0, 1, argv, NULL };
+    redisReply *r;
+    int rc = redis_pool_pipeline(p, &cmd, 1, &r, deadline);
+
+    if (rc == 0) {
+        ck_assert_int_eq(r->type, REDIS_REPLY_STATUS);
+        ck_assert_str_eq(r->str, "PONG");
+        redis_replies_free(&r, 1);
+    }
+    return rc;
+}
+
+START_TEST(test_no_connection_fails_at_once)
+{
+    struct redis_pool *p = pool_for(srv.url, NULL, 4);
+    int64_t t0 = gw_now_ms();
+
+    /* Nothing filled: a caller never connects on its own thread. */
+    ck_assert_int_eq(ping(p, t0 + 5000), GW_EUNAVAIL);
+    ck_assert_int_lt(gw_now_ms() - t0, 50);
+    ck_assert_int_eq(test_redis_info(&srv, NULL, "connected_clients"), 1);
+    redis_pool_free(p);
+}
+END_TEST
+
+START_TEST(test_pool_bound)
+{
+    struct redis_pool *p = pool_for(srv.url, NULL, 2);
+    struct redis_conn *a, *b, *c;
+    int64_t t0;
+
+    fill(p, 2);
+    ck_assert_int_eq(redis_pool_connected(p), 2);
+    ck_assert_int_eq(redis_pool_take(p, gw_now_ms() + 1000, &a), 0);
+    ck_assert_int_eq(redis_pool_take(p, gw_now_ms() + 1000, &b), 0);
+    t0 = gw_now_ms();
+    ck_assert_int_eq(redis_pool_take(p, t0 + 60, &c), GW_ETIMEDOUT);
+    ck_assert_int_ge(gw_now_ms() - t0, 55);
+    ck_assert_int_lt(gw_now_ms() - t0, 500);
+    redis_pool_put(p, a);
+    ck_assert_int_eq(redis_pool_take(p, gw_now_ms() + 1000, &c), 0);
+    ck_assert_ptr_eq(c, a);
+    redis_pool_put(p, b);
+    redis_pool_put(p, c);
+    /* Ours two, and test_redis_info()'s own. */
+    ck_assert_int_eq(test_redis_info(&srv, NULL, "connected_clients"), 3);
+    redis_pool_free(p);
+}
+END_TEST
+
+#define HAMMER_THREADS 8
+#define HAMMER_ROUNDS 200
+
+static void *
+hammer(void *arg)
+{
+    struct redis_pool *p = arg;
+    long ok = 0;
+
+    for (int i = 0; i < HAMMER_ROUNDS; i++)
+        ok += ping(p, gw_now_ms() + 2000) == 0;
+    return (void *)ok;
+}
+
+START_TEST(test_threads_share_the_bound)
+{
+    struct redis_pool *p = pool_for(srv.url, NULL, 2);
+    pthread_t t[HAMMER_THREADS];
+    void *ok;
+
+    fill(p, 2);
+    for (int i = 0; i < HAMMER_THREADS; i++)
+        ck_assert_int_eq(pthread_create(&t[i], NULL, hammer, p), 0);
+    for (int i = 0; i < HAMMER_THREADS; i++) {
+        ck_assert_int_eq(pthread_join(t[i], &ok), 0);
+        ck_assert_int_eq((long)ok, HAMMER_ROUNDS);
+    }
+    /* Eight threads, never more than the pool's two connections (the
+     * others: test_redis_start()'s and test_redis_info()'s). */
+    ck_assert_int_eq(test_redis_info(&srv, NULL, "total_connections_"
+                                     "received"), 2 + 2);
+    redis_pool_free(p);
+}
+END_TEST
+
+START_TEST(test_deadline_against_a_stopped_server)
+{
+    struct redis_pool *p = pool_for(srv.url, NULL, 2);
+    int64_t t0;
+
+    fill(p, 2);
+    ck_assert_int_eq(ping(p, gw_now_ms() + 1000), 0);
+    kill(srv.pid, SIGSTOP);
+    t0 = gw_now_ms();
+    ck_assert_int_eq(ping(p, t0 + 40), GW_ETIMEDOUT);
+    ck_assert_int_ge(gw_now_ms() - t0, 35);
+    ck_assert_int_lt(gw_now_ms() - t0, 140);
+    /* The late PONG must never answer someone else: closed. */
+    ck_assert_int_eq(redis_pool_connected(p), 1);
+    /* Filling does not hang on it either: its hello has a deadline. */
+    t0 = gw_now_ms();
+    ck_assert_int_eq(redis_pool_fill(p, t0 + 80, NULL, 0), GW_ETIMEDOUT);
+    ck_assert_int_lt(gw_now_ms() - t0, 300);
+    kill(srv.pid, SIGCONT);
+    ck_assert_int_eq(ping(p, gw_now_ms() + 1000), 0);
+    redis_pool_free(p);
+}
+END_TEST
+
+START_TEST(test_dead_server_fails_at_once)
+{
+    struct redis_pool *p = pool_for(srv.url, NULL, 3);
+    int64_t t0;
+
+    fill(p, 3);
+    test_redis_kill(&srv);
+    /* Each idle connection is found closed when taken, and none is
+     * made in its place. */
+    t0 = gw_now_ms();
+    ck_assert_int_eq(ping(p, t0 + 1000), GW_EUNAVAIL);
+    ck_assert_int_lt(gw_now_ms() - t0, 50);
+    ck_assert_int_eq(redis_pool_connected(p), 0);
+    ck_assert_int_lt(redis_pool_fill(p, gw_now_ms() + 500, NULL, 0), 0);
+    redis_pool_free(p);
+}
+END_TEST
+
+START_TEST(test_drop_idle)
+{
+    struct redis_pool *p = pool_for(srv.url, NULL, 3);
+    struct redis_conn *c;
+
+    fill(p, 3);
+    ck_assert_int_eq(redis_pool_take(p, gw_now_ms() + 100, &c), 0);
+    redis_pool_drop_idle(p);
+    ck_assert_int_eq(redis_pool_connected(p), 1);   /* the taken one */
+    redis_pool_put(p, c);
+    ck_assert_int_eq(ping(p, gw_now_ms() + 1000), 0);
+    fill(p, 3);
+    redis_pool_free(p);
+}
+END_TEST
+
+static const char echo_src[] =
+    "return {KEYS[1], ARGV[1], redis.call('INCR', KEYS[1])}";
+
+/*
+ * The echo script and a plain GET in one round trip: the script returns
+ * 'want', the GET sees 'get'.
+ */
+static void
+run_echo(struct redis_pool *p, const struct redis_script *s, long want,
+         long get)
+{
+    const char *sargv[] = { "k", "hello" };
+    const char *gargv[] = { "GET", "k" };
+    struct redis_cmd cmds[2] = {
+        { s, 1, 2, sargv, NULL },
+        { NULL, 0, 2, gargv, NULL },
+    };
+    redisReply *r[2];
+    char want_s[16];
+
+    ck_assert_int_eq(redis_pool_pipeline(p, cmds, 2, r,
+                                         gw_now_ms() + 1000), 0);
+    ck_assert_int_eq(r[0]->type, REDIS_REPLY_ARRAY);
+    ck_assert_int_eq(r[0]->elements, 3);
+    ck_assert_str_eq(r[0]->element[0]->str, "k");
+    ck_assert_str_eq(r[0]->element[1]->str, "hello");
+    ck_assert_int_eq(r[0]->element[2]->integer, want);
+    snprintf(want_s, sizeof(want_s), "%ld", get);
+    ck_assert_int_eq(r[1]->type, REDIS_REPLY_STRING);
+    ck_assert_str_eq(r[1]->str, want_s);
+    redis_replies_free(r, 2);
+}
+
+START_TEST(test_noscript_falls_back_to_eval)
+{
+    struct redis_pool *p = pool_for(srv.url, NULL, 1);
+    struct redis_script s;
+    redisContext *c;
+    redisReply *r;
+
+    redis_script_init(&s, echo_src);
+    fill(p, 1);
+    run_echo(p, &s, 1, 1);      /* new connection: EVAL, in its place */
+    run_echo(p, &s, 2, 2);      /* known now: EVALSHA alone */
+    c = test_redis_connect(&srv, NULL);
+    r = redisCommand(c, "SCRIPT FLUSH");
+    freeReplyObject(r);
+    /* A flushed cache: NOSCRIPT, then EVAL after the GET (redis.h). */
+    run_echo(p, &s, 3, 2);
+    run_echo(p, &s, 4, 4);
+    r = redisCommand(c, "INFO commandstats");
+    ck_assert_msg(strstr(r->str, "cmdstat_eval:calls=2,") != NULL, "%s",
+                  r->str);
+    ck_assert_msg(strstr(r->str, "cmdstat_evalsha:calls=3,") != NULL,
+                  "%s", r->str);
+    freeReplyObject(r);
+    redisFree(c);
+    redis_pool_free(p);
+}
+END_TEST
+
+START_TEST(test_error_reply_is_a_reply)
+{
+    struct redis_pool *p = pool_for(srv.url, NULL, 1);
+    const char *bad[] = { "NOSUCHCOMMAND" };
+    const char *ping_argv[] = { "PING" };
+    struct redis_cmd cmds[2] = {
+        { NULL, 0, 1, bad, NULL },
+        { NULL, 0, 1, ping_argv, NULL },
+    };
+    redisReply *r[2];
+
+    fill(p, 1);
+    ck_assert_int_eq(redis_pool_pipeline(p, cmds, 2, r,
+                                         gw_now_ms() + 1000), 0);
+    ck_assert(redis_reply_is_error(r[0], "ERR"));
+    ck_assert(!redis_reply_is_error(r[0], "ER"));
+    ck_assert_str_eq(r[1]->str, "PONG");
+    redis_replies_free(r, 2);
+    ck_assert_int_eq(redis_pool_connected(p), 1);   /* still good */
+    redis_pool_free(p);
+}
+END_TEST
+
+START_TEST(test_select_db)
+{
+    char url[200];
+    struct redis_pool *p;
+    const char *set[] = { "SET", "where", "db3" };
+    struct redis_cmd cmd = { NULL, 0, 3, set, NULL };
+    redisReply *r;
+    redisContext *c;
+
+    /* Over TCP, with SELECT in the hello. */
+    snprintf(url, sizeof(url), "%s/3", srv.tcp_url);
+    p = pool_for(url, NULL, 1);
+    fill(p, 1);
+    ck_assert_int_eq(redis_pool_pipeline(p, &cmd, 1, &r,
+                                         gw_now_ms() + 1000), 0);
+    redis_replies_free(&r, 1);
+    c = test_redis_connect(&srv, NULL);
+    r = redisCommand(c, "GET where");
+    ck_assert_int_eq(r->type, REDIS_REPLY_NIL);     /* not in db 0 */
+    freeReplyObject(r);
+    r = redisCommand(c, "SELECT 3");
+    freeReplyObject(r);
+    r = redisCommand(c, "GET where");
+    ck_assert_str_eq(r->str, "db3");
+    freeReplyObject(r);
+    redisFree(c);
+    redis_pool_free(p);
+}
+END_TEST
+
+static void
+setup(void)
+{
+    test_redis_start(&srv, NULL);
+}
+
+static void
+teardown(void)
+{
+    test_redis_kill(&srv);
+}
+
+/* ---- AUTH ---- */
+
+#define PASSWORD "correct-horse-battery"
+
+static void
+setup_auth(void)
+{
+    test_redis_start(&srv, PASSWORD);
+}
+
+START_TEST(test_auth)
+{
+    struct redis_pool *p = pool_for(srv.url, PASSWORD, 2);
+    char err[256];
+
+    fill(p, 2);
+    ck_assert_int_eq(ping(p, gw_now_ms() + 1000), 0);
+    redis_pool_free(p);
+
+    p = pool_for(srv.url, "wrong-password", 2);
+    ck_assert_int_eq(redis_pool_fill(p, gw_now_ms() + 1000, err,
+                                     sizeof(err)), GW_EUPSTREAM);
+    ck_assert_msg(strncmp(err, "AUTH: WRONGPASS", 15) == 0, "%s", err);
+    ck_assert_ptr_null(strstr(err, "wrong-password"));
+    ck_assert_int_eq(redis_pool_connected(p), 0);
+    redis_pool_free(p);
+
+    p = pool_for(srv.url, NULL, 1);     /* no password at all */
+    ck_assert_int_eq(redis_pool_fill(p, gw_now_ms() + 1000, err,
+                                     sizeof(err)), GW_EUPSTREAM);
+    ck_assert_msg(strncmp(err, "PING: NOAUTH", 12) == 0, "%s", err);
+    redis_pool_free(p);
+}
+END_TEST
+
+START_TEST(test_auth_user_from_url)
+{
+    char url[300];
+    struct redis_pool *p;
+
+    /* "default" is the user requirepass sets the password of; AUTH
+     * sends both, as Redis 6's ACLs read them. */
+    snprintf(url, sizeof(url), "redis://default:%s@127.0.0.1:%d",
+             PASSWORD, srv.port);
+    p = pool_for(url, NULL, 1);
+    fill(p, 1);
+    ck_assert_int_eq(ping(p, gw_now_ms() + 1000), 0);
+    redis_pool_free(p);
+    snprintf(url, sizeof(url), "redis://nobody:%s@127.0.0.1:%d",
+             PASSWORD, srv.port);
+    p = pool_for(url, NULL, 1);
+    ck_assert_int_eq(redis_pool_fill(p, gw_now_ms() + 1000, NULL, 0),
+                     GW_EUPSTREAM);
+    redis_pool_free(p);
+}
+END_TEST
+
+static Suite *
+redis_suite(void)
+{
+    Suite *s = suite_create("redis");
+    TCase *tc;
+
+    tc = tcase("urls");
+    tcase_add_loop_test(tc, test_url_table, 0, (int)GW_ARRAY_LEN(url_cases));
+    tcase_add_test(tc, test_url_show_hides_the_password);
+    tcase_add_test(tc, test_script_sha1);
+    suite_add_tcase(s, tc);
+
+    tc = tcase("pool");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_no_connection_fails_at_once);
+    tcase_add_test(tc, test_pool_bound);
+    tcase_add_test(tc, test_threads_share_the_bound);
+    tcase_add_test(tc, test_deadline_against_a_stopped_server);
+    tcase_add_test(tc, test_dead_server_fails_at_once);
+    tcase_add_test(tc, test_drop_idle);
+    tcase_add_test(tc, test_error_reply_is_a_reply);
+    tcase_add_test(tc, test_select_db);
+    suite_add_tcase(s, tc);
+
+    tc = tcase("scripts");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_noscript_falls_back_to_eval);
+    suite_add_tcase(s, tc);
+
+    tc = tcase("auth");
+    tcase_add_checked_fixture(tc, setup_auth, teardown);
+    tcase_add_test(tc, test_auth);
+    tcase_add_test(tc, test_auth_user_from_url);
+    suite_add_tcase(s, tc);
+
+    return s;
+}
+
+int
+main(void)
+{
+    return test_run(srunner_create(redis_suite()));
+}
