@@ -448,10 +448,10 @@ reply_begin_head(struct reply *r, const struct http_head *h)
 /*
  * "Retry-After: N\r\n" into out (n >= 32, as a REPLY_EXTRA_MAX buffer
  * is), for reply_begin()'s 'extra'; "" when seconds <= 0.  N is the
- * caller's: a relayed 429's or 503's was bounded when it was read
- * (HTTP_RETRY_AFTER_MAX_MS, http_response.h), and a tenant's spent
- * token budget (route.c) truly has room only when its day or month
- * ends, hours or days away.
+ * caller's, bounded by it: a relayed 429's or 503's when it was read,
+ * a failed call's in reply_failure() (both HTTP_RETRY_AFTER_MAX_MS,
+ * http_response.h); a tenant's spent token budget (route.c) truly has
+ * room only when its day or month ends, hours or days away.
  */
 GW_TESTABLE void
 reply_retry_after_line(char *out, size_t n, int seconds)
@@ -554,6 +554,13 @@ reply_failure(struct reply *r, const struct call_outcome *o)
     const char *reason = call_kind_text(o->kind);
     char msg[128];
     int s = o->status, ra = o->retry_after_s > 0 ? o->retry_after_s : 1;
+
+    /* A failed call's wait, the gateway's own (a held or ejected
+     * upstream, up to eject_time's 5 m) or relayed, is said as at most
+     * HTTP_RETRY_AFTER_MAX_MS: a client comes back sooner and is told
+     * again, rather than staying away from an upstream that recovered. */
+    if (ra > HTTP_RETRY_AFTER_MAX_MS / 1000)
+        ra = HTTP_RETRY_AFTER_MAX_MS / 1000;
 
     if (o->kind == CALL_STATUS) {
         /* The upstream's own verdict, which no retry could change. */
