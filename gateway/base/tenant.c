@@ -213,6 +213,8 @@ entry_of(struct tenants *ts, const char *name)
     if (e == NULL)
         return NULL;
     snprintf(e->name, sizeof(e->name), "%s", name);
+    tenant_period_init(&e->day);
+    tenant_period_init(&e->month);
     ts->v[ts->n++] = e;
     return e;
 }

@@ -70,24 +70,29 @@ enum tenant_period_kind {
 
 /*
  * The tokens used in one period.  'key' names the period they were
- * used in (days or months since the epoch); a 'used' of another
- * period than the one asked about counts as 0, so a new day starts
- * from nothing without a timer.
+ * used in (days or months since the epoch); a later period than 'key'
+ * starts from nothing, without a timer.  Periods only move forward: a
+ * time in an earlier one (a clock read just before midnight, a wall
+ * clock stepped back) counts in the current one.
  */
 struct tenant_period {
     int64_t key;
     uint64_t used;
 };
 
+/* Ready for a first period, whatever it is. */
+void tenant_period_init(struct tenant_period *p);
+
 /* The first second of the period after the one 'wall_s' is in. */
 int64_t tenant_period_end_s(enum tenant_period_kind kind, int64_t wall_s);
 
-/* The tokens used in the period of 'wall_s' (0 for a new one). */
+/* The tokens used in the period of 'wall_s' (0 for a later one than
+ * the current; the current one's for an earlier one). */
 uint64_t tenant_period_used(const struct tenant_period *p,
                             enum tenant_period_kind kind, int64_t wall_s);
 
-/* Add 'tokens' to the period of 'wall_s' (a new one starts at 0;
- * saturates rather than wraps). */
+/* Add 'tokens' to the period of 'wall_s' (a later one starts at 0, an
+ * earlier one is the current one; saturates rather than wraps). */
 void tenant_period_add(struct tenant_period *p, enum tenant_period_kind kind,
                        int64_t wall_s, uint64_t tokens);
 

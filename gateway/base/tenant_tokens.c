@@ -169,11 +169,25 @@ tenant_period_end_s(enum tenant_period_kind kind, int64_t wall_s)
            * DAY_S;
 }
 
+void
+tenant_period_init(struct tenant_period *p)
+{
+    p->key = INT64_MIN;         /* before any period: the first is new */
+    p->used = 0;
+}
+
+/*
+ * Periods only move forward.  A time in a period before the current
+ * one (a thread that read the clock at 23:59:59 but took the lock after
+ * another charged in the new day; a wall clock stepped back across
+ * midnight) counts in the current period: going back would forget what
+ * the new one already used, and hand the budget out twice.
+ */
 uint64_t
 tenant_period_used(const struct tenant_period *p,
                    enum tenant_period_kind kind, int64_t wall_s)
 {
-    return p->key == tenant_period_key(kind, wall_s) ? p->used : 0;
+    return tenant_period_key(kind, wall_s) <= p->key ? p->used : 0;
 }
 
 void
@@ -182,7 +196,7 @@ tenant_period_add(struct tenant_period *p, enum tenant_period_kind kind,
 {
     int64_t key = tenant_period_key(kind, wall_s);
 
-    if (p->key != key) {
+    if (key > p->key) {
         /* A charge that ends after midnight counts in the new day: the
          * period is the one the tokens were charged in. */
         p->key = key;

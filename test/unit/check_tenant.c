@@ -947,6 +947,55 @@ START_TEST(test_month_budget_across_month_ends)
 }
 END_TEST
 
+/*
+ * Periods only move forward: a charge whose clock was read just before
+ * midnight, made after another was charged in the new day, counts in
+ * the new day; a wall clock stepped back across midnight finds the
+ * new day's use, not a fresh budget.
+ */
+START_TEST(test_periods_never_move_back)
+{
+    struct tenants *ts = tenants_new();
+    struct tenant_entry *p, *q;
+    int wait;
+
+    load("[tenant a]\napi_key = " KEY_1 "\ntokens_per_day = 100\n");
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, T_2024_02_29 - 1, &p,
+                                   &wait, NULL), TENANT_ADMITTED);
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, T_2024_02_29 - 1, &q,
+                                   &wait, NULL), TENANT_ADMITTED);
+    /* q's thread read the clock after midnight and took the lock
+     * first; p's read it at 23:59:59 and took it second. */
+    tenants_charge(ts, &cfg, 0, q, 500, 0, 0, T_2024_02_29);
+    tenants_charge(ts, &cfg, 0, p, 1, 0, 0, T_2024_02_29 - 1);
+    tenants_leave(ts, p);
+    tenants_leave(ts, q);
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, T_2024_02_29 + 10, &p,
+                                   &wait, NULL), TENANT_QUOTA_DAY);
+    /* NTP steps the clock back a minute: 23:59:30 the day before. */
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, T_2024_02_29 - 30, &p,
+                                   &wait, NULL), TENANT_QUOTA_DAY);
+    /* The month, likewise, across the end of February. */
+    load("[tenant a]\napi_key = " KEY_1 "\ntokens_per_month = 501\n");
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, T_2024_03_01, &p, &wait,
+                                   NULL), TENANT_ADMITTED);
+    tenants_charge(ts, &cfg, 0, p, 501, 0, 0, T_2024_03_01);
+    tenants_leave(ts, p);
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, T_2024_03_01 - 1, &p,
+                                   &wait, NULL), TENANT_QUOTA_MONTH);
+    /* A first period before the epoch is one too (no key 0 to start). */
+    load("[tenant b]\napi_key = " KEY_2 "\ntokens_per_day = 100\n");
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, -10, &p, &wait, NULL),
+                     TENANT_ADMITTED);
+    tenants_charge(ts, &cfg, 0, p, 100, 0, 0, -10);
+    tenants_leave(ts, p);
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, 10, &p, &wait, NULL),
+                     TENANT_ADMITTED);
+    tenants_leave(ts, p);
+    tenants_free(ts);
+}
+END_TEST
+
 /* The status view's and /metrics' numbers of the token limits. */
 START_TEST(test_tokens_status_and_render)
 {
@@ -1058,6 +1107,7 @@ tenant_suite(void)
     tcase_add_test(tc, test_tokens_bucket_bounds_and_reload);
     tcase_add_test(tc, test_day_budget_across_midnight);
     tcase_add_test(tc, test_month_budget_across_month_ends);
+    tcase_add_test(tc, test_periods_never_move_back);
     tcase_add_test(tc, test_tokens_status_and_render);
     suite_add_tcase(s, tc);
     return s;
