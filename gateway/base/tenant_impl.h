@@ -52,8 +52,11 @@ void tenant_bucket_refill(struct tenant_bucket *b, uint64_t per_minute,
 uint64_t tenant_bucket_wait_us(struct tenant_bucket *b, uint64_t per_minute,
                                int64_t now_us);
 
-/* Take 'tokens' (at most TENANT_MAX_CHARGE) at 'now_us': may go into
- * debt, down to a floor far below any real one (no overflow). */
+/* Take 'tokens' (at most TENANT_MAX_CHARGE): may go into debt, down to
+ * a floor far below any real one (no overflow).  No refill: a bucket
+ * never used starts full (a minute of 'per_minute' at 'now_us'), and
+ * 'per_minute' and 'now_us' change nothing else, so that a call ending
+ * under an older config cannot refill at its rate. */
 void tenant_bucket_charge(struct tenant_bucket *b, uint64_t per_minute,
                           uint64_t tokens, int64_t now_us);
 

@@ -76,13 +76,20 @@ tenant_bucket_wait_us(struct tenant_bucket *b, uint64_t per_minute,
            / per_minute;
 }
 
+/*
+ * Only subtracts: the refill is the admission's (tenant_bucket_wait_us(),
+ * at the config of the time).  A call admitted before a reload ends
+ * under the old config, and refilling at its rate and cap would wipe a
+ * debt run up under the new, lower limit.
+ */
 void
 tenant_bucket_charge(struct tenant_bucket *b, uint64_t per_minute,
                      uint64_t tokens, int64_t now_us)
 {
     int64_t units;
 
-    tenant_bucket_refill(b, per_minute, now_us);
+    if (!b->filled)
+        tenant_bucket_refill(b, per_minute, now_us);    /* starts full */
     if (tokens > TENANT_MAX_CHARGE)
         tokens = TENANT_MAX_CHARGE;
     units = (int64_t)tokens * TENANT_TOKEN_UNITS;

@@ -996,6 +996,42 @@ START_TEST(test_periods_never_move_back)
 }
 END_TEST
 
+/*
+ * A reload lowers tokens_per_minute while a call admitted under the old
+ * config runs: its charge, made with the old config, takes its tokens
+ * and refills nothing, so the debt run up under the new limit stays.
+ */
+START_TEST(test_charge_under_old_config_keeps_debt)
+{
+    struct tenants *ts = tenants_new();
+    struct tenant_entry *p, *old;
+    struct gw_config oldcfg;
+    char err[256];
+    int wait;
+
+    ck_assert_int_eq(config_load_text("o.conf", "[tenant a]\napi_key = "
+                                      KEY_1 "\ntokens_per_minute = 600000\n",
+                                      &oldcfg, err, sizeof(err)), 0);
+    ck_assert_int_eq(tenants_enter(ts, &oldcfg, 0, 0, 0, &old, &wait, NULL),
+                     TENANT_ADMITTED);
+    /* The reload: 60 a minute; a new call runs 600 into debt. */
+    load("[tenant a]\napi_key = " KEY_1 "\ntokens_per_minute = 60\n");
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 1 * S_US, 0, &p, &wait, NULL),
+                     TENANT_ADMITTED);
+    tenants_charge(ts, &cfg, 0, p, 660, 0, 1 * S_US, 0);
+    tenants_leave(ts, p);
+    /* The old call ends 2 s later, a token: 10000 a second then. */
+    tenants_charge(ts, &oldcfg, 0, old, 1, 0, 3 * S_US, 0);
+    tenants_leave(ts, old);
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 3 * S_US, 0, &p, &wait, NULL),
+                     TENANT_TOKENS);
+    /* 601 tokens of debt at 1 a second, 2 s of them paid. */
+    ck_assert_int_eq(wait, 600);
+    config_release(&oldcfg);
+    tenants_free(ts);
+}
+END_TEST
+
 /* The status view's and /metrics' numbers of the token limits. */
 START_TEST(test_tokens_status_and_render)
 {
@@ -1108,6 +1144,7 @@ tenant_suite(void)
     tcase_add_test(tc, test_day_budget_across_midnight);
     tcase_add_test(tc, test_month_budget_across_month_ends);
     tcase_add_test(tc, test_periods_never_move_back);
+    tcase_add_test(tc, test_charge_under_old_config_keeps_debt);
     tcase_add_test(tc, test_tokens_status_and_render);
     suite_add_tcase(s, tc);
     return s;
