@@ -342,8 +342,9 @@ wait_s(uint64_t us)
 
 /*
  * Is a token budget of 'ct' spent at 'wall_s'?  TENANT_ADMITTED, or the
- * verdict with *wait the seconds until its period ends (the day's
- * first: it ends no later than the month).  Locked.
+ * verdict with *wait the seconds until every spent one has room again:
+ * the latest end of a spent period, which the verdict names (a spent
+ * month outlasts a spent day; a tie names the day).  Locked.
  */
 static enum tenant_limit
 check_budgets_locked(struct tenants *ts, const struct tenant_entry *e,
@@ -352,19 +353,24 @@ check_budgets_locked(struct tenants *ts, const struct tenant_entry *e,
 {
     static const enum tenant_period_kind kinds[2] = { TENANT_DAY,
                                                       TENANT_MONTH };
+    enum tenant_limit verdict = TENANT_ADMITTED;
+    int64_t end = 0;
 
     assert(gw_mutex_held(&ts->lock));
     for (size_t k = 0; k < 2; k++) {
         uint64_t budget = k == 0 ? ct->tokens_per_day : ct->tokens_per_month;
         const struct tenant_period *p = k == 0 ? &e->day : &e->month;
+        int64_t ends = tenant_period_end_s(kinds[k], wall_s);
 
-        if (budget > 0 && tenant_period_used(p, kinds[k], wall_s) >= budget) {
-            *wait = wait_s((uint64_t)(tenant_period_end_s(kinds[k], wall_s)
-                                      - wall_s) * 1000000);
-            return k == 0 ? TENANT_QUOTA_DAY : TENANT_QUOTA_MONTH;
+        if (budget > 0 && tenant_period_used(p, kinds[k], wall_s) >= budget
+            && (verdict == TENANT_ADMITTED || ends > end)) {
+            end = ends;
+            verdict = k == 0 ? TENANT_QUOTA_DAY : TENANT_QUOTA_MONTH;
         }
     }
-    return TENANT_ADMITTED;
+    if (verdict != TENANT_ADMITTED)
+        *wait = wait_s((uint64_t)(end - wall_s) * 1000000);
+    return verdict;
 }
 
 /*

@@ -907,7 +907,7 @@ END_TEST
 /*
  * tokens_per_month = 1000: the month adds up its days; refused until
  * the first of the next month (December to January; a February of 28
- * days); a spent day comes first, its end being the sooner.
+ * days); with the day spent too, Retry-After waits for both.
  */
 START_TEST(test_month_budget_across_month_ends)
 {
@@ -932,7 +932,22 @@ START_TEST(test_month_budget_across_month_ends)
                                    NULL), TENANT_ADMITTED);
     tenants_leave(ts, p);
 
-    /* The last hour of the year, both spent: the day is named. */
+    /* Both spent on 10 February: no room until 1 March, which the
+     * month's verdict says, not the day's midnight. */
+    load("[tenant b]\napi_key = " KEY_2 "\ntokens_per_month = 1000\n"
+         "tokens_per_day = 700\n");
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, T_2023_02_10, &p, &wait,
+                                   NULL), TENANT_ADMITTED);
+    tenants_charge(ts, &cfg, 0, p, 1000, 0, 0, T_2023_02_10);
+    tenants_leave(ts, p);
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, T_2023_02_10, &p, &wait,
+                                   NULL), TENANT_QUOTA_MONTH);
+    ck_assert_int_eq(wait, T_2023_03_01 - T_2023_02_10);
+    load("[tenant a]\napi_key = " KEY_1 "\ntokens_per_month = 1000\n"
+         "tokens_per_day = 700\n");
+
+    /* The last hour of the year, both spent, both end at midnight: the
+     * day is named. */
     ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, T_2023_12_31_2300, &p,
                                    &wait, NULL), TENANT_ADMITTED);
     tenants_charge(ts, &cfg, 0, p, 1000, 0, 0, T_2023_12_31_2300);
