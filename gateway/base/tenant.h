@@ -19,7 +19,9 @@
  *    A request is admitted while it holds a whole token; the call is
  *    charged its whole usage when it ends (tenants_charge()), which may
  *    put the bucket in debt: the next is admitted once the refill has
- *    paid the debt back and a whole token is there again.
+ *    paid the debt back and a whole token is there again.  The debt
+ *    stops at a day's refill, so one absurd usage object costs a day
+ *    at most.
  *  - tokens_per_day, tokens_per_month: budgets per calendar period in
  *    UTC (wall clock, CLOCK_REALTIME; given by the caller, so a test
  *    crosses midnight at will).  Refused once the period's charges

@@ -53,7 +53,7 @@ uint64_t tenant_bucket_wait_us(struct tenant_bucket *b, uint64_t per_minute,
                                int64_t now_us);
 
 /* Take 'tokens' (at most TENANT_MAX_CHARGE): may go into debt, down to
- * a floor far below any real one (no overflow).  No refill: a bucket
+ * a day's refill (1440 * per_minute tokens) and no deeper.  No refill: a bucket
  * never used starts full (a minute of 'per_minute' at 'now_us'), and
  * 'per_minute' and 'now_us' change nothing else, so that a call ending
  * under an older config cannot refill at its rate. */

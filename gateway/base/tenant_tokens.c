@@ -5,9 +5,9 @@
  *
  * Design: all integers.  The bucket's credit is bounded above by a
  * minute's worth (per_minute * TENANT_TOKEN_UNITS <= 6e16 with
- * per_minute <= 1e9) and below by DEBT_FLOOR (-2^62); one charge takes
- * at most TENANT_MAX_CHARGE * TENANT_TOKEN_UNITS (about 1e18), so no
- * step leaves int64_t.  The calendar is Howard Hinnant's civil-date
+ * per_minute <= 1e9) and below by debt_floor() (>= -2^62); one charge
+ * takes at most TENANT_MAX_CHARGE * TENANT_TOKEN_UNITS (about 1e18),
+ * so no step leaves int64_t.  The calendar is Howard Hinnant's civil-date
  * arithmetic (days_from_civil), proleptic Gregorian in UTC: no time
  * zone, no libc state, leap years by the rule (2000 and 2024 are, 1900
  * and 2100 are not).
@@ -82,6 +82,22 @@ tenant_bucket_wait_us(struct tenant_bucket *b, uint64_t per_minute,
  * under the old config, and refilling at its rate and cap would wipe a
  * debt run up under the new, lower limit.
  */
+/*
+ * The deepest debt of a bucket of 'per_minute': what a day refills, so
+ * that no usage object (a count may be 2^32, from a broken or hostile
+ * upstream) shuts a tenant out for more than a day.  Past 53 million a
+ * minute a day's refill does not fit: DEBT_FLOOR, which refills sooner.
+ */
+static int64_t
+debt_floor(uint64_t per_minute)
+{
+    const int64_t day_us = DAY_S * 1000000;
+
+    if (per_minute > (uint64_t)(-DEBT_FLOOR / day_us))
+        return DEBT_FLOOR;
+    return -(int64_t)per_minute * day_us;
+}
+
 void
 tenant_bucket_charge(struct tenant_bucket *b, uint64_t per_minute,
                      uint64_t tokens, int64_t now_us)
@@ -94,8 +110,8 @@ tenant_bucket_charge(struct tenant_bucket *b, uint64_t per_minute,
         tokens = TENANT_MAX_CHARGE;
     units = (int64_t)tokens * TENANT_TOKEN_UNITS;
     b->credit -= units;         /* >= DEBT_FLOOR - 2^60: no overflow */
-    if (b->credit < DEBT_FLOOR)
-        b->credit = DEBT_FLOOR;
+    if (b->credit < debt_floor(per_minute))
+        b->credit = debt_floor(per_minute);
 }
 
 uint64_t

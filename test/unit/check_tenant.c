@@ -816,8 +816,9 @@ END_TEST
 
 /*
  * The bucket never holds more than a minute's worth, however long it
- * idles; a huge charge cannot overflow it; a reload keeps its state by
- * name and clamps it to a lower limit.
+ * idles; a huge charge cannot overflow it, nor shut the tenant out for
+ * more than a day; a reload keeps its state by name and clamps it to a
+ * lower limit.
  */
 START_TEST(test_tokens_bucket_bounds_and_reload)
 {
@@ -845,8 +846,9 @@ START_TEST(test_tokens_bucket_bounds_and_reload)
     tenants_leave(ts, p);
     ck_assert_int_eq(tenants_enter(ts, &cfg, 1, 0, 0, &p, &wait, &r),
                      TENANT_TOKENS);
-    ck_assert_int_ge(wait, 1);
-    ck_assert_int_gt(r.tokens_reset_us, 0);
+    /* The debt stops at a day's refill: a whole token a second later. */
+    ck_assert_int_eq(wait, 86401);
+    ck_assert_int_eq(r.tokens_reset_us, (86400 + 60) * S_US);
     /* b's debt survives a reload that renames nothing but moves it
      * first; a's full bucket is clamped to its new, lower limit. */
     load("[tenant b]\napi_key = " KEY_2 "\ntokens_per_minute = 60\n"
@@ -857,6 +859,26 @@ START_TEST(test_tokens_bucket_bounds_and_reload)
                                    &r), TENANT_ADMITTED);
     ck_assert_uint_eq(r.tokens_remaining, 10);
     tenants_leave(ts, p);
+    /* One usage object at get_count()'s bound (2^32 + 2^32) at 1000 a
+     * minute: a day, not 16 years; at the largest limit, less. */
+    load("[tenant a]\napi_key = " KEY_1 "\ntokens_per_minute = 1000\n"
+         "[tenant b]\napi_key = " KEY_2
+         "\ntokens_per_minute = 1000000000\n");
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, 0, &p, &wait, NULL),
+                     TENANT_ADMITTED);
+    tenants_charge(ts, &cfg, 0, p, UINT64_C(1) << 33, 0, 0, 0);
+    tenants_leave(ts, p);
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 0, 0, 0, &p, &wait, NULL),
+                     TENANT_TOKENS);
+    ck_assert_int_eq(wait, 86401);
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 1, 4000 * S_US, 0, &p, &wait,
+                                   NULL), TENANT_ADMITTED);
+    for (int i = 0; i < 8; i++)
+        tenants_charge(ts, &cfg, 1, p, TENANT_MAX_CHARGE, 0, 4000 * S_US, 0);
+    tenants_leave(ts, p);
+    ck_assert_int_eq(tenants_enter(ts, &cfg, 1, 4000 * S_US, 0, &p, &wait,
+                                   NULL), TENANT_TOKENS);
+    ck_assert_int_le(wait, 86400);
     tenants_free(ts);
 }
 END_TEST
