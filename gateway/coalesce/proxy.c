@@ -161,6 +161,31 @@ prompt_bytes(const struct fwd *fw)
 }
 
 /*
+ * What the call cost its tenant's token limits: usage_scan_charge() of
+ * what came; or, for a call that reached the upstream (an attempt was
+ * made) and ended before any response head because its clients left
+ * or time ran out, its prompt counted: the upstream took the request
+ * and may have done the whole prefill, and a client must not be able
+ * to spend it for nothing by hanging up before the first token.  A
+ * connect timeout sent nothing; an answer that is not 2xx (the
+ * upstream refused) costs nothing.  OUT *counted as usage_scan_charge().
+ */
+static uint64_t
+cost_of(const struct usage_scan *u, const struct fwd *fw,
+        const struct dispatch_result *out, int *counted)
+{
+    enum call_kind k = out->res.outcome.kind;
+
+    if (!u->headed && out->attempts > 0
+        && (k == CALL_CLIENT_GONE
+            || (call_kind_is_timeout(k) && k != CALL_CONNECT_TIMEOUT))) {
+        *counted = 1;
+        return usage_count_prompt(prompt_bytes(fw));
+    }
+    return usage_scan_charge(u, prompt_bytes(fw), counted);
+}
+
+/*
  * Charge hr's tenant 'tokens' (tenant.h's token limits), once per
  * request, whatever became of its client: the upstream spent them all
  * the same (unlike the bill, which counts what a client received).
@@ -256,7 +281,7 @@ forward_direct(struct handler_req *hr, const struct fwd *fw)
              && usage_scan_end(&d.usage, &prompt, &completion);
     /* Charged before the body ends, so that the client's next request
      * is judged with it. */
-    tokens = usage_scan_charge(&d.usage, prompt_bytes(fw), &counted);
+    tokens = cost_of(&d.usage, fw, &out, &counted);
     charge(hr, tokens, counted);
     if (o->kind == CALL_OK) {
         reply_end(r);
@@ -533,7 +558,7 @@ lead(struct handler_req *hr, struct flight *f, struct fanout_reader *self,
         flight_set_usage(f, prompt, completion);
     /* The leader's tenant now, attached or not; each follower's from the
      * flight, the same count (its key holds the same request). */
-    tokens = usage_scan_charge(&l.usage, prompt_bytes(fw), &counted);
+    tokens = cost_of(&l.usage, fw, &out, &counted);
     flight_set_charge(f, tokens, counted);
     charge(hr, tokens, counted);
     usage_scan_release(&l.usage);

@@ -44,6 +44,7 @@ usage_scan_head(struct usage_scan *u, int status, const char *content_type)
     const char *ct = content_type != NULL ? content_type : "";
 
     buf_reset(&u->pending);
+    u->headed = 1;
     u->overflow = 0;
     u->prompt = u->completion = -1;
     u->events = u->bytes = 0;
@@ -278,6 +279,12 @@ static uint64_t
 quarter_ceil(uint64_t n)
 {
     return n / 4 + (n % 4 != 0);
+}
+
+uint64_t
+usage_count_prompt(size_t request_bytes)
+{
+    return quarter_ceil(request_bytes);
 }
 
 uint64_t

@@ -60,6 +60,7 @@ enum usage_mode {
 
 struct usage_scan {
     enum usage_mode mode;
+    int headed;                 /* a response head came */
     struct buf pending;         /* JSON: the body so far; SSE: the
                                    unfinished line */
     size_t limit;               /* the most kept of a body or a line */
@@ -102,6 +103,14 @@ int usage_scan_end(struct usage_scan *u, int64_t *prompt,
  */
 uint64_t usage_scan_charge(const struct usage_scan *u, size_t request_bytes,
                            int *counted);
+
+/*
+ * The prompt of a request of 'request_bytes', counted as above (bytes /
+ * 4, rounded up): what a call costs that reached the upstream but ended
+ * before any response head because its clients left or time ran out
+ * (proxy.c), since the upstream may have done the whole prefill.
+ */
+uint64_t usage_count_prompt(size_t request_bytes);
 
 void usage_scan_release(struct usage_scan *u);
 

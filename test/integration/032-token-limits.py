@@ -284,3 +284,23 @@ def test_settings_errors_name_file_and_line(t):
                  "tokens_per_month = 0\n")
     rc, out = t.infergw("-t", "-c", ok)
     assert rc == 0, out
+
+
+def test_a_client_gone_before_the_head_pays_its_prompt(t):
+    # The upstream took the request (it may have done the whole
+    # prefill): a client that hangs up before the first byte is charged
+    # its prompt, counted, alone (b: coalesce off) and as a leader (a).
+    m = t.mock()
+    g = t.gateway(m, extra=TENANT_A + "tokens_per_minute = 100000\n"
+                  + TENANT_B + "coalesce = off\n")
+    for key, tenant in ((KEY_A, "a"), (KEY_B, "b")):
+        tag = new_tag()
+        body = chat_body("gone early " * 40, stream=True, mock_hold=tag)
+        c = send(g, body, headers={"Authorization": "Bearer " + key})
+        wait_state(g, m, held=1)
+        c.close()
+        wait_charged(g, tenant, "counted", (len(body) + 3) // 4)
+        m.release(tag)
+        wait_state(g, m, held=0)
+        assert charged(g, tenant, "usage") == 0
+
