@@ -304,3 +304,101 @@ def test_a_client_gone_before_the_head_pays_its_prompt(t):
         wait_state(g, m, held=0)
         assert charged(g, tenant, "usage") == 0
 
+
+def test_a_leader_whose_client_left_is_charged(t):
+    # The leader's client leaves before the head; its follower keeps
+    # the flight going: both are charged its usage, the leader too.
+    m = t.mock()
+    g = t.gateway(m, extra=TENANT_A + "tokens_per_minute = 100000\n")
+    tag = new_tag()
+    body = chat_body("left", stream=True, mock_hold=tag,
+                     stream_options={"include_usage": True})
+    hdr = {"Authorization": "Bearer " + KEY_A}
+    c1 = send(g, body, headers=hdr)
+    wait_state(g, m, held=1, leaders=1)
+    c2 = send(g, body, headers=hdr)
+    wait_state(g, m, held=1, followers=1)
+    c1.close()
+    m.release(tag)
+    (follow,) = finish_all([c2])
+    assert_complete_stream(follow)
+    cost = None
+    for line in follow.body.decode().split("\n"):
+        if '"usage":{' in line:
+            u = json.loads(line[6:])["usage"]
+            cost = u["prompt_tokens"] + u["completion_tokens"]
+    assert cost, follow.body
+    wait_charged(g, "a", "usage", 2 * cost)
+
+
+def test_a_direct_call_cut_mid_stream_is_charged_what_came(t):
+    # The upstream dies after the role chunk and 2 content chunks: the
+    # prompt counted plus one token per event with text.
+    m = t.mock()
+    g = t.gateway(m, extra=TENANT_A + "tokens_per_minute = 100000\n"
+                  "coalesce = off\n")
+    body = chat_body("cut", stream=True, mock_fault="die_mid_stream")
+    r = g.post(CHAT, body, JSON_A)
+    assert r.status == 200, r
+    wait_charged(g, "a", "counted", (len(body) + 3) // 4 + 2)
+
+
+def test_an_audio_form_is_charged_its_events_not_its_bytes(t):
+    # A form's bytes are audio: no prompt counted, only the events.
+    m = t.mock()
+    g = t.gateway(m, extra=TENANT_A + "tokens_per_minute = 100000\n")
+    boundary = "----infergw032"
+    body = b"--%s\r\nContent-Disposition: form-data; name=\"file\"; " \
+           b"filename=\"a.wav\"\r\nContent-Type: audio/wav\r\n\r\n%s\r\n" \
+           % (boundary.encode(), b"RIFF" + b"\x01" * 4000)
+    for k, v in (("model", "mock-model"), ("stream", "true"),
+                 ("mock_chunks", "5")):
+        body += b"--%s\r\nContent-Disposition: form-data; name=\"%s\"" \
+                b"\r\n\r\n%s\r\n" % (boundary.encode(), k.encode(),
+                                     v.encode())
+    body += b"--%s--\r\n" % boundary.encode()
+    r = g.request("POST", "/v1/audio/transcriptions", {
+        "Authorization": "Bearer " + KEY_A,
+        "Content-Type": "multipart/form-data; boundary=%s" % boundary}, body)
+    assert r.status == 200, r
+    wait_charged(g, "a", "counted", 5)
+
+
+def test_a_non_2xx_answer_costs_nothing(t):
+    # The upstream refused (400): nothing charged.  A 200 after it, on
+    # the same connection, is then the whole charge.
+    m = t.mock()
+    g = t.gateway(m, extra=TENANT_A + "tokens_per_minute = 100000\n")
+    r = g.post(CHAT, chat_body("refused", mock_status=400), JSON_A)
+    assert r.status == 400, r
+    ok = chat_body("after the refusal", stream=True)
+    r = g.post(CHAT, ok, JSON_A)
+    assert r.status == 200, r
+    wait_charged(g, "a", "counted", (len(ok) + 3) // 4 + 8)
+    assert charged(g, "a", "usage") == 0
+
+
+def test_month_budget_is_insufficient_quota_until_the_first(t):
+    m = t.mock()
+    g = t.gateway(m, extra=TENANT_A + "tokens_per_month = 5\n")
+    r1 = g.post(CHAT, chat_body("month"), JSON_A)
+    assert r1.status == 200, r1
+    wait_charged(g, "a", "usage", usage_total(r1))
+    before = time.time()
+    r2 = g.post(CHAT, chat_body("month 2"), JSON_A)
+    after = time.time()
+    assert_error(r2, 429, "insufficient_quota")
+    assert b"tokens_per_month" in r2.body, r2.body
+
+    def to_first(now):
+        d = time.gmtime(now)
+        y, mo = (d.tm_year + 1, 1) if d.tm_mon == 12 else (d.tm_year,
+                                                           d.tm_mon + 1)
+        return calendar.timegm((y, mo, 1, 0, 0, 0)) - now
+
+    assert math.floor(to_first(after)) <= retry_after(r2) \
+        <= math.ceil(to_first(before)) + 1, (retry_after(r2),
+                                              to_first(before))
+    assert m.stats()["completions"] == 1
+    assert present(g.metrics(), REJECTED, tenant="a",
+                   limit="tokens_per_month") == 1
