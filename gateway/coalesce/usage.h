@@ -37,7 +37,12 @@
  * non-empty "content", "text", "delta", "arguments", "reasoning_content"
  * or "refusal" string: vLLM sends about one token per event), or, for a
  * JSON body, its bytes / 4.  So a stream costs one more memmem() per
- * line and key.
+ * line and key.  The count can be far below the truth, and the client
+ * chooses it by not asking for usage: an image, video or audio part
+ * given by URL is ~100 bytes for thousands of prompt tokens, tokens
+ * that decode to no text (split UTF-8) add no event, and an engine
+ * that sends several tokens per event is counted one per event
+ * (docs/CONFIGURATION.md: make the upstream always send usage).
  *
  * A struct usage_scan belongs to one transfer's thread; no locking.
  */

@@ -404,6 +404,12 @@ START_TEST(test_a_new_head_starts_over)
 }
 END_TEST
 
+/* A chat request with an image by URL: 137 bytes for what a vision
+ * model reads as thousands of prompt tokens. */
+#define IMAGE_REQUEST "{\"model\":\"m\",\"stream\":true,\"messages\":" \
+    "[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"," \
+    "\"image_url\":{\"url\":\"https://example.com/a.png\"}}]}]}"
+
 /*
  * The charge (usage.h): the usage when there is one, else the count:
  * request bytes / 4, rounded up, plus the events that carry text (or a
@@ -454,6 +460,12 @@ static const struct charge_case {
       2 + 6, 1, "a JSON body without usage: its 24 bytes / 4" },
     { 503, "application/json", "{\"error\":{\"message\":\"busy\"}}", 400,
       0, 0, "not 2xx: nothing" },
+    { 200, "text/event-stream",
+      "data: {\"choices\":[{\"delta\":{\"content\":\"A cat\"}}]}\n\n"
+      "data: [DONE]\n\n", sizeof(IMAGE_REQUEST) - 1,
+      35 + 1, 1,
+      "an image by URL: counted from its bytes, far below the truth "
+      "(documented: the count is an estimate a client can push low)" },
 };
 
 /* Scan charges[i].body in pieces of 'step' bytes (0: whole). */
