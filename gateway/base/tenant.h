@@ -37,8 +37,11 @@
  * ends, so every call admitted while the tenant had room may finish.
  * A tenant goes past a token limit by at most the tokens of the calls
  * it had in flight when it reached it: with max_inflight N, at most N
- * times its largest call (prompt + max_tokens).  Then it is refused
- * until the refill (or the next period) has made up for all of it.
+ * times its largest call (prompt + n x max_tokens); with max_inflight 0
+ * only max_connections bounds them.  This holds for calls charged from
+ * their usage: a counted one (usage.h) can be charged below the truth.
+ * Then it is refused until the refill (or the next period) has made up
+ * for all of it.
  *
  * The bill: infergw_tokens_total{tenant,model,kind} counts the tokens of
  * the usage each client received (prompt and completion), and
