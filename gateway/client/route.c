@@ -27,6 +27,7 @@
 #include "wire/reply.h"
 #include "client/status.h"
 #include "base/tenant.h"
+#include "util.h"
 
 enum route_kind {
     KIND_COMPLETION,        /* POST JSON object, may coalesce */
@@ -299,18 +300,30 @@ send_405(struct reply *r, const char *allowed)
 }
 
 /*
- * A duration as OpenAI's x-ratelimit-reset-* write it (Go's): 250ms,
- * 8.5s, 1m0s, and, for a token bucket deep in debt, 2h5m0s.
+ * A duration as OpenAI's x-ratelimit-reset-* write it (Go's
+ * time.Duration.String(), to the millisecond): 0s, 250ms, 8s, 8.5s,
+ * 1m0s, and, for a token bucket deep in debt, 2h5m0s.
  */
-static void
+GW_TESTABLE void
 format_reset(char *out, size_t n, int64_t us)
 {
     int64_t ms = (us + 999) / 1000, s = (ms + 999) / 1000;
+    int64_t frac = ms % 1000;
+    int digits = 3;
 
-    if (ms < 1000)
+    while (frac != 0 && frac % 10 == 0) {       /* Go trims the zeros */
+        frac /= 10;
+        digits--;
+    }
+    if (ms == 0)
+        snprintf(out, n, "0s");
+    else if (ms < 1000)
         snprintf(out, n, "%" PRId64 "ms", ms);
+    else if (ms < 60000 && frac == 0)
+        snprintf(out, n, "%" PRId64 "s", ms / 1000);
     else if (ms < 60000)
-        snprintf(out, n, "%" PRId64 ".%03" PRId64 "s", ms / 1000, ms % 1000);
+        snprintf(out, n, "%" PRId64 ".%0*" PRId64 "s", ms / 1000, digits,
+                 frac);
     else if (s < 3600)          /* whole seconds, rounded up */
         snprintf(out, n, "%" PRId64 "m%" PRId64 "s", s / 60, s % 60);
     else

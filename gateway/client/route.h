@@ -21,4 +21,13 @@ struct handler_req;
  */
 void route_request(struct handler_req *hr);
 
+#ifdef INFERGW_UNIT_TEST
+#include <stddef.h>
+#include <stdint.h>
+
+/* Test builds only (GW_TESTABLE): 'us' as an x-ratelimit-reset-*
+ * value, Go's duration, into out[0..n). */
+void format_reset(char *out, size_t n, int64_t us);
+#endif
+
 #endif

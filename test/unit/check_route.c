@@ -1027,6 +1027,34 @@ START_TEST(test_models_and_metrics_errors)
 }
 END_TEST
 
+/* x-ratelimit-reset-* as Go's time.Duration.String() writes it: a
+ * table of (microseconds, text); rounded up to the millisecond. */
+static const struct {
+    int64_t us;
+    const char *text;
+} resets[] = {
+    { 0, "0s" },
+    { 1, "1ms" },
+    { 250000, "250ms" },
+    { 999000, "999ms" },
+    { 1000000, "1s" },
+    { 8500000, "8.5s" },
+    { 8050000, "8.05s" },
+    { 8005000, "8.005s" },
+    { 59999000, "59.999s" },
+    { 60000000, "1m0s" },
+    { 7500000000, "2h5m0s" },
+};
+
+START_TEST(test_reset_as_go_writes_it)
+{
+    char out[32];
+
+    format_reset(out, sizeof(out), resets[_i].us);
+    ck_assert_str_eq(out, resets[_i].text);
+}
+END_TEST
+
 static TCase *
 fixture(const char *name)
 {
@@ -1072,6 +1100,8 @@ route_suite(void)
     suite_add_tcase(s, tc);
 
     tc = fixture("admission");
+    tcase_add_loop_test(tc, test_reset_as_go_writes_it, 0,
+                        (int)GW_ARRAY_LEN(resets));
     tcase_add_test(tc, test_max_inflight);
     tcase_add_test(tc, test_requests_per_minute);
     suite_add_tcase(s, tc);
