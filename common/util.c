@@ -53,6 +53,15 @@ gw_now_ms(void)
 }
 
 int64_t
+gw_wall_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec;  /* tv_nsec >= 0: already the floor */
+}
+
+int64_t
 gw_wall_ms(void)
 {
     struct timespec ts;

@@ -63,6 +63,11 @@ int64_t gw_now_us(void);
 /* Milliseconds since the Unix epoch (CLOCK_REALTIME): a date to show. */
 int64_t gw_wall_ms(void);
 
+/* Whole seconds since the Unix epoch (CLOCK_REALTIME), rounded down, so
+ * that a time before 1970 is in the right UTC day (gw_wall_ms() / 1000
+ * rounds toward zero). */
+int64_t gw_wall_s(void);
+
 /*
  * Milliseconds left until 'deadline_ms' (a gw_now_ms() value), clamped to
  * [0, INT32_MAX] so it fits poll()'s timeout.  A deadline of -1 means

@@ -134,7 +134,7 @@ serve_metrics(struct handler_req *hr)
     if (metrics_render(&b, hr->ctx->cfg) == 0
         && pool_render_metrics(hr->ctx->pool, &b) == 0
         && tenants_render_metrics(hr->ctx->tenants, hr->ctx->cfg,
-                                  gw_wall_ms() / 1000, &b) == 0
+                                  gw_wall_s(), &b) == 0
         && (hr->ctx->cluster == NULL
             || cluster_render_metrics(hr->ctx->cluster, &b) == 0))
         reply_send(hr->reply, 200, "text/plain; version=0.0.4; charset=utf-8",
@@ -377,7 +377,7 @@ admit(struct handler_req *hr)
     enum tenant_limit verdict;
 
     verdict = tenants_enter(hr->ctx->tenants, hr->ctx->cfg, hr->tenant,
-                            gw_now_us(), gw_wall_ms() / 1000, &hr->pass,
+                            gw_now_us(), gw_wall_s(), &hr->pass,
                             &wait, &rate);
     note_rate(hr->reply, &rate);
     switch (verdict) {

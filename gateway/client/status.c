@@ -399,7 +399,7 @@ render_tenants(const struct handler_ctx *ctx, json_t *doc)
     json_t *a = json_array();
     int failed = 0;
 
-    if (tenants_status(ctx->tenants, cfg, gw_now_us(), gw_wall_ms() / 1000,
+    if (tenants_status(ctx->tenants, cfg, gw_now_us(), gw_wall_s(),
                        &v, &n) != 0
         || (n > 0 && (used = gw_calloc(n, 1)) == NULL)) {
         failed = 1;

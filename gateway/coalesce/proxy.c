@@ -195,7 +195,7 @@ charge(struct handler_req *hr, uint64_t tokens, int counted)
 {
     if (tokens > 0)
         tenants_charge(hr->ctx->tenants, hr->ctx->cfg, hr->tenant, hr->pass,
-                       tokens, counted, gw_now_us(), gw_wall_ms() / 1000);
+                       tokens, counted, gw_now_us(), gw_wall_s());
 }
 
 /* ---- direct: the client's own socket is the sink ---- */
