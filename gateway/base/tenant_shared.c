@@ -82,7 +82,7 @@ GW_TESTABLE const char tenant_shared_src[] =
     "  local v = redis.call('HMGET', KEYS[1], f .. 'c', f .. 't')\n"
     "  local c, t = tonumber(v[1]), tonumber(v[2])\n"
     "  if c == nil or t == nil then return cap, now end\n"
-    "  if now > t then c = c + math.min(now - t, U) * per; t = now end\n"
+    "  if now > t then c = math.min(cap, c + (now - t) * per); t = now end\n"
     "  if c > cap then c = cap end\n"
     "  return c, t\n"
     "end\n"
