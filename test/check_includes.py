@@ -101,7 +101,7 @@ GATEWAY = {
     "metrics": "config",
     "pool": "config engine metrics outcome tenant",
     "engine": "config",
-    "tenant": "config",
+    "tenant": "cluster config",
     "flight": "outcome",
     "reply": "outcome",
     "cluster": "config",
@@ -128,7 +128,7 @@ PRIVATE = {
 PARTS = {
     "pool": "pool_pick pool_breaker pool_queue pool_models pool_report "
             "pool_budget",
-    "tenant": "tenant_tokens",
+    "tenant": "tenant_tokens tenant_shared",
     "cluster": "cluster_beat",
 }
 PART_OF = {p: m for m, ps in PARTS.items() for p in ps.split()}

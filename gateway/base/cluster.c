@@ -36,6 +36,8 @@ static const int64_t bucket_us[NUM_BUCKETS] = {
 static const char *const op_names[CLUSTER_OP_COUNT] = {
     [CLUSTER_OP_CONNECT] = "connect",
     [CLUSTER_OP_HEARTBEAT] = "heartbeat",
+    [CLUSTER_OP_ADMIT] = "admit",
+    [CLUSTER_OP_CHARGE] = "charge",
 };
 
 /* Process-wide, relaxed atomics (metrics.h's way). */
@@ -363,6 +365,14 @@ cluster_unref(struct cluster *cl)
     if (cl->thread_started)
         pthread_join(cl->thread, NULL);
     cluster_free(cl);
+}
+
+size_t
+cluster_alive(const struct cluster *cl)
+{
+    size_t n = atomic_load(&cl->alive);
+
+    return n > 0 ? n : 1;
 }
 
 void

@@ -5,9 +5,11 @@
  * connected and writes this gateway's heartbeat, the live gateways it
  * reads back, the keys, and the round trip the request path makes.
  *
- * What is shared so far is membership; tenant limits, leases and usage
- * (issue 28, items 3 to 5) are to be built on cluster_pipeline() and
- * cluster_key() below.
+ * What is shared: membership (here), and the tenants' rates and token
+ * budgets (tenant.h, "Shared limits": tenant_shared.c runs its script
+ * through cluster_pipeline()).  Leases and usage totals (issue 28,
+ * items 4 and 5) are to be built on cluster_pipeline() and cluster_key()
+ * below.
  *
  * Keys: every key starts with key_prefix.  A tenant's carry its name as
  * a hash tag, "<prefix>{<tenant>}:<what>", so each tenant's keys share
@@ -78,6 +80,9 @@ struct cluster;
 enum cluster_op {
     CLUSTER_OP_CONNECT = 0,         /* a connection's hello (the beat's) */
     CLUSTER_OP_HEARTBEAT,           /* the heartbeat and membership */
+    CLUSTER_OP_ADMIT,               /* a request's admission by the
+                                       tenant's shared limits */
+    CLUSTER_OP_CHARGE,              /* a call's tokens, at its end */
     CLUSTER_OP_COUNT
 };
 
@@ -113,6 +118,13 @@ void cluster_stop(struct cluster *cl);
 
 /* Are the [cluster] settings of 'a' and 'b' the same (both borrowed)? */
 int cluster_same_config(const struct gw_config *a, const struct gw_config *b);
+
+/*
+ * The gateways the last heartbeat found alive, this one included (>= 1;
+ * 1 before the first): a limit's local share while Redis is gone is
+ * the limit divided by it (tenant.h).
+ */
+size_t cluster_alive(const struct cluster *cl);
 
 /* The configuration generation the next heartbeat names. */
 void cluster_set_generation(struct cluster *cl, uint64_t generation);

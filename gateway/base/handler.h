@@ -101,6 +101,9 @@ struct handler_req {
                                        looked up (route.c) */
     struct tenant_entry *pass;      /* admitted by the tenant's limits:
                                        the proxy bills it; or NULL */
+    int64_t redis_left_ms;          /* what the admission left of
+                                       redis_timeout for the charge
+                                       (tenant.h, shared limits) */
     int64_t prompt_tokens;          /* the usage this client received, */
     int64_t completion_tokens;      /* or -1 */
     char model[METRICS_MODEL_NAME_MAX + 1];

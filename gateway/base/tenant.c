@@ -382,7 +382,7 @@ check_budgets_locked(struct tenants *ts, const struct tenant_entry *e,
 static enum tenant_limit
 judge_locked(struct tenants *ts, struct tenant_entry *e,
              const struct config_tenant *ct, int64_t now_us, int64_t wall_s,
-             int *wait)
+             int inflight_only, int *wait)
 {
     enum tenant_limit verdict;
     uint64_t us;
@@ -395,6 +395,8 @@ judge_locked(struct tenants *ts, struct tenant_entry *e,
         *wait = 1;
         return TENANT_MAX_INFLIGHT;
     }
+    if (inflight_only)
+        return TENANT_ADMITTED;     /* the rest is Redis's (shared) */
     verdict = check_budgets_locked(ts, e, ct, wall_s, wait);
     if (verdict != TENANT_ADMITTED)
         return verdict;
@@ -436,10 +438,11 @@ rate_of_locked(struct tenants *ts, struct tenant_entry *e,
     }
 }
 
-enum tenant_limit
-tenants_enter(struct tenants *ts, const struct gw_config *cfg, size_t tenant,
-              int64_t now_us, int64_t wall_s, struct tenant_entry **out,
-              int *retry_after_s, struct tenant_rate *rate)
+/* tenants_enter(), or with 'inflight_only' tenants_enter_inflight(). */
+static enum tenant_limit
+enter(struct tenants *ts, const struct gw_config *cfg, size_t tenant,
+      int inflight_only, int64_t now_us, int64_t wall_s,
+      struct tenant_entry **out, int *retry_after_s, struct tenant_rate *rate)
 {
     const struct config_tenant *ct = tenant < cfg->num_tenants
                                      ? &cfg->tenants[tenant] : NULL;
@@ -454,7 +457,8 @@ tenants_enter(struct tenants *ts, const struct gw_config *cfg, size_t tenant,
     gw_mutex_lock(&ts->lock);
     e = entry_of(ts, tenant_name(cfg, tenant));
     if (e != NULL)
-        verdict = judge_locked(ts, e, ct, now_us, wall_s, &wait);
+        verdict = judge_locked(ts, e, ct, now_us, wall_s, inflight_only,
+                               &wait);
     if (verdict == TENANT_ADMITTED) {
         e->inflight++;
         count_second_locked(ts, e, now_us);
@@ -462,11 +466,49 @@ tenants_enter(struct tenants *ts, const struct gw_config *cfg, size_t tenant,
     } else if (verdict != TENANT_NOMEM) {
         e->rejected[verdict - TENANT_MAX_INFLIGHT]++;
     }
-    if (rate != NULL && e != NULL)
+    if (rate != NULL && e != NULL && !inflight_only)
         rate_of_locked(ts, e, ct, now_us, rate);
     gw_mutex_unlock(&ts->lock);
     *retry_after_s = wait < 1 && verdict != TENANT_ADMITTED ? 1 : wait;
     return verdict;
+}
+
+enum tenant_limit
+tenants_enter(struct tenants *ts, const struct gw_config *cfg, size_t tenant,
+              int64_t now_us, int64_t wall_s, struct tenant_entry **out,
+              int *retry_after_s, struct tenant_rate *rate)
+{
+    return enter(ts, cfg, tenant, 0, now_us, wall_s, out, retry_after_s,
+                 rate);
+}
+
+enum tenant_limit
+tenants_enter_inflight(struct tenants *ts, const struct gw_config *cfg,
+                       size_t tenant, int64_t now_us, int64_t wall_s,
+                       struct tenant_entry **out, int *retry_after_s,
+                       struct tenant_rate *rate)
+{
+    return enter(ts, cfg, tenant, 1, now_us, wall_s, out, retry_after_s,
+                 rate);
+}
+
+void
+tenants_refuse(struct tenants *ts, struct tenant_entry *e,
+               enum tenant_limit verdict, int64_t now_us)
+{
+    int64_t sec = now_us / 1000000;
+    size_t i = (size_t)(sec % MINUTE_S);
+
+    if (e == NULL)
+        return;
+    gw_mutex_lock(&ts->lock);
+    e->inflight--;
+    /* Its second's count, unless a new second began since. */
+    if (e->minute_s[i] == sec && e->minute[i] > 0)
+        e->minute[i]--;
+    if (verdict >= TENANT_MAX_INFLIGHT && verdict <= TENANT_QUOTA_MONTH)
+        e->rejected[verdict - TENANT_MAX_INFLIGHT]++;
+    gw_mutex_unlock(&ts->lock);
 }
 
 void

@@ -75,7 +75,9 @@
 #include "base/config.h"
 #include "buf.h"
 #include "http.h"
+#include "redis.h"
 
+struct cluster;
 struct gw_config;
 struct config_tenant;
 struct tenants;
@@ -152,6 +154,29 @@ enum tenant_limit tenants_enter(struct tenants *ts,
                                 int64_t now_us, int64_t wall_s,
                                 struct tenant_entry **out,
                                 int *retry_after_s, struct tenant_rate *rate);
+
+/*
+ * tenants_enter() for a tenant whose other limits are shared
+ * (tenant_shared_enter() judges them, below): only max_inflight is
+ * judged here, and 'rate' is left zero.
+ */
+enum tenant_limit tenants_enter_inflight(struct tenants *ts,
+                                         const struct gw_config *cfg,
+                                         size_t tenant, int64_t now_us,
+                                         int64_t wall_s,
+                                         struct tenant_entry **out,
+                                         int *retry_after_s,
+                                         struct tenant_rate *rate);
+
+/*
+ * The request admitted as 'e' (tenants_enter_inflight(); NULL-safe) at
+ * 'now_us' was refused after all, by a shared limit ('verdict',
+ * counted as tenants_enter() counts its refusals) or because Redis is
+ * gone (TENANT_ADMITTED: counted nowhere): its pass is given back and
+ * its admission uncounted.
+ */
+void tenants_refuse(struct tenants *ts, struct tenant_entry *e,
+                    enum tenant_limit verdict, int64_t now_us);
 
 /*
  * Charge the call of the request admitted as 'e' (its pass; NULL-safe)
@@ -263,5 +288,94 @@ void tenants_count_request(struct tenants *ts, const struct gw_config *cfg,
  */
 int tenants_render_metrics(struct tenants *ts, const struct gw_config *cfg,
                            int64_t wall_s, struct buf *out);
+
+/*
+ * Shared limits (tenant_shared.c, with [cluster]): a tenant's
+ * requests_per_minute, tokens_per_minute, tokens_per_day and
+ * tokens_per_month hold for the tenant as a whole across every gateway
+ * on one Redis.  Its max_inflight stays each gateway's (leases are
+ * issue 28's item 4); a tenant with none of the four never touches
+ * Redis.
+ *
+ * The arithmetic is tenant.h's, in one Lua script run atomically on
+ * Redis (by EVALSHA, EVAL on NOSCRIPT: cluster_pipeline()) with Redis's
+ * TIME as the clock: the two minute buckets are token buckets in the
+ * same integer units as tenant_impl.h's (a token is 60,000,000 units,
+ * a microsecond refills 'per_minute' units), kept in the hash
+ * "<prefix>{<tenant>}:rate" (fields rc, rt, tc, tt), which expires once
+ * both would be full again (a missing bucket is a full one).  The
+ * budgets are counters "<prefix>{<tenant>}:tokens:day:<end>" and
+ * "...:month:<end>", <end> the period's end in seconds since the epoch
+ * (UTC), each expiring a day after its period ends; which period is
+ * current only moves forward ("<prefix>{<tenant>}:periods"), so a
+ * gateway whose clock is behind charges the new day once another has
+ * started it.  An admission takes nothing unless every limit passes;
+ * a refusal names the first failing limit (day, month, tokens, then
+ * requests) and its Retry-After is the longest wait of every failing
+ * one.  A charge only subtracts, and a tokens_per_minute debt is
+ * floored at a day's refill.
+ *
+ * Round trips: an admission is one, on the request path, by
+ * redis_timeout; a charge is one more, at the call's end, by what is
+ * left of the request's redis_timeout ('left_ms'), so no request waits
+ * longer than redis_timeout on Redis in all.
+ *
+ * Redis gone (a round trip failed: no connection, the deadline, an
+ * error reply): with [cluster] on_error = local the verdict is the
+ * local share: each limit divided by the gateways the last heartbeat
+ * saw alive (cluster_alive(); never below 1), in buckets of this
+ * gateway's kept by tenant name, which every admission and charge also
+ * runs while Redis answers (without debt then), so a gateway that used
+ * more than its share starts the outage with less.  A budget's share is
+ * what Redis last said was left of it, divided alike.  Charges Redis
+ * did not get are added to the next one that it does (at most 2^34
+ * tokens kept).  With on_error = deny the request is refused (503).
+ *
+ * Locking: the local shares are process-wide (kept across reloads, by
+ * name), under one mutex of their own, never held with another lock nor
+ * across I/O.
+ */
+
+/* Is 'tenant' of 'cfg' judged by shared limits (cl non-NULL, and the
+ * tenant has one of the four)? */
+int tenant_shared_wanted(const struct cluster *cl,
+                         const struct gw_config *cfg, size_t tenant);
+
+/*
+ * Commands to go in the admission's round trip after its own (item 4's
+ * lease): cmds[0..n), their replies into replies[0..n) (owned by the
+ * caller once the round trip succeeded; all NULL otherwise).
+ */
+struct tenant_shared_with {
+    const struct redis_cmd *cmds;
+    size_t n;
+    redisReply **replies;
+};
+
+/*
+ * Judge a request of 'tenant' of 'cfg' by its shared limits on 'cl' at
+ * 'now_us' (gw_now_us(), the local share's clock) and 'wall_s' (the
+ * budgets' periods, as tenants_enter's).  'with': NULL, or commands to
+ * pipeline with it.  Returns 0 with OUT *verdict (TENANT_ADMITTED, or
+ * the refusal with OUT *retry_after_s, >= 1), and 'rate' (NULL: not
+ * wanted) filled from Redis's answer or the local share; OUT *left_ms
+ * what is left of redis_timeout for the charge.  GW_EUNAVAIL: Redis is
+ * gone and on_error = deny (*retry_after_s set: answer 503).
+ */
+int tenant_shared_enter(struct cluster *cl, const struct gw_config *cfg,
+                        size_t tenant, int64_t now_us, int64_t wall_s,
+                        const struct tenant_shared_with *with,
+                        enum tenant_limit *verdict, int *retry_after_s,
+                        struct tenant_rate *rate, int64_t *left_ms);
+
+/*
+ * Charge a call of 'tenant' of 'cfg' 'tokens' (tenants_charge()'s) in
+ * Redis, by 'left_ms' (<= 0: no round trip: kept for the next), and in
+ * its local share at 'now_us' and 'wall_s'.  Nothing for a tenant
+ * without a token limit, or no tokens.
+ */
+void tenant_shared_charge(struct cluster *cl, const struct gw_config *cfg,
+                          size_t tenant, uint64_t tokens, int64_t now_us,
+                          int64_t wall_s, int64_t left_ms);
 
 #endif

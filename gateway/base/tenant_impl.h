@@ -3,8 +3,9 @@
  * tenant_impl.h - the arithmetic of a tenant's token limits: the
  * tokens_per_minute bucket, which a call's usage may put in debt, and
  * the calendar periods (UTC days and months) of the tokens_per_day and
- * tokens_per_month budgets.  Private to module tenant (tenant.c,
- * tenant_tokens.c; test/check_includes.py, PARTS): tenant.h is the API.
+ * tokens_per_month budgets; and the answer of the shared limits'
+ * script.  Private to module tenant (tenant.c, tenant_tokens.c,
+ * tenant_shared.c; test/check_includes.py, PARTS): tenant.h is the API.
  *
  * Plain functions on plain structs, no lock of their own and no clock:
  * tenant.c calls them under the tenants' lock with the times it was
@@ -99,10 +100,36 @@ uint64_t tenant_period_used(const struct tenant_period *p,
 void tenant_period_add(struct tenant_period *p, enum tenant_period_kind kind,
                        int64_t wall_s, uint64_t tokens);
 
+/*
+ * What the shared limits' script answered (tenant_shared.c): the
+ * verdict, its wait, the two minute buckets as the x-ratelimit-*
+ * headers tell them, and the budgets' use (day, month) in Redis.
+ */
+struct tenant_shared_answer {
+    int verdict;                /* enum tenant_limit (tenant.h) */
+    int64_t wait_us;
+    uint64_t remaining;         /* requests_per_minute's bucket */
+    int64_t reset_us;
+    uint64_t tokens_remaining;  /* tokens_per_minute's */
+    int64_t tokens_reset_us;
+    uint64_t used[2];           /* tokens_per_day's, tokens_per_month's */
+};
+
 #ifdef INFERGW_UNIT_TEST
 /* Test builds only (GW_TESTABLE): the period of 'kind' that 'wall_s'
  * (seconds since the epoch, UTC) is in, as a key. */
 int64_t tenant_period_key(enum tenant_period_kind kind, int64_t wall_s);
+
+/* Test builds only: the script's reply 'r' (borrowed) into *out; 0 or
+ * GW_EPARSE (anything but eight integers >= 0, a verdict 0..4).  Any
+ * bytes: it is fuzzed (test/fuzz/fuzz_cluster.c). */
+struct redisReply;
+int tenant_shared_read(const struct redisReply *r,
+                       struct tenant_shared_answer *out);
+
+/* Test builds only: the script's source, run by a test with a time of
+ * its own (ARGV[2]). */
+extern const char tenant_shared_src[];
 #endif
 
 #endif

@@ -375,10 +375,35 @@ admit(struct handler_req *hr)
     struct tenant_rate rate;
     int wait;
     enum tenant_limit verdict;
+    int64_t now_us = gw_now_us(), wall_s = gw_wall_s();
+    int shared = tenant_shared_wanted(hr->ctx->cluster, hr->ctx->cfg,
+                                      hr->tenant);
 
-    verdict = tenants_enter(hr->ctx->tenants, hr->ctx->cfg, hr->tenant,
-                            gw_now_us(), gw_wall_s(), &hr->pass,
-                            &wait, &rate);
+    hr->redis_left_ms = 0;
+    if (shared)
+        verdict = tenants_enter_inflight(hr->ctx->tenants, hr->ctx->cfg,
+                                         hr->tenant, now_us, wall_s,
+                                         &hr->pass, &wait, &rate);
+    else
+        verdict = tenants_enter(hr->ctx->tenants, hr->ctx->cfg, hr->tenant,
+                                now_us, wall_s, &hr->pass, &wait, &rate);
+    if (shared && verdict == TENANT_ADMITTED
+        && (tenant_shared_enter(hr->ctx->cluster, hr->ctx->cfg, hr->tenant,
+                                now_us, wall_s, NULL, &verdict, &wait, &rate,
+                                &hr->redis_left_ms) != 0
+            || verdict != TENANT_ADMITTED)) {
+        /* Refused by the shared limits, or Redis gone and on_error =
+         * deny (then 'verdict' is still TENANT_ADMITTED). */
+        tenants_refuse(hr->ctx->tenants, hr->pass, verdict, now_us);
+        hr->pass = NULL;
+        if (verdict == TENANT_ADMITTED) {
+            reply_error_full(hr->reply, 503, "server_error", NULL,
+                             "cluster_unavailable", "the shared limits' "
+                             "store (Redis) is unavailable and [cluster] "
+                             "on_error = deny; try again later", wait);
+            return GW_EUNAVAIL;
+        }
+    }
     note_rate(hr->reply, &rate);
     switch (verdict) {
     case TENANT_ADMITTED:

@@ -193,9 +193,18 @@ cost_of(const struct usage_scan *u, const struct fwd *fw,
 static void
 charge(struct handler_req *hr, uint64_t tokens, int counted)
 {
-    if (tokens > 0)
-        tenants_charge(hr->ctx->tenants, hr->ctx->cfg, hr->tenant, hr->pass,
-                       tokens, counted, gw_now_us(), gw_wall_s());
+    int64_t now_us = gw_now_us(), wall_s = gw_wall_s();
+
+    if (tokens == 0)
+        return;
+    tenants_charge(hr->ctx->tenants, hr->ctx->cfg, hr->tenant, hr->pass,
+                   tokens, counted, now_us, wall_s);
+    /* With [cluster], the tenant's shared limits too, by what is left of
+     * the request's redis_timeout. */
+    if (hr->pass != NULL
+        && tenant_shared_wanted(hr->ctx->cluster, hr->ctx->cfg, hr->tenant))
+        tenant_shared_charge(hr->ctx->cluster, hr->ctx->cfg, hr->tenant,
+                             tokens, now_us, wall_s, hr->redis_left_ms);
 }
 
 /* ---- direct: the client's own socket is the sink ---- */

@@ -2,8 +2,10 @@
 /*
  * fuzz_cluster.c - libFuzzer target for what of ours reads Redis's
  * replies and the redis URL: cluster_members_read() (gateway/base/
- * cluster.c) over replies that hiredis's own reader builds from the
- * input's bytes, and redis_url_parse() (common/redis.c).
+ * cluster.c) and tenant_shared_read() (the shared limits' script's
+ * answer, gateway/base/tenant_shared.c) over replies that hiredis's own
+ * reader builds from the input's bytes, and redis_url_parse()
+ * (common/redis.c).
  *
  * An input's first byte picks: 'U' reads the rest as a URL (cut at its
  * first NUL); anything else feeds the rest to hiredis's protocol reader
@@ -16,6 +18,8 @@
  *   members    a read member count exceeds its room, or a member has an
  *              empty or unterminated node or version, a node with a
  *              blank or a brace, or a negative time to live;
+ *   limits     a read answer has a verdict other than admitted or one of
+ *              the four shared limits, or a negative wait or reset;
  *   url        a parsed URL has no host, a TCP port outside 1..65535, a
  *              db outside 0..REDIS_URL_DB_MAX, or a user without a
  *              password; a refused one is left all zero; and the URL
@@ -29,6 +33,8 @@
 #include <hiredis/hiredis.h>
 
 #include "base/cluster.h"
+#include "base/tenant.h"
+#include "base/tenant_impl.h"
 #include "fuzz.h"
 #include "redis.h"
 
@@ -92,6 +98,7 @@ check_replies(const uint8_t *p, size_t n)
 {
     redisReader *r = redisReaderCreate();
     struct cluster_member got[ROOM];
+    struct tenant_shared_answer a;
     void *reply = NULL;
     size_t count;
 
@@ -105,6 +112,13 @@ check_replies(const uint8_t *p, size_t n)
                     check_member(&got[i]);
             } else {
                 REQUIRE(count == 0);
+            }
+            if (tenant_shared_read(reply, &a) == 0) {
+                REQUIRE(a.verdict == TENANT_ADMITTED
+                        || (a.verdict >= TENANT_RATE
+                            && a.verdict <= TENANT_QUOTA_MONTH));
+                REQUIRE(a.wait_us >= 0 && a.reset_us >= 0
+                        && a.tokens_reset_us >= 0);
             }
             freeReplyObject(reply);
             reply = NULL;
