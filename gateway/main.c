@@ -125,7 +125,9 @@ main(int argc, char **argv)
         log_msg(GW_LOG_ERROR, "main: out of memory at startup");
         return 1;
     }
-    gens = generations_new(&cfg);   /* takes cfg; starts the health beat */
+    /* Takes cfg; starts the health beat, and the cluster's, which sends
+     * the tenants' usage to Redis. */
+    gens = generations_new(&cfg, tenants);
     if (gens == NULL)
         return 1;
     if (server_init(&srv, gens, co, tenants) != 0

@@ -83,7 +83,8 @@ GATEWAY = {
               " tenant",
     "proxy": "coalesce config dispatch fanout flight handler metrics pool"
              " reply tenant upstream usage",
-    "generation": "cluster config health metrics pool scrape tls upstream",
+    "generation": "cluster config health metrics pool scrape tenant tls"
+                  " upstream",
     "health": "beat config pool probe upstream",
     "scrape": "beat config engine pool probe",
     "probe": "upstream",
@@ -128,7 +129,7 @@ PRIVATE = {
 PARTS = {
     "pool": "pool_pick pool_breaker pool_queue pool_models pool_report "
             "pool_budget",
-    "tenant": "tenant_tokens tenant_shared",
+    "tenant": "tenant_tokens tenant_shared tenant_usage",
     "cluster": "cluster_beat",
 }
 PART_OF = {p: m for m, ps in PARTS.items() for p in ps.split()}
@@ -165,6 +166,10 @@ CALLBACKS = {
                         "writes between reads, never blocking",
     "upstream.on_peer": "the sink (coalesce, up): the leader's client "
                         "socket, watched in the same wait",
+    "cluster.after_beat": "generation (client, up) hands the beat the "
+                          "tenants' usage flush (tenant, which includes "
+                          "cluster): the counts go to Redis from the "
+                          "beat, in batches, never from a request",
     "keepalive.keepalive_drop_fn": "upstream_session (same layer) frees a "
                                    "session the cache lets go",
 }

@@ -38,6 +38,7 @@ static const char *const op_names[CLUSTER_OP_COUNT] = {
     [CLUSTER_OP_HEARTBEAT] = "heartbeat",
     [CLUSTER_OP_ADMIT] = "admit",
     [CLUSTER_OP_CHARGE] = "charge",
+    [CLUSTER_OP_USAGE] = "usage",
 };
 
 /* Process-wide, relaxed atomics (metrics.h's way). */
@@ -142,7 +143,9 @@ cluster_pipeline(struct cluster *cl, enum cluster_op op,
     int rc = redis_pool_pipeline(cl->pool, cmds, n, replies, deadline);
 
     observe(op, gw_now_us() - t0, rc != 0);
-    if (rc != 0 && rc != GW_EUNAVAIL && op != CLUSTER_OP_HEARTBEAT) {
+    /* The beat's own round trips need no nudge: it is the beat. */
+    if (rc != 0 && rc != GW_EUNAVAIL && op != CLUSTER_OP_HEARTBEAT
+        && op != CLUSTER_OP_USAGE) {
         gw_mutex_lock(&cl->lock);
         cl->nudge = 1;
         pthread_cond_signal(&cl->cv);
@@ -326,6 +329,8 @@ cluster_start(const struct gw_config *cfg, const struct cluster_self *self)
     cl->connections_max = (size_t)cfg->redis_connections;
     cl->on_error = cfg->on_error;
     cl->started_unix_ms = self->started_unix_ms;
+    cl->after_beat = self->after_beat;
+    cl->after_beat_arg = self->after_beat_arg;
     redis_script_init(&cl->heartbeat, heartbeat_src);
     atomic_store(&cl->generation, self->generation);
     atomic_store(&cl->alive, 1);

@@ -83,6 +83,8 @@ enum cluster_op {
     CLUSTER_OP_ADMIT,               /* a request's admission by the
                                        tenant's shared limits */
     CLUSTER_OP_CHARGE,              /* a call's tokens, at its end */
+    CLUSTER_OP_USAGE,               /* the tenants' usage, in a batch
+                                       after each heartbeat (tenant.h) */
     CLUSTER_OP_COUNT
 };
 
@@ -90,6 +92,15 @@ enum cluster_op {
 struct cluster_self {
     uint64_t generation;            /* the configuration's, at start */
     int64_t started_unix_ms;        /* when the process started */
+    /*
+     * Run by the beat thread after each heartbeat that succeeded, with
+     * 'after_beat_arg', the cluster and the bound of the beat's own
+     * round trips (ms); NULL: nothing.  The tenants' usage flush
+     * (tenant.h: tenants_usage_flush()), so that the counts go to Redis
+     * in batches from the beat, never from a request.
+     */
+    void (*after_beat)(void *arg, struct cluster *cl, int64_t timeout_ms);
+    void *after_beat_arg;
 };
 
 /*

@@ -184,6 +184,10 @@ cluster_thread(void *arg)
         rc = turn(cl, err, sizeof(err));
         if (rc == 0) {
             note(cl, &seen, 1, "");
+            /* Redis answered: the batch goes now, in a round trip of
+             * its own; a failed one waits for the next beat. */
+            if (cl->after_beat != NULL)
+                cl->after_beat(cl->after_beat_arg, cl, cl->beat_io_ms);
             backoff = CLUSTER_BACKOFF_MIN_MS;
             next = started + cl->beat_ms;
         } else {

@@ -31,6 +31,8 @@ struct cluster {
     int on_error;
     int64_t started_unix_ms;
     struct redis_script heartbeat;
+    void (*after_beat)(void *arg, struct cluster *cl, int64_t timeout_ms);
+    void *after_beat_arg;           /* cluster_self's */
     _Atomic uint64_t generation;
     _Atomic int up;                 /* the beat's last finding */
     _Atomic size_t alive;           /* gateways last seen, >= 1 */

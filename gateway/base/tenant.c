@@ -151,13 +151,15 @@ struct tenant_entry {
      * minute[i], i = second % MINUTE_S. */
     int64_t minute_s[MINUTE_S];
     uint64_t minute[MINUTE_S];
+    struct tenant_usage usage;  /* the fleet's share (tenant_usage.c) */
 };
 
-struct tenants {
-    struct gw_mutex lock;
-    struct tenant_entry **v;    /* each allocated alone: passes point in */
-    size_t n, cap;
-};
+struct tenant_usage *
+tenant_entry_usage(struct tenant_entry *e, const char **name)
+{
+    *name = e->name;
+    return &e->usage;
+}
 
 struct tenants *
 tenants_new(void)
@@ -576,6 +578,11 @@ tenants_bill(struct tenants *ts, struct tenant_entry *e, const char *model,
     b->completion = add_sat(b->completion, completion);
     if (saved)
         e->saved = add_sat(e->saved, add_sat(prompt, completion));
+    tenant_usage_add(&e->usage, TENANT_USAGE_PROMPT, prompt);
+    tenant_usage_add(&e->usage, TENANT_USAGE_COMPLETION, completion);
+    if (saved)
+        tenant_usage_add(&e->usage, TENANT_USAGE_SAVED,
+                         add_sat(prompt, completion));
     gw_mutex_unlock(&ts->lock);
 }
 
@@ -659,6 +666,7 @@ tenants_count_request(struct tenants *ts, const struct gw_config *cfg,
         e->nanswered++;
     }
     e->answered[i].n++;
+    tenant_usage_add(&e->usage, TENANT_USAGE_REQUESTS, 1);
 
 out:
     gw_mutex_unlock(&ts->lock);
@@ -714,6 +722,7 @@ tenants_status(struct tenants *ts, const struct gw_config *cfg,
                                             e->bills[b].completion);
         }
         st->saved = e->saved;
+        tenant_usage_show(&e->usage, now_us, st);
     }
     *out = v;
     *n = ts->n;

@@ -231,6 +231,21 @@ void tenants_note_queue(struct tenants *ts, const struct gw_config *cfg,
  */
 void tenants_note_follower(struct tenants *ts, struct tenant_entry *e);
 
+/*
+ * The counts shared across the fleet (tenants_usage_flush()), as the
+ * hash "<key_prefix>{<tenant>}:usage" in Redis names them: requests
+ * answered (refused ones too: infergw_tenant_requests_total), prompt
+ * and completion tokens billed (infergw_tokens_total) and the tokens
+ * followers got for nothing (infergw_coalesce_tokens_saved_total).
+ */
+enum tenant_usage_field {
+    TENANT_USAGE_REQUESTS = 0,
+    TENANT_USAGE_PROMPT,
+    TENANT_USAGE_COMPLETION,
+    TENANT_USAGE_SAVED,
+    TENANT_USAGE_FIELDS
+};
+
 /* One tenant as the status view (status.h) shows it: a copy. */
 struct tenant_status {
     char name[TENANT_NAME_MAX];
@@ -244,6 +259,13 @@ struct tenant_status {
     uint64_t prompt_tokens;         /* billed, every model */
     uint64_t completion_tokens;
     uint64_t saved;                 /* tokens followers got for nothing */
+    /* Usage across the fleet: this gateway's counts, those of them not
+     * yet in Redis for sure, and the fleet's totals as the beat last
+     * read them, 'cluster_age_ms' ago (-1: never read). */
+    uint64_t usage[TENANT_USAGE_FIELDS];
+    uint64_t unsent[TENANT_USAGE_FIELDS];
+    uint64_t cluster[TENANT_USAGE_FIELDS];
+    int64_t cluster_age_ms;
 };
 
 /*
@@ -256,6 +278,26 @@ struct tenant_status {
 int tenants_status(struct tenants *ts, const struct gw_config *cfg,
                    int64_t now_us, int64_t wall_s,
                    struct tenant_status **out, size_t *n);
+
+struct cluster;
+
+/*
+ * Usage across the fleet: add to Redis what every tenant seen here
+ * counted since the last batch Redis took (tenant_status's usage), and
+ * read back the fleet's totals (its 'cluster'), in one pipelined round
+ * trip of CLUSTER_OP_USAGE per 64 tenants, each by 'timeout_ms'.  The
+ * cluster's beat runs it after each heartbeat that succeeded
+ * (cluster_self's after_beat, 'ts' its argument; generation.c), never
+ * a request.  A batch whose round trip failed, or timed out after
+ * Redis had applied it, is sent again, the same and with the same
+ * number, until Redis answers; Redis's script adds a number once per
+ * process and tenant, so no count is lost or added twice
+ * (tenant_usage.c).  Takes the tenants' lock only to take and to
+ * settle, never across the round trip; a second call while one is
+ * under way (a reload's new beat beside the old) returns at once.
+ * Borrows everything.
+ */
+void tenants_usage_flush(void *ts, struct cluster *cl, int64_t timeout_ms);
 
 /*
  * A request of tenant 'tenant' of 'cfg' was answered with 'status'

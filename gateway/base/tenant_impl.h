@@ -15,7 +15,11 @@
 #ifndef INFERGW_GATEWAY_BASE_TENANT_IMPL_H
 #define INFERGW_GATEWAY_BASE_TENANT_IMPL_H
 
+#include <stddef.h>
 #include <stdint.h>
+
+#include "base/tenant.h"
+#include "util.h"
 
 /*
  * A token of the bucket is TENANT_TOKEN_UNITS units (the microseconds
@@ -66,6 +70,73 @@ void tenant_bucket_charge(struct tenant_bucket *b, uint64_t per_minute,
 uint64_t tenant_bucket_remaining(const struct tenant_bucket *b);
 uint64_t tenant_bucket_reset_us(const struct tenant_bucket *b,
                                 uint64_t per_minute);
+
+/*
+ * Usage across the fleet (tenant_usage.c; tenant.h, "Usage across the
+ * fleet"): a tenant's counts, what of them Redis surely has, and the
+ * batch on its way.  'total' only grows; total - sent - batch is what
+ * came since the batch was taken.  A batch whose answer was lost
+ * stays the same, with its number, until an answer comes: Redis adds
+ * a numbered batch once (its script remembers this process's last).
+ */
+struct tenant_usage {
+    uint64_t total[TENANT_USAGE_FIELDS];    /* this gateway's */
+    uint64_t sent[TENANT_USAGE_FIELDS];     /* of them, in Redis */
+    uint64_t batch[TENANT_USAGE_FIELDS];    /* taken, not answered */
+    uint64_t seq;                           /* the last batch's number */
+    int pending;                            /* 'batch' awaits its answer */
+    uint64_t cluster[TENANT_USAGE_FIELDS];  /* the fleet's, as last read */
+    int64_t read_us;                        /* then (gw_now_us()); 0: never */
+};
+
+/* Count 'n' more of 'field' (saturating).  Under the tenants' lock. */
+void tenant_usage_add(struct tenant_usage *u, enum tenant_usage_field field,
+                      uint64_t n);
+
+/* Fill the status view's usage fields of 'st' from 'u' at 'now_us'. */
+void tenant_usage_show(const struct tenant_usage *u, int64_t now_us,
+                       struct tenant_status *st);
+
+/*
+ * The tenants (tenant.c's, here for tenant_usage.c, which walks them).
+ * 'lock' guards everything; an entry, allocated alone, lives until
+ * tenants_free().
+ */
+struct tenants {
+    struct gw_mutex lock;
+    struct tenant_entry **v;    /* each allocated alone: passes point in */
+    size_t n, cap;
+    int flushing;               /* a usage flush is under way */
+    char boot[17];              /* this process's name in the usage
+                                   batches' numbers (random hex) */
+};
+
+/* The name and the usage of entry 'e'.  Under the tenants' lock. */
+struct tenant_usage *tenant_entry_usage(struct tenant_entry *e,
+                                        const char **name);
+
+#ifdef INFERGW_UNIT_TEST
+/*
+ * Test builds only (GW_TESTABLE), tenant_usage.c: take the batch to
+ * send into out[] and *seq: the pending one again, else what came
+ * since the last answer, numbered anew; returns 1, or 0 with *seq 0
+ * when there is nothing to add (the totals are only read).  Settle
+ * batch 'seq' (0: a read): 'ok' (Redis answered 'cluster', its totals)
+ * makes it sent; a failure keeps it pending, to be taken again.
+ */
+int tenant_usage_take(struct tenant_usage *u,
+                      uint64_t out[TENANT_USAGE_FIELDS], uint64_t *seq);
+void tenant_usage_settle(struct tenant_usage *u, uint64_t seq, int ok,
+                         const uint64_t cluster[TENANT_USAGE_FIELDS],
+                         int64_t now_us);
+
+/* Test builds only: the script's reply 'r' (borrowed): 0 with
+ * *applied (0 read, 1 added, 2 a batch added before) and out[] the
+ * totals, or GW_EPARSE.  Any bytes: fuzzed (fuzz_tenant_usage.c). */
+struct redisReply;
+int tenant_usage_read(const struct redisReply *r, int *applied,
+                      uint64_t out[TENANT_USAGE_FIELDS]);
+#endif
 
 enum tenant_period_kind {
     TENANT_DAY = 0,             /* 00:00:00 UTC to the next */

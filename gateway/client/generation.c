@@ -13,6 +13,7 @@
 #include "fleet/health.h"
 #include "log.h"
 #include "base/metrics.h"
+#include "base/tenant.h"
 #include "fleet/pool.h"
 #include "fleet/scrape.h"
 #include "wire/tls.h"
@@ -21,6 +22,7 @@
 
 struct generations {
     int64_t started_unix_ms;        /* the process's, for heartbeats */
+    struct tenants *tenants;        /* whose usage the beat flushes */
     struct gw_mutex lock;
     struct generation *cur;         /* (L) holds one reference */
     struct generation *gens;        /* (L) every generation alive */
@@ -189,7 +191,8 @@ gen_build(struct generations *l, struct gw_config *cfg,
         g->cluster = cluster_ref(prev->cluster);
         cluster_set_generation(g->cluster, g->id);
     } else if (g->cfg.cluster) {
-        struct cluster_self self = { g->id, l->started_unix_ms };
+        struct cluster_self self = { g->id, l->started_unix_ms,
+                                     tenants_usage_flush, l->tenants };
 
         g->cluster = cluster_start(&g->cfg, &self);
         if (g->cluster == NULL)
@@ -204,7 +207,7 @@ out:
 }
 
 struct generations *
-generations_new(struct gw_config *cfg)
+generations_new(struct gw_config *cfg, struct tenants *tenants)
 {
     struct generations *l = gw_calloc(1, sizeof(*l));
 
@@ -214,6 +217,7 @@ generations_new(struct gw_config *cfg)
     }
     gw_mutex_init(&l->lock);
     l->started_unix_ms = gw_wall_ms();
+    l->tenants = tenants;
     l->cur = l->gens = gen_build(l, cfg, NULL);
     if (l->cur == NULL) {
         gw_mutex_destroy(&l->lock);

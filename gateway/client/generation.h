@@ -52,6 +52,7 @@ struct cluster;
 struct health;
 struct generations;
 struct tls_server;
+struct tenants;
 
 /*
  * A generation's TLS certificate, reference-counted on its own: a TLS
@@ -91,9 +92,13 @@ int generation_load_config(const char *path, struct gw_config *c,
 
 /*
  * Generation 1 from 'cfg', which is moved in (*cfg is left empty).
- * Starts its health and load beats.  NULL on failure (logged; *cfg released).
+ * Starts its health and load beats.  'tenants' (borrowed; it outlives
+ * the generations) is whose usage every generation's cluster beat sends
+ * to Redis (tenant.h: tenants_usage_flush()).  NULL on failure (logged;
+ * *cfg released).
  */
-struct generations *generations_new(struct gw_config *cfg);
+struct generations *generations_new(struct gw_config *cfg,
+                                    struct tenants *tenants);
 
 /*
  * Free everything; no request may hold a generation any more (the drain

@@ -349,9 +349,28 @@ limit(const struct config_tenant *ct, uint64_t v)
     return ct != NULL && v > 0 ? count(v) : json_null();
 }
 
+/* The usage counts u[] (enum tenant_usage_field) as a JSON object. */
+static json_t *
+usage_json(const uint64_t *u, int *failed)
+{
+    static const char *const names[TENANT_USAGE_FIELDS] = {
+        "requests", "prompt_tokens", "completion_tokens", "tokens_saved",
+    };
+    json_t *o = json_object();
+
+    for (size_t f = 0; f < TENANT_USAGE_FIELDS; f++)
+        put(o, names[f], count(u[f]), failed);
+    return o;
+}
+
+/*
+ * 'clustered': [cluster] is on, so the counts not yet in Redis mean
+ * something ("usage_unsent"); the fleet's totals are shown whenever the
+ * beat has read them, with their age.
+ */
 static json_t *
 tenant_json(const struct tenant_status *t, const struct config_tenant *ct,
-            int *failed)
+            int clustered, int *failed)
 {
     json_t *o = json_object(), *tok = json_object();
     uint64_t rejected = 0;
@@ -381,6 +400,17 @@ tenant_json(const struct tenant_status *t, const struct config_tenant *ct,
     put(tok, "completion", count(t->completion_tokens), failed);
     put(o, "tokens", tok, failed);
     put(o, "tokens_saved", count(t->saved), failed);
+    put(o, "usage", usage_json(t->usage, failed), failed);
+    put(o, "usage_unsent", clustered ? usage_json(t->unsent, failed)
+                                     : json_null(), failed);
+    if (t->cluster_age_ms >= 0) {
+        json_t *c = usage_json(t->cluster, failed);
+
+        put(c, "age_ms", json_integer(t->cluster_age_ms), failed);
+        put(o, "cluster_usage", c, failed);
+    } else {
+        put(o, "cluster_usage", json_null(), failed);
+    }
     return o;
 }
 
@@ -418,15 +448,18 @@ render_tenants(const struct handler_ctx *ctx, json_t *doc)
         if (t == NULL) {
             memset(&zero, 0, sizeof(zero));
             snprintf(zero.name, sizeof(zero.name), "%s", name);
+            zero.cluster_age_ms = -1;
             t = &zero;
         }
         append(a, tenant_json(t, i < cfg->num_tenants ? &cfg->tenants[i]
-                                                      : NULL, &failed),
+                                                      : NULL,
+                              ctx->cluster != NULL, &failed),
                &failed);
     }
     for (k = 0; k < n; k++)
         if (!used[k])
-            append(a, tenant_json(&v[k], NULL, &failed), &failed);
+            append(a, tenant_json(&v[k], NULL, ctx->cluster != NULL,
+                                  &failed), &failed);
 
 out:
     put(doc, "tenants", a, &failed);
