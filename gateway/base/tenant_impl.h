@@ -107,6 +107,7 @@ struct tenants {
     struct tenant_entry **v;    /* each allocated alone: passes point in */
     size_t n, cap;
     int flushing;               /* a usage flush is under way */
+    int usage_failing;          /* the last flush left counts unsent */
     char boot[17];              /* this process's name in the usage
                                    batches' numbers (random hex) */
 };

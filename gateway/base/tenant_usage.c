@@ -220,14 +220,33 @@ struct args {
     const char *argv[2 + 2 + TENANT_USAGE_FIELDS];
 };
 
+/* Why a flush failed, for the log: the first reason only. */
+static void
+fail(char *why, size_t n, const char *reason, const redisReply *r)
+{
+    size_t k = 0;
+
+    if (why[0] != '\0')
+        return;
+    if (r != NULL && r->type == REDIS_REPLY_ERROR) {
+        /* Redis's own words, cut, and only printable ASCII of them. */
+        for (; k + 1 < n && k < r->len && k < 120; k++)
+            why[k] = r->str[k] >= 0x20 && r->str[k] < 0x7f ? r->str[k]
+                                                           : '?';
+        why[k] = '\0';
+        return;
+    }
+    snprintf(why, n, "%s", reason);
+}
+
 /*
  * Send items[0..n) (n <= CHUNK) in one round trip; mark those Redis
- * answered.  A tenant whose name cannot be a key is left out (and
- * stays unsent).
+ * answered, and say in why[] (if still empty) why one was not.  A
+ * tenant whose name cannot be a key is left out (and stays unsent).
  */
 static void
 send_chunk(struct cluster *cl, const char *boot, struct item *items,
-           size_t n, int64_t timeout_ms)
+           size_t n, int64_t timeout_ms, char *why, size_t whylen)
 {
     struct args *a = gw_calloc(n, sizeof(*a));
     struct redis_cmd *cmds = gw_calloc(n, sizeof(*cmds));
@@ -235,10 +254,12 @@ send_chunk(struct cluster *cl, const char *boot, struct item *items,
     size_t *of = gw_calloc(n, sizeof(*of));
     size_t m = 0;
     char what[64];
-    int applied;
+    int applied, rc;
 
-    if (a == NULL || cmds == NULL || replies == NULL || of == NULL)
+    if (a == NULL || cmds == NULL || replies == NULL || of == NULL) {
+        fail(why, whylen, "out of memory", NULL);
         goto out;
+    }
     snprintf(what, sizeof(what), "usage-seen:%s", boot);
     for (size_t i = 0; i < n; i++) {
         struct args *x = &a[m];
@@ -246,8 +267,11 @@ send_chunk(struct cluster *cl, const char *boot, struct item *items,
         if (cluster_key(cl, items[i].name, "usage", x->key,
                         sizeof(x->key)) != 0
             || cluster_key(cl, items[i].name, what, x->marker,
-                           sizeof(x->marker)) != 0)
+                           sizeof(x->marker)) != 0) {
+            fail(why, whylen, "key_prefix and a tenant name make too long "
+                 "a key", NULL);
             continue;
+        }
         snprintf(x->seq, sizeof(x->seq), "%" PRIu64, items[i].seq);
         x->argv[0] = x->key;
         x->argv[1] = x->marker;
@@ -263,12 +287,19 @@ send_chunk(struct cluster *cl, const char *boot, struct item *items,
                                       NULL };
         of[m++] = i;
     }
-    if (m == 0 || cluster_pipeline(cl, CLUSTER_OP_USAGE, cmds, m, replies,
-                                   timeout_ms) != 0)
+    if (m == 0)
         goto out;
-    for (size_t k = 0; k < m; k++)
+    rc = cluster_pipeline(cl, CLUSTER_OP_USAGE, cmds, m, replies, timeout_ms);
+    if (rc != 0) {
+        fail(why, whylen, gw_strerror(rc), NULL);
+        goto out;
+    }
+    for (size_t k = 0; k < m; k++) {
         items[of[k]].ok = tenant_usage_read(replies[k], &applied,
                                             items[of[k]].cluster) == 0;
+        if (!items[of[k]].ok)
+            fail(why, whylen, "an unexpected reply", replies[k]);
+    }
     redis_replies_free(replies, m);
 
 out:
@@ -283,8 +314,10 @@ tenants_usage_flush(void *arg, struct cluster *cl, int64_t timeout_ms)
 {
     struct tenants *ts = arg;
     struct item *items = NULL;
-    size_t n = 0;
+    char why[160] = "";
+    size_t n = 0, unsent = 0;
     int64_t now_us;
+    int was;
 
     pthread_once(&script_once, script_init);
     gw_mutex_lock(&ts->lock);
@@ -313,14 +346,26 @@ tenants_usage_flush(void *arg, struct cluster *cl, int64_t timeout_ms)
 
     for (size_t i = 0; i < n; i += CHUNK)
         send_chunk(cl, ts->boot, items + i, n - i < CHUNK ? n - i : CHUNK,
-                   timeout_ms);
+                   timeout_ms, why, sizeof(why));
 
     now_us = gw_now_us();
     gw_mutex_lock(&ts->lock);
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
         tenant_usage_settle(items[i].u, items[i].seq, items[i].ok,
                             items[i].cluster, now_us);
+        unsent += !items[i].ok;
+    }
+    was = ts->usage_failing;
+    ts->usage_failing = unsent > 0;
     ts->flushing = 0;
     gw_mutex_unlock(&ts->lock);
     gw_free(items);
+    /* Once when it starts failing, once when it is over (STYLE.md 7);
+     * the counts wait meanwhile. */
+    if (unsent > 0 && !was)
+        log_msg(GW_LOG_WARN, "usage: %zu of %zu tenants' counts not added "
+                "in Redis: %s; kept for the next beat", unsent, n, why);
+    else if (unsent == 0 && was)
+        log_msg(GW_LOG_INFO, "usage: every tenant's counts added in Redis "
+                "again");
 }
