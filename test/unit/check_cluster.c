@@ -41,7 +41,7 @@ static struct cluster *
 start(const char *url, const char *more)
 {
     struct gw_config c;
-    struct cluster_self self = { 7, 1700000000000 };
+    struct cluster_self self = { 7, 1700000000000, NULL, NULL };
     struct cluster *cl;
 
     load(&c, url, more);

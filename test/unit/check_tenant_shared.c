@@ -247,7 +247,7 @@ static struct cluster *
 start(struct gw_config *c, const char *url, const char *more)
 {
     char text[1024], err[256];
-    struct cluster_self self = { 1, 1700000000000 };
+    struct cluster_self self = { 1, 1700000000000, NULL, NULL };
     struct cluster *cl;
 
     snprintf(text, sizeof(text), "[server]\nlisten = 127.0.0.1:0\n"
