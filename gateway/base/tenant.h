@@ -293,7 +293,7 @@ struct cluster;
  * number, until Redis answers; Redis's script adds a number once per
  * process and tenant, so no count is lost or added twice
  * (tenant_usage.c).  Takes the tenants' lock only to take and to
- * settle, never across the round trip; a second call while one is
+ * mark it done, never across the round trip; a second call while one is
  * under way (a reload's new beat beside the old) returns at once.
  * Borrows everything.
  */

@@ -121,13 +121,13 @@ struct tenant_usage *tenant_entry_usage(struct tenant_entry *e,
  * Test builds only (GW_TESTABLE), tenant_usage.c: take the batch to
  * send into out[] and *seq: the pending one again, else what came
  * since the last answer, numbered anew; returns 1, or 0 with *seq 0
- * when there is nothing to add (the totals are only read).  Settle
- * batch 'seq' (0: a read): 'ok' (Redis answered 'cluster', its totals)
+ * when there is nothing to add (the totals are only read).  Done:
+ * batch 'seq' (0: a read) had its round trip: 'ok' (Redis answered 'cluster', its totals)
  * makes it sent; a failure keeps it pending, to be taken again.
  */
 int tenant_usage_take(struct tenant_usage *u,
                       uint64_t out[TENANT_USAGE_FIELDS], uint64_t *seq);
-void tenant_usage_settle(struct tenant_usage *u, uint64_t seq, int ok,
+void tenant_usage_done(struct tenant_usage *u, uint64_t seq, int ok,
                          const uint64_t cluster[TENANT_USAGE_FIELDS],
                          int64_t now_us);
 

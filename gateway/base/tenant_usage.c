@@ -8,16 +8,16 @@
  * Design: the request path only counts (tenant_usage_add(), under the
  * tenants' lock it already holds); the beat takes each tenant's batch,
  * what came since the last one Redis took, sends them all in one
- * pipelined round trip, and settles each by its answer.  Exactly once:
- * a round trip can fail after Redis ran it (a timeout, a connection cut
- * on the way back), so a batch without an answer is never merged with
- * newer counts nor dropped: it is sent again, the same, under the same
+ * pipelined round trip, and marks each done by its answer.
+ * Exactly once: a round trip can fail after Redis ran it (a timeout, a
+ * connection cut on the way back), so a batch without an answer is
+ * never merged with newer counts nor dropped: it is sent again, the same, under the same
  * number, until an answer comes; newer counts wait for the next batch.
  * Redis's script keeps, per tenant and per process (a random name drawn
  * at the first flush, so that a restarted gateway, or another with the
  * same node name, starts afresh), the highest number it added, and adds
  * a batch only above it: a resend of a batch it had added is answered
- * "added before", and is settled as sent.  The marker lives a day after
+ * "added before", and is done as sent.  The marker lives a day after
  * its last batch (a gateway cut off from Redis longer than that with a
  * batch unanswered may count it twice), and the totals forever.  A
  * Redis restarted empty has lost its totals and the markers alike: the
@@ -49,8 +49,9 @@
  * it; ARGV[1] the batch's number (0: only read), ARGV[2] the marker's
  * time to live (ms), ARGV[3..6] the counts, in enum tenant_usage_field's
  * order, which is the order of the hash's fields here.
- * Returns { 0 read | 1 added | 2 added before, the four totals (nil
- * while a field has none) }.
+ * Returns { 0 read | 1 added | 2 added before, the hash's HGETALL }.
+ * (HGETALL, which no other script of ours calls, so that a test can
+ * tell these scripts apart in INFO commandstats.)
  */
 static const char usage_src[] =
     "local seq = tonumber(ARGV[1])\n"
@@ -71,9 +72,7 @@ static const char usage_src[] =
     "    state = 1\n"
     "  end\n"
     "end\n"
-    "local v = redis.call('HMGET', KEYS[1], 'requests', 'prompt_tokens',\n"
-    "                     'completion_tokens', 'tokens_saved')\n"
-    "return {state, v[1], v[2], v[3], v[4]}\n";
+    "return {state, redis.call('HGETALL', KEYS[1])}\n";
 
 static struct redis_script usage_script = { usage_src, "" };
 static pthread_once_t script_once = PTHREAD_ONCE_INIT;
@@ -136,7 +135,7 @@ tenant_usage_take(struct tenant_usage *u, uint64_t out[TENANT_USAGE_FIELDS],
 }
 
 GW_TESTABLE void
-tenant_usage_settle(struct tenant_usage *u, uint64_t seq, int ok,
+tenant_usage_done(struct tenant_usage *u, uint64_t seq, int ok,
                     const uint64_t cluster[TENANT_USAGE_FIELDS],
                     int64_t now_us)
 {
@@ -153,52 +152,61 @@ tenant_usage_settle(struct tenant_usage *u, uint64_t seq, int ok,
     u->read_us = now_us > 0 ? now_us : 1;
 }
 
-/* A total: nil (none yet), an integer >= 0, or its decimal digits. */
+/* The hash's fields, in enum tenant_usage_field's order (the script's
+ * HINCRBYs name them too). */
+static const char *const field_names[TENANT_USAGE_FIELDS] = {
+    "requests", "prompt_tokens", "completion_tokens", "tokens_saved",
+};
+
+/* A total: its decimal digits, at most 19 (HINCRBY's int64 range). */
 static int
 read_count(const redisReply *r, uint64_t *out)
 {
     uint64_t v = 0;
 
-    if (r == NULL)
+    if (r == NULL || r->type != REDIS_REPLY_STRING || r->len == 0
+        || r->len > 19)
         return GW_EPARSE;
-    switch (r->type) {
-    case REDIS_REPLY_NIL:
-        *out = 0;
-        return 0;
-    case REDIS_REPLY_INTEGER:
-        if (r->integer < 0)
+    for (size_t i = 0; i < r->len; i++) {
+        if (r->str[i] < '0' || r->str[i] > '9')
             return GW_EPARSE;
-        *out = (uint64_t)r->integer;
-        return 0;
-    case REDIS_REPLY_STRING:
-        /* HINCRBY's int64 range: at most 19 digits. */
-        if (r->len == 0 || r->len > 19)
-            return GW_EPARSE;
-        for (size_t i = 0; i < r->len; i++) {
-            if (r->str[i] < '0' || r->str[i] > '9')
-                return GW_EPARSE;
-            v = v * 10 + (uint64_t)(r->str[i] - '0');
-        }
-        *out = v;
-        return 0;
-    default:
-        return GW_EPARSE;
+        v = v * 10 + (uint64_t)(r->str[i] - '0');
     }
+    *out = v;
+    return 0;
 }
 
+/*
+ * The hash's (field, value) pairs: a field of ours is read (0 while
+ * absent), any other skipped, as a later gateway's new field would be.
+ */
 GW_TESTABLE int
 tenant_usage_read(const redisReply *r, int *applied,
                   uint64_t out[TENANT_USAGE_FIELDS])
 {
-    if (r == NULL || r->type != REDIS_REPLY_ARRAY
-        || r->elements != 1 + TENANT_USAGE_FIELDS
+    uint64_t v[TENANT_USAGE_FIELDS] = { 0 };
+    const redisReply *h;
+
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 2
         || r->element[0] == NULL
         || r->element[0]->type != REDIS_REPLY_INTEGER
         || r->element[0]->integer < 0 || r->element[0]->integer > 2)
         return GW_EPARSE;
-    for (size_t f = 0; f < TENANT_USAGE_FIELDS; f++)
-        if (read_count(r->element[1 + f], &out[f]) != 0)
+    h = r->element[1];
+    if (h == NULL || h->type != REDIS_REPLY_ARRAY || h->elements % 2 != 0)
+        return GW_EPARSE;
+    for (size_t i = 0; i < h->elements; i += 2) {
+        const redisReply *k = h->element[i];
+
+        if (k == NULL || k->type != REDIS_REPLY_STRING)
             return GW_EPARSE;
+        for (size_t f = 0; f < TENANT_USAGE_FIELDS; f++)
+            if (k->len == strlen(field_names[f])
+                && memcmp(k->str, field_names[f], k->len) == 0
+                && read_count(h->element[i + 1], &v[f]) != 0)
+                return GW_EPARSE;
+    }
+    memcpy(out, v, sizeof(v));
     *applied = (int)r->element[0]->integer;
     return 0;
 }
@@ -351,7 +359,7 @@ tenants_usage_flush(void *arg, struct cluster *cl, int64_t timeout_ms)
     now_us = gw_now_us();
     gw_mutex_lock(&ts->lock);
     for (size_t i = 0; i < n; i++) {
-        tenant_usage_settle(items[i].u, items[i].seq, items[i].ok,
+        tenant_usage_done(items[i].u, items[i].seq, items[i].ok,
                             items[i].cluster, now_us);
         unsent += !items[i].ok;
     }

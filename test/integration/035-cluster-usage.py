@@ -67,10 +67,17 @@ def in_redis(r):
     return {f: got.get(f, 0) for f in FIELDS}
 
 
+def flushes(g):
+    return metric(metrics(g), "infergw_cluster_latency_seconds_count",
+                  op="usage")
+
+
 def fresh_read(g):
-    """Wait for a read of the totals newer than the one shown now."""
-    age = acme(g)["cluster_usage"]["age_ms"]
-    wait_for(lambda: acme(g)["cluster_usage"]["age_ms"] < age, budget(3),
+    """Wait until a flush that began after this call has ended: three
+    more round trips of the beat's (one may be under way now, and the
+    count moves before its answer is kept)."""
+    n = flushes(g)
+    wait_for(lambda: flushes(g) >= n + 3, budget(5),
              msg="a newer read of the fleet's totals")
 
 

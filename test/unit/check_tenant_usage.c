@@ -63,7 +63,7 @@ START_TEST(test_take_fail_retake_success)
     tenant_usage_add(&u, R, 1);
     tenant_usage_add(&u, C, 7);
     /* No answer: the same batch, the same number, not merged. */
-    tenant_usage_settle(&u, seq, 0, fleet, 5);
+    tenant_usage_done(&u, seq, 0, fleet, 5);
     ck_assert_int_eq(tenant_usage_take(&u, out, &seq), 1);
     ck_assert_uint_eq(seq, 1);
     expect(out, 2, 10, 0, 4);
@@ -75,7 +75,7 @@ START_TEST(test_take_fail_retake_success)
     expect(st.unsent, 3, 10, 7, 4);
     ck_assert_int_eq(st.cluster_age_ms, -1);        /* never read */
     /* The answer: sent; the fleet's totals kept with their time. */
-    tenant_usage_settle(&u, seq, 1, fleet, 1000);
+    tenant_usage_done(&u, seq, 1, fleet, 1000);
     tenant_usage_show(&u, 3000, &st);
     expect(st.usage, 3, 10, 7, 4);
     expect(st.unsent, 1, 0, 7, 0);
@@ -85,14 +85,14 @@ START_TEST(test_take_fail_retake_success)
     ck_assert_int_eq(tenant_usage_take(&u, out, &seq), 1);
     ck_assert_uint_eq(seq, 2);
     expect(out, 1, 0, 7, 0);
-    tenant_usage_settle(&u, seq, 1, fleet, 4000);
+    tenant_usage_done(&u, seq, 1, fleet, 4000);
     ck_assert_int_eq(tenant_usage_take(&u, out, &seq), 0);
     tenant_usage_show(&u, 4000, &st);
     expect(st.unsent, 0, 0, 0, 0);
 }
 END_TEST
 
-START_TEST(test_settle_of_another_batch)
+START_TEST(test_done_of_another_batch)
 {
     struct tenant_usage u;
     struct tenant_status st;
@@ -102,9 +102,9 @@ START_TEST(test_settle_of_another_batch)
     memset(&u, 0, sizeof(u));
     tenant_usage_add(&u, R, 5);
     ck_assert_int_eq(tenant_usage_take(&u, out, &seq), 1);
-    /* A read's answer, or an older batch's, settles not this one. */
-    tenant_usage_settle(&u, 0, 1, fleet, 10);
-    tenant_usage_settle(&u, seq + 1, 1, fleet, 10);
+    /* A read's answer, or an older batch's, is not this one's. */
+    tenant_usage_done(&u, 0, 1, fleet, 10);
+    tenant_usage_done(&u, seq + 1, 1, fleet, 10);
     tenant_usage_show(&u, 10, &st);
     expect(st.unsent, 5, 0, 0, 0);
     expect(st.cluster, 1, 2, 3, 4);
@@ -122,29 +122,37 @@ static const struct {
     uint64_t v[TENANT_USAGE_FIELDS];
     const char *note;
 } replies[] = {
-    { "*5\r\n:1\r\n$1\r\n5\r\n$-1\r\n:7\r\n$1\r\n0\r\n", 0, 1,
-      { 5, 0, 7, 0 }, "added; nil and integer totals" },
-    { "*5\r\n:0\r\n$-1\r\n$-1\r\n$-1\r\n$-1\r\n", 0, 0, { 0, 0, 0, 0 },
+    { "*2\r\n:1\r\n*4\r\n$8\r\nrequests\r\n$1\r\n5\r\n"
+      "$17\r\ncompletion_tokens\r\n$1\r\n7\r\n", 0, 1, { 5, 0, 7, 0 },
+      "added; fields absent are 0" },
+    { "*2\r\n:0\r\n*0\r\n", 0, 0, { 0, 0, 0, 0 },
       "a read of a tenant with no hash yet" },
-    { "*5\r\n:2\r\n$19\r\n9223372036854775807\r\n$1\r\n1\r\n$1\r\n2\r\n"
-      "$1\r\n3\r\n", 0, 2, { UINT64_C(9223372036854775807), 1, 2, 3 },
-      "added before; HINCRBY's largest" },
-    { "*4\r\n:1\r\n$1\r\n5\r\n$1\r\n5\r\n$1\r\n5\r\n", GW_EPARSE, 0,
-      { 0 }, "four elements" },
-    { "*5\r\n:3\r\n$1\r\n5\r\n$1\r\n5\r\n$1\r\n5\r\n$1\r\n5\r\n",
-      GW_EPARSE, 0, { 0 }, "no such state" },
-    { "*5\r\n$1\r\n1\r\n$1\r\n5\r\n$1\r\n5\r\n$1\r\n5\r\n$1\r\n5\r\n",
-      GW_EPARSE, 0, { 0 }, "a state as a string" },
-    { "*5\r\n:1\r\n:-1\r\n$1\r\n5\r\n$1\r\n5\r\n$1\r\n5\r\n", GW_EPARSE, 0,
-      { 0 }, "a negative total" },
-    { "*5\r\n:1\r\n$2\r\n5a\r\n$1\r\n5\r\n$1\r\n5\r\n$1\r\n5\r\n",
+    { "*2\r\n:2\r\n*6\r\n$13\r\nprompt_tokens\r\n"
+      "$19\r\n9223372036854775807\r\n$5\r\nother\r\n$3\r\nxyz\r\n"
+      "$12\r\ntokens_saved\r\n$1\r\n3\r\n", 0, 2,
+      { 0, UINT64_C(9223372036854775807), 0, 3 },
+      "added before; HINCRBY's largest; another field skipped" },
+    { "*3\r\n:1\r\n*0\r\n:1\r\n", GW_EPARSE, 0, { 0 },
+      "three elements" },
+    { "*2\r\n:3\r\n*0\r\n", GW_EPARSE, 0, { 0 }, "no such state" },
+    { "*2\r\n$1\r\n1\r\n*0\r\n", GW_EPARSE, 0, { 0 },
+      "a state as a string" },
+    { "*2\r\n:1\r\n$-1\r\n", GW_EPARSE, 0, { 0 }, "no hash array" },
+    { "*2\r\n:1\r\n*1\r\n$8\r\nrequests\r\n", GW_EPARSE, 0, { 0 },
+      "a field without its value" },
+    { "*2\r\n:1\r\n*2\r\n:1\r\n$1\r\n5\r\n", GW_EPARSE, 0, { 0 },
+      "a field name not a string" },
+    { "*2\r\n:1\r\n*2\r\n$8\r\nrequests\r\n:5\r\n", GW_EPARSE, 0,
+      { 0 }, "an integer total (HGETALL gives strings)" },
+    { "*2\r\n:1\r\n*2\r\n$8\r\nrequests\r\n$-1\r\n", GW_EPARSE, 0,
+      { 0 }, "a nil total" },
+    { "*2\r\n:1\r\n*2\r\n$8\r\nrequests\r\n$2\r\n5a\r\n",
       GW_EPARSE, 0, { 0 }, "not digits" },
-    { "*5\r\n:1\r\n$0\r\n\r\n$1\r\n5\r\n$1\r\n5\r\n$1\r\n5\r\n", GW_EPARSE,
+    { "*2\r\n:1\r\n*2\r\n$8\r\nrequests\r\n$0\r\n\r\n", GW_EPARSE,
       0, { 0 }, "an empty total" },
-    { "*5\r\n:1\r\n$20\r\n18446744073709551615\r\n$1\r\n5\r\n$1\r\n5\r\n"
-      "$1\r\n5\r\n", GW_EPARSE, 0, { 0 }, "twenty digits" },
-    { "*5\r\n:1\r\n*0\r\n$1\r\n5\r\n$1\r\n5\r\n$1\r\n5\r\n", GW_EPARSE, 0,
-      { 0 }, "an array for a total" },
+    { "*2\r\n:1\r\n*2\r\n$8\r\nrequests\r\n"
+      "$20\r\n18446744073709551615\r\n", GW_EPARSE, 0, { 0 },
+      "twenty digits" },
     { "-ERR oops\r\n", GW_EPARSE, 0, { 0 }, "an error" },
     { ":1\r\n", GW_EPARSE, 0, { 0 }, "not an array" },
 };
@@ -407,7 +415,7 @@ tenant_usage_suite(void)
 
     tc = tcase("accounting");
     tcase_add_test(tc, test_take_fail_retake_success);
-    tcase_add_test(tc, test_settle_of_another_batch);
+    tcase_add_test(tc, test_done_of_another_batch);
     suite_add_tcase(s, tc);
 
     tc = tcase("read");
