@@ -5,11 +5,12 @@
  * connected and writes this gateway's heartbeat, the live gateways it
  * reads back, the keys, and the round trip the request path makes.
  *
- * What is shared: membership (here), and the tenants' rates and token
+ * What is shared: membership (here), the tenants' rates and token
  * budgets (tenant.h, "Shared limits": tenant_shared.c runs its script
- * through cluster_pipeline()).  Leases and usage totals (issue 28,
- * items 4 and 5) are to be built on cluster_pipeline() and cluster_key()
- * below.
+ * through cluster_pipeline()), and the tenants' usage totals, which the
+ * beat sends in batches after each heartbeat through cluster_self's
+ * after_beat (tenant.h: tenants_usage_flush()).  Leases (issue 28, item
+ * 4) are to be built on cluster_pipeline() and cluster_key() below.
  *
  * Keys: every key starts with key_prefix.  A tenant's carry its name as
  * a hash tag, "<prefix>{<tenant>}:<what>", so each tenant's keys share
@@ -47,7 +48,8 @@
  * Threads and locking: one beat thread per cluster, started by
  * cluster_start() and joined by the last cluster_unref(), which waits
  * for a turn under way: at most its connect and round trip bound,
- * redis_timeout within 250 ms .. 1 s (and a host name's resolution).
+ * redis_timeout within 250 ms .. 1 s (and a host name's resolution),
+ * and as much again for each 64 tenants of the usage flush after it.
  * The cluster's mutex guards the beat's stop flag and the state the status view
  * copies (members, last error); it is never held across I/O.  The
  * metrics are process-wide atomics.  Every function here may be called

@@ -46,7 +46,10 @@
  * The bill: infergw_tokens_total{tenant,model,kind} counts the tokens of
  * the usage each client received (prompt and completion), and
  * infergw_coalesce_tokens_saved_total{tenant} those its followers got
- * without an upstream call of their own.
+ * without an upstream call of their own.  With [cluster], each tenant's
+ * requests answered, billed tokens and saved tokens also go to Redis,
+ * in batches from the cluster's beat (tenants_usage_flush()), and the
+ * status view shows the fleet's totals beside this gateway's.
  *
  * One owner: this module owns every number about a tenant that the
  * operator sees, and renders them all (tenants_render_metrics(), and

@@ -186,11 +186,14 @@ END_TEST
 
 static struct gw_config cfg;        /* no [tenant]: every one "default" */
 
+/* A cluster on the test's Redis; its beat flushes 'ts' (NULL: not). */
 static struct cluster *
-start(void)
+start_flushing(struct tenants *ts)
 {
     char text[512], err[256];
-    struct cluster_self self = { 1, 1700000000000, NULL, NULL };
+    struct cluster_self self = { 1, 1700000000000,
+                                 ts != NULL ? tenants_usage_flush : NULL,
+                                 ts };
     struct gw_config c;
     struct cluster *cl;
 
@@ -203,6 +206,12 @@ start(void)
     config_release(&c);
     ck_assert_ptr_nonnull(cl);
     return cl;
+}
+
+static struct cluster *
+start(void)
+{
+    return start_flushing(NULL);
 }
 
 /* One answered request of 'prompt' + 'completion' tokens. */
@@ -389,6 +398,31 @@ START_TEST(test_two_processes_both_count)
 }
 END_TEST
 
+/* The beat flushes by itself, while requests count (TSan's case). */
+START_TEST(test_the_beat_flushes)
+{
+    struct tenants *ts = tenants_new();
+    struct cluster *cl = start_flushing(ts);
+    int64_t deadline = gw_now_ms() + 8000;
+    struct tenant_status st;
+
+    for (int i = 0; i < 200; i++)
+        serve(ts, 1, 2);
+    for (;;) {
+        st = status_of(ts);
+        if (st.cluster_age_ms >= 0 && st.cluster[R] == 200)
+            break;
+        ck_assert_msg(gw_now_ms() < deadline, "the beat never flushed");
+        usleep(10000);
+    }
+    expect(st.cluster, 200, 200, 400, 0);
+    expect(st.unsent, 0, 0, 0, 0);
+    ck_assert_int_eq(in_redis("completion_tokens"), 400);
+    cluster_unref(cl);          /* joins the beat */
+    tenants_free(ts);
+}
+END_TEST
+
 static void
 setup(void)
 {
@@ -429,6 +463,7 @@ tenant_usage_suite(void)
     tcase_add_test(tc, test_lost_answer_not_added_twice);
     tcase_add_test(tc, test_emptied_redis_gets_batch_once);
     tcase_add_test(tc, test_two_processes_both_count);
+    tcase_add_test(tc, test_the_beat_flushes);
     suite_add_tcase(s, tc);
 
     return s;
