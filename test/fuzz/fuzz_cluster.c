@@ -76,23 +76,6 @@ check_member(const struct cluster_member *m)
     REQUIRE(m->ttl_ms >= 0);
 }
 
-/* Array headers of 10,000 elements or more (see above). */
-static int
-huge_array(const uint8_t *p, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        size_t d = 0;
-
-        if (p[i] != '*')
-            continue;
-        while (i + 1 + d < n && p[i + 1 + d] >= '0' && p[i + 1 + d] <= '9')
-            d++;
-        if (d >= 5)
-            return 1;
-    }
-    return 0;
-}
-
 static void
 check_replies(const uint8_t *p, size_t n)
 {
@@ -143,7 +126,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         free(s);
         return 0;
     }
-    if (!huge_array(data + 1, size - 1))
+    if (!fuzz_huge_redis_array(data + 1, size - 1))
         check_replies(data + 1, size - 1);
     return 0;
 }

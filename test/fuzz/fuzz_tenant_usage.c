@@ -4,8 +4,8 @@
  * (gateway/base/tenant_usage.c), the reader of the usage script's
  * answer, over replies that hiredis's own reader builds from the
  * input's bytes (a server's), every complete reply in turn.  Inputs
- * whose array headers ask for 10,000 elements or more are skipped, as
- * in fuzz_cluster.c: hiredis 0.14 allocates an array's slots first.
+ * whose array headers ask for 10,000 elements or more are skipped
+ * (fuzz.h: fuzz_huge_redis_array()).
  *
  * Besides crashes and sanitizer reports, the target aborts when an
  * accepted reply is not what the script can answer: a state other than
@@ -22,29 +22,13 @@
 #include "base/tenant_impl.h"
 #include "fuzz.h"
 
-static int
-huge_array(const uint8_t *p, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        size_t d = 0;
-
-        if (p[i] != '*')
-            continue;
-        while (i + 1 + d < n && p[i + 1 + d] >= '0' && p[i + 1 + d] <= '9')
-            d++;
-        if (d >= 5)
-            return 1;
-    }
-    return 0;
-}
-
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     redisReader *r;
     void *reply = NULL;
 
-    if (huge_array(data, size))
+    if (fuzz_huge_redis_array(data, size))
         return 0;
     r = redisReaderCreate();
     REQUIRE(r != NULL);

@@ -319,28 +319,34 @@ START_TEST(test_flush_adds_once)
 END_TEST
 
 /*
- * The round trip times out after Redis took the batch (it is stopped
- * past the deadline, and runs it when it goes on): the answer is lost,
- * the batch is sent again, and Redis does not add it twice.
+ * One request of 10 + 5 tokens in Redis, then a batch of one of 20 that
+ * Redis applies but whose answer is lost: the round trip times out with
+ * Redis stopped, which runs it when it goes on.
  */
+static void
+lose_an_answer(struct tenants *ts, struct cluster *cl)
+{
+    serve(ts, 10, 5);
+    flush_all(ts, cl);
+    serve(ts, 20, 0);
+    kill(srv.pid, SIGSTOP);
+    tenants_usage_flush(ts, cl, 100);
+    ck_assert_uint_eq(status_of(ts).unsent[R], 1);  /* no answer */
+    kill(srv.pid, SIGCONT);
+    wait_in_redis("prompt_tokens", 30);             /* it was applied */
+}
+
+/* The lost answer's batch is sent again, and not added twice. */
 START_TEST(test_lost_answer_not_added_twice)
 {
     struct tenants *ts = tenants_new();
     struct cluster *cl = start();
     struct tenant_status st;
 
-    serve(ts, 10, 5);
-    flush_all(ts, cl);
-    serve(ts, 20, 0);
-    kill(srv.pid, SIGSTOP);
-    tenants_usage_flush(ts, cl, 100);
-    st = status_of(ts);
-    ck_assert_uint_eq(st.unsent[R], 1);             /* no answer */
-    kill(srv.pid, SIGCONT);
-    wait_in_redis("prompt_tokens", 30);             /* it was applied */
+    lose_an_answer(ts, cl);
     serve(ts, 300, 0);                              /* and one more */
-    flush_all(ts, cl);          /* the same batch, "added before" */
-    flush_all(ts, cl);          /* the one more */
+    /* The same batch ("added before"), then the one more. */
+    flush_all(ts, cl);
     ck_assert_int_eq(in_redis("requests"), 3);
     ck_assert_int_eq(in_redis("prompt_tokens"), 330);
     st = status_of(ts);
@@ -358,13 +364,7 @@ START_TEST(test_emptied_redis_gets_batch_once)
     struct cluster *cl = start();
     redisContext *c;
 
-    serve(ts, 10, 5);
-    flush_all(ts, cl);
-    serve(ts, 20, 0);
-    kill(srv.pid, SIGSTOP);
-    tenants_usage_flush(ts, cl, 100);
-    kill(srv.pid, SIGCONT);
-    wait_in_redis("prompt_tokens", 30);
+    lose_an_answer(ts, cl);
     c = test_redis_connect(&srv, NULL);
     freeReplyObject(redisCommand(c, "FLUSHALL"));
     redisFree(c);
