@@ -249,6 +249,10 @@ enum tenant_usage_field {
     TENANT_USAGE_FIELDS
 };
 
+/* Its name in Redis's hash and in /status.json: "requests",
+ * "prompt_tokens", "completion_tokens", "tokens_saved". */
+const char *tenant_usage_field_name(enum tenant_usage_field field);
+
 /* One tenant as the status view (status.h) shows it: a copy. */
 struct tenant_status {
     char name[TENANT_NAME_MAX];
@@ -295,10 +299,10 @@ struct cluster;
  * Redis had applied it, is sent again, the same and with the same
  * number, until Redis answers; Redis's script adds a number once per
  * process and tenant, so no count is lost or added twice
- * (tenant_usage.c).  Takes the tenants' lock only to take and to
- * mark it done, never across the round trip; a second call while one is
- * under way (a reload's new beat beside the old) returns at once.
- * Borrows everything.
+ * (tenant_usage.c).  Takes the tenants' lock only to take the batches
+ * and to mark them done, never across the round trip; a second call
+ * while one is under way (a reload's new beat beside the old) returns
+ * at once.  Borrows everything.
  */
 void tenants_usage_flush(void *ts, struct cluster *cl, int64_t timeout_ms);
 

@@ -108,8 +108,8 @@ struct tenants {
     size_t n, cap;
     int flushing;               /* a usage flush is under way */
     int usage_failing;          /* the last flush left counts unsent */
-    char boot[17];              /* this process's name in the usage
-                                   batches' numbers (random hex) */
+    char boot[25];              /* this process's name in the usage
+                                   batches' numbers (hex) */
 };
 
 /* The name and the usage of entry 'e'.  Under the tenants' lock. */
@@ -122,14 +122,15 @@ struct tenant_usage *tenant_entry_usage(struct tenant_entry *e,
  * send into out[] and *seq: the pending one again, else what came
  * since the last answer, numbered anew; returns 1, or 0 with *seq 0
  * when there is nothing to add (the totals are only read).  Done:
- * batch 'seq' (0: a read) had its round trip: 'ok' (Redis answered 'cluster', its totals)
- * makes it sent; a failure keeps it pending, to be taken again.
+ * batch 'seq' (0: a read) had its round trip; 'ok' (Redis answered
+ * 'cluster', its totals) makes it sent; a failure keeps it pending, to
+ * be taken again.
  */
 int tenant_usage_take(struct tenant_usage *u,
                       uint64_t out[TENANT_USAGE_FIELDS], uint64_t *seq);
 void tenant_usage_done(struct tenant_usage *u, uint64_t seq, int ok,
-                         const uint64_t cluster[TENANT_USAGE_FIELDS],
-                         int64_t now_us);
+                       const uint64_t cluster[TENANT_USAGE_FIELDS],
+                       int64_t now_us);
 
 /* Test builds only: the script's reply 'r' (borrowed): 0 with
  * *applied (0 read, 1 added, 2 a batch added before) and out[] the

@@ -9,12 +9,14 @@
  * tenants' lock it already holds); the beat takes each tenant's batch,
  * what came since the last one Redis took, sends them all in one
  * pipelined round trip, and marks each done by its answer.
+ *
  * Exactly once: a round trip can fail after Redis ran it (a timeout, a
  * connection cut on the way back), so a batch without an answer is
- * never merged with newer counts nor dropped: it is sent again, the same, under the same
- * number, until an answer comes; newer counts wait for the next batch.
- * Redis's script keeps, per tenant and per process (a random name drawn
- * at the first flush, so that a restarted gateway, or another with the
+ * never merged with newer counts nor dropped: it is sent again, the
+ * same, under the same number, until an answer comes; newer counts
+ * wait for the next batch.  Redis's script keeps, per tenant and per
+ * process (a name drawn at the first flush from the host, the time, the
+ * process and chance, so that a restarted gateway, or another with the
  * same node name, starts afresh), the highest number it added, and adds
  * a batch only above it: a resend of a batch it had added is answered
  * "added before", and is done as sent.  The marker lives a day after
@@ -31,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <hiredis/hiredis.h>
 
@@ -136,8 +139,8 @@ tenant_usage_take(struct tenant_usage *u, uint64_t out[TENANT_USAGE_FIELDS],
 
 GW_TESTABLE void
 tenant_usage_done(struct tenant_usage *u, uint64_t seq, int ok,
-                    const uint64_t cluster[TENANT_USAGE_FIELDS],
-                    int64_t now_us)
+                  const uint64_t cluster[TENANT_USAGE_FIELDS],
+                  int64_t now_us)
 {
     if (!ok)
         return;                 /* a pending batch stays, as it is */
@@ -157,6 +160,12 @@ tenant_usage_done(struct tenant_usage *u, uint64_t seq, int ok,
 static const char *const field_names[TENANT_USAGE_FIELDS] = {
     "requests", "prompt_tokens", "completion_tokens", "tokens_saved",
 };
+
+const char *
+tenant_usage_field_name(enum tenant_usage_field field)
+{
+    return field_names[field];
+}
 
 /* A total: its decimal digits, at most 19 (HINCRBY's int64 range). */
 static int
@@ -261,7 +270,7 @@ send_chunk(struct cluster *cl, const char *boot, struct item *items,
     redisReply **replies = gw_calloc(n, sizeof(*replies));
     size_t *of = gw_calloc(n, sizeof(*of));
     size_t m = 0;
-    char what[64];
+    char what[sizeof("usage-seen:") + sizeof(((struct tenants *)0)->boot)];
     int applied, rc;
 
     if (a == NULL || cmds == NULL || replies == NULL || of == NULL) {
@@ -317,6 +326,25 @@ out:
     gw_free(a);
 }
 
+/*
+ * This process's name in its batches' numbers: gw_random_hex() alone is
+ * seeded from a clock two processes may share; the host, the wall
+ * clock and the process id make two gateways' names differ.
+ */
+static void
+boot_name(char *out, size_t n)
+{
+    char host[256] = "", rnd[9];
+    uint64_t h;
+
+    if (gethostname(host, sizeof(host) - 1) != 0)
+        host[0] = '\0';
+    h = gw_fnv1a64(UINT64_C(0xcbf29ce484222325), host, strlen(host));
+    h = gw_mix64(h ^ (uint64_t)gw_wall_ms() ^ ((uint64_t)getpid() << 40));
+    gw_random_hex(rnd, sizeof(rnd) - 1);
+    snprintf(out, n, "%016" PRIx64 "%s", h, rnd);
+}
+
 void
 tenants_usage_flush(void *arg, struct cluster *cl, int64_t timeout_ms)
 {
@@ -341,7 +369,7 @@ tenants_usage_flush(void *arg, struct cluster *cl, int64_t timeout_ms)
     }
     ts->flushing = 1;
     if (ts->boot[0] == '\0')
-        gw_random_hex(ts->boot, sizeof(ts->boot) - 1);
+        boot_name(ts->boot, sizeof(ts->boot));
     n = ts->n;
     for (size_t i = 0; i < n; i++) {
         const char *name;

@@ -353,13 +353,10 @@ limit(const struct config_tenant *ct, uint64_t v)
 static json_t *
 usage_json(const uint64_t *u, int *failed)
 {
-    static const char *const names[TENANT_USAGE_FIELDS] = {
-        "requests", "prompt_tokens", "completion_tokens", "tokens_saved",
-    };
     json_t *o = json_object();
 
     for (size_t f = 0; f < TENANT_USAGE_FIELDS; f++)
-        put(o, names[f], count(u[f]), failed);
+        put(o, tenant_usage_field_name(f), count(u[f]), failed);
     return o;
 }
 
