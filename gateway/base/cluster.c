@@ -10,8 +10,11 @@
  */
 #include "base/cluster.h"
 
+#include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -178,17 +181,14 @@ json_text(json_t *o, const char *key, char *out, size_t n)
     return 0;
 }
 
-/* One heartbeat (its JSON and PTTL replies) into *m. */
-static int
-read_member(const redisReply *v, const redisReply *ttl,
-            struct cluster_member *m)
+int
+cluster_heartbeat_read(const redisReply *v, struct cluster_member *m)
 {
     json_t *o = NULL, *gen, *started;
     int rc = GW_EPARSE;
 
-    if (v == NULL || ttl == NULL || v->type != REDIS_REPLY_STRING
-        || v->len > HEARTBEAT_MAX || ttl->type != REDIS_REPLY_INTEGER
-        || ttl->integer < 0)
+    if (v == NULL || v->type != REDIS_REPLY_STRING
+        || v->len > HEARTBEAT_MAX)
         goto out;
     o = json_loadb(v->str, v->len, JSON_REJECT_DUPLICATES, NULL);
     if (!json_is_object(o))
@@ -201,14 +201,31 @@ read_member(const redisReply *v, const redisReply *ttl,
         || !json_is_integer(gen) || json_integer_value(gen) < 0
         || !json_is_integer(started) || json_integer_value(started) < 0)
         goto out;
+    /* An older version's heartbeat has no instance: "" then. */
+    m->instance[0] = '\0';
+    if (json_object_get(o, "instance") != NULL
+        && json_text(o, "instance", m->instance, sizeof(m->instance)) != 0)
+        goto out;
     m->generation = (uint64_t)json_integer_value(gen);
     m->started_unix_ms = json_integer_value(started);
-    m->ttl_ms = ttl->integer;
+    m->ttl_ms = 0;
     rc = 0;
 
 out:
     json_decref(o);
     return rc;
+}
+
+/* One heartbeat (its JSON and PTTL replies) into *m. */
+static int
+read_member(const redisReply *v, const redisReply *ttl,
+            struct cluster_member *m)
+{
+    if (ttl == NULL || ttl->type != REDIS_REPLY_INTEGER || ttl->integer < 0
+        || cluster_heartbeat_read(v, m) != 0)
+        return GW_EPARSE;
+    m->ttl_ms = ttl->integer;
+    return 0;
 }
 
 int
@@ -226,6 +243,56 @@ cluster_members_read(const redisReply *r, struct cluster_member *out,
 
 /* ---- lifecycle ---- */
 
+static pthread_once_t instance_once = PTHREAD_ONCE_INIT;
+static char instance[CLUSTER_INSTANCE_LEN + 1];
+
+/* This process's instance id: random, so that two processes never share
+ * it, even two started in the same microsecond on two hosts. */
+static void
+instance_init(void)
+{
+    static const char hex[] = "0123456789abcdef";
+    unsigned char r[CLUSTER_INSTANCE_LEN / 2];
+
+    if (getrandom(r, sizeof(r), GRND_NONBLOCK) != (ssize_t)sizeof(r)) {
+        gw_random_hex(instance, CLUSTER_INSTANCE_LEN);
+        return;
+    }
+    for (size_t i = 0; i < sizeof(r); i++) {
+        instance[2 * i] = hex[r[i] >> 4];
+        instance[2 * i + 1] = hex[r[i] & 15];
+    }
+    instance[CLUSTER_INSTANCE_LEN] = '\0';
+}
+
+const char *
+cluster_instance(void)
+{
+    pthread_once(&instance_once, instance_init);
+    return instance;
+}
+
+GW_TESTABLE void
+cluster_node_name(const char *host, int port, char *out, size_t n)
+{
+    char suffix[32];
+    size_t hn = strlen(host), room;
+
+    if (port != 0)
+        snprintf(suffix, sizeof(suffix), ":%d", port);
+    else
+        snprintf(suffix, sizeof(suffix), ":pid%ld", (long)getpid());
+    if (n == 0)
+        return;
+    room = n - 1 > strlen(suffix) ? n - 1 - strlen(suffix) : 0;
+    /* A pod's name ends in its unique part ("api-7d9f8b6c5-x2kq4"): keep
+     * the end of a long host name, not its start, or every replica of a
+     * Deployment would be the same node. */
+    if (hn > room)
+        host += hn - room;
+    snprintf(out, n, "%s%s", host, suffix);
+}
+
 /*
  * The default node name: the host name and the listen port, or the
  * process id when the port is 0 (chosen by the kernel, as in tests), so
@@ -234,7 +301,9 @@ cluster_members_read(const redisReply *r, struct cluster_member *out,
 static void
 default_node(const struct gw_config *cfg, char *out, size_t n)
 {
-    char host[65] = "localhost";
+    /* Linux allows HOST_NAME_MAX (64) bytes, and gethostname() fails
+     * with ENAMETOOLONG on a buffer with no room for the NUL. */
+    char host[HOST_NAME_MAX + 2] = "";
     const char *addr = cfg->listen[0] != '\0' ? cfg->listen
                        : cfg->tls_listen;
     const char *h;
@@ -245,10 +314,7 @@ default_node(const struct gw_config *cfg, char *out, size_t n)
         snprintf(host, sizeof(host), "localhost");
     if (net_parse_hostport(addr, &h, &hn, &port) != 0)
         port = 0;
-    if (port != 0)
-        snprintf(out, n, "%.40s:%d", host, port);
-    else
-        snprintf(out, n, "%.40s:pid%ld", host, (long)getpid());
+    cluster_node_name(host, port, out, n);
 }
 
 int

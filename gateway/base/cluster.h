@@ -17,13 +17,15 @@
  * a hash of one: tenants are named by their configured names.
  *
  * Membership: the beat writes "<prefix>{@gateways}:node:<node>" (this
- * gateway: node, version, configuration generation, start time) with a
- * time to live of 'lease', and its node into the sorted set
+ * gateway: node, instance id, version, configuration generation, start
+ * time) with a time to live of 'lease', and its node into the sorted set
  * "<prefix>{@gateways}:members" scored by that expiry on Redis's clock,
  * in one script; the same script drops expired members and returns the
  * live ones.  A gateway that stops beating is gone from every view
  * within 'lease'; one that stops cleanly is too (it deletes nothing, so
- * a reload that keeps the node name never blinks).
+ * a reload that keeps the node name never blinks).  Two gateways given
+ * one node name would hide each other; the beat reads the heartbeat it
+ * replaces and warns when another process's instance id wrote it.
  *
  * Failure: no round trip waits longer than its deadline (redis_timeout
  * on the request path).  The beat runs every lease / 3 (at most 5 s, at
@@ -64,6 +66,7 @@
 #define CLUSTER_MEMBERS_MAX 64      /* gateways listed */
 #define CLUSTER_KEY_MAX 256         /* bytes of a key, with its NUL */
 #define CLUSTER_TAG_GATEWAYS "@gateways"
+#define CLUSTER_INSTANCE_LEN 16     /* hex digits of a process's id */
 /* The backoff between tries while Redis is gone. */
 #define CLUSTER_BACKOFF_MIN_MS 100
 #define CLUSTER_BACKOFF_MAX_MS 5000
@@ -142,6 +145,7 @@ int cluster_key(const struct cluster *cl, const char *tag, const char *what,
 /* One gateway of the membership, as its heartbeat says. */
 struct cluster_member {
     char node[CONFIG_NAME_MAX + 1];
+    char instance[CLUSTER_INSTANCE_LEN + 1];    /* "" from an older one */
     char version[32];
     uint64_t generation;
     int64_t started_unix_ms;
@@ -158,6 +162,28 @@ struct cluster_member {
  */
 int cluster_members_read(const redisReply *r, struct cluster_member *out,
                          size_t max, size_t *n);
+
+/*
+ * One heartbeat's JSON 'v' (borrowed) into *m, its ttl_ms 0.  Returns 0,
+ * or GW_EPARSE when 'v' is not a heartbeat.  Any bytes (fuzzed).
+ */
+int cluster_heartbeat_read(const redisReply *v, struct cluster_member *m);
+
+/*
+ * This process's instance id, CLUSTER_INSTANCE_LEN random hex digits,
+ * the same for every cluster it starts: its heartbeat carries it, so
+ * that two gateways given one node name see each other (cluster_beat.c).
+ */
+const char *cluster_instance(void);
+
+#ifdef INFERGW_UNIT_TEST
+/*
+ * Test builds only: the default node name for host name 'host' and
+ * listen port 'port' (0: ":pid<pid>" instead) into out[0..n): the END
+ * of a host name too long to fit, so that pods keep their unique part.
+ */
+void cluster_node_name(const char *host, int port, char *out, size_t n);
+#endif
 
 /* What the status view shows of a cluster: a copy. */
 struct cluster_status {

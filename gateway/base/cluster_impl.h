@@ -46,6 +46,8 @@ struct cluster {
     char last_error[200];           /* (L) */
     struct cluster_member members[CLUSTER_MEMBERS_MAX];     /* (L) */
     size_t num_members;             /* (L) */
+    uint64_t dup_seen;              /* the beat thread's: heartbeats of */
+    int64_t dup_logged_ms;          /* another instance under our node */
 };
 
 /* The beat thread (cluster_beat.c), started by cluster_start(). */

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""032 - [cluster]: gateways that know each other through Redis (issue
+"""033 - [cluster]: gateways that know each other through Redis (issue
 28, items 2, 6, 7 and 8 as far as they go without shared limits).
 
 Each test starts its own redis-server (tools: redis-server, Debian's
@@ -245,6 +245,30 @@ def test_redis_lost_and_back(t):
     h = metrics(g)
     assert metric(h, "infergw_cluster_latency_seconds_count",
                   op="heartbeat") >= 3
+
+
+def test_two_gateways_with_one_node_name_warn(t):
+    """Two gateways given the same node overwrite one heartbeat key and
+    hide each other; each heartbeat carries its process's random
+    instance id, so they notice and say so."""
+    r = Redis(t.tmp)
+    m = t.mock()
+    a = gateway(t, m, r, "gw-same")
+    b = gateway(t, m, r, "gw-same")
+
+    def warned(g):
+        return [l for l in g.log_lines()
+                if "writes heartbeats as node=gw-same too" in l]
+    # lease 1 s: a beat every 333 ms, a second sighting within a second.
+    wait_for(lambda: warned(a) and warned(b), budget(5),
+             msg="both gateways warn of the other")
+    # Rate-limited: one line each, not one per beat.
+    time.sleep(budget(1))
+    assert len(warned(a)) == 1 and len(warned(b)) == 1, (warned(a),
+                                                         warned(b))
+    ids = [re.search(r"this one is instance ([0-9a-f]{16})",
+                     warned(g)[0]).group(1) for g in (a, b)]
+    assert ids[0] != ids[1], ids
 
 
 def test_reload(t):

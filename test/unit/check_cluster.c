@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <hiredis/hiredis.h>
 
@@ -76,6 +77,30 @@ START_TEST(test_keys)
                      GW_ETOOBIG);
     ck_assert_str_eq(small, "");
     cluster_unref(cl);
+}
+END_TEST
+
+/* The default node name keeps a long host name's end (its unique part
+ * in a pod's name) and the port. */
+START_TEST(test_node_name)
+{
+    /* 46 bytes, as Kubernetes names a Deployment's pods. */
+    const char *pod = "inference-gateway-production-7d9f8b6c5db-x2kq4";
+    const char *h64 = "0123456789012345678901234567890123456789"
+                      "012345678901234567890123";
+    char out[CONFIG_NAME_MAX + 1], want[CONFIG_NAME_MAX + 1];
+
+    ck_assert_uint_eq(strlen(pod), 46);
+    cluster_node_name(pod, 8080, out, sizeof(out));
+    ck_assert_str_eq(out, "inference-gateway-production-7d9f8b6c5db-x2kq4"
+                     ":8080");
+    cluster_node_name(h64, 65535, out, sizeof(out));
+    ck_assert_uint_eq(strlen(out), CONFIG_NAME_MAX);
+    ck_assert_str_eq(out, "67890123456789012345678901234567890123456789"
+                     "01234567890123:65535");
+    cluster_node_name("h", 0, out, sizeof(out));
+    snprintf(want, sizeof(want), "h:pid%ld", (long)getpid());
+    ck_assert_str_eq(out, want);
 }
 END_TEST
 
@@ -199,6 +224,8 @@ START_TEST(test_beat_lists_this_gateway)
     wait_up(cl, 1, 1);
     s = status_of(cl);
     ck_assert_str_eq(s->members[0].node, "gw-test");
+    ck_assert_str_eq(s->members[0].instance, cluster_instance());
+    ck_assert_uint_eq(strlen(cluster_instance()), CLUSTER_INSTANCE_LEN);
     ck_assert_uint_eq(s->members[0].generation, 7);
     ck_assert_int_eq(s->members[0].started_unix_ms, 1700000000000);
     ck_assert_int_le(s->members[0].ttl_ms, 1000);
@@ -320,6 +347,7 @@ cluster_suite(void)
 
     tc = tcase("keys");
     tcase_add_test(tc, test_keys);
+    tcase_add_test(tc, test_node_name);
     tcase_add_test(tc, test_same_config);
     suite_add_tcase(s, tc);
 
