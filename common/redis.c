@@ -488,6 +488,18 @@ round_trip(struct redis_conn *c, const struct redis_cmd *cmds, size_t n,
     return rc;
 }
 
+/*
+ * Does hiredis's reader hold bytes past the replies we took: the start
+ * of another reply, or whole ones nobody asked for?  They would answer
+ * the next caller's command (poll() in quiet() cannot see them: they
+ * left the socket already), so such a connection is never reused.
+ */
+static int
+leftover(const redisContext *ctx)
+{
+    return ctx->reader->pos < ctx->reader->len || ctx->reader->ridx != -1;
+}
+
 GW_TESTABLE int
 redis_pipeline(struct redis_conn *c, const struct redis_cmd *cmds, size_t n,
                redisReply **replies, int64_t deadline_ms)
@@ -499,6 +511,10 @@ redis_pipeline(struct redis_conn *c, const struct redis_cmd *cmds, size_t n,
     if (n == 0 || n > REDIS_PIPELINE_MAX)
         goto out;
     rc = round_trip(c, cmds, n, replies, deadline_ms);
+    /* Our n replies came in order, so they are ours; what follows is
+     * not, and the connection goes with it. */
+    if (rc == 0 && leftover(c->ctx))
+        c->broken = 1;
 
 out:
     if (rc != 0) {
@@ -548,6 +564,11 @@ hello(struct redis_pool *p, redisContext *ctx, int64_t deadline_ms,
     if (rc != 0) {
         snprintf(err, errlen, "%s", ctx->err != 0 ? ctx->errstr
                  : gw_strerror(rc));
+        goto out;
+    }
+    if (leftover(ctx)) {
+        snprintf(err, errlen, "hello: more replies than commands");
+        rc = GW_EPARSE;
         goto out;
     }
     for (size_t i = 0; i < n; i++) {

@@ -11,6 +11,9 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include "redis.h"
 #include "redisutil.h"
@@ -170,6 +173,119 @@ ping(struct redis_pool *p, int64_t deadline)
     }
     return rc;
 }
+
+/* ---- the pool, against a fake server ---- */
+
+/*
+ * A fake Redis on a unix socket, one connection, in a thread: after each
+ * read it writes the next of 'answers' (none left: it only reads).  The
+ * test's process ends the thread (Check's fork mode).
+ */
+struct fake {
+    int lfd;
+    char path[108];
+    const char *const *answers;
+    size_t n;
+    void (*after)(int fd);      /* once the answers are out, or NULL */
+    pthread_t thread;
+};
+
+static void *
+fake_serve(void *arg)
+{
+    struct fake *f = arg;
+    char buf[4096];
+    size_t turn = 0;
+    int fd = accept(f->lfd, NULL, NULL);
+
+    for (;;) {
+        ssize_t n = read(fd, buf, sizeof(buf));
+
+        if (n <= 0)
+            break;
+        if (turn < f->n) {
+            (void)!write(fd, f->answers[turn], strlen(f->answers[turn]));
+            if (++turn == f->n && f->after != NULL)
+                f->after(fd);
+        }
+    }
+    close(fd);
+    return NULL;
+}
+
+/* Start fake 'f' (answers set); its pool of one connection, unfilled. */
+static struct redis_pool *
+fake_start(struct fake *f)
+{
+    struct sockaddr_un a = { .sun_family = AF_UNIX };
+    char url[140];
+
+    snprintf(f->path, sizeof(f->path), "/tmp/check-redis-%d.sock",
+             (int)getpid());
+    unlink(f->path);
+    snprintf(a.sun_path, sizeof(a.sun_path), "%s", f->path);
+    f->lfd = socket(AF_UNIX, SOCK_STREAM, 0);
+    ck_assert_int_ne(f->lfd, -1);
+    ck_assert_int_eq(bind(f->lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+    ck_assert_int_eq(listen(f->lfd, 4), 0);
+    ck_assert_int_eq(pthread_create(&f->thread, NULL, fake_serve, f), 0);
+    snprintf(url, sizeof(url), "unix:%s", f->path);
+    return pool_for(url, NULL, 1);
+}
+
+static void
+fake_stop(struct fake *f)
+{
+    unlink(f->path);
+}
+
+/* GET k on 'p'; its reply's text in out[0..n), or "" on an error. */
+static int
+get_k(struct redis_pool *p, char *out, size_t n)
+{
+    const char *argv[] = { "GET", "k" };
+    struct redis_cmd cmd = { NULL, 0, 2, argv, NULL };
+    redisReply *r;
+    int rc = redis_pool_pipeline(p, &cmd, 1, &r, gw_now_ms() + 500);
+
+    snprintf(out, n, "%s", rc == 0 && r->str != NULL ? r->str : "");
+    redis_replies_free(&r, 1);
+    return rc;
+}
+
+/* A reply nobody asked for, in the same read as the last one asked for,
+ * must not answer the next caller: the connection is closed instead. */
+START_TEST(test_stale_reply_never_reaches_the_next_caller)
+{
+    static const char *const after_get[] = {
+        "+PONG\r\n", "$5\r\nREAL!\r\n+STALE\r\n", "$5\r\nREAL!\r\n",
+    };
+    static const char *const after_hello[] = {
+        "+PONG\r\n+STALE\r\n", "$5\r\nREAL!\r\n",
+    };
+    struct fake f = { .answers = after_get, .n = 3 };
+    struct redis_pool *p = fake_start(&f);
+    char got[32], err[128];
+
+    fill(p, 1);
+    ck_assert_int_eq(get_k(p, got, sizeof(got)), 0);
+    ck_assert_str_eq(got, "REAL!");
+    /* Not "STALE": the connection that held it is gone. */
+    ck_assert_int_eq(get_k(p, got, sizeof(got)), GW_EUNAVAIL);
+    ck_assert_int_eq(redis_pool_connected(p), 0);
+    redis_pool_free(p);
+    fake_stop(&f);
+
+    /* The same in the hello: that connection never joins the pool. */
+    f = (struct fake){ .answers = after_hello, .n = 2 };
+    p = fake_start(&f);
+    ck_assert_int_eq(redis_pool_fill(p, gw_now_ms() + 1000, err,
+                                     sizeof(err)), GW_EPARSE);
+    ck_assert_int_eq(get_k(p, got, sizeof(got)), GW_EUNAVAIL);
+    redis_pool_free(p);
+    fake_stop(&f);
+}
+END_TEST
 
 START_TEST(test_no_connection_fails_at_once)
 {
@@ -512,6 +628,10 @@ redis_suite(void)
     tc = tcase("scripts");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_noscript_falls_back_to_eval);
+    suite_add_tcase(s, tc);
+
+    tc = tcase("fake");
+    tcase_add_test(tc, test_stale_reply_never_reaches_the_next_caller);
     suite_add_tcase(s, tc);
 
     tc = tcase("auth");
