@@ -296,7 +296,94 @@ struct redis_conn {
     int broken;                     /* its owner's: a round trip failed */
     const struct redis_script *known[REDIS_SCRIPTS_MAX];
     size_t nknown;
+    struct redis_reply_budget budget;   /* ctx's reader's privdata */
 };
+
+/* ---- the reply budget ---- */
+
+/*
+ * Charge 'elements' objects and 'bytes' string bytes to the reply that
+ * 'task' belongs to; a task without a parent starts a new reply.  0 when
+ * it fits.
+ */
+static int
+charge(const redisReadTask *task, size_t elements, size_t bytes)
+{
+    struct redis_reply_budget *b = task->privdata;
+
+    if (task->parent == NULL) {
+        b->elements = 0;
+        b->bytes = 0;
+        b->over = 0;
+    }
+    if (elements > REDIS_REPLY_ELEMENTS_MAX - b->elements
+        || bytes > REDIS_REPLY_BYTES_MAX - b->bytes) {
+        b->over = 1;
+        return -1;
+    }
+    b->elements += elements;
+    b->bytes += bytes;
+    return 0;
+}
+
+static void *
+bounded_string(const redisReadTask *task, char *str, size_t len)
+{
+    const struct redis_reply_budget *b = task->privdata;
+
+    return charge(task, 1, len) == 0 ? b->fn->createString(task, str, len)
+           : NULL;
+}
+
+static void *
+bounded_array(const redisReadTask *task, int elements)
+{
+    const struct redis_reply_budget *b = task->privdata;
+
+    /* Before hiredis callocs the slots, not after. */
+    return charge(task, 1 + (size_t)(elements > 0 ? elements : 0), 0) == 0
+           ? b->fn->createArray(task, elements) : NULL;
+}
+
+static void *
+bounded_integer(const redisReadTask *task, long long value)
+{
+    const struct redis_reply_budget *b = task->privdata;
+
+    return charge(task, 1, 0) == 0 ? b->fn->createInteger(task, value)
+           : NULL;
+}
+
+static void *
+bounded_nil(const redisReadTask *task)
+{
+    const struct redis_reply_budget *b = task->privdata;
+
+    return charge(task, 1, 0) == 0 ? b->fn->createNil(task) : NULL;
+}
+
+static void
+bounded_free(void *reply)
+{
+    freeReplyObject(reply);
+}
+
+static redisReplyObjectFunctions bounded_fn = {
+    bounded_string, bounded_array, bounded_integer, bounded_nil,
+    bounded_free,
+};
+
+void
+redis_reader_bound(redisReader *r, struct redis_reply_budget *b)
+{
+    /* hiredis 0.14 copies the reader's privdata into every task. */
+    if (r->fn != &bounded_fn)
+        b->fn = r->fn;
+    b->elements = b->bytes = 0;
+    b->over = 0;
+    r->fn = &bounded_fn;
+    r->privdata = b;
+}
 
 struct redis_pool {
     struct redis_url url;           /* immutable; password wiped at free */
@@ -359,8 +446,13 @@ read_reply(redisContext *ctx, redisReply **out, int64_t deadline_ms)
 
     *out = NULL;
     for (;;) {
-        if (redisGetReplyFromReader(ctx, &r) != REDIS_OK)
+        if (redisGetReplyFromReader(ctx, &r) != REDIS_OK) {
+            const struct redis_reply_budget *b = ctx->reader->privdata;
+
+            if (b != NULL && b->over)
+                return GW_ETOOBIG;
             return ctx->err == REDIS_ERR_OOM ? GW_ENOMEM : GW_EPARSE;
+        }
         if (r != NULL) {
             *out = r;
             return 0;
@@ -535,7 +627,7 @@ static int
 hello(struct redis_pool *p, redisContext *ctx, int64_t deadline_ms,
       char *err, size_t errlen)
 {
-    struct redis_conn c = { ctx, SLOT_FILLING, 0, { NULL }, 0 };
+    struct redis_conn c = { .ctx = ctx, .state = SLOT_FILLING };
     const char *auth[3] = { "AUTH", p->url.user, p->password };
     char db[24];
     const char *select[2] = { "SELECT", db };
@@ -586,10 +678,11 @@ out:
     return rc;
 }
 
-/* A new connection, hello said, non-blocking.  OUT *out. */
+/* A new connection, hello said, non-blocking, its replies bounded by
+ * 'budget' (the slot's).  OUT *out. */
 static int
-dial(struct redis_pool *p, int64_t deadline_ms, redisContext **out,
-     char *err, size_t errlen)
+dial(struct redis_pool *p, struct redis_reply_budget *budget,
+     int64_t deadline_ms, redisContext **out, char *err, size_t errlen)
 {
     int left = gw_ms_left(deadline_ms);
     struct timeval tv = { left / 1000, (left % 1000) * 1000 };
@@ -618,6 +711,7 @@ dial(struct redis_pool *p, int64_t deadline_ms, redisContext **out,
         goto out;
     }
     ctx->flags &= ~REDIS_BLOCK;
+    redis_reader_bound(ctx->reader, budget);
     rc = hello(p, ctx, deadline_ms, err, errlen);
     if (rc == 0) {
         *out = ctx;
@@ -697,7 +791,7 @@ redis_pool_fill(struct redis_pool *p, int64_t deadline_ms, char *err,
         }
         c->state = SLOT_FILLING;
         gw_mutex_unlock(&p->lock);
-        rc = dial(p, deadline_ms, &ctx, err, errlen);
+        rc = dial(p, &c->budget, deadline_ms, &ctx, err, errlen);
         gw_mutex_lock(&p->lock);
         if (rc == 0) {
             c->ctx = ctx;

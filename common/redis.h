@@ -46,6 +46,12 @@
  * (GW_ETOOBIG), so a confused server cannot make a reader buffer without
  * bound. */
 #define REDIS_REPLY_MAX (4u << 20)
+/* The most objects one reply may build (arrays count their declared
+ * elements, every object counts one), and the most string bytes: hiredis
+ * allocates an array's slots when its header arrives, so "*100000000"
+ * alone would cost 800 MB before a single element came. */
+#define REDIS_REPLY_ELEMENTS_MAX 65536
+#define REDIS_REPLY_BYTES_MAX REDIS_REPLY_MAX
 
 /*
  * Where Redis is and who we are to it: "redis://[user:password@]host
@@ -110,6 +116,28 @@ struct redis_cmd {
     const size_t *argvlen;
 };
 
+/*
+ * What one reply has cost so far (redis_reader_bound()).  Reset at each
+ * new reply; 'over' tells a refusal by the budget from a real out of
+ * memory.
+ */
+struct redis_reply_budget {
+    const redisReplyObjectFunctions *fn;    /* hiredis's own */
+    size_t elements;
+    size_t bytes;
+    int over;
+};
+
+/*
+ * Make reader 'r' refuse a reply past REDIS_REPLY_ELEMENTS_MAX objects
+ * or REDIS_REPLY_BYTES_MAX string bytes: the object function returns
+ * NULL, so hiredis fails the read (REDIS_ERR_OOM) and frees what it
+ * built, and b->over says why.  'b' is borrowed and must outlive 'r'
+ * (it is r's privdata).  Every reader the pool makes is bound so; the
+ * fuzzer binds its own the same way.
+ */
+void redis_reader_bound(redisReader *r, struct redis_reply_budget *b);
+
 struct redis_pool;
 struct redis_conn;
 
@@ -173,7 +201,8 @@ size_t redis_pool_connected(struct redis_pool *p);
  * replies[i] is NULL: GW_EUNAVAIL (no connection: at once), GW_ETIMEDOUT
  * (every connection busy until the deadline, or no answer by it),
  * GW_EIO (reset, closed), GW_EPARSE (not the protocol), GW_ETOOBIG (a
- * reply past REDIS_REPLY_MAX), GW_EINVAL (n or an argc past its bound),
+ * reply past REDIS_REPLY_MAX unparsed, or past REDIS_REPLY_ELEMENTS_MAX
+ * or REDIS_REPLY_BYTES_MAX), GW_EINVAL (n or an argc past its bound),
  * GW_ENOMEM.  A connection whose round trip failed is closed.
  */
 int redis_pool_pipeline(struct redis_pool *p, const struct redis_cmd *cmds,

@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -284,6 +285,91 @@ START_TEST(test_stale_reply_never_reaches_the_next_caller)
     ck_assert_int_eq(get_k(p, got, sizeof(got)), GW_EUNAVAIL);
     redis_pool_free(p);
     fake_stop(&f);
+}
+END_TEST
+
+/* After the answers: ":1\r\n" for as long as the client reads. */
+static void
+flood_ones(int fd)
+{
+    static char chunk[65536];
+
+    for (size_t i = 0; i < sizeof(chunk); i += 4)
+        memcpy(chunk + i, ":1\r\n", 4);
+    while (write(fd, chunk, sizeof(chunk)) > 0)
+        continue;
+}
+
+/* An array header asks for 100 million elements, and they come: the
+ * round trip fails by its deadline without the memory growing. */
+START_TEST(test_array_bomb)
+{
+    static const char *const answers[] = { "+PONG\r\n", "*100000000\r\n" };
+    struct fake f = { .answers = answers, .n = 2, .after = flood_ones };
+    struct redis_pool *p;
+    struct rusage ru0, ru1;
+    char got[32];
+    int64_t t0;
+
+    signal(SIGPIPE, SIG_IGN);
+    p = fake_start(&f);
+    fill(p, 1);
+    getrusage(RUSAGE_SELF, &ru0);
+    t0 = gw_now_ms();
+    ck_assert_int_eq(get_k(p, got, sizeof(got)), GW_ETOOBIG);
+    ck_assert_int_lt(gw_now_ms() - t0, 500);
+    getrusage(RUSAGE_SELF, &ru1);
+    ck_assert_int_lt(ru1.ru_maxrss - ru0.ru_maxrss, 50 * 1024);   /* KB */
+    ck_assert_int_eq(redis_pool_connected(p), 0);
+    redis_pool_free(p);
+    fake_stop(&f);
+}
+END_TEST
+
+/* The budget is the reply's, not each array's: two arrays of 40,000
+ * together are past it.  Any one reply under it reads (the next). */
+START_TEST(test_reply_budget_is_per_reply)
+{
+    static char nested[2 * 16 + 2 * 40000 * 4 + 16], flat[16 + 30000 * 4];
+    const char *answers[] = { "+PONG\r\n", nested };
+    struct fake f = { .answers = answers, .n = 2 };
+    struct redis_pool *p;
+    redisReader *r = redisReaderCreate();
+    struct redis_reply_budget b;
+    void *reply = NULL;
+    size_t o;
+    char got[32];
+
+    o = (size_t)snprintf(nested, sizeof(nested), "*2\r\n");
+    for (int k = 0; k < 2; k++) {
+        o += (size_t)snprintf(nested + o, sizeof(nested) - o, "*40000\r\n");
+        for (int i = 0; i < 40000; i++, o += 4)
+            memcpy(nested + o, ":1\r\n", 4);
+    }
+    nested[o] = '\0';
+    p = fake_start(&f);
+    fill(p, 1);
+    ck_assert_int_eq(get_k(p, got, sizeof(got)), GW_ETOOBIG);
+    redis_pool_free(p);
+    fake_stop(&f);
+
+    /* On a reader of one's own (the fuzzer's way): two replies of
+     * 30,000 each read one after the other. */
+    o = (size_t)snprintf(flat, sizeof(flat), "*30000\r\n");
+    for (int i = 0; i < 30000; i++, o += 4)
+        memcpy(flat + o, ":1\r\n", 4);
+    redis_reader_bound(r, &b);
+    for (int k = 0; k < 2; k++) {
+        ck_assert_int_eq(redisReaderFeed(r, flat, o), REDIS_OK);
+        ck_assert_int_eq(redisReaderGetReply(r, &reply), REDIS_OK);
+        ck_assert_ptr_nonnull(reply);
+        ck_assert_uint_eq(((redisReply *)reply)->elements, 30000);
+        freeReplyObject(reply);
+    }
+    ck_assert_int_eq(redisReaderFeed(r, nested, strlen(nested)), REDIS_OK);
+    ck_assert_int_eq(redisReaderGetReply(r, &reply), REDIS_ERR);
+    ck_assert(b.over);
+    redisReaderFree(r);
 }
 END_TEST
 
@@ -632,6 +718,8 @@ redis_suite(void)
 
     tc = tcase("fake");
     tcase_add_test(tc, test_stale_reply_never_reaches_the_next_caller);
+    tcase_add_test(tc, test_array_bomb);
+    tcase_add_test(tc, test_reply_budget_is_per_reply);
     suite_add_tcase(s, tc);
 
     tc = tcase("auth");
