@@ -342,6 +342,64 @@ cluster_free(struct cluster *cl)
     gw_free(cl);
 }
 
+/*
+ * Beat threads not yet ended, process-wide, so that the process's exit
+ * waits for them (cluster_wait_beats()): they are detached, and nobody
+ * else joins them.
+ */
+static struct {
+    pthread_once_t once;
+    struct gw_mutex lock;
+    pthread_cond_t cv;          /* signalled as 'running' drops */
+    int running;                /* (lock) */
+} beats = { PTHREAD_ONCE_INIT };
+
+static void
+beats_init(void)
+{
+    gw_mutex_init(&beats.lock);
+    gw_cond_init(&beats.cv);
+}
+
+static void
+beats_add(int n)
+{
+    pthread_once(&beats.once, beats_init);
+    gw_mutex_lock(&beats.lock);
+    beats.running += n;
+    pthread_cond_broadcast(&beats.cv);
+    gw_mutex_unlock(&beats.lock);
+}
+
+/* Drop one hold on 'cl'; the last frees it. */
+static void
+release(struct cluster *cl)
+{
+    if (atomic_fetch_sub(&cl->holders, 1) == 1)
+        cluster_free(cl);
+}
+
+void
+cluster_beat_exit(struct cluster *cl)
+{
+    release(cl);                /* 'cl' may be gone from here on */
+    beats_add(-1);
+}
+
+int
+cluster_wait_beats(int64_t deadline_ms)
+{
+    int rc = 0;
+
+    pthread_once(&beats.once, beats_init);
+    gw_mutex_lock(&beats.lock);
+    while (beats.running > 0 && rc == 0)
+        rc = gw_cond_timedwait(&beats.cv, &beats.lock, deadline_ms);
+    rc = beats.running > 0 ? GW_ETIMEDOUT : 0;
+    gw_mutex_unlock(&beats.lock);
+    return rc;
+}
+
 struct cluster *
 cluster_start(const struct gw_config *cfg, const struct cluster_self *self)
 {
@@ -382,8 +440,9 @@ cluster_start(const struct gw_config *cfg, const struct cluster_self *self)
     if (cl->beat_ms > 5000)
         cl->beat_ms = 5000;
     /* The beat's own round trips are not a request's: a Redis a little
-     * slow is not lost for that.  At most a second, which is also the
-     * longest a reload or the stop waits to join the thread. */
+     * slow is not lost for that.  At most a second each (its connect,
+     * then its heartbeat; a name's resolution has no bound at all): the
+     * reason nobody on the accept loop ever joins the beat. */
     cl->beat_io_ms = cfg->redis_timeout_ms < 250 ? 250
                      : cfg->redis_timeout_ms > 1000 ? 1000
                      : cfg->redis_timeout_ms;
@@ -394,13 +453,16 @@ cluster_start(const struct gw_config *cfg, const struct cluster_self *self)
     atomic_store(&cl->generation, self->generation);
     atomic_store(&cl->alive, 1);
     atomic_store(&cl->refs, 1);
+    atomic_store(&cl->holders, 2);
+    beats_add(1);
     err = pthread_create(&cl->thread, NULL, cluster_thread, cl);
     if (err != 0) {
         log_errno(GW_LOG_ERROR, err, "cluster: pthread_create");
+        beats_add(-1);
         cluster_free(cl);
         return NULL;
     }
-    cl->thread_started = 1;
+    pthread_detach(cl->thread);
     return cl;
 }
 
@@ -425,10 +487,10 @@ cluster_unref(struct cluster *cl)
 {
     if (cl == NULL || atomic_fetch_sub(&cl->refs, 1) != 1)
         return;
+    /* The beat may be in a connect or a round trip for seconds: it ends
+     * on its own and frees the cluster if it is the last to let go. */
     cluster_stop(cl);
-    if (cl->thread_started)
-        pthread_join(cl->thread, NULL);
-    cluster_free(cl);
+    release(cl);
 }
 
 void

@@ -45,9 +45,12 @@
  * requests until its last reference goes.
  *
  * Threads and locking: one beat thread per cluster, started by
- * cluster_start() and joined by the last cluster_unref(), which waits
- * for a turn under way: at most its connect and round trip bound,
- * redis_timeout within 250 ms .. 1 s (and a host name's resolution).
+ * cluster_start(), detached.  The last cluster_unref() only asks it to
+ * stop and returns at once: a turn under way may take its connect and
+ * its heartbeat, redis_timeout within 250 ms .. 1 s each, and a host
+ * name's resolution, which nothing bounds.  The beat holds the cluster
+ * too, and whichever of it and the last reference lets go last frees
+ * it.  The process waits for the beats at exit (cluster_wait_beats()).
  * The cluster's mutex guards the beat's stop flag and the state the status view
  * copies (members, last error); it is never held across I/O.  The
  * metrics are process-wide atomics.  Every function here may be called
@@ -103,16 +106,26 @@ struct cluster *cluster_start(const struct gw_config *cfg,
 struct cluster *cluster_ref(struct cluster *cl);
 
 /*
- * Drop a reference; the last one stops the beat, joins its thread and
- * frees everything (the caller's round trips are over).  NULL-safe.
+ * Drop a reference; the last one stops the beat (cluster_stop()) and
+ * returns at once; the cluster is freed when the beat has ended too (the
+ * caller's round trips are over).  NULL-safe.
  */
 void cluster_unref(struct cluster *cl);
 
 /*
- * Ask the beat to end (a reload replaced this cluster): returns at once;
- * no heartbeat is written after it.  The pool stays usable.
+ * Ask the beat to end (a reload replaced this cluster): returns at once.
+ * A turn under way ends first, so one more heartbeat may be written
+ * after it (one already sent, or a connect under way then no more); the
+ * next turn never starts.  The pool stays usable.
  */
 void cluster_stop(struct cluster *cl);
+
+/*
+ * Wait until every beat thread of the process has ended, or until
+ * 'deadline_ms' (gw_now_ms() clock): 0 or GW_ETIMEDOUT.  For the exit,
+ * after the last cluster_unref(): no beat then touches freed memory.
+ */
+int cluster_wait_beats(int64_t deadline_ms);
 
 /* Are the [cluster] settings of 'a' and 'b' the same (both borrowed)? */
 int cluster_same_config(const struct gw_config *a, const struct gw_config *b);

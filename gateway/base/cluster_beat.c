@@ -42,6 +42,18 @@ heartbeat_json(const struct cluster *cl, char *out, size_t n)
     json_decref(o);
 }
 
+/* Has cluster_stop() been called? */
+static int
+stopping(struct cluster *cl)
+{
+    int stop;
+
+    gw_mutex_lock(&cl->lock);
+    stop = cl->stop;
+    gw_mutex_unlock(&cl->lock);
+    return stop;
+}
+
 /*
  * 'prev' (borrowed) is the heartbeat our node's key held before ours
  * replaced it.  Another process's there means another gateway writes
@@ -101,6 +113,10 @@ turn(struct cluster *cl, char *err, size_t errlen)
         cluster_note_connect(gw_now_us() - t0, rc < 0);
         if (rc < 0)
             return rc;
+        /* The connect may have taken a second: a stop meanwhile must
+         * not wait for a heartbeat too. */
+        if (stopping(cl))
+            return GW_ESTOPPING;
     }
     if (cluster_key(cl, CLUSTER_TAG_GATEWAYS, "members", members,
                     sizeof(members)) != 0
@@ -219,6 +235,10 @@ cluster_thread(void *arg)
         gw_mutex_unlock(&cl->lock);
         started = gw_now_ms();
         rc = turn(cl, err, sizeof(err));
+        if (rc == GW_ESTOPPING) {
+            gw_mutex_lock(&cl->lock);
+            continue;               /* stop is set: the loop ends */
+        }
         if (rc == 0) {
             note(cl, &seen, 1, "");
             backoff = CLUSTER_BACKOFF_MIN_MS;
@@ -245,5 +265,6 @@ cluster_thread(void *arg)
         }
     }
     gw_mutex_unlock(&cl->lock);
+    cluster_beat_exit(cl);
     return NULL;
 }

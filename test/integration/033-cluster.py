@@ -17,6 +17,7 @@ import subprocess
 import time
 
 import socket
+import threading
 
 import gwtest
 from gwtest import (budget, chat_body, metric, parse_metrics, request, tool,
@@ -300,6 +301,75 @@ def test_reload(t):
     g.wait_log(r"reload: configuration generation=3 in force")
     wait_for(lambda: members(g) == ["gw-b"], budget(3),
              msg="the new node listed, the old one gone")
+
+
+class SlowRedis:
+    """A fake Redis on a loopback port: it answers a connection's hello
+    (its PINGs, +PONG each) after 900 ms and never answers a heartbeat
+    (EVAL or EVALSHA); 'in_heartbeat' is set once one waits."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.in_heartbeat = threading.Event()
+        threading.Thread(target=self.accept, daemon=True).start()
+
+    def accept(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self.serve, args=(c,),
+                             daemon=True).start()
+
+    def serve(self, c):
+        try:
+            while True:
+                d = c.recv(65536)
+                if not d:
+                    return
+                if b"EVAL" in d.upper():
+                    self.in_heartbeat.set()
+                    continue
+                time.sleep(0.9)
+                c.sendall(b"+PONG\r\n" * d.count(b"*"))
+        except OSError:
+            pass
+        finally:
+            c.close()
+
+    def close(self):
+        self.sock.close()
+
+
+def test_reload_never_waits_for_the_old_beat(t):
+    """The replaced cluster's beat may be in a connect or a heartbeat for
+    a second each: the reload does not wait for it, so the accept loop
+    answers /healthz at once."""
+    fake = SlowRedis()
+    m = t.mock()
+    conf = {"admin": {"listen": "127.0.0.1:0"},
+            "cluster": {"redis": "redis://127.0.0.1:%d" % fake.port,
+                        "redis_timeout": "1s", "redis_connections": 1,
+                        "node": "gw-a", "lease": "3s"}}
+    g = t.gateway(m, conf=conf, admin_key=None)
+    try:
+        assert fake.in_heartbeat.wait(budget(5)), "no heartbeat sent"
+        text = open(g.conf_path).read().replace("node = gw-a", "node = gw-b")
+        with open(g.conf_path, "w") as f:
+            f.write(text)
+        t0 = time.monotonic()
+        g.send_signal(signal.SIGHUP)
+        g.wait_log(r"reload: configuration generation=2 in force")
+        resp = g.get("/healthz")
+        took = time.monotonic() - t0
+        assert resp.status == 200, resp
+        assert took < budget(0.3), took
+    finally:
+        fake.close()
 
 
 def test_bad_cluster_settings_are_file_line_errors(t):

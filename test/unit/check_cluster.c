@@ -52,6 +52,14 @@ start(const char *url, const char *more)
     return cl;
 }
 
+/* The last reference, and the beat's end (it frees the cluster). */
+static void
+unref(struct cluster *cl)
+{
+    cluster_unref(cl);
+    ck_assert_int_eq(cluster_wait_beats(gw_now_ms() + 3000), 0);
+}
+
 /* ---- keys ---- */
 
 START_TEST(test_keys)
@@ -76,7 +84,7 @@ START_TEST(test_keys)
     ck_assert_int_eq(cluster_key(cl, "acme", "rpm", small, sizeof(small)),
                      GW_ETOOBIG);
     ck_assert_str_eq(small, "");
-    cluster_unref(cl);
+    unref(cl);
 }
 END_TEST
 
@@ -238,7 +246,7 @@ START_TEST(test_beat_lists_this_gateway)
     ck_assert_int_le(r->integer, 1000);
     freeReplyObject(r);
     redisFree(c);
-    cluster_unref(cl);
+    unref(cl);
 }
 END_TEST
 
@@ -255,7 +263,7 @@ START_TEST(test_fails_at_once_with_redis_gone)
     t0 = gw_now_ms();
     ck_assert_int_eq(ping(cl, 0), GW_EUNAVAIL);
     ck_assert_int_lt(gw_now_ms() - t0, 5);
-    cluster_unref(cl);
+    unref(cl);
 }
 END_TEST
 
@@ -282,7 +290,7 @@ START_TEST(test_deadline_with_redis_stopped)
     ck_assert_int_lt(gw_now_ms() - t0, 5);
     wait_up(cl, 1, -1);
     ck_assert_int_eq(ping(cl, 0), 0);
-    cluster_unref(cl);
+    unref(cl);
 }
 END_TEST
 
@@ -305,7 +313,7 @@ START_TEST(test_metrics)
     ck_assert(sample(buf_ptr(&b), "infergw_cluster_latency_seconds_count"
                      "{op=\"heartbeat\"}") >= 2);
     buf_release(&b);
-    cluster_unref(cl);
+    unref(cl);
 }
 END_TEST
 
