@@ -101,32 +101,77 @@ valid_host(const char *p, size_t n, int v6)
 }
 
 /*
- * "unix:/path": absolute, fits a sockaddr_un, printable ASCII (it is
- * shown in log lines and the status view's JSON as it is).
+ * A socket URL's query, "db=N&user=U" (either, in any order, once
+ * each; U may hold %XX escapes): a path has no other place for them.
+ */
+static int
+parse_unix_query(const char *q, struct redis_url *u)
+{
+    int seen_db = 0, seen_user = 0;
+
+    while (*q != '\0') {
+        const char *amp = strchr(q, '&');
+        size_t n = amp != NULL ? (size_t)(amp - q) : strlen(q);
+        char num[16];
+
+        if (n > 3 && strncmp(q, "db=", 3) == 0 && !seen_db
+            && n - 3 < sizeof(num)) {
+            memcpy(num, q + 3, n - 3);
+            num[n - 3] = '\0';
+            if (gw_parse_long(num, 0, REDIS_URL_DB_MAX, &u->db) != 0)
+                return GW_EINVAL;
+            seen_db = 1;
+        } else if (n > 5 && strncmp(q, "user=", 5) == 0 && !seen_user) {
+            if (unescape(q + 5, n - 5, u->user, sizeof(u->user)) != 0)
+                return GW_EINVAL;
+            seen_user = 1;
+        } else {
+            return GW_EINVAL;
+        }
+        q += n;
+        if (*q == '&' && *++q == '\0')
+            return GW_EINVAL;           /* a trailing '&' */
+    }
+    return 0;
+}
+
+/*
+ * "unix:/path[?db=N&user=U]": absolute, fits a sockaddr_un, printable
+ * ASCII (it is shown in log lines and the status view's JSON as it is).
+ * No password: it comes from redis_password_file.
  */
 static int
 parse_unix(const char *path, struct redis_url *u)
 {
-    size_t n = strlen(path);
+    const char *query = strchr(path, '?');
+    size_t n = query != NULL ? (size_t)(query - path) : strlen(path);
 
     if (path[0] != '/' || n >= 108)
         return GW_EINVAL;
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)path[i] <= 0x20 || (unsigned char)path[i] >= 0x7f)
+    for (size_t i = 0; path[i] != '\0'; i++)
+        if ((unsigned char)path[i] <= 0x20 || (unsigned char)path[i] >= 0x7f
+            || path[i] == '#')
             return GW_EINVAL;
     u->unix_socket = 1;
-    memcpy(u->host, path, n + 1);
-    return 0;
+    memcpy(u->host, path, n);
+    u->host[n] = '\0';
+    return query != NULL ? parse_unix_query(query + 1, u) : 0;
 }
 
-/* "user:password" or ":password" (p[0..n), before the '@'). */
+/*
+ * "user:password", ":password" or "user" (p[0..n), before the '@'): a
+ * user alone takes its password from redis_password_file (config.c
+ * refuses it without one).
+ */
 static int
 parse_userinfo(const char *p, size_t n, struct redis_url *u)
 {
     const char *colon = memchr(p, ':', n);
 
-    if (colon == NULL || colon + 1 == p + n)
-        return GW_EINVAL;           /* AUTH needs a password */
+    if (colon == NULL)
+        return n > 0 ? unescape(p, n, u->user, sizeof(u->user)) : GW_EINVAL;
+    if (colon + 1 == p + n)
+        return GW_EINVAL;           /* an empty password: say none */
     if (unescape(p, (size_t)(colon - p), u->user, sizeof(u->user)) != 0)
         return GW_EINVAL;
     return unescape(colon + 1, (size_t)(p + n - colon - 1), u->password,
@@ -239,16 +284,12 @@ redis_url_show(const struct redis_url *u, char *out, size_t n)
     size_t k = 0;
     int v6 = strchr(u->host, ':') != NULL;
 
-    if (u->unix_socket) {
-        snprintf(out, n, "unix:%s", u->host);
-        return;
-    }
     /* The user as the URL would escape it: the line or page it goes to
      * gets printable ASCII only. */
     for (const char *p = u->user; *p != '\0'; p++) {
         unsigned char c = (unsigned char)*p;
 
-        if (c > 0x20 && c < 0x7f && strchr("%@:/", c) == NULL) {
+        if (c > 0x20 && c < 0x7f && strchr("%@:/&?#", c) == NULL) {
             user[k++] = (char)c;
         } else {
             user[k++] = '%';
@@ -256,9 +297,22 @@ redis_url_show(const struct redis_url *u, char *out, size_t n)
             user[k++] = hex[c & 15];
         }
     }
-    if (k > 0)
-        user[k++] = '@';
     user[k] = '\0';
+    if (u->unix_socket) {
+        char db[32] = "";
+
+        if (u->db != 0)
+            snprintf(db, sizeof(db), "db=%ld", u->db);
+        snprintf(out, n, "unix:%s%s%s%s%s%s", u->host,
+                 u->db != 0 || k > 0 ? "?" : "", db,
+                 u->db != 0 && k > 0 ? "&" : "", k > 0 ? "user=" : "",
+                 user);
+        return;
+    }
+    if (k > 0) {
+        user[k++] = '@';
+        user[k] = '\0';
+    }
     snprintf(out, n, "redis://%s%s%s%s:%d/%ld", user, v6 ? "[" : "",
              u->host, v6 ? "]" : "", u->port, u->db);
 }

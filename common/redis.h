@@ -54,9 +54,12 @@
 #define REDIS_REPLY_BYTES_MAX REDIS_REPLY_MAX
 
 /*
- * Where Redis is and who we are to it: "redis://[user:password@]host
- * [:port][/db]" or "unix:/path".  The user and password may hold %XX
- * escapes (a password with '@' or ':').
+ * Where Redis is and who we are to it: "redis://[user[:password]@]host
+ * [:port][/db]" or "unix:/path[?db=N&user=U]" (a path has no other room
+ * for them; a socket's password comes from elsewhere: the pool's
+ * 'password').  The user and password may hold %XX escapes (a password
+ * with '@' or ':').  A user without a password parses: its password is
+ * the pool's (the caller refuses a user with neither).
  */
 struct redis_url {
     int unix_socket;                    /* 1: 'host' is a socket's path */
@@ -71,9 +74,10 @@ struct redis_url {
 
 /*
  * Parse 's' into *out.  Refused (GW_EINVAL, *out wiped): another scheme,
- * no host, a port outside 1..65535, a db outside 0..REDIS_URL_DB_MAX, a
- * user without a password, a bad %XX, a blank or control byte, a query
- * or fragment, a relative or too long socket path.  Borrows 's'.
+ * no host, a port outside 1..65535, a db outside 0..REDIS_URL_DB_MAX, an
+ * empty user or password ("redis://:@h", "redis://u:@h"), a bad %XX, a
+ * blank or control byte, a query (but a socket's db and user) or a
+ * fragment, a relative or too long socket path.  Borrows 's'.
  */
 int redis_url_parse(const char *s, struct redis_url *out);
 
@@ -82,7 +86,8 @@ void redis_url_wipe(struct redis_url *u);
 
 /*
  * 'u' for a log line or a status page: the URL without its password
- * ("redis://user@host:port/db", "unix:/path"), cut to fit out[0..n).
+ * ("redis://user@host:port/db", "unix:/path?db=N&user=U"), cut to fit
+ * out[0..n).
  */
 void redis_url_show(const struct redis_url *u, char *out, size_t n);
 

@@ -17,7 +17,7 @@
  *              empty or unterminated node or version, a node with a
  *              blank or a brace, or a negative time to live;
  *   url        a parsed URL has no host, a TCP port outside 1..65535, a
- *              db outside 0..REDIS_URL_DB_MAX, or a user without a
+ *              db outside 0..REDIS_URL_DB_MAX, or a socket's URL with a
  *              password; a refused one is left all zero; and the URL
  *              shown for it is printable ASCII and does not depend on
  *              the password (the same with the password wiped).
@@ -48,7 +48,7 @@ check_url(const char *s)
     REQUIRE(u.host[0] != '\0');
     REQUIRE(u.unix_socket || (u.port >= 1 && u.port <= 65535));
     REQUIRE(u.db >= 0 && u.db <= REDIS_URL_DB_MAX);
-    REQUIRE(u.user[0] == '\0' || u.password[0] != '\0');
+    REQUIRE(!u.unix_socket || u.password[0] == '\0');
     redis_url_show(&u, shown, sizeof(shown));
     for (const char *p = shown; *p != '\0'; p++)
         REQUIRE(*p > 0x20 && *p < 0x7f);

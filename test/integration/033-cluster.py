@@ -140,6 +140,7 @@ def test_two_gateways_see_each_other(t):
     both; nothing in Redis names an API key or its hash."""
     r = Redis(t.tmp, password=PASSWORD, tcp=True)
     pw = t.write("redis.password", PASSWORD + "\n")
+    os.chmod(pw, 0o600)         # refused while others may read it
     m = t.mock()
     extra = "[tenant acme]\napi_key = %s\n" % TENANT_KEY
     gws = []

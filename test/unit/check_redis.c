@@ -65,7 +65,20 @@ static const struct {
     { "redis://h/x", 0, 0, NULL, 0, NULL, NULL, 0, "db not a number" },
     { "redis://h/-1", 0, 0, NULL, 0, NULL, NULL, 0, "negative db" },
     { "redis://h/1000001", 0, 0, NULL, 0, NULL, NULL, 0, "db too big" },
-    { "redis://user@h", 0, 0, NULL, 0, NULL, NULL, 0, "user, no password" },
+    { "redis://user@h", 1, 0, "h", 6379, "user", "", 0,
+      "a user, its password from the pool (redis_password_file)" },
+    { "redis://@h", 0, 0, NULL, 0, NULL, NULL, 0, "empty user info" },
+    { "unix:/r.sock?db=3&user=a%40b", 1, 1, "/r.sock", 0, "a@b", "", 3,
+      "a socket's db and user" },
+    { "unix:/r.sock?user=app", 1, 1, "/r.sock", 0, "app", "", 0,
+      "a socket's user" },
+    { "unix:/r.sock?", 1, 1, "/r.sock", 0, "", "", 0, "an empty query" },
+    { "unix:/r.sock?db=1&", 0, 0, NULL, 0, NULL, NULL, 0, "a trailing &" },
+    { "unix:/r.sock?db=1&db=2", 0, 0, NULL, 0, NULL, NULL, 0, "db twice" },
+    { "unix:/r.sock?password=x", 0, 0, NULL, 0, NULL, NULL, 0,
+      "no password in a socket's URL" },
+    { "unix:/r.sock?db=x", 0, 0, NULL, 0, NULL, NULL, 0, "a bad db" },
+    { "unix:/r.sock#x", 0, 0, NULL, 0, NULL, NULL, 0, "a fragment" },
     { "redis://user:@h", 0, 0, NULL, 0, NULL, NULL, 0, "empty password" },
     { "redis://:p%4@h", 0, 0, NULL, 0, NULL, NULL, 0, "short escape" },
     { "redis://:p%zz@h", 0, 0, NULL, 0, NULL, NULL, 0, "bad escape" },
@@ -118,6 +131,12 @@ START_TEST(test_url_show_hides_the_password)
     ck_assert_int_eq(redis_url_parse("unix:/s", &u), 0);
     redis_url_show(&u, out, sizeof(out));
     ck_assert_str_eq(out, "unix:/s");
+    ck_assert_int_eq(redis_url_parse("unix:/s?user=a%26b&db=2", &u), 0);
+    redis_url_show(&u, out, sizeof(out));
+    ck_assert_str_eq(out, "unix:/s?db=2&user=a%26b");
+    ck_assert_int_eq(redis_url_parse("unix:/s?user=a", &u), 0);
+    redis_url_show(&u, out, sizeof(out));
+    ck_assert_str_eq(out, "unix:/s?user=a");
 }
 END_TEST
 
@@ -675,6 +694,12 @@ START_TEST(test_auth_user_from_url)
     snprintf(url, sizeof(url), "redis://default:%s@127.0.0.1:%d",
              PASSWORD, srv.port);
     p = pool_for(url, NULL, 1);
+    fill(p, 1);
+    ck_assert_int_eq(ping(p, gw_now_ms() + 1000), 0);
+    redis_pool_free(p);
+    /* An ACL user in the URL, its password from elsewhere (the file). */
+    snprintf(url, sizeof(url), "redis://default@127.0.0.1:%d", srv.port);
+    p = pool_for(url, PASSWORD, 1);
     fill(p, 1);
     ck_assert_int_eq(ping(p, gw_now_ms() + 1000), 0);
     redis_pool_free(p);
