@@ -22,6 +22,7 @@
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/time.h>
 
 #include <mbedtls/platform_util.h>
@@ -672,32 +673,84 @@ out:
 }
 
 /*
+ * AUTH [user] password, formatted in our own buffer, written straight to
+ * the socket and wiped: hiredis frees its output buffer without wiping
+ * it, so the password never goes through it.  (What stays out of our
+ * reach: the kernel's socket buffers, and the pool's copy, wiped at
+ * redis_pool_free().)  User and password hold no NUL or CR/LF: the URL
+ * parser and the file reader refuse control bytes.
+ */
+static int
+send_auth(const struct redis_pool *p, redisContext *ctx, int64_t deadline_ms)
+{
+    char buf[64 + REDIS_URL_USER_MAX + REDIS_URL_PASSWORD_MAX];
+    size_t ulen = strlen(p->url.user), plen = strlen(p->password);
+    size_t off = 0, len;
+    int rc = 0;
+
+    if (ulen > 0)
+        len = (size_t)snprintf(buf, sizeof(buf), "*3\r\n$4\r\nAUTH\r\n"
+                               "$%zu\r\n%s\r\n$%zu\r\n%s\r\n", ulen,
+                               p->url.user, plen, p->password);
+    else
+        len = (size_t)snprintf(buf, sizeof(buf), "*2\r\n$4\r\nAUTH\r\n"
+                               "$%zu\r\n%s\r\n", plen, p->password);
+    while (rc == 0 && off < len) {
+        /* MSG_NOSIGNAL: a peer gone is GW_EIO here, not a SIGPIPE. */
+        ssize_t w = send(ctx->fd, buf + off, len - off, MSG_NOSIGNAL);
+
+        if (w > 0)
+            off += (size_t)w;
+        else if (w == -1 && (errno == EAGAIN || errno == EINTR))
+            rc = wait_fd(ctx->fd, POLLOUT, deadline_ms);
+        else
+            rc = GW_EIO;
+    }
+    mbedtls_platform_zeroize(buf, sizeof(buf));
+    return rc;
+}
+
+/*
+ * The text of hello reply 'r' (an error) for err[]: AUTH's is cut to
+ * its code word (WRONGPASS, NOAUTH, ERR), because a proxy in the way
+ * may echo its arguments ("ERR unknown command 'AUTH', with args
+ * beginning with: 'app' 'secret'"); the others' whole, up to 200 bytes.
+ */
+static int
+error_text_len(const redisReply *r, int is_auth)
+{
+    size_t n = 0;
+
+    if (!is_auth)
+        return (int)(r->len > 200 ? 200 : r->len);
+    while (n < r->len && n < 32 && r->str[n] != ' ')
+        n++;
+    return (int)n;
+}
+
+/*
  * The hello of a new connection, in one round trip: AUTH when there is a
- * password, SELECT when the db is not 0, and PING, so that a server that
- * accepts connections but does not answer (stopped, overloaded) is not
- * taken for a live one.
+ * password (send_auth()), SELECT when the db is not 0, and PING, so that
+ * a server that accepts connections but does not answer (stopped,
+ * overloaded) is not taken for a live one.
  */
 static int
 hello(struct redis_pool *p, redisContext *ctx, int64_t deadline_ms,
       char *err, size_t errlen)
 {
-    struct redis_conn c = { .ctx = ctx, .state = SLOT_FILLING };
-    const char *auth[3] = { "AUTH", p->url.user, p->password };
     char db[24];
     const char *select[2] = { "SELECT", db };
     const char *ping[1] = { "PING" };
     struct redis_cmd cmds[3];
     const char *what[3];
     redisReply *r[3] = { NULL, NULL, NULL };
-    size_t n = 0;
-    int rc;
+    size_t n = 0, nauth = 0;
+    int rc = 0;
 
     if (p->password[0] != '\0') {
-        int user = p->url.user[0] != '\0';
-
-        auth[1] = user ? p->url.user : p->password;
-        cmds[n] = (struct redis_cmd){ NULL, 0, user ? 3 : 2, auth, NULL };
-        what[n++] = "AUTH";
+        rc = send_auth(p, ctx, deadline_ms);
+        what[n++] = "AUTH";         /* its reply comes first */
+        nauth = 1;
     }
     if (p->url.db != 0) {
         snprintf(db, sizeof(db), "%ld", p->url.db);
@@ -706,7 +759,12 @@ hello(struct redis_pool *p, redisContext *ctx, int64_t deadline_ms,
     }
     cmds[n] = (struct redis_cmd){ NULL, 0, 1, ping, NULL };
     what[n++] = "PING";
-    rc = round_trip(&c, cmds, n, r, deadline_ms);
+    for (size_t i = nauth; rc == 0 && i < n; i++)
+        rc = append_cmd(ctx, &cmds[i], 0);
+    if (rc == 0)
+        rc = flush_out(ctx, deadline_ms);
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        rc = read_reply(ctx, &r[i], deadline_ms);
     if (rc != 0) {
         snprintf(err, errlen, "%s", ctx->err != 0 ? ctx->errstr
                  : gw_strerror(rc));
@@ -719,15 +777,21 @@ hello(struct redis_pool *p, redisContext *ctx, int64_t deadline_ms,
     }
     for (size_t i = 0; i < n; i++) {
         if (r[i]->type == REDIS_REPLY_ERROR) {
-            /* Redis's text names the problem, never the password. */
             snprintf(err, errlen, "%s: %.*s", what[i],
-                     (int)(r[i]->len > 200 ? 200 : r[i]->len), r[i]->str);
+                     error_text_len(r[i], i < nauth), r[i]->str);
             rc = GW_EUPSTREAM;
             goto out;
         }
     }
 
 out:
+    /* An echo of the password may sit in the replies and in the bytes
+     * the reader has consumed: wiped before hiredis frees them. */
+    for (size_t i = 0; i < n; i++)
+        if (r[i] != NULL && r[i]->str != NULL)
+            mbedtls_platform_zeroize(r[i]->str, r[i]->len);
+    if (ctx->reader->buf != NULL)
+        mbedtls_platform_zeroize(ctx->reader->buf, ctx->reader->pos);
     redis_replies_free(r, n);
     return rc;
 }

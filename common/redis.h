@@ -170,8 +170,9 @@ void redis_pool_free(struct redis_pool *p);
  * its hello (AUTH with the user and password, SELECT db, PING) in one
  * round trip, all by 'deadline_ms' (gw_now_ms() clock).  Called by one
  * thread only (a beat): it blocks for up to the deadline.  Stops at the
- * first failure, with hiredis's or Redis's reason in err[0..errlen) ("AUTH:
- * WRONGPASS ...": never the password).  Returns the connections now
+ * first failure, with hiredis's or Redis's reason in err[0..errlen)
+ * ("AUTH: WRONGPASS": of AUTH's error only its code word, so that never
+ * the password, even from a proxy that echoes its arguments).  Returns the connections now
  * connected (taken ones count), or a GW_E* code: GW_EIO (refused, reset,
  * a name that does not resolve), GW_ETIMEDOUT, GW_EUPSTREAM (Redis
  * answered the hello with an error), GW_ENOMEM.

@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -304,6 +305,108 @@ START_TEST(test_stale_reply_never_reaches_the_next_caller)
     ck_assert_int_eq(get_k(p, got, sizeof(got)), GW_EUNAVAIL);
     redis_pool_free(p);
     fake_stop(&f);
+}
+END_TEST
+
+/*
+ * A proxy that echoes a command's arguments in its error, as Redis does
+ * for an unknown command: AUTH gets "-ERR unknown command 'AUTH', with
+ * args beginning with: 'a' 'b' ", anything else +PONG.  One connection.
+ */
+static void *
+echo_serve(void *arg)
+{
+    struct fake *f = arg;
+    char in[8192], out[9000];
+    size_t have = 0;
+    int fd = accept(f->lfd, NULL, NULL);
+
+    for (;;) {
+        ssize_t n = read(fd, in + have, sizeof(in) - have - 1);
+        char *p = in;
+
+        if (n <= 0)
+            break;
+        have += (size_t)n;
+        in[have] = '\0';
+        /* Whole commands only: "*N\r\n" then N of "$L\r\n<L bytes>\r\n". */
+        for (;;) {
+            char *q = p, *e;
+            long argc, len;
+            size_t o;
+            int auth = 0, whole = 1;
+
+            if (*q != '*' || (e = strstr(q, "\r\n")) == NULL)
+                break;
+            argc = strtol(q + 1, NULL, 10);
+            q = e + 2;
+            o = (size_t)snprintf(out, sizeof(out), "-ERR unknown command");
+            for (long i = 0; i < argc && whole; i++) {
+                if (*q != '$' || (e = strstr(q, "\r\n")) == NULL) {
+                    whole = 0;
+                    break;
+                }
+                len = strtol(q + 1, NULL, 10);
+                q = e + 2;
+                if (q + len + 2 > in + have) {
+                    whole = 0;
+                    break;
+                }
+                if (i == 0)
+                    auth = len == 4 && strncmp(q, "AUTH", 4) == 0;
+                o += (size_t)snprintf(out + o, sizeof(out) - o, i == 0
+                                      ? " '%.*s', with args beginning "
+                                      "with:" : " '%.*s'", (int)len, q);
+                q += len + 2;
+            }
+            if (!whole)
+                break;
+            if (auth)
+                snprintf(out + o, sizeof(out) - o, "\r\n");
+            else
+                snprintf(out, sizeof(out), "+PONG\r\n");
+            (void)!write(fd, out, strlen(out));
+            p = q;
+        }
+        have -= (size_t)(p - in);
+        memmove(in, p, have);
+    }
+    close(fd);
+    return NULL;
+}
+
+/* The password never reaches err[] (and so the log and the status
+ * view's last_error), even from a proxy that echoes it. */
+START_TEST(test_auth_error_never_echoes_the_password)
+{
+    struct fake f = { 0 };
+    struct sockaddr_un a = { .sun_family = AF_UNIX };
+    const char *query[] = { "", "?user=app" };
+    char url[160], err[256];
+
+    for (size_t k = 0; k < GW_ARRAY_LEN(query); k++) {
+        struct redis_pool *p;
+
+        snprintf(f.path, sizeof(f.path), "/tmp/check-redis-%d.sock",
+                 (int)getpid());
+        unlink(f.path);
+        snprintf(a.sun_path, sizeof(a.sun_path), "%s", f.path);
+        f.lfd = socket(AF_UNIX, SOCK_STREAM, 0);
+        ck_assert_int_eq(bind(f.lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+        ck_assert_int_eq(listen(f.lfd, 4), 0);
+        ck_assert_int_eq(pthread_create(&f.thread, NULL, echo_serve, &f),
+                         0);
+        snprintf(url, sizeof(url), "unix:%s%s", f.path, query[k]);
+        p = pool_for(url, "hunter2-secret", 1);
+        ck_assert_int_eq(redis_pool_fill(p, gw_now_ms() + 1000, err,
+                                         sizeof(err)), GW_EUPSTREAM);
+        ck_assert_str_eq(err, "AUTH: ERR");
+        ck_assert_ptr_null(strstr(err, "hunter2"));
+        redis_pool_free(p);
+        pthread_join(f.thread, NULL);
+        close(f.lfd);
+        unlink(f.path);
+    }
 }
 END_TEST
 
@@ -744,6 +847,7 @@ redis_suite(void)
     tc = tcase("fake");
     tcase_add_test(tc, test_stale_reply_never_reaches_the_next_caller);
     tcase_add_test(tc, test_array_bomb);
+    tcase_add_test(tc, test_auth_error_never_echoes_the_password);
     tcase_add_test(tc, test_reply_budget_is_per_reply);
     suite_add_tcase(s, tc);
 
