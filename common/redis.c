@@ -1006,10 +1006,12 @@ redis_pool_take(struct redis_pool *p, int64_t deadline_ms,
                 gw_mutex_unlock(&p->lock);
                 return GW_EUNAVAIL;
             }
+            /* Busy, not timed out: nothing says Redis is slow, only
+             * that our own callers hold every connection. */
             if (gw_cond_timedwait(&p->cv, &p->lock, deadline_ms) != 0
                 && p->nidle == 0) {
                 gw_mutex_unlock(&p->lock);
-                return GW_ETIMEDOUT;
+                return GW_EBUSY;
             }
         }
         c = p->idle[--p->nidle];

@@ -19,7 +19,7 @@
  * connects (redis_pool_fill(), the owner's beat); a caller that takes a
  * connection never connects on its own thread: with none connected it
  * fails at once (GW_EUNAVAIL), with all of them busy it waits for one
- * until its deadline.  So a Redis that is down costs a request nothing,
+ * until its deadline (then GW_EBUSY).  So a Redis that is down costs a request nothing,
  * and a slow one costs it at most its deadline.
  *
  * Locking: the pool's mutex guards its slots and idle list; it is never
@@ -204,8 +204,10 @@ size_t redis_pool_connected(struct redis_pool *p);
  * script's effects inside the script.  On 0 replies[i] is an owned reply
  * for cmds[i] (a Redis error is a reply of type REDIS_REPLY_ERROR: the
  * caller looks); free with redis_replies_free().  On failure every
- * replies[i] is NULL: GW_EUNAVAIL (no connection: at once), GW_ETIMEDOUT
- * (every connection busy until the deadline, or no answer by it),
+ * replies[i] is NULL: GW_EUNAVAIL (no connection: at once), GW_EBUSY
+ * (every connection taken by other callers until the deadline: the pool
+ * is too small, Redis is not known to be at fault), GW_ETIMEDOUT (no
+ * answer by the deadline),
  * GW_EIO (reset, closed), GW_EPARSE (not the protocol), GW_ETOOBIG (a
  * reply past REDIS_REPLY_MAX unparsed, or past REDIS_REPLY_ELEMENTS_MAX
  * or REDIS_REPLY_BYTES_MAX), GW_EINVAL (n or an argc past its bound),
@@ -224,7 +226,7 @@ void redis_replies_free(redisReply **replies, size_t n);
 /*
  * Take an idle connection for the caller's thread.  None connected:
  * GW_EUNAVAIL at once.  All taken: waits for one until 'deadline_ms',
- * then GW_ETIMEDOUT.  An idle connection that has something to read (the
+ * then GW_EBUSY.  An idle connection that has something to read (the
  * server closed it, or sent what nobody asked for) is closed and the
  * next one tried.  OUT *out on 0; the caller puts it back.
  */

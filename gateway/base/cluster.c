@@ -143,7 +143,9 @@ cluster_pipeline(struct cluster *cl, enum cluster_op op,
     int rc = redis_pool_pipeline(cl->pool, cmds, n, replies, deadline);
 
     observe(op, gw_now_us() - t0, rc != 0);
-    if (rc != 0 && rc != GW_EUNAVAIL && op != CLUSTER_OP_HEARTBEAT) {
+    /* GW_EBUSY: our callers hold every connection; Redis may be fine. */
+    if (rc != 0 && rc != GW_EUNAVAIL && rc != GW_EBUSY
+        && op != CLUSTER_OP_HEARTBEAT) {
         gw_mutex_lock(&cl->lock);
         cl->nudge = 1;
         pthread_cond_signal(&cl->cv);

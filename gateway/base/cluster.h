@@ -138,7 +138,8 @@ void cluster_set_generation(struct cluster *cl, uint64_t generation);
  * EVALSHA with EVAL on NOSCRIPT), by a deadline 'timeout_ms' from now
  * (0: redis_timeout, as the request path must use).  Fails fast: with
  * Redis gone (no connection) GW_EUNAVAIL at once, with every connection
- * busy GW_ETIMEDOUT at the deadline.  Counts the outcome and its time
+ * busy GW_EBUSY at the deadline (not a sign that Redis is lost: the beat
+ * skips its heartbeat then, it does not drop the connections).  Counts the outcome and its time
  * into the metrics; a failure other than GW_EUNAVAIL wakes the beat to
  * look at Redis.  Returns and fills 'replies' as redis_pool_pipeline().
  */

@@ -239,7 +239,12 @@ cluster_thread(void *arg)
             gw_mutex_lock(&cl->lock);
             continue;               /* stop is set: the loop ends */
         }
-        if (rc == 0) {
+        if (rc == GW_EBUSY) {
+            /* Requests hold every connection: Redis answers them, so it
+             * is not lost; this heartbeat waits for the next beat (a
+             * lease spans three). */
+            next = started + cl->beat_ms;
+        } else if (rc == 0) {
             note(cl, &seen, 1, "");
             backoff = CLUSTER_BACKOFF_MIN_MS;
             next = started + cl->beat_ms;

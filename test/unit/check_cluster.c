@@ -8,6 +8,7 @@
  */
 #include <check.h>
 
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -294,6 +295,53 @@ START_TEST(test_deadline_with_redis_stopped)
 }
 END_TEST
 
+/* Hold a connection of cl's for ~1 s: Redis blocks it (BLPOP). */
+static void *
+hold(void *arg)
+{
+    const char *argv[] = { "BLPOP", "nothing", "1" };
+    struct redis_cmd cmd = { NULL, 0, 3, argv, NULL };
+    redisReply *r = NULL;
+    long rc = cluster_pipeline(arg, CLUSTER_OP_HEARTBEAT, &cmd, 1, &r, 3000);
+
+    redis_replies_free(&r, 1);
+    return (void *)rc;
+}
+
+/* Requests holding every connection past the beat's bound (250 ms) do
+ * not make Redis look lost: the beat skips a heartbeat, the gauge stays
+ * 1 and the connections stay. */
+START_TEST(test_busy_pool_is_not_redis_lost)
+{
+    struct cluster *cl = start(srv.url, "");
+    pthread_t t[2];
+    struct cluster_status *s;
+    void *rc;
+    int64_t end;
+
+    wait_up(cl, 1, 1);
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(pthread_create(&t[i], NULL, hold, cl), 0);
+    end = gw_now_ms() + 900;
+    while (gw_now_ms() < end) {
+        s = status_of(cl);
+        ck_assert_msg(s->up == 1, "up 0 with the pool busy: %s",
+                      s->last_error);
+        gw_free(s);
+        usleep(10000);
+    }
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(pthread_join(t[i], &rc), 0);
+        ck_assert_int_eq((long)rc, 0);
+    }
+    s = status_of(cl);
+    ck_assert_int_eq(s->up, 1);
+    ck_assert_uint_eq(s->connections, 2);
+    gw_free(s);
+    unref(cl);
+}
+END_TEST
+
 START_TEST(test_metrics)
 {
     struct cluster *cl = start(srv.url, "");
@@ -369,6 +417,7 @@ cluster_suite(void)
     tcase_add_test(tc, test_fails_at_once_with_redis_gone);
     tcase_add_test(tc, test_deadline_with_redis_stopped);
     tcase_add_test(tc, test_metrics);
+    tcase_add_test(tc, test_busy_pool_is_not_redis_lost);
     suite_add_tcase(s, tc);
 
     return s;
