@@ -254,9 +254,12 @@ fake_start(struct fake *f)
     return pool_for(url, NULL, 1);
 }
 
+/* After the pool is freed: its connection closed, the thread ends. */
 static void
 fake_stop(struct fake *f)
 {
+    ck_assert_int_eq(pthread_join(f->thread, NULL), 0);
+    close(f->lfd);
     unlink(f->path);
 }
 
