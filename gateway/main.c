@@ -18,7 +18,6 @@
 #include <unistd.h>
 
 #include "coalesce/coalesce.h"
-#include "base/cluster.h"
 #include "base/config.h"
 #include "client/generation.h"
 #include "log.h"
@@ -162,10 +161,6 @@ main(int argc, char **argv)
     }
     server_release(&srv);
     generations_free(gens);
-    /* Their beats end on their own (cluster.h); none may outlive us
-     * while it still touches a cluster, nor may we wait for ever. */
-    if (cluster_wait_beats(gw_now_ms() + 3000) != 0)
-        log_msg(GW_LOG_WARN, "main: a cluster beat did not end in 3 s");
     coalescer_free(co);
     tenants_free(tenants);
     curl_global_cleanup();
