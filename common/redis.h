@@ -122,7 +122,8 @@ struct redis_cmd {
 };
 
 /*
- * What one reply has cost so far (redis_reader_bound()).  Reset at each
+ * What one reply has cost so far (redis_reader_bound(), below: every
+ * reader the pool makes is bound by one).  Reset at each
  * new reply; 'over' tells a refusal by the budget from a real out of
  * memory.
  */
@@ -132,16 +133,6 @@ struct redis_reply_budget {
     size_t bytes;
     int over;
 };
-
-/*
- * Make reader 'r' refuse a reply past REDIS_REPLY_ELEMENTS_MAX objects
- * or REDIS_REPLY_BYTES_MAX string bytes: the object function returns
- * NULL, so hiredis fails the read (REDIS_ERR_OOM) and frees what it
- * built, and b->over says why.  'b' is borrowed and must outlive 'r'
- * (it is r's privdata).  Every reader the pool makes is bound so; the
- * fuzzer binds its own the same way.
- */
-void redis_reader_bound(redisReader *r, struct redis_reply_budget *b);
 
 struct redis_pool;
 struct redis_conn;
@@ -251,6 +242,16 @@ void redis_pool_put(struct redis_pool *p, struct redis_conn *c);
  */
 int redis_pipeline(struct redis_conn *c, const struct redis_cmd *cmds,
                    size_t n, redisReply **replies, int64_t deadline_ms);
+
+/*
+ * Make reader 'r' refuse a reply past REDIS_REPLY_ELEMENTS_MAX objects
+ * or REDIS_REPLY_BYTES_MAX string bytes: the object function returns
+ * NULL, so hiredis fails the read (REDIS_ERR_OOM) and frees what it
+ * built, and b->over says why.  'b' is borrowed and must outlive 'r'
+ * (it is r's privdata).  Every reader the pool makes is bound so; the
+ * fuzzer binds its own the same way.
+ */
+void redis_reader_bound(redisReader *r, struct redis_reply_budget *b);
 
 /*
  * Is 'r' an error reply whose text starts with 'code' ("NOSCRIPT",
