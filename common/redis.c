@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * redis.c - URLs, the pool and round trips with a deadline (redis.h).
+ * redis.c - the pool and round trips with a deadline (redis.h); the URLs
+ * are redis_url.c.
  *
  * Design: hiredis is used for what it is good at, the protocol: it
  * formats commands into its output buffer (redisAppendCommandArgv()),
@@ -22,6 +23,7 @@
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/time.h>
 
 #include <mbedtls/platform_util.h>
@@ -29,239 +31,6 @@
 
 #include "alloc.h"
 #include "util.h"
-
-/* ---- URLs ---- */
-
-void
-redis_url_wipe(struct redis_url *u)
-{
-    mbedtls_platform_zeroize(u, sizeof(*u));
-}
-
-static int
-hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
-/*
- * p[0..n) with %XX decoded into out[0..cap), NUL-terminated.  Refuses a
- * bad escape, a decoded NUL or control byte, and what does not fit.
- */
-static int
-unescape(const char *p, size_t n, char *out, size_t cap)
-{
-    size_t o = 0;
-
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)p[i];
-
-        if (c == '%') {
-            int hi, lo;
-
-            if (i + 2 >= n)
-                return GW_EINVAL;
-            hi = hexval(p[i + 1]);
-            lo = hexval(p[i + 2]);
-            if (hi < 0 || lo < 0)
-                return GW_EINVAL;
-            c = (unsigned char)(hi * 16 + lo);
-            i += 2;
-        }
-        if (c < 0x20 || c == 0x7f || o + 1 >= cap)
-            return GW_EINVAL;
-        out[o++] = (char)c;
-    }
-    out[o] = '\0';
-    return 0;
-}
-
-/* A host name or IPv4 address: letters, digits, '.', '-', '_'. */
-static int
-valid_host(const char *p, size_t n, int v6)
-{
-    if (n == 0 || n > REDIS_URL_HOST_MAX)
-        return 0;
-    for (size_t i = 0; i < n; i++) {
-        char c = p[i];
-
-        if (v6 ? strchr("0123456789abcdefABCDEF:.", c) == NULL
-               : !((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
-                   || (c >= '0' && c <= '9') || c == '.' || c == '-'
-                   || c == '_'))
-            return 0;
-    }
-    return 1;
-}
-
-/*
- * "unix:/path": absolute, fits a sockaddr_un, printable ASCII (it is
- * shown in log lines and the status view's JSON as it is).
- */
-static int
-parse_unix(const char *path, struct redis_url *u)
-{
-    size_t n = strlen(path);
-
-    if (path[0] != '/' || n >= 108)
-        return GW_EINVAL;
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)path[i] <= 0x20 || (unsigned char)path[i] >= 0x7f)
-            return GW_EINVAL;
-    u->unix_socket = 1;
-    memcpy(u->host, path, n + 1);
-    return 0;
-}
-
-/* "user:password" or ":password" (p[0..n), before the '@'). */
-static int
-parse_userinfo(const char *p, size_t n, struct redis_url *u)
-{
-    const char *colon = memchr(p, ':', n);
-
-    if (colon == NULL || colon + 1 == p + n)
-        return GW_EINVAL;           /* AUTH needs a password */
-    if (unescape(p, (size_t)(colon - p), u->user, sizeof(u->user)) != 0)
-        return GW_EINVAL;
-    return unescape(colon + 1, (size_t)(p + n - colon - 1), u->password,
-                    sizeof(u->password));
-}
-
-/* "host[:port]" or "[v6][:port]" (p[0..n)). */
-static int
-parse_hostport(const char *p, size_t n, struct redis_url *u)
-{
-    const char *end = p + n, *host = p, *port = NULL;
-    size_t hn;
-    long v;
-    char num[8];
-
-    if (n > 0 && p[0] == '[') {
-        const char *close = memchr(p, ']', n);
-
-        if (close == NULL)
-            return GW_EINVAL;
-        host = p + 1;
-        hn = (size_t)(close - host);
-        if (close + 1 < end) {
-            if (close[1] != ':')
-                return GW_EINVAL;
-            port = close + 2;
-        }
-        if (!valid_host(host, hn, 1))
-            return GW_EINVAL;
-    } else {
-        const char *colon = memchr(p, ':', n);
-
-        hn = colon != NULL ? (size_t)(colon - p) : n;
-        if (colon != NULL)
-            port = colon + 1;
-        if (!valid_host(host, hn, 0))
-            return GW_EINVAL;
-    }
-    memcpy(u->host, host, hn);
-    u->host[hn] = '\0';
-    u->port = 6379;
-    if (port == NULL)
-        return 0;
-    if (port == end || (size_t)(end - port) >= sizeof(num))
-        return GW_EINVAL;
-    memcpy(num, port, (size_t)(end - port));
-    num[end - port] = '\0';
-    if (gw_parse_long(num, 1, 65535, &v) != 0)
-        return GW_EINVAL;
-    u->port = (int)v;
-    return 0;
-}
-
-int
-redis_url_parse(const char *s, struct redis_url *out)
-{
-    const char *p, *at, *slash, *end;
-    char num[16];
-    int rc = GW_EINVAL;
-
-    memset(out, 0, sizeof(*out));
-    if (strncmp(s, "unix:", 5) == 0) {
-        rc = parse_unix(s + 5, out);
-        goto out;
-    }
-    if (strncmp(s, "redis://", 8) != 0)
-        goto out;
-    p = s + 8;
-    for (end = p; *end != '\0'; end++)
-        if ((unsigned char)*end <= 0x20 || *end == 0x7f || *end == '?'
-            || *end == '#')
-            goto out;
-    /* The last '@' ends the user info: a raw '@' in a password then
-     * still parses, as redis-cli reads it. */
-    slash = memchr(p, '/', (size_t)(end - p));
-    at = NULL;
-    for (const char *q = p; q < (slash != NULL ? slash : end); q++)
-        if (*q == '@')
-            at = q;
-    if (at != NULL) {
-        if (parse_userinfo(p, (size_t)(at - p), out) != 0)
-            goto out;
-        p = at + 1;
-        slash = memchr(p, '/', (size_t)(end - p));
-    }
-    if (parse_hostport(p, (size_t)((slash != NULL ? slash : end) - p),
-                       out) != 0)
-        goto out;
-    if (slash != NULL && slash + 1 < end) {
-        if ((size_t)(end - slash - 1) >= sizeof(num))
-            goto out;
-        memcpy(num, slash + 1, (size_t)(end - slash - 1));
-        num[end - slash - 1] = '\0';
-        if (gw_parse_long(num, 0, REDIS_URL_DB_MAX, &out->db) != 0)
-            goto out;
-    }
-    rc = 0;
-
-out:
-    if (rc != 0)
-        redis_url_wipe(out);
-    return rc;
-}
-
-void
-redis_url_show(const struct redis_url *u, char *out, size_t n)
-{
-    static const char hex[] = "0123456789ABCDEF";
-    char user[3 * REDIS_URL_USER_MAX + 2];
-    size_t k = 0;
-    int v6 = strchr(u->host, ':') != NULL;
-
-    if (u->unix_socket) {
-        snprintf(out, n, "unix:%s", u->host);
-        return;
-    }
-    /* The user as the URL would escape it: the line or page it goes to
-     * gets printable ASCII only. */
-    for (const char *p = u->user; *p != '\0'; p++) {
-        unsigned char c = (unsigned char)*p;
-
-        if (c > 0x20 && c < 0x7f && strchr("%@:/", c) == NULL) {
-            user[k++] = (char)c;
-        } else {
-            user[k++] = '%';
-            user[k++] = hex[c >> 4];
-            user[k++] = hex[c & 15];
-        }
-    }
-    if (k > 0)
-        user[k++] = '@';
-    user[k] = '\0';
-    snprintf(out, n, "redis://%s%s%s%s:%d/%ld", user, v6 ? "[" : "",
-             u->host, v6 ? "]" : "", u->port, u->db);
-}
 
 /* ---- scripts ---- */
 
@@ -296,7 +65,94 @@ struct redis_conn {
     int broken;                     /* its owner's: a round trip failed */
     const struct redis_script *known[REDIS_SCRIPTS_MAX];
     size_t nknown;
+    struct redis_reply_budget budget;   /* ctx's reader's privdata */
 };
+
+/* ---- the reply budget ---- */
+
+/*
+ * Charge 'elements' objects and 'bytes' string bytes to the reply that
+ * 'task' belongs to; a task without a parent starts a new reply.  0 when
+ * it fits.
+ */
+static int
+charge(const redisReadTask *task, size_t elements, size_t bytes)
+{
+    struct redis_reply_budget *b = task->privdata;
+
+    if (task->parent == NULL) {
+        b->elements = 0;
+        b->bytes = 0;
+        b->over = 0;
+    }
+    if (elements > REDIS_REPLY_ELEMENTS_MAX - b->elements
+        || bytes > REDIS_REPLY_BYTES_MAX - b->bytes) {
+        b->over = 1;
+        return -1;
+    }
+    b->elements += elements;
+    b->bytes += bytes;
+    return 0;
+}
+
+static void *
+bounded_string(const redisReadTask *task, char *str, size_t len)
+{
+    const struct redis_reply_budget *b = task->privdata;
+
+    return charge(task, 1, len) == 0 ? b->fn->createString(task, str, len)
+           : NULL;
+}
+
+static void *
+bounded_array(const redisReadTask *task, int elements)
+{
+    const struct redis_reply_budget *b = task->privdata;
+
+    /* Before hiredis callocs the slots, not after. */
+    return charge(task, 1 + (size_t)(elements > 0 ? elements : 0), 0) == 0
+           ? b->fn->createArray(task, elements) : NULL;
+}
+
+static void *
+bounded_integer(const redisReadTask *task, long long value)
+{
+    const struct redis_reply_budget *b = task->privdata;
+
+    return charge(task, 1, 0) == 0 ? b->fn->createInteger(task, value)
+           : NULL;
+}
+
+static void *
+bounded_nil(const redisReadTask *task)
+{
+    const struct redis_reply_budget *b = task->privdata;
+
+    return charge(task, 1, 0) == 0 ? b->fn->createNil(task) : NULL;
+}
+
+static void
+bounded_free(void *reply)
+{
+    freeReplyObject(reply);
+}
+
+static redisReplyObjectFunctions bounded_fn = {
+    bounded_string, bounded_array, bounded_integer, bounded_nil,
+    bounded_free,
+};
+
+GW_TESTABLE void
+redis_reader_bound(redisReader *r, struct redis_reply_budget *b)
+{
+    /* hiredis 0.14 copies the reader's privdata into every task. */
+    if (r->fn != &bounded_fn)
+        b->fn = r->fn;
+    b->elements = b->bytes = 0;
+    b->over = 0;
+    r->fn = &bounded_fn;
+    r->privdata = b;
+}
 
 struct redis_pool {
     struct redis_url url;           /* immutable; password wiped at free */
@@ -359,8 +215,13 @@ read_reply(redisContext *ctx, redisReply **out, int64_t deadline_ms)
 
     *out = NULL;
     for (;;) {
-        if (redisGetReplyFromReader(ctx, &r) != REDIS_OK)
+        if (redisGetReplyFromReader(ctx, &r) != REDIS_OK) {
+            const struct redis_reply_budget *b = ctx->reader->privdata;
+
+            if (b != NULL && b->over)
+                return GW_ETOOBIG;
             return ctx->err == REDIS_ERR_OOM ? GW_ENOMEM : GW_EPARSE;
+        }
         if (r != NULL) {
             *out = r;
             return 0;
@@ -488,6 +349,18 @@ round_trip(struct redis_conn *c, const struct redis_cmd *cmds, size_t n,
     return rc;
 }
 
+/*
+ * Does hiredis's reader hold bytes past the replies we took: the start
+ * of another reply, or whole ones nobody asked for?  They would answer
+ * the next caller's command (poll() in quiet() cannot see them: they
+ * left the socket already), so such a connection is never reused.
+ */
+static int
+leftover(const redisContext *ctx)
+{
+    return ctx->reader->pos < ctx->reader->len || ctx->reader->ridx != -1;
+}
+
 GW_TESTABLE int
 redis_pipeline(struct redis_conn *c, const struct redis_cmd *cmds, size_t n,
                redisReply **replies, int64_t deadline_ms)
@@ -499,6 +372,10 @@ redis_pipeline(struct redis_conn *c, const struct redis_cmd *cmds, size_t n,
     if (n == 0 || n > REDIS_PIPELINE_MAX)
         goto out;
     rc = round_trip(c, cmds, n, replies, deadline_ms);
+    /* Our n replies came in order, so they are ours; what follows is
+     * not, and the connection goes with it. */
+    if (rc == 0 && leftover(c->ctx))
+        c->broken = 1;
 
 out:
     if (rc != 0) {
@@ -510,32 +387,84 @@ out:
 }
 
 /*
+ * AUTH [user] password, formatted in our own buffer, written straight to
+ * the socket and wiped: hiredis frees its output buffer without wiping
+ * it, so the password never goes through it.  (What stays out of our
+ * reach: the kernel's socket buffers, and the pool's copy, wiped at
+ * redis_pool_free().)  User and password hold no NUL or CR/LF: the URL
+ * parser and the file reader refuse control bytes.
+ */
+static int
+send_auth(const struct redis_pool *p, redisContext *ctx, int64_t deadline_ms)
+{
+    char buf[64 + REDIS_URL_USER_MAX + REDIS_URL_PASSWORD_MAX];
+    size_t ulen = strlen(p->url.user), plen = strlen(p->password);
+    size_t off = 0, len;
+    int rc = 0;
+
+    if (ulen > 0)
+        len = (size_t)snprintf(buf, sizeof(buf), "*3\r\n$4\r\nAUTH\r\n"
+                               "$%zu\r\n%s\r\n$%zu\r\n%s\r\n", ulen,
+                               p->url.user, plen, p->password);
+    else
+        len = (size_t)snprintf(buf, sizeof(buf), "*2\r\n$4\r\nAUTH\r\n"
+                               "$%zu\r\n%s\r\n", plen, p->password);
+    while (rc == 0 && off < len) {
+        /* MSG_NOSIGNAL: a peer gone is GW_EIO here, not a SIGPIPE. */
+        ssize_t w = send(ctx->fd, buf + off, len - off, MSG_NOSIGNAL);
+
+        if (w > 0)
+            off += (size_t)w;
+        else if (w == -1 && (errno == EAGAIN || errno == EINTR))
+            rc = wait_fd(ctx->fd, POLLOUT, deadline_ms);
+        else
+            rc = GW_EIO;
+    }
+    mbedtls_platform_zeroize(buf, sizeof(buf));
+    return rc;
+}
+
+/*
+ * The text of hello reply 'r' (an error) for err[]: AUTH's is cut to
+ * its code word (WRONGPASS, NOAUTH, ERR), because a proxy in the way
+ * may echo its arguments ("ERR unknown command 'AUTH', with args
+ * beginning with: 'app' 'secret'"); the others' whole, up to 200 bytes.
+ */
+static int
+error_text_len(const redisReply *r, int is_auth)
+{
+    size_t n = 0;
+
+    if (!is_auth)
+        return (int)(r->len > 200 ? 200 : r->len);
+    while (n < r->len && n < 32 && r->str[n] != ' ')
+        n++;
+    return (int)n;
+}
+
+/*
  * The hello of a new connection, in one round trip: AUTH when there is a
- * password, SELECT when the db is not 0, and PING, so that a server that
- * accepts connections but does not answer (stopped, overloaded) is not
- * taken for a live one.
+ * password (send_auth()), SELECT when the db is not 0, and PING, so that
+ * a server that accepts connections but does not answer (stopped,
+ * overloaded) is not taken for a live one.
  */
 static int
 hello(struct redis_pool *p, redisContext *ctx, int64_t deadline_ms,
       char *err, size_t errlen)
 {
-    struct redis_conn c = { ctx, SLOT_FILLING, 0, { NULL }, 0 };
-    const char *auth[3] = { "AUTH", p->url.user, p->password };
     char db[24];
     const char *select[2] = { "SELECT", db };
     const char *ping[1] = { "PING" };
     struct redis_cmd cmds[3];
     const char *what[3];
     redisReply *r[3] = { NULL, NULL, NULL };
-    size_t n = 0;
-    int rc;
+    size_t n = 0, nauth = 0;
+    int rc = 0;
 
     if (p->password[0] != '\0') {
-        int user = p->url.user[0] != '\0';
-
-        auth[1] = user ? p->url.user : p->password;
-        cmds[n] = (struct redis_cmd){ NULL, 0, user ? 3 : 2, auth, NULL };
-        what[n++] = "AUTH";
+        rc = send_auth(p, ctx, deadline_ms);
+        what[n++] = "AUTH";         /* its reply comes first */
+        nauth = 1;
     }
     if (p->url.db != 0) {
         snprintf(db, sizeof(db), "%ld", p->url.db);
@@ -544,31 +473,48 @@ hello(struct redis_pool *p, redisContext *ctx, int64_t deadline_ms,
     }
     cmds[n] = (struct redis_cmd){ NULL, 0, 1, ping, NULL };
     what[n++] = "PING";
-    rc = round_trip(&c, cmds, n, r, deadline_ms);
+    for (size_t i = nauth; rc == 0 && i < n; i++)
+        rc = append_cmd(ctx, &cmds[i], 0);
+    if (rc == 0)
+        rc = flush_out(ctx, deadline_ms);
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        rc = read_reply(ctx, &r[i], deadline_ms);
     if (rc != 0) {
         snprintf(err, errlen, "%s", ctx->err != 0 ? ctx->errstr
                  : gw_strerror(rc));
         goto out;
     }
+    if (leftover(ctx)) {
+        snprintf(err, errlen, "hello: more replies than commands");
+        rc = GW_EPARSE;
+        goto out;
+    }
     for (size_t i = 0; i < n; i++) {
         if (r[i]->type == REDIS_REPLY_ERROR) {
-            /* Redis's text names the problem, never the password. */
             snprintf(err, errlen, "%s: %.*s", what[i],
-                     (int)(r[i]->len > 200 ? 200 : r[i]->len), r[i]->str);
+                     error_text_len(r[i], i < nauth), r[i]->str);
             rc = GW_EUPSTREAM;
             goto out;
         }
     }
 
 out:
+    /* An echo of the password may sit in the replies and in the bytes
+     * the reader has consumed: wiped before hiredis frees them. */
+    for (size_t i = 0; i < n; i++)
+        if (r[i] != NULL && r[i]->str != NULL)
+            mbedtls_platform_zeroize(r[i]->str, r[i]->len);
+    if (ctx->reader->buf != NULL)
+        mbedtls_platform_zeroize(ctx->reader->buf, ctx->reader->pos);
     redis_replies_free(r, n);
     return rc;
 }
 
-/* A new connection, hello said, non-blocking.  OUT *out. */
+/* A new connection, hello said, non-blocking, its replies bounded by
+ * 'budget' (the slot's).  OUT *out. */
 static int
-dial(struct redis_pool *p, int64_t deadline_ms, redisContext **out,
-     char *err, size_t errlen)
+dial(struct redis_pool *p, struct redis_reply_budget *budget,
+     int64_t deadline_ms, redisContext **out, char *err, size_t errlen)
 {
     int left = gw_ms_left(deadline_ms);
     struct timeval tv = { left / 1000, (left % 1000) * 1000 };
@@ -597,6 +543,7 @@ dial(struct redis_pool *p, int64_t deadline_ms, redisContext **out,
         goto out;
     }
     ctx->flags &= ~REDIS_BLOCK;
+    redis_reader_bound(ctx->reader, budget);
     rc = hello(p, ctx, deadline_ms, err, errlen);
     if (rc == 0) {
         *out = ctx;
@@ -676,7 +623,7 @@ redis_pool_fill(struct redis_pool *p, int64_t deadline_ms, char *err,
         }
         c->state = SLOT_FILLING;
         gw_mutex_unlock(&p->lock);
-        rc = dial(p, deadline_ms, &ctx, err, errlen);
+        rc = dial(p, &c->budget, deadline_ms, &ctx, err, errlen);
         gw_mutex_lock(&p->lock);
         if (rc == 0) {
             c->ctx = ctx;
@@ -773,10 +720,12 @@ redis_pool_take(struct redis_pool *p, int64_t deadline_ms,
                 gw_mutex_unlock(&p->lock);
                 return GW_EUNAVAIL;
             }
+            /* Busy, not timed out: nothing says Redis is slow, only
+             * that our own callers hold every connection. */
             if (gw_cond_timedwait(&p->cv, &p->lock, deadline_ms) != 0
                 && p->nidle == 0) {
                 gw_mutex_unlock(&p->lock);
-                return GW_ETIMEDOUT;
+                return GW_EBUSY;
             }
         }
         c = p->idle[--p->nidle];

@@ -19,7 +19,7 @@
  * connects (redis_pool_fill(), the owner's beat); a caller that takes a
  * connection never connects on its own thread: with none connected it
  * fails at once (GW_EUNAVAIL), with all of them busy it waits for one
- * until its deadline.  So a Redis that is down costs a request nothing,
+ * until its deadline (then GW_EBUSY).  So a Redis that is down costs a request nothing,
  * and a slow one costs it at most its deadline.
  *
  * Locking: the pool's mutex guards its slots and idle list; it is never
@@ -46,11 +46,20 @@
  * (GW_ETOOBIG), so a confused server cannot make a reader buffer without
  * bound. */
 #define REDIS_REPLY_MAX (4u << 20)
+/* The most objects one reply may build (arrays count their declared
+ * elements, every object counts one), and the most string bytes: hiredis
+ * allocates an array's slots when its header arrives, so "*100000000"
+ * alone would cost 800 MB before a single element came. */
+#define REDIS_REPLY_ELEMENTS_MAX 65536
+#define REDIS_REPLY_BYTES_MAX REDIS_REPLY_MAX
 
 /*
- * Where Redis is and who we are to it: "redis://[user:password@]host
- * [:port][/db]" or "unix:/path".  The user and password may hold %XX
- * escapes (a password with '@' or ':').
+ * Where Redis is and who we are to it: "redis://[user[:password]@]host
+ * [:port][/db]" or "unix:/path[?db=N&user=U]" (a path has no other room
+ * for them; a socket's password comes from elsewhere: the pool's
+ * 'password').  The user and password may hold %XX escapes (a password
+ * with '@' or ':').  A user without a password parses: its password is
+ * the pool's (the caller refuses a user with neither).
  */
 struct redis_url {
     int unix_socket;                    /* 1: 'host' is a socket's path */
@@ -65,9 +74,10 @@ struct redis_url {
 
 /*
  * Parse 's' into *out.  Refused (GW_EINVAL, *out wiped): another scheme,
- * no host, a port outside 1..65535, a db outside 0..REDIS_URL_DB_MAX, a
- * user without a password, a bad %XX, a blank or control byte, a query
- * or fragment, a relative or too long socket path.  Borrows 's'.
+ * no host, a port outside 1..65535, a db outside 0..REDIS_URL_DB_MAX, an
+ * empty user or password ("redis://:@h", "redis://u:@h"), a bad %XX, a
+ * blank or control byte, a query (but a socket's db and user) or a
+ * fragment, a relative or too long socket path.  Borrows 's'.
  */
 int redis_url_parse(const char *s, struct redis_url *out);
 
@@ -76,7 +86,8 @@ void redis_url_wipe(struct redis_url *u);
 
 /*
  * 'u' for a log line or a status page: the URL without its password
- * ("redis://user@host:port/db", "unix:/path"), cut to fit out[0..n).
+ * ("redis://user@host:port/db", "unix:/path?db=N&user=U"), cut to fit
+ * out[0..n).
  */
 void redis_url_show(const struct redis_url *u, char *out, size_t n);
 
@@ -110,6 +121,19 @@ struct redis_cmd {
     const size_t *argvlen;
 };
 
+/*
+ * What one reply has cost so far (redis_reader_bound(), below: every
+ * reader the pool makes is bound by one).  Reset at each
+ * new reply; 'over' tells a refusal by the budget from a real out of
+ * memory.
+ */
+struct redis_reply_budget {
+    const redisReplyObjectFunctions *fn;    /* hiredis's own */
+    size_t elements;
+    size_t bytes;
+    int over;
+};
+
 struct redis_pool;
 struct redis_conn;
 
@@ -137,8 +161,9 @@ void redis_pool_free(struct redis_pool *p);
  * its hello (AUTH with the user and password, SELECT db, PING) in one
  * round trip, all by 'deadline_ms' (gw_now_ms() clock).  Called by one
  * thread only (a beat): it blocks for up to the deadline.  Stops at the
- * first failure, with hiredis's or Redis's reason in err[0..errlen) ("AUTH:
- * WRONGPASS ...": never the password).  Returns the connections now
+ * first failure, with hiredis's or Redis's reason in err[0..errlen)
+ * ("AUTH: WRONGPASS": of AUTH's error only its code word, so that never
+ * the password, even from a proxy that echoes its arguments).  Returns the connections now
  * connected (taken ones count), or a GW_E* code: GW_EIO (refused, reset,
  * a name that does not resolve), GW_ETIMEDOUT, GW_EUPSTREAM (Redis
  * answered the hello with an error), GW_ENOMEM.
@@ -170,10 +195,13 @@ size_t redis_pool_connected(struct redis_pool *p);
  * script's effects inside the script.  On 0 replies[i] is an owned reply
  * for cmds[i] (a Redis error is a reply of type REDIS_REPLY_ERROR: the
  * caller looks); free with redis_replies_free().  On failure every
- * replies[i] is NULL: GW_EUNAVAIL (no connection: at once), GW_ETIMEDOUT
- * (every connection busy until the deadline, or no answer by it),
+ * replies[i] is NULL: GW_EUNAVAIL (no connection: at once), GW_EBUSY
+ * (every connection taken by other callers until the deadline: the pool
+ * is too small, Redis is not known to be at fault), GW_ETIMEDOUT (no
+ * answer by the deadline),
  * GW_EIO (reset, closed), GW_EPARSE (not the protocol), GW_ETOOBIG (a
- * reply past REDIS_REPLY_MAX), GW_EINVAL (n or an argc past its bound),
+ * reply past REDIS_REPLY_MAX unparsed, or past REDIS_REPLY_ELEMENTS_MAX
+ * or REDIS_REPLY_BYTES_MAX), GW_EINVAL (n or an argc past its bound),
  * GW_ENOMEM.  A connection whose round trip failed is closed.
  */
 int redis_pool_pipeline(struct redis_pool *p, const struct redis_cmd *cmds,
@@ -189,7 +217,7 @@ void redis_replies_free(redisReply **replies, size_t n);
 /*
  * Take an idle connection for the caller's thread.  None connected:
  * GW_EUNAVAIL at once.  All taken: waits for one until 'deadline_ms',
- * then GW_ETIMEDOUT.  An idle connection that has something to read (the
+ * then GW_EBUSY.  An idle connection that has something to read (the
  * server closed it, or sent what nobody asked for) is closed and the
  * next one tried.  OUT *out on 0; the caller puts it back.
  */
@@ -214,6 +242,16 @@ void redis_pool_put(struct redis_pool *p, struct redis_conn *c);
  */
 int redis_pipeline(struct redis_conn *c, const struct redis_cmd *cmds,
                    size_t n, redisReply **replies, int64_t deadline_ms);
+
+/*
+ * Make reader 'r' refuse a reply past REDIS_REPLY_ELEMENTS_MAX objects
+ * or REDIS_REPLY_BYTES_MAX string bytes: the object function returns
+ * NULL, so hiredis fails the read (REDIS_ERR_OOM) and frees what it
+ * built, and b->over says why.  'b' is borrowed and must outlive 'r'
+ * (it is r's privdata).  Every reader the pool makes is bound so; the
+ * fuzzer binds its own the same way.
+ */
+void redis_reader_bound(redisReader *r, struct redis_reply_budget *b);
 
 /*
  * Is 'r' an error reply whose text starts with 'code' ("NOSCRIPT",

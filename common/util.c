@@ -33,6 +33,7 @@ gw_strerror(int rc)
     case GW_ENOTFOUND:  return "not found";
     case GW_EUNAVAIL:   return "unavailable";
     case GW_ESHED:      return "shed";
+    case GW_EBUSY:      return "busy";
     default:            return "unknown error";
     }
 }

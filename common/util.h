@@ -30,6 +30,9 @@ enum {
     GW_EUNAVAIL = -13,      /* nothing usable now (every upstream ejected) */
     GW_ESHED = -14,         /* refused to make room for others (a
                                sheddable request when all are busy) */
+    GW_EBUSY = -15,         /* every one of a bounded set stayed taken
+                               until the deadline (Redis's pool): not a
+                               failure of what it leads to */
 };
 
 /* Text for a GW_E* code; never NULL. */

@@ -131,6 +131,7 @@ PARTS = {
             "pool_budget",
     "tenant": "tenant_tokens tenant_shared tenant_usage",
     "cluster": "cluster_beat",
+    "redis": "redis_url",
 }
 PART_OF = {p: m for m, ps in PARTS.items() for p in ps.split()}
 
@@ -317,10 +318,11 @@ def private_errors(gw_dir, errors):
                           % (folder, name, inc, p[0]))
 
 
-def part_errors(gw_dir, errors):
+def part_errors(gw_dir, common_dir, errors):
     """A part with a header of its own, or a PARTS entry with no file."""
     have = {}
-    for folder, name, _ in files(gw_dir):
+    for folder, name, _ in list(files(gw_dir)) + list(files(common_dir,
+                                                             False)):
         have.setdefault(name[:-2], set()).add(name[-1])
     for part, mod in sorted(PART_OF.items()):
         if "h" in have.get(part, ()):
@@ -492,7 +494,7 @@ def main(argv):
             errors.append("common/%s includes gateway header(s) %s"
                           % (m, ", ".join(bad)))
     private_errors(gw_dir, errors)
-    part_errors(gw_dir, errors)
+    part_errors(gw_dir, common_dir, errors)
     check_callbacks(gw_dir, errors)
     compare("gateway", gateway, gw_actual, errors)
     compare("common", common, common_actual, errors)

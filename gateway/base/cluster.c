@@ -10,8 +10,11 @@
  */
 #include "base/cluster.h"
 
+#include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -143,9 +146,10 @@ cluster_pipeline(struct cluster *cl, enum cluster_op op,
     int rc = redis_pool_pipeline(cl->pool, cmds, n, replies, deadline);
 
     observe(op, gw_now_us() - t0, rc != 0);
-    /* The beat's own round trips need no nudge: it is the beat. */
-    if (rc != 0 && rc != GW_EUNAVAIL && op != CLUSTER_OP_HEARTBEAT
-        && op != CLUSTER_OP_USAGE) {
+    /* The beat's own round trips need no nudge: it is the beat.
+     * GW_EBUSY: our callers hold every connection; Redis may be fine. */
+    if (rc != 0 && rc != GW_EUNAVAIL && rc != GW_EBUSY
+        && op != CLUSTER_OP_HEARTBEAT && op != CLUSTER_OP_USAGE) {
         gw_mutex_lock(&cl->lock);
         cl->nudge = 1;
         pthread_cond_signal(&cl->cv);
@@ -183,17 +187,14 @@ json_text(json_t *o, const char *key, char *out, size_t n)
     return 0;
 }
 
-/* One heartbeat (its JSON and PTTL replies) into *m. */
-static int
-read_member(const redisReply *v, const redisReply *ttl,
-            struct cluster_member *m)
+int
+cluster_heartbeat_read(const redisReply *v, struct cluster_member *m)
 {
     json_t *o = NULL, *gen, *started;
     int rc = GW_EPARSE;
 
-    if (v == NULL || ttl == NULL || v->type != REDIS_REPLY_STRING
-        || v->len > HEARTBEAT_MAX || ttl->type != REDIS_REPLY_INTEGER
-        || ttl->integer < 0)
+    if (v == NULL || v->type != REDIS_REPLY_STRING
+        || v->len > HEARTBEAT_MAX)
         goto out;
     o = json_loadb(v->str, v->len, JSON_REJECT_DUPLICATES, NULL);
     if (!json_is_object(o))
@@ -206,14 +207,31 @@ read_member(const redisReply *v, const redisReply *ttl,
         || !json_is_integer(gen) || json_integer_value(gen) < 0
         || !json_is_integer(started) || json_integer_value(started) < 0)
         goto out;
+    /* An older version's heartbeat has no instance: "" then. */
+    m->instance[0] = '\0';
+    if (json_object_get(o, "instance") != NULL
+        && json_text(o, "instance", m->instance, sizeof(m->instance)) != 0)
+        goto out;
     m->generation = (uint64_t)json_integer_value(gen);
     m->started_unix_ms = json_integer_value(started);
-    m->ttl_ms = ttl->integer;
+    m->ttl_ms = 0;
     rc = 0;
 
 out:
     json_decref(o);
     return rc;
+}
+
+/* One heartbeat (its JSON and PTTL replies) into *m. */
+static int
+read_member(const redisReply *v, const redisReply *ttl,
+            struct cluster_member *m)
+{
+    if (ttl == NULL || ttl->type != REDIS_REPLY_INTEGER || ttl->integer < 0
+        || cluster_heartbeat_read(v, m) != 0)
+        return GW_EPARSE;
+    m->ttl_ms = ttl->integer;
+    return 0;
 }
 
 int
@@ -231,6 +249,56 @@ cluster_members_read(const redisReply *r, struct cluster_member *out,
 
 /* ---- lifecycle ---- */
 
+static pthread_once_t instance_once = PTHREAD_ONCE_INIT;
+static char instance[CLUSTER_INSTANCE_LEN + 1];
+
+/* This process's instance id: random, so that two processes never share
+ * it, even two started in the same microsecond on two hosts. */
+static void
+instance_init(void)
+{
+    static const char hex[] = "0123456789abcdef";
+    unsigned char r[CLUSTER_INSTANCE_LEN / 2];
+
+    if (getrandom(r, sizeof(r), GRND_NONBLOCK) != (ssize_t)sizeof(r)) {
+        gw_random_hex(instance, CLUSTER_INSTANCE_LEN);
+        return;
+    }
+    for (size_t i = 0; i < sizeof(r); i++) {
+        instance[2 * i] = hex[r[i] >> 4];
+        instance[2 * i + 1] = hex[r[i] & 15];
+    }
+    instance[CLUSTER_INSTANCE_LEN] = '\0';
+}
+
+const char *
+cluster_instance(void)
+{
+    pthread_once(&instance_once, instance_init);
+    return instance;
+}
+
+GW_TESTABLE void
+cluster_node_name(const char *host, int port, char *out, size_t n)
+{
+    char suffix[32];
+    size_t hn = strlen(host), room;
+
+    if (port != 0)
+        snprintf(suffix, sizeof(suffix), ":%d", port);
+    else
+        snprintf(suffix, sizeof(suffix), ":pid%ld", (long)getpid());
+    if (n == 0)
+        return;
+    room = n - 1 > strlen(suffix) ? n - 1 - strlen(suffix) : 0;
+    /* A pod's name ends in its unique part ("api-7d9f8b6c5-x2kq4"): keep
+     * the end of a long host name, not its start, or every replica of a
+     * Deployment would be the same node. */
+    if (hn > room)
+        host += hn - room;
+    snprintf(out, n, "%s%s", host, suffix);
+}
+
 /*
  * The default node name: the host name and the listen port, or the
  * process id when the port is 0 (chosen by the kernel, as in tests), so
@@ -239,7 +307,9 @@ cluster_members_read(const redisReply *r, struct cluster_member *out,
 static void
 default_node(const struct gw_config *cfg, char *out, size_t n)
 {
-    char host[65] = "localhost";
+    /* Linux allows HOST_NAME_MAX (64) bytes, and gethostname() fails
+     * with ENAMETOOLONG on a buffer with no room for the NUL. */
+    char host[HOST_NAME_MAX + 2] = "";
     const char *addr = cfg->listen[0] != '\0' ? cfg->listen
                        : cfg->tls_listen;
     const char *h;
@@ -250,10 +320,7 @@ default_node(const struct gw_config *cfg, char *out, size_t n)
         snprintf(host, sizeof(host), "localhost");
     if (net_parse_hostport(addr, &h, &hn, &port) != 0)
         port = 0;
-    if (port != 0)
-        snprintf(out, n, "%.40s:%d", host, port);
-    else
-        snprintf(out, n, "%.40s:pid%ld", host, (long)getpid());
+    cluster_node_name(host, port, out, n);
 }
 
 int
@@ -279,6 +346,64 @@ cluster_free(struct cluster *cl)
     pthread_cond_destroy(&cl->cv);
     gw_mutex_destroy(&cl->lock);
     gw_free(cl);
+}
+
+/*
+ * Beat threads not yet ended, process-wide, so that the process's exit
+ * waits for them (cluster_wait_beats()): they are detached, and nobody
+ * else joins them.
+ */
+static struct {
+    pthread_once_t once;
+    struct gw_mutex lock;
+    pthread_cond_t cv;          /* signalled as 'running' drops */
+    int running;                /* (lock) */
+} beats = { PTHREAD_ONCE_INIT };
+
+static void
+beats_init(void)
+{
+    gw_mutex_init(&beats.lock);
+    gw_cond_init(&beats.cv);
+}
+
+static void
+beats_add(int n)
+{
+    pthread_once(&beats.once, beats_init);
+    gw_mutex_lock(&beats.lock);
+    beats.running += n;
+    pthread_cond_broadcast(&beats.cv);
+    gw_mutex_unlock(&beats.lock);
+}
+
+/* Drop one hold on 'cl'; the last frees it. */
+static void
+release(struct cluster *cl)
+{
+    if (atomic_fetch_sub(&cl->holders, 1) == 1)
+        cluster_free(cl);
+}
+
+void
+cluster_beat_exit(struct cluster *cl)
+{
+    release(cl);                /* 'cl' may be gone from here on */
+    beats_add(-1);
+}
+
+int
+cluster_wait_beats(int64_t deadline_ms)
+{
+    int rc = 0;
+
+    pthread_once(&beats.once, beats_init);
+    gw_mutex_lock(&beats.lock);
+    while (beats.running > 0 && rc == 0)
+        rc = gw_cond_timedwait(&beats.cv, &beats.lock, deadline_ms);
+    rc = beats.running > 0 ? GW_ETIMEDOUT : 0;
+    gw_mutex_unlock(&beats.lock);
+    return rc;
 }
 
 struct cluster *
@@ -321,8 +446,9 @@ cluster_start(const struct gw_config *cfg, const struct cluster_self *self)
     if (cl->beat_ms > 5000)
         cl->beat_ms = 5000;
     /* The beat's own round trips are not a request's: a Redis a little
-     * slow is not lost for that.  At most a second, which is also the
-     * longest a reload or the stop waits to join the thread. */
+     * slow is not lost for that.  At most a second each (its connect,
+     * then its heartbeat; a name's resolution has no bound at all): the
+     * reason nobody on the accept loop ever joins the beat. */
     cl->beat_io_ms = cfg->redis_timeout_ms < 250 ? 250
                      : cfg->redis_timeout_ms > 1000 ? 1000
                      : cfg->redis_timeout_ms;
@@ -335,13 +461,16 @@ cluster_start(const struct gw_config *cfg, const struct cluster_self *self)
     atomic_store(&cl->generation, self->generation);
     atomic_store(&cl->alive, 1);
     atomic_store(&cl->refs, 1);
+    atomic_store(&cl->holders, 2);
+    beats_add(1);
     err = pthread_create(&cl->thread, NULL, cluster_thread, cl);
     if (err != 0) {
         log_errno(GW_LOG_ERROR, err, "cluster: pthread_create");
+        beats_add(-1);
         cluster_free(cl);
         return NULL;
     }
-    cl->thread_started = 1;
+    pthread_detach(cl->thread);
     return cl;
 }
 
@@ -366,10 +495,10 @@ cluster_unref(struct cluster *cl)
 {
     if (cl == NULL || atomic_fetch_sub(&cl->refs, 1) != 1)
         return;
+    /* The beat may be in a connect or a round trip for seconds: it ends
+     * on its own and frees the cluster if it is the last to let go. */
     cluster_stop(cl);
-    if (cl->thread_started)
-        pthread_join(cl->thread, NULL);
-    cluster_free(cl);
+    release(cl);
 }
 
 size_t

@@ -20,13 +20,15 @@
  * a hash of one: tenants are named by their configured names.
  *
  * Membership: the beat writes "<prefix>{@gateways}:node:<node>" (this
- * gateway: node, version, configuration generation, start time) with a
- * time to live of 'lease', and its node into the sorted set
+ * gateway: node, instance id, version, configuration generation, start
+ * time) with a time to live of 'lease', and its node into the sorted set
  * "<prefix>{@gateways}:members" scored by that expiry on Redis's clock,
  * in one script; the same script drops expired members and returns the
  * live ones.  A gateway that stops beating is gone from every view
  * within 'lease'; one that stops cleanly is too (it deletes nothing, so
- * a reload that keeps the node name never blinks).
+ * a reload that keeps the node name never blinks).  Two gateways given
+ * one node name would hide each other; the beat reads the heartbeat it
+ * replaces and warns when another process's instance id wrote it.
  *
  * Failure: no round trip waits longer than its deadline (redis_timeout
  * on the request path).  The beat runs every lease / 3 (at most 5 s, at
@@ -46,10 +48,13 @@
  * requests until its last reference goes.
  *
  * Threads and locking: one beat thread per cluster, started by
- * cluster_start() and joined by the last cluster_unref(), which waits
- * for a turn under way: at most its connect and round trip bound,
- * redis_timeout within 250 ms .. 1 s (and a host name's resolution),
- * and as much again for each 64 tenants of the usage flush after it.
+ * cluster_start(), detached.  The last cluster_unref() only asks it to
+ * stop and returns at once: a turn under way may take its connect and
+ * its heartbeat, redis_timeout within 250 ms .. 1 s each (and as much
+ * again for each 64 tenants of the usage flush after it), and a host
+ * name's resolution, which nothing bounds.  The beat holds the cluster
+ * too, and whichever of it and the last reference lets go last frees
+ * it.  The process waits for the beats at exit (cluster_wait_beats()).
  * The cluster's mutex guards the beat's stop flag and the state the status view
  * copies (members, last error); it is never held across I/O.  The
  * metrics are process-wide atomics.  Every function here may be called
@@ -68,6 +73,7 @@
 #define CLUSTER_MEMBERS_MAX 64      /* gateways listed */
 #define CLUSTER_KEY_MAX 256         /* bytes of a key, with its NUL */
 #define CLUSTER_TAG_GATEWAYS "@gateways"
+#define CLUSTER_INSTANCE_LEN 16     /* hex digits of a process's id */
 /* The backoff between tries while Redis is gone. */
 #define CLUSTER_BACKOFF_MIN_MS 100
 #define CLUSTER_BACKOFF_MAX_MS 5000
@@ -118,16 +124,26 @@ struct cluster *cluster_start(const struct gw_config *cfg,
 struct cluster *cluster_ref(struct cluster *cl);
 
 /*
- * Drop a reference; the last one stops the beat, joins its thread and
- * frees everything (the caller's round trips are over).  NULL-safe.
+ * Drop a reference; the last one stops the beat (cluster_stop()) and
+ * returns at once; the cluster is freed when the beat has ended too (the
+ * caller's round trips are over).  NULL-safe.
  */
 void cluster_unref(struct cluster *cl);
 
 /*
- * Ask the beat to end (a reload replaced this cluster): returns at once;
- * no heartbeat is written after it.  The pool stays usable.
+ * Ask the beat to end (a reload replaced this cluster): returns at once.
+ * A turn under way ends first, so one more heartbeat may be written
+ * after it (one already sent, or a connect under way then no more); the
+ * next turn never starts.  The pool stays usable.
  */
 void cluster_stop(struct cluster *cl);
+
+/*
+ * Wait until every beat thread of the process has ended, or until
+ * 'deadline_ms' (gw_now_ms() clock): 0 or GW_ETIMEDOUT.  For the exit,
+ * after the last cluster_unref(): no beat then touches freed memory.
+ */
+int cluster_wait_beats(int64_t deadline_ms);
 
 /* Are the [cluster] settings of 'a' and 'b' the same (both borrowed)? */
 int cluster_same_config(const struct gw_config *a, const struct gw_config *b);
@@ -147,7 +163,8 @@ void cluster_set_generation(struct cluster *cl, uint64_t generation);
  * EVALSHA with EVAL on NOSCRIPT), by a deadline 'timeout_ms' from now
  * (0: redis_timeout, as the request path must use).  Fails fast: with
  * Redis gone (no connection) GW_EUNAVAIL at once, with every connection
- * busy GW_ETIMEDOUT at the deadline.  Counts the outcome and its time
+ * busy GW_EBUSY at the deadline (not a sign that Redis is lost: the beat
+ * skips its heartbeat then, it does not drop the connections).  Counts the outcome and its time
  * into the metrics; a failure other than GW_EUNAVAIL wakes the beat to
  * look at Redis.  Returns and fills 'replies' as redis_pool_pipeline().
  */
@@ -167,6 +184,7 @@ int cluster_key(const struct cluster *cl, const char *tag, const char *what,
 /* One gateway of the membership, as its heartbeat says. */
 struct cluster_member {
     char node[CONFIG_NAME_MAX + 1];
+    char instance[CLUSTER_INSTANCE_LEN + 1];    /* "" from an older one */
     char version[32];
     uint64_t generation;
     int64_t started_unix_ms;
@@ -183,6 +201,28 @@ struct cluster_member {
  */
 int cluster_members_read(const redisReply *r, struct cluster_member *out,
                          size_t max, size_t *n);
+
+/*
+ * One heartbeat's JSON 'v' (borrowed) into *m, its ttl_ms 0.  Returns 0,
+ * or GW_EPARSE when 'v' is not a heartbeat.  Any bytes (fuzzed).
+ */
+int cluster_heartbeat_read(const redisReply *v, struct cluster_member *m);
+
+/*
+ * This process's instance id, CLUSTER_INSTANCE_LEN random hex digits,
+ * the same for every cluster it starts: its heartbeat carries it, so
+ * that two gateways given one node name see each other (cluster_beat.c).
+ */
+const char *cluster_instance(void);
+
+#ifdef INFERGW_UNIT_TEST
+/*
+ * Test builds only: the default node name for host name 'host' and
+ * listen port 'port' (0: ":pid<pid>" instead) into out[0..n): the END
+ * of a host name too long to fit, so that pods keep their unique part.
+ */
+void cluster_node_name(const char *host, int port, char *out, size_t n);
+#endif
 
 /* What the status view shows of a cluster: a copy. */
 struct cluster_status {

@@ -29,7 +29,8 @@
 static void
 heartbeat_json(const struct cluster *cl, char *out, size_t n)
 {
-    json_t *o = json_pack("{s:s, s:s, s:I, s:I}", "node", cl->node,
+    json_t *o = json_pack("{s:s, s:s, s:s, s:I, s:I}", "node", cl->node,
+                          "instance", cluster_instance(),
                           "version", INFERGW_VERSION, "generation",
                           (json_int_t)atomic_load(&cl->generation),
                           "started_unix_ms",
@@ -41,6 +42,49 @@ heartbeat_json(const struct cluster *cl, char *out, size_t n)
     json_decref(o);
 }
 
+/* Has cluster_stop() been called? */
+static int
+stopping(struct cluster *cl)
+{
+    int stop;
+
+    gw_mutex_lock(&cl->lock);
+    stop = cl->stop;
+    gw_mutex_unlock(&cl->lock);
+    return stop;
+}
+
+/*
+ * 'prev' (borrowed) is the heartbeat our node's key held before ours
+ * replaced it.  Another process's there means another gateway writes
+ * under our node name (two configured with one node = ..., or pods whose
+ * default names collide): each hides the other from every view, so it
+ * is worth a warning.  The heartbeat script reads back our own, never
+ * theirs, hence this look at the one before.  A restart finds its
+ * previous life's once; only a second sighting warns, then at most
+ * once a minute.
+ */
+static void
+check_duplicate(struct cluster *cl, const redisReply *prev)
+{
+    struct cluster_member m;
+    int64_t now = gw_now_ms();
+
+    if (cluster_heartbeat_read(prev, &m) != 0 || m.instance[0] == '\0'
+        || strcmp(m.instance, cluster_instance()) == 0)
+        return;
+    cl->dup_seen++;
+    if (cl->dup_seen < 2
+        || (cl->dup_logged_ms != 0 && now - cl->dup_logged_ms < 60000))
+        return;
+    cl->dup_logged_ms = now;
+    log_msg(GW_LOG_WARN, "cluster: another gateway (instance %s, started "
+            "%lld) writes heartbeats as node=%s too (this one is instance "
+            "%s): give each its own node name; seen %llu times",
+            m.instance, (long long)m.started_unix_ms, cl->node,
+            cluster_instance(), (unsigned long long)cl->dup_seen);
+}
+
 /*
  * Fill the pool, then the heartbeat; the members on success.  Returns 0
  * or the failure, its reason in err[0..errlen).
@@ -50,10 +94,13 @@ turn(struct cluster *cl, char *err, size_t errlen)
 {
     char members[CLUSTER_KEY_MAX], self[CLUSTER_KEY_MAX];
     char node_prefix[CLUSTER_KEY_MAX], ttl[24], max[8], hb[512];
-    const char *argv[7];
-    struct redis_cmd cmd = { &cl->heartbeat, 2, 7, argv, NULL };
+    const char *argv[7], *get[2] = { "GET", self };
+    struct redis_cmd cmds[2] = {
+        { NULL, 0, 2, get, NULL },              /* check_duplicate() */
+        { &cl->heartbeat, 2, 7, argv, NULL },
+    };
     struct cluster_member *got = NULL;
-    redisReply *r = NULL;
+    redisReply *rr[2] = { NULL, NULL }, *r;
     size_t n = 0;
     int64_t t0;
     int rc;
@@ -66,6 +113,10 @@ turn(struct cluster *cl, char *err, size_t errlen)
         cluster_note_connect(gw_now_us() - t0, rc < 0);
         if (rc < 0)
             return rc;
+        /* The connect may have taken a second: a stop meanwhile must
+         * not wait for a heartbeat too. */
+        if (stopping(cl))
+            return GW_ESTOPPING;
     }
     if (cluster_key(cl, CLUSTER_TAG_GATEWAYS, "members", members,
                     sizeof(members)) != 0
@@ -86,8 +137,9 @@ turn(struct cluster *cl, char *err, size_t errlen)
     argv[4] = ttl;
     argv[5] = node_prefix;
     argv[6] = max;
-    rc = cluster_pipeline(cl, CLUSTER_OP_HEARTBEAT, &cmd, 1, &r,
+    rc = cluster_pipeline(cl, CLUSTER_OP_HEARTBEAT, cmds, 2, rr,
                           cl->beat_io_ms);
+    r = rr[1];
     if (rc != 0) {
         snprintf(err, errlen, "heartbeat: %s", rc == GW_EUNAVAIL
                  ? "Redis closed every connection" : gw_strerror(rc));
@@ -107,6 +159,7 @@ turn(struct cluster *cl, char *err, size_t errlen)
             snprintf(err, errlen, "heartbeat: an unexpected reply");
     }
     if (rc == 0) {
+        check_duplicate(cl, rr[0]);
         gw_mutex_lock(&cl->lock);
         memcpy(cl->members, got, n * sizeof(got[0]));
         cl->num_members = n;
@@ -114,7 +167,7 @@ turn(struct cluster *cl, char *err, size_t errlen)
         atomic_store(&cl->alive, n > 0 ? n : 1);
     }
     gw_free(got);
-    redis_replies_free(&r, 1);
+    redis_replies_free(rr, 2);
     return rc;
 }
 
@@ -182,7 +235,16 @@ cluster_thread(void *arg)
         gw_mutex_unlock(&cl->lock);
         started = gw_now_ms();
         rc = turn(cl, err, sizeof(err));
-        if (rc == 0) {
+        if (rc == GW_ESTOPPING) {
+            gw_mutex_lock(&cl->lock);
+            continue;               /* stop is set: the loop ends */
+        }
+        if (rc == GW_EBUSY) {
+            /* Requests hold every connection: Redis answers them, so it
+             * is not lost; this heartbeat waits for the next beat (a
+             * lease spans three). */
+            next = started + cl->beat_ms;
+        } else if (rc == 0) {
             note(cl, &seen, 1, "");
             /* Redis answered: the batch goes now, in a round trip of
              * its own; a failed one waits for the next beat. */
@@ -212,5 +274,6 @@ cluster_thread(void *arg)
         }
     }
     gw_mutex_unlock(&cl->lock);
+    cluster_beat_exit(cl);
     return NULL;
 }

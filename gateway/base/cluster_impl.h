@@ -36,10 +36,11 @@ struct cluster {
     _Atomic uint64_t generation;
     _Atomic int up;                 /* the beat's last finding */
     _Atomic size_t alive;           /* gateways last seen, >= 1 */
-    _Atomic long refs;
+    _Atomic long refs;              /* the generations' (cluster_ref()) */
+    _Atomic int holders;            /* the generations together, and the
+                                       beat: the last of them frees */
 
-    pthread_t thread;
-    int thread_started;
+    pthread_t thread;               /* detached: joined by nobody */
     struct gw_mutex lock;
     pthread_cond_t cv;              /* wakes the beat: stop, nudge */
     int stop;                       /* (L) */
@@ -48,10 +49,17 @@ struct cluster {
     char last_error[200];           /* (L) */
     struct cluster_member members[CLUSTER_MEMBERS_MAX];     /* (L) */
     size_t num_members;             /* (L) */
+    uint64_t dup_seen;              /* the beat thread's: heartbeats of */
+    int64_t dup_logged_ms;          /* another instance under our node */
 };
 
-/* The beat thread (cluster_beat.c), started by cluster_start(). */
+/* The beat thread (cluster_beat.c), started by cluster_start(); it
+ * ends with cluster_beat_exit(). */
 void *cluster_thread(void *arg);
+
+/* The beat thread's last act: drop its hold on 'cl' (which may free it)
+ * and count it gone for cluster_wait_beats(). */
+void cluster_beat_exit(struct cluster *cl);
 
 /* The beat filled the pool: 'us' it took, and whether it failed
  * (infergw_cluster_*{op="connect"}, cluster.c). */

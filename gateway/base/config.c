@@ -787,55 +787,24 @@ section_index(const char *name)
     return i;
 }
 
-/*
- * redis_password_file's first line: the password, without its line end,
- * 1..REDIS_URL_PASSWORD_MAX printable bytes.  The file is read at every
- * load, so a reload picks a rotated password up.  OUT c->redis_password.
- */
+/* redis_password_file into c->redis_password (config_schema.c). */
 static int
 read_password_file(struct loader *ld, int line)
 {
-    struct gw_config *c = ld->c;
-    char buf[REDIS_URL_PASSWORD_MAX + 3];
-    ssize_t n = -1;
-    size_t len, i;
-    int fd, rc = GW_EINVAL;
+    char msg[300];
+    int rc = config_read_password_file(ld->c->redis_password_file,
+                                       &ld->c->redis_password, msg,
+                                       sizeof(msg));
 
-    fd = open(c->redis_password_file, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd != -1)
-        n = read(fd, buf, sizeof(buf) - 1);
-    if (fd != -1)
-        close(fd);
-    if (n < 0) {
-        set_err(ld, line, "redis_password_file %s: not a readable file",
-                c->redis_password_file);
-        goto out;
-    }
-    len = (size_t)n;
-    buf[len] = '\0';
-    len = strcspn(buf, "\r\n");
-    buf[len] = '\0';
-    for (i = 0; i < len; i++)
-        if ((unsigned char)buf[i] < 0x20 || buf[i] == 0x7f)
-            break;
-    if (len == 0 || len > REDIS_URL_PASSWORD_MAX || i < len) {
-        set_err(ld, line, "redis_password_file %s: expected a password of "
-                "1..%d printable characters on its first line",
-                c->redis_password_file, REDIS_URL_PASSWORD_MAX);
-        goto out;
-    }
-    gw_wipe_free_str(c->redis_password);
-    c->redis_password = gw_strdup(buf);
-    rc = c->redis_password != NULL ? 0 : GW_ENOMEM;
-
-out:
-    mbedtls_platform_zeroize(buf, sizeof(buf));
+    if (rc == GW_EINVAL)
+        set_err(ld, line, "%s", msg);
     return rc;
 }
 
 /*
  * [cluster]: on only with the section, and then Redis must be named; a
- * password comes from the URL or from redis_password_file, not both.
+ * password comes from the URL or from redis_password_file, not both, and
+ * a user in the URL needs one of them.
  */
 static int
 check_cluster(struct loader *ld)
@@ -843,6 +812,7 @@ check_cluster(struct loader *ld)
     struct gw_config *c = ld->c;
     int header = ld->section_line[section_index("cluster")];
     int file_line = line_of(ld, "cluster", "redis_password_file");
+    int has_file = c->redis_password_file[0] != '\0';
     struct redis_url url;
     int rc;
 
@@ -854,16 +824,20 @@ check_cluster(struct loader *ld)
                 "unix:/PATH");
         return GW_EINVAL;
     }
-    if (c->redis_password_file[0] == '\0')
-        return 0;
     rc = redis_url_parse(c->redis, &url);
-    if (rc == 0 && url.password[0] != '\0') {
+    if (rc == 0 && url.password[0] != '\0' && has_file) {
         set_err(ld, file_line, "redis_password_file: the redis URL has a "
                 "password already: give it in one place");
         rc = GW_EINVAL;
+    } else if (rc == 0 && url.user[0] != '\0' && url.password[0] == '\0'
+               && !has_file) {
+        set_err(ld, line_of(ld, "cluster", "redis"), "redis: user %s "
+                "needs a password, in the URL or redis_password_file",
+                url.user);
+        rc = GW_EINVAL;
     }
     redis_url_wipe(&url);
-    if (rc != 0)
+    if (rc != 0 || !has_file)
         return rc;
     return read_password_file(ld, file_line);
 }

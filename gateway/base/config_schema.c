@@ -15,12 +15,17 @@
 #include "base/config_schema.h"
 
 #include <assert.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <mbedtls/platform_util.h>
 
 #include "alloc.h"
 #include "base/config.h"
@@ -389,8 +394,8 @@ config_describe(const struct setting *s, char *out, size_t n)
                  CONFIG_MAX_MODELS, CONFIG_NAME_MAX);
         break;
     case T_REDIS_URL:
-        snprintf(out, n, "redis://[user:password@]host[:port][/db] or "
-                 "unix:/path");
+        snprintf(out, n, "redis://[user[:password]@]host[:port][/db] or "
+                 "unix:/path[?db=N&user=U]");
         break;
     case T_KEY_TEXT:
         snprintf(out, n, "at most %" PRIu64 " printable characters without "
@@ -717,3 +722,76 @@ config_schema_entry(size_t i, const char **section, const char **key,
 }
 #endif
 
+
+/*
+ * Is a secret file's mode too open?  Group or others may read or write
+ * it: refused, as libpq ignores such a .pgpass.  One exception, libpq's
+ * for a server key: owned by root, readable by its group (0640), so
+ * that a secret shared with a service group can stay root's.
+ */
+static int
+too_open(const struct stat *st)
+{
+    if (st->st_uid == 0)
+        return (st->st_mode & 0037) != 0;
+    return (st->st_mode & 0077) != 0;
+}
+
+int
+config_read_password_file(const char *path, char **out, char *msg,
+                          size_t msglen)
+{
+    char buf[REDIS_URL_PASSWORD_MAX + 3];
+    struct stat st;
+    ssize_t n = -1;
+    size_t len, i;
+    int fd, rc = GW_EINVAL;
+
+    /* O_NONBLOCK: a FIFO put there must not hang the load on open(). */
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd == -1 || fstat(fd, &st) == -1) {
+        snprintf(msg, msglen, "redis_password_file %s: not a readable "
+                 "file", path);
+        goto out;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        snprintf(msg, msglen, "redis_password_file %s: not a regular "
+                 "file", path);
+        goto out;
+    }
+    if (too_open(&st)) {
+        snprintf(msg, msglen, "redis_password_file %s: group or others "
+                 "may read it (mode %04o): chmod 0600 it (a Kubernetes "
+                 "secret: defaultMode 0400)", path,
+                 (unsigned)(st.st_mode & 07777));
+        goto out;
+    }
+    n = read(fd, buf, sizeof(buf) - 1);
+    if (n < 0) {
+        snprintf(msg, msglen, "redis_password_file %s: not a readable "
+                 "file", path);
+        goto out;
+    }
+    len = (size_t)n;
+    buf[len] = '\0';
+    len = strcspn(buf, "\r\n");
+    buf[len] = '\0';
+    for (i = 0; i < len; i++)
+        if ((unsigned char)buf[i] < 0x20 || buf[i] == 0x7f)
+            break;
+    if (len == 0 || len > REDIS_URL_PASSWORD_MAX || i < len) {
+        snprintf(msg, msglen, "redis_password_file %s: expected a password "
+                 "of 1..%d printable characters on its first line", path,
+                 REDIS_URL_PASSWORD_MAX);
+        goto out;
+    }
+    gw_wipe_free_str(*out);
+    *out = gw_strdup(buf);
+    rc = *out != NULL ? 0 : GW_ENOMEM;
+
+out:
+    if (fd != -1)
+        close(fd);
+    mbedtls_platform_zeroize(buf, sizeof(buf));
+    return rc;
+}

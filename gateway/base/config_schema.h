@@ -94,4 +94,16 @@ int config_apply_defaults(const char *section, enum setting_scope scope,
 /* Free u's models and empty the list. */
 void config_models_clear(struct config_upstream *u);
 
+/*
+ * redis_password_file 'path': its first line, without its line end,
+ * 1..REDIS_URL_PASSWORD_MAX printable bytes, into *out (owned; the old
+ * one wiped and freed).  Refused (GW_EINVAL, the reason without the
+ * password in msg[0..msglen)): not a readable regular file, readable or
+ * writable by group or others (but root's with mode 0640), not such a
+ * line.  Read at every load, so a reload picks a rotated password up.
+ * Returns 0, GW_EINVAL or GW_ENOMEM.
+ */
+int config_read_password_file(const char *path, char **out, char *msg,
+                              size_t msglen);
+
 #endif

@@ -243,6 +243,12 @@ generations_free(struct generations *l)
     }
     gw_mutex_destroy(&l->lock);
     gw_free(l);
+    /* The clusters' beats end on their own (cluster.h): at the exit,
+     * none may outlive this while it still touches a cluster, nor may
+     * the exit wait for ever on one in a name's resolution. */
+    if (cluster_wait_beats(gw_now_ms() + 3000) != 0)
+        log_msg(GW_LOG_WARN, "generation: a cluster beat did not end in "
+                "3 s");
 }
 
 struct generation *

@@ -102,7 +102,8 @@ struct generations *generations_new(struct gw_config *cfg,
 
 /*
  * Free everything; no request may hold a generation any more (the drain
- * or the stop is over).  NULL-safe.
+ * or the stop is over).  Waits up to 3 s for the clusters' beat threads
+ * to end (cluster_wait_beats()).  NULL-safe.
  */
 void generations_free(struct generations *l);
 

@@ -36,26 +36,4 @@ dup_exact(const char *p, size_t n)
     return q;
 }
 
-/*
- * Does p[0..n) hold an array header ('*') of 10,000 elements or more?
- * hiredis 0.14 allocates an array's slots before its elements arrive,
- * so such a header only measures malloc: the Redis reply targets skip
- * those inputs.
- */
-static inline int
-fuzz_huge_redis_array(const uint8_t *p, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        size_t d = 0;
-
-        if (p[i] != '*')
-            continue;
-        while (i + 1 + d < n && p[i + 1 + d] >= '0' && p[i + 1 + d] <= '9')
-            d++;
-        if (d >= 5)
-            return 1;
-    }
-    return 0;
-}
-
 #endif

@@ -3,9 +3,9 @@
  * fuzz_tenant_usage.c - libFuzzer target for tenant_usage_read()
  * (gateway/base/tenant_usage.c), the reader of the usage script's
  * answer, over replies that hiredis's own reader builds from the
- * input's bytes (a server's), every complete reply in turn.  Inputs
- * whose array headers ask for 10,000 elements or more are skipped
- * (fuzz.h: fuzz_huge_redis_array()).
+ * input's bytes (a server's), every complete reply in turn, the
+ * reader bound as the pool binds its own (redis_reader_bound()), so a
+ * huge array header is refused before hiredis allocates its slots.
  *
  * Besides crashes and sanitizer reports, the target aborts when an
  * accepted reply is not what the script can answer: a state other than
@@ -21,17 +21,18 @@
 #include "base/tenant.h"
 #include "base/tenant_impl.h"
 #include "fuzz.h"
+#include "redis.h"
 
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    struct redis_reply_budget budget;
     redisReader *r;
     void *reply = NULL;
 
-    if (fuzz_huge_redis_array(data, size))
-        return 0;
     r = redisReaderCreate();
     REQUIRE(r != NULL);
+    redis_reader_bound(r, &budget);
     if (redisReaderFeed(r, (const char *)data, size) == REDIS_OK) {
         while (redisReaderGetReply(r, &reply) == REDIS_OK && reply != NULL) {
             uint64_t v[TENANT_USAGE_FIELDS];

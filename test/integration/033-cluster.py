@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""032 - [cluster]: gateways that know each other through Redis (issue
+"""033 - [cluster]: gateways that know each other through Redis (issue
 28, items 2, 6, 7 and 8 as far as they go without shared limits).
 
 Each test starts its own redis-server (tools: redis-server, Debian's
@@ -17,6 +17,7 @@ import subprocess
 import time
 
 import socket
+import threading
 
 import gwtest
 from gwtest import (budget, chat_body, metric, parse_metrics, request, tool,
@@ -139,6 +140,7 @@ def test_two_gateways_see_each_other(t):
     both; nothing in Redis names an API key or its hash."""
     r = Redis(t.tmp, password=PASSWORD, tcp=True)
     pw = t.write("redis.password", PASSWORD + "\n")
+    os.chmod(pw, 0o600)         # refused while others may read it
     m = t.mock()
     extra = "[tenant acme]\napi_key = %s\n" % TENANT_KEY
     gws = []
@@ -247,6 +249,30 @@ def test_redis_lost_and_back(t):
                   op="heartbeat") >= 3
 
 
+def test_two_gateways_with_one_node_name_warn(t):
+    """Two gateways given the same node overwrite one heartbeat key and
+    hide each other; each heartbeat carries its process's random
+    instance id, so they notice and say so."""
+    r = Redis(t.tmp)
+    m = t.mock()
+    a = gateway(t, m, r, "gw-same")
+    b = gateway(t, m, r, "gw-same")
+
+    def warned(g):
+        return [l for l in g.log_lines()
+                if "writes heartbeats as node=gw-same too" in l]
+    # lease 1 s: a beat every 333 ms, a second sighting within a second.
+    wait_for(lambda: warned(a) and warned(b), budget(5),
+             msg="both gateways warn of the other")
+    # Rate-limited: one line each, not one per beat.
+    time.sleep(budget(1))
+    assert len(warned(a)) == 1 and len(warned(b)) == 1, (warned(a),
+                                                         warned(b))
+    ids = [re.search(r"this one is instance ([0-9a-f]{16})",
+                     warned(g)[0]).group(1) for g in (a, b)]
+    assert ids[0] != ids[1], ids
+
+
 def test_reload(t):
     """A reload that keeps [cluster] keeps its connections and beat, and
     tells the heartbeat the new generation; one that renames the node
@@ -276,6 +302,75 @@ def test_reload(t):
     g.wait_log(r"reload: configuration generation=3 in force")
     wait_for(lambda: members(g) == ["gw-b"], budget(3),
              msg="the new node listed, the old one gone")
+
+
+class SlowRedis:
+    """A fake Redis on a loopback port: it answers a connection's hello
+    (its PINGs, +PONG each) after 900 ms and never answers a heartbeat
+    (EVAL or EVALSHA); 'in_heartbeat' is set once one waits."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.in_heartbeat = threading.Event()
+        threading.Thread(target=self.accept, daemon=True).start()
+
+    def accept(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self.serve, args=(c,),
+                             daemon=True).start()
+
+    def serve(self, c):
+        try:
+            while True:
+                d = c.recv(65536)
+                if not d:
+                    return
+                if b"EVAL" in d.upper():
+                    self.in_heartbeat.set()
+                    continue
+                time.sleep(0.9)
+                c.sendall(b"+PONG\r\n" * d.count(b"*"))
+        except OSError:
+            pass
+        finally:
+            c.close()
+
+    def close(self):
+        self.sock.close()
+
+
+def test_reload_never_waits_for_the_old_beat(t):
+    """The replaced cluster's beat may be in a connect or a heartbeat for
+    a second each: the reload does not wait for it, so the accept loop
+    answers /healthz at once."""
+    fake = SlowRedis()
+    m = t.mock()
+    conf = {"admin": {"listen": "127.0.0.1:0"},
+            "cluster": {"redis": "redis://127.0.0.1:%d" % fake.port,
+                        "redis_timeout": "1s", "redis_connections": 1,
+                        "node": "gw-a", "lease": "3s"}}
+    g = t.gateway(m, conf=conf, admin_key=None)
+    try:
+        assert fake.in_heartbeat.wait(budget(5)), "no heartbeat sent"
+        text = open(g.conf_path).read().replace("node = gw-a", "node = gw-b")
+        with open(g.conf_path, "w") as f:
+            f.write(text)
+        t0 = time.monotonic()
+        g.send_signal(signal.SIGHUP)
+        g.wait_log(r"reload: configuration generation=2 in force")
+        resp = g.get("/healthz")
+        took = time.monotonic() - t0
+        assert resp.status == 200, resp
+        assert took < budget(0.3), took
+    finally:
+        fake.close()
 
 
 def test_bad_cluster_settings_are_file_line_errors(t):

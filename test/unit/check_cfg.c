@@ -1046,12 +1046,72 @@ START_TEST(test_cluster)
     ck_assert_ptr_nonnull(f);
     fputs("s3cret pass\r\nsecond line\n", f);
     fclose(f);
+    ck_assert_int_eq(chmod(path, 0600), 0);
     snprintf(text, sizeof(text), "[cluster]\nredis = redis://h\n"
              "redis_password_file = %s\n", path);
     ck_assert_msg(config_load_text("g.conf", text, &c, err, sizeof(err))
                   == 0, "%s", err);
     ck_assert_str_eq(c.redis_password, "s3cret pass");
     config_release(&c);
+    unlink(path);
+    rmdir(dir);
+}
+END_TEST
+
+#define OPEN_MSG(mode) "group or others may read it (mode " mode "): " \
+    "chmod 0600 it (a Kubernetes secret: defaultMode 0400)"
+
+/*
+ * redis_password_file's mode and kind, and an ACL user whose password
+ * is in it: (mode, URL, the error or NULL, for root, for another user).
+ */
+static const struct {
+    mode_t mode;
+    const char *url;
+    const char *root_err, *user_err;
+    const char *note;
+} pwfile_cases[] = {
+    { 0600, "redis://app@h", NULL, NULL, "a user, its password in the file" },
+    { 0400, "unix:/r.sock?db=2&user=app", NULL, NULL,
+      "a socket's user and db, the password in the file" },
+    { 0644, "redis://h", OPEN_MSG("0644"), OPEN_MSG("0644"),
+      "readable by all" },
+    { 0640, "redis://h", NULL, OPEN_MSG("0640"),
+      "group-readable: root's only (libpq's rule)" },
+    { 0620, "redis://h", OPEN_MSG("0620"), OPEN_MSG("0620"),
+      "group-writable" },
+};
+
+START_TEST(test_cluster_password_file)
+{
+    char dir[] = "/tmp/infergw-cfg-XXXXXX", path[64], text[256], err[256];
+    char want[300];
+    const char *fmt = geteuid() == 0 ? pwfile_cases[_i].root_err
+                      : pwfile_cases[_i].user_err;
+    struct gw_config c;
+    FILE *f;
+    int rc;
+
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(path, sizeof(path), "%s/pw", dir);
+    f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("s3cret\n", f);
+    fclose(f);
+    ck_assert_int_eq(chmod(path, pwfile_cases[_i].mode), 0);
+    snprintf(text, sizeof(text), "[cluster]\nredis = %s\n"
+             "redis_password_file = %s\n", pwfile_cases[_i].url, path);
+    rc = config_load_text("g.conf", text, &c, err, sizeof(err));
+    if (fmt == NULL) {
+        ck_assert_msg(rc == 0, "%s: %s", pwfile_cases[_i].note, err);
+        ck_assert_str_eq(c.redis_password, "s3cret");
+        config_release(&c);
+    } else {
+        snprintf(want, sizeof(want), "g.conf:3: redis_password_file %s: "
+                 "%s", path, fmt);
+        ck_assert_int_eq(rc, GW_EINVAL);
+        ck_assert_str_eq(err, want);
+    }
     unlink(path);
     rmdir(dir);
 }
@@ -1137,7 +1197,8 @@ END_TEST
     "separated by commas, at most 64, no host bits past the prefix"
 #define BOOL_HINT "on or off (or yes/no, true/false, 1/0)"
 #define KEY_HINT "key without blanks, quotes or control characters"
-#define REDIS_HINT "redis://[user:password@]host[:port][/db] or unix:/path"
+#define REDIS_HINT "redis://[user[:password]@]host[:port][/db] or " \
+    "unix:/path[?db=N&user=U]"
 
 static const struct {
     const char *text;
@@ -1438,6 +1499,17 @@ static const struct {
       ", got '999ms'" },
     { "[cluster]\nredis = unix:/r.sock\non_error = allow\n", GW_EINVAL,
       "gateway.conf:3: on_error: expected local or deny, got 'allow'" },
+    { "[cluster]\nredis = redis://app@h\n", GW_EINVAL,
+      "gateway.conf:2: redis: user app needs a password, in the URL or "
+      "redis_password_file" },
+    { "[cluster]\nredis = unix:/r.sock?user=app\n", GW_EINVAL,
+      "gateway.conf:2: redis: user app needs a password, in the URL or "
+      "redis_password_file" },
+    { "[cluster]\nredis = unix:/r.sock?db=1&db=2\n", GW_EINVAL,
+      "gateway.conf:2: redis: expected " REDIS_HINT },
+    { "[cluster]\nredis = unix:/r.sock\nredis_password_file = /\n",
+      GW_EINVAL, "gateway.conf:3: redis_password_file /: not a regular "
+      "file" },
     { "[cluster]\nredis = unix:/r.sock\nredis_password_file = /nonexistent"
       "\n", GW_EINVAL, "gateway.conf:3: redis_password_file /nonexistent: "
       "not a readable file" },
@@ -1445,8 +1517,8 @@ static const struct {
       "/dev/null\n", GW_EINVAL, "gateway.conf:3: redis_password_file: the "
       "redis URL has a password already: give it in one place" },
     { "[cluster]\nredis = unix:/r.sock\nredis_password_file = /dev/null\n",
-      GW_EINVAL, "gateway.conf:3: redis_password_file /dev/null: expected "
-      "a password of 1..512 printable characters on its first line" },
+      GW_EINVAL, "gateway.conf:3: redis_password_file /dev/null: not a "
+      "regular file" },
     { "[cluster x]\n", GW_EINVAL,
       "gateway.conf:1: section [cluster] takes no name" },
     /* upstreams and routing (issue 9) */
@@ -2008,6 +2080,8 @@ config_suite(void)
     tcase_add_test(tc, test_load_upstreams_and_routing);
     tcase_add_loop_test(tc, test_load_ok, 0, (int)GW_ARRAY_LEN(load_ok));
     tcase_add_test(tc, test_cluster);
+    tcase_add_loop_test(tc, test_cluster_password_file, 0,
+                        (int)GW_ARRAY_LEN(pwfile_cases));
     tcase_add_test(tc, test_url_trailing_slash);
     tcase_add_test(tc, test_load_file_ok);
     suite_add_tcase(s, tc);

@@ -8,9 +8,11 @@
  */
 #include <check.h>
 
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <hiredis/hiredis.h>
 
@@ -51,6 +53,14 @@ start(const char *url, const char *more)
     return cl;
 }
 
+/* The last reference, and the beat's end (it frees the cluster). */
+static void
+unref(struct cluster *cl)
+{
+    cluster_unref(cl);
+    ck_assert_int_eq(cluster_wait_beats(gw_now_ms() + 3000), 0);
+}
+
 /* ---- keys ---- */
 
 START_TEST(test_keys)
@@ -75,7 +85,31 @@ START_TEST(test_keys)
     ck_assert_int_eq(cluster_key(cl, "acme", "rpm", small, sizeof(small)),
                      GW_ETOOBIG);
     ck_assert_str_eq(small, "");
-    cluster_unref(cl);
+    unref(cl);
+}
+END_TEST
+
+/* The default node name keeps a long host name's end (its unique part
+ * in a pod's name) and the port. */
+START_TEST(test_node_name)
+{
+    /* 46 bytes, as Kubernetes names a Deployment's pods. */
+    const char *pod = "inference-gateway-production-7d9f8b6c5db-x2kq4";
+    const char *h64 = "0123456789012345678901234567890123456789"
+                      "012345678901234567890123";
+    char out[CONFIG_NAME_MAX + 1], want[CONFIG_NAME_MAX + 1];
+
+    ck_assert_uint_eq(strlen(pod), 46);
+    cluster_node_name(pod, 8080, out, sizeof(out));
+    ck_assert_str_eq(out, "inference-gateway-production-7d9f8b6c5db-x2kq4"
+                     ":8080");
+    cluster_node_name(h64, 65535, out, sizeof(out));
+    ck_assert_uint_eq(strlen(out), CONFIG_NAME_MAX);
+    ck_assert_str_eq(out, "67890123456789012345678901234567890123456789"
+                     "01234567890123:65535");
+    cluster_node_name("h", 0, out, sizeof(out));
+    snprintf(want, sizeof(want), "h:pid%ld", (long)getpid());
+    ck_assert_str_eq(out, want);
 }
 END_TEST
 
@@ -199,6 +233,8 @@ START_TEST(test_beat_lists_this_gateway)
     wait_up(cl, 1, 1);
     s = status_of(cl);
     ck_assert_str_eq(s->members[0].node, "gw-test");
+    ck_assert_str_eq(s->members[0].instance, cluster_instance());
+    ck_assert_uint_eq(strlen(cluster_instance()), CLUSTER_INSTANCE_LEN);
     ck_assert_uint_eq(s->members[0].generation, 7);
     ck_assert_int_eq(s->members[0].started_unix_ms, 1700000000000);
     ck_assert_int_le(s->members[0].ttl_ms, 1000);
@@ -211,7 +247,7 @@ START_TEST(test_beat_lists_this_gateway)
     ck_assert_int_le(r->integer, 1000);
     freeReplyObject(r);
     redisFree(c);
-    cluster_unref(cl);
+    unref(cl);
 }
 END_TEST
 
@@ -228,7 +264,7 @@ START_TEST(test_fails_at_once_with_redis_gone)
     t0 = gw_now_ms();
     ck_assert_int_eq(ping(cl, 0), GW_EUNAVAIL);
     ck_assert_int_lt(gw_now_ms() - t0, 5);
-    cluster_unref(cl);
+    unref(cl);
 }
 END_TEST
 
@@ -255,7 +291,54 @@ START_TEST(test_deadline_with_redis_stopped)
     ck_assert_int_lt(gw_now_ms() - t0, 5);
     wait_up(cl, 1, -1);
     ck_assert_int_eq(ping(cl, 0), 0);
-    cluster_unref(cl);
+    unref(cl);
+}
+END_TEST
+
+/* Hold a connection of cl's for ~1 s: Redis blocks it (BLPOP). */
+static void *
+hold(void *arg)
+{
+    const char *argv[] = { "BLPOP", "nothing", "1" };
+    struct redis_cmd cmd = { NULL, 0, 3, argv, NULL };
+    redisReply *r = NULL;
+    long rc = cluster_pipeline(arg, CLUSTER_OP_HEARTBEAT, &cmd, 1, &r, 3000);
+
+    redis_replies_free(&r, 1);
+    return (void *)rc;
+}
+
+/* Requests holding every connection past the beat's bound (250 ms) do
+ * not make Redis look lost: the beat skips a heartbeat, the gauge stays
+ * 1 and the connections stay. */
+START_TEST(test_busy_pool_is_not_redis_lost)
+{
+    struct cluster *cl = start(srv.url, "");
+    pthread_t t[2];
+    struct cluster_status *s;
+    void *rc;
+    int64_t end;
+
+    wait_up(cl, 1, 1);
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(pthread_create(&t[i], NULL, hold, cl), 0);
+    end = gw_now_ms() + 900;
+    while (gw_now_ms() < end) {
+        s = status_of(cl);
+        ck_assert_msg(s->up == 1, "up 0 with the pool busy: %s",
+                      s->last_error);
+        gw_free(s);
+        usleep(10000);
+    }
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(pthread_join(t[i], &rc), 0);
+        ck_assert_int_eq((long)rc, 0);
+    }
+    s = status_of(cl);
+    ck_assert_int_eq(s->up, 1);
+    ck_assert_uint_eq(s->connections, 2);
+    gw_free(s);
+    unref(cl);
 }
 END_TEST
 
@@ -278,7 +361,7 @@ START_TEST(test_metrics)
     ck_assert(sample(buf_ptr(&b), "infergw_cluster_latency_seconds_count"
                      "{op=\"heartbeat\"}") >= 2);
     buf_release(&b);
-    cluster_unref(cl);
+    unref(cl);
 }
 END_TEST
 
@@ -320,6 +403,7 @@ cluster_suite(void)
 
     tc = tcase("keys");
     tcase_add_test(tc, test_keys);
+    tcase_add_test(tc, test_node_name);
     tcase_add_test(tc, test_same_config);
     suite_add_tcase(s, tc);
 
@@ -333,6 +417,7 @@ cluster_suite(void)
     tcase_add_test(tc, test_fails_at_once_with_redis_gone);
     tcase_add_test(tc, test_deadline_with_redis_stopped);
     tcase_add_test(tc, test_metrics);
+    tcase_add_test(tc, test_busy_pool_is_not_redis_lost);
     suite_add_tcase(s, tc);
 
     return s;

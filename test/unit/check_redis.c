@@ -10,7 +10,12 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include "redis.h"
 #include "redisutil.h"
@@ -61,7 +66,20 @@ static const struct {
     { "redis://h/x", 0, 0, NULL, 0, NULL, NULL, 0, "db not a number" },
     { "redis://h/-1", 0, 0, NULL, 0, NULL, NULL, 0, "negative db" },
     { "redis://h/1000001", 0, 0, NULL, 0, NULL, NULL, 0, "db too big" },
-    { "redis://user@h", 0, 0, NULL, 0, NULL, NULL, 0, "user, no password" },
+    { "redis://user@h", 1, 0, "h", 6379, "user", "", 0,
+      "a user, its password from the pool (redis_password_file)" },
+    { "redis://@h", 0, 0, NULL, 0, NULL, NULL, 0, "empty user info" },
+    { "unix:/r.sock?db=3&user=a%40b", 1, 1, "/r.sock", 0, "a@b", "", 3,
+      "a socket's db and user" },
+    { "unix:/r.sock?user=app", 1, 1, "/r.sock", 0, "app", "", 0,
+      "a socket's user" },
+    { "unix:/r.sock?", 1, 1, "/r.sock", 0, "", "", 0, "an empty query" },
+    { "unix:/r.sock?db=1&", 0, 0, NULL, 0, NULL, NULL, 0, "a trailing &" },
+    { "unix:/r.sock?db=1&db=2", 0, 0, NULL, 0, NULL, NULL, 0, "db twice" },
+    { "unix:/r.sock?password=x", 0, 0, NULL, 0, NULL, NULL, 0,
+      "no password in a socket's URL" },
+    { "unix:/r.sock?db=x", 0, 0, NULL, 0, NULL, NULL, 0, "a bad db" },
+    { "unix:/r.sock#x", 0, 0, NULL, 0, NULL, NULL, 0, "a fragment" },
     { "redis://user:@h", 0, 0, NULL, 0, NULL, NULL, 0, "empty password" },
     { "redis://:p%4@h", 0, 0, NULL, 0, NULL, NULL, 0, "short escape" },
     { "redis://:p%zz@h", 0, 0, NULL, 0, NULL, NULL, 0, "bad escape" },
@@ -114,6 +132,12 @@ START_TEST(test_url_show_hides_the_password)
     ck_assert_int_eq(redis_url_parse("unix:/s", &u), 0);
     redis_url_show(&u, out, sizeof(out));
     ck_assert_str_eq(out, "unix:/s");
+    ck_assert_int_eq(redis_url_parse("unix:/s?user=a%26b&db=2", &u), 0);
+    redis_url_show(&u, out, sizeof(out));
+    ck_assert_str_eq(out, "unix:/s?db=2&user=a%26b");
+    ck_assert_int_eq(redis_url_parse("unix:/s?user=a", &u), 0);
+    redis_url_show(&u, out, sizeof(out));
+    ck_assert_str_eq(out, "unix:/s?user=a");
 }
 END_TEST
 
@@ -171,6 +195,309 @@ ping(struct redis_pool *p, int64_t deadline)
     return rc;
 }
 
+/* ---- the pool, against a fake server ---- */
+
+/*
+ * A fake Redis on a unix socket, one connection, in a thread: after each
+ * read it writes the next of 'answers' (none left: it only reads).  The
+ * test's process ends the thread (Check's fork mode).
+ */
+struct fake {
+    int lfd;
+    char path[108];
+    const char *const *answers;
+    size_t n;
+    void (*after)(int fd);      /* once the answers are out, or NULL */
+    pthread_t thread;
+};
+
+static void *
+fake_serve(void *arg)
+{
+    struct fake *f = arg;
+    char buf[4096];
+    size_t turn = 0;
+    int fd = accept(f->lfd, NULL, NULL);
+
+    for (;;) {
+        ssize_t n = read(fd, buf, sizeof(buf));
+
+        if (n <= 0)
+            break;
+        if (turn < f->n) {
+            (void)!write(fd, f->answers[turn], strlen(f->answers[turn]));
+            if (++turn == f->n && f->after != NULL)
+                f->after(fd);
+        }
+    }
+    close(fd);
+    return NULL;
+}
+
+/* Start fake 'f' (answers set); its pool of one connection, unfilled. */
+static struct redis_pool *
+fake_start(struct fake *f)
+{
+    struct sockaddr_un a = { .sun_family = AF_UNIX };
+    char url[140];
+
+    snprintf(f->path, sizeof(f->path), "/tmp/check-redis-%d.sock",
+             (int)getpid());
+    unlink(f->path);
+    snprintf(a.sun_path, sizeof(a.sun_path), "%s", f->path);
+    f->lfd = socket(AF_UNIX, SOCK_STREAM, 0);
+    ck_assert_int_ne(f->lfd, -1);
+    ck_assert_int_eq(bind(f->lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+    ck_assert_int_eq(listen(f->lfd, 4), 0);
+    ck_assert_int_eq(pthread_create(&f->thread, NULL, fake_serve, f), 0);
+    snprintf(url, sizeof(url), "unix:%s", f->path);
+    return pool_for(url, NULL, 1);
+}
+
+/* After the pool is freed: its connection closed, the thread ends. */
+static void
+fake_stop(struct fake *f)
+{
+    ck_assert_int_eq(pthread_join(f->thread, NULL), 0);
+    close(f->lfd);
+    unlink(f->path);
+}
+
+/* GET k on 'p'; its reply's text in out[0..n), or "" on an error. */
+static int
+get_k(struct redis_pool *p, char *out, size_t n)
+{
+    const char *argv[] = { "GET", "k" };
+    struct redis_cmd cmd = { NULL, 0, 2, argv, NULL };
+    redisReply *r;
+    int rc = redis_pool_pipeline(p, &cmd, 1, &r, gw_now_ms() + 500);
+
+    snprintf(out, n, "%s", rc == 0 && r->str != NULL ? r->str : "");
+    redis_replies_free(&r, 1);
+    return rc;
+}
+
+/* A reply nobody asked for, in the same read as the last one asked for,
+ * must not answer the next caller: the connection is closed instead. */
+START_TEST(test_stale_reply_never_reaches_the_next_caller)
+{
+    static const char *const after_get[] = {
+        "+PONG\r\n", "$5\r\nREAL!\r\n+STALE\r\n", "$5\r\nREAL!\r\n",
+    };
+    static const char *const after_hello[] = {
+        "+PONG\r\n+STALE\r\n", "$5\r\nREAL!\r\n",
+    };
+    struct fake f = { .answers = after_get, .n = 3 };
+    struct redis_pool *p = fake_start(&f);
+    char got[32], err[128];
+
+    fill(p, 1);
+    ck_assert_int_eq(get_k(p, got, sizeof(got)), 0);
+    ck_assert_str_eq(got, "REAL!");
+    /* Not "STALE": the connection that held it is gone. */
+    ck_assert_int_eq(get_k(p, got, sizeof(got)), GW_EUNAVAIL);
+    ck_assert_int_eq(redis_pool_connected(p), 0);
+    redis_pool_free(p);
+    fake_stop(&f);
+
+    /* The same in the hello: that connection never joins the pool. */
+    f = (struct fake){ .answers = after_hello, .n = 2 };
+    p = fake_start(&f);
+    ck_assert_int_eq(redis_pool_fill(p, gw_now_ms() + 1000, err,
+                                     sizeof(err)), GW_EPARSE);
+    ck_assert_int_eq(get_k(p, got, sizeof(got)), GW_EUNAVAIL);
+    redis_pool_free(p);
+    fake_stop(&f);
+}
+END_TEST
+
+/*
+ * A proxy that echoes a command's arguments in its error, as Redis does
+ * for an unknown command: AUTH gets "-ERR unknown command 'AUTH', with
+ * args beginning with: 'a' 'b' ", anything else +PONG.  One connection.
+ */
+static void *
+echo_serve(void *arg)
+{
+    struct fake *f = arg;
+    char in[8192], out[9000];
+    size_t have = 0;
+    int fd = accept(f->lfd, NULL, NULL);
+
+    for (;;) {
+        ssize_t n = read(fd, in + have, sizeof(in) - have - 1);
+        char *p = in;
+
+        if (n <= 0)
+            break;
+        have += (size_t)n;
+        in[have] = '\0';
+        /* Whole commands only: "*N\r\n" then N of "$L\r\n<L bytes>\r\n". */
+        for (;;) {
+            char *q = p, *e;
+            long argc, len;
+            size_t o;
+            int auth = 0, whole = 1;
+
+            if (*q != '*' || (e = strstr(q, "\r\n")) == NULL)
+                break;
+            argc = strtol(q + 1, NULL, 10);
+            q = e + 2;
+            o = (size_t)snprintf(out, sizeof(out), "-ERR unknown command");
+            for (long i = 0; i < argc && whole; i++) {
+                if (*q != '$' || (e = strstr(q, "\r\n")) == NULL) {
+                    whole = 0;
+                    break;
+                }
+                len = strtol(q + 1, NULL, 10);
+                q = e + 2;
+                if (q + len + 2 > in + have) {
+                    whole = 0;
+                    break;
+                }
+                if (i == 0)
+                    auth = len == 4 && strncmp(q, "AUTH", 4) == 0;
+                o += (size_t)snprintf(out + o, sizeof(out) - o, i == 0
+                                      ? " '%.*s', with args beginning "
+                                      "with:" : " '%.*s'", (int)len, q);
+                q += len + 2;
+            }
+            if (!whole)
+                break;
+            if (auth)
+                snprintf(out + o, sizeof(out) - o, "\r\n");
+            else
+                snprintf(out, sizeof(out), "+PONG\r\n");
+            (void)!write(fd, out, strlen(out));
+            p = q;
+        }
+        have -= (size_t)(p - in);
+        memmove(in, p, have);
+    }
+    close(fd);
+    return NULL;
+}
+
+/* The password never reaches err[] (and so the log and the status
+ * view's last_error), even from a proxy that echoes it. */
+START_TEST(test_auth_error_never_echoes_the_password)
+{
+    struct fake f = { 0 };
+    struct sockaddr_un a = { .sun_family = AF_UNIX };
+    const char *query[] = { "", "?user=app" };
+    char url[160], err[256];
+
+    for (size_t k = 0; k < GW_ARRAY_LEN(query); k++) {
+        struct redis_pool *p;
+
+        snprintf(f.path, sizeof(f.path), "/tmp/check-redis-%d.sock",
+                 (int)getpid());
+        unlink(f.path);
+        snprintf(a.sun_path, sizeof(a.sun_path), "%s", f.path);
+        f.lfd = socket(AF_UNIX, SOCK_STREAM, 0);
+        ck_assert_int_eq(bind(f.lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+        ck_assert_int_eq(listen(f.lfd, 4), 0);
+        ck_assert_int_eq(pthread_create(&f.thread, NULL, echo_serve, &f),
+                         0);
+        snprintf(url, sizeof(url), "unix:%s%s", f.path, query[k]);
+        p = pool_for(url, "hunter2-secret", 1);
+        ck_assert_int_eq(redis_pool_fill(p, gw_now_ms() + 1000, err,
+                                         sizeof(err)), GW_EUPSTREAM);
+        ck_assert_str_eq(err, "AUTH: ERR");
+        ck_assert_ptr_null(strstr(err, "hunter2"));
+        redis_pool_free(p);
+        pthread_join(f.thread, NULL);
+        close(f.lfd);
+        unlink(f.path);
+    }
+}
+END_TEST
+
+/* After the answers: ":1\r\n" for as long as the client reads. */
+static void
+flood_ones(int fd)
+{
+    static char chunk[65536];
+
+    for (size_t i = 0; i < sizeof(chunk); i += 4)
+        memcpy(chunk + i, ":1\r\n", 4);
+    while (write(fd, chunk, sizeof(chunk)) > 0)
+        continue;
+}
+
+/* An array header asks for 100 million elements, and they come: the
+ * round trip fails by its deadline without the memory growing. */
+START_TEST(test_array_bomb)
+{
+    static const char *const answers[] = { "+PONG\r\n", "*100000000\r\n" };
+    struct fake f = { .answers = answers, .n = 2, .after = flood_ones };
+    struct redis_pool *p;
+    struct rusage ru0, ru1;
+    char got[32];
+    int64_t t0;
+
+    signal(SIGPIPE, SIG_IGN);
+    p = fake_start(&f);
+    fill(p, 1);
+    getrusage(RUSAGE_SELF, &ru0);
+    t0 = gw_now_ms();
+    ck_assert_int_eq(get_k(p, got, sizeof(got)), GW_ETOOBIG);
+    ck_assert_int_lt(gw_now_ms() - t0, 500);
+    getrusage(RUSAGE_SELF, &ru1);
+    ck_assert_int_lt(ru1.ru_maxrss - ru0.ru_maxrss, 50 * 1024);   /* KB */
+    ck_assert_int_eq(redis_pool_connected(p), 0);
+    redis_pool_free(p);
+    fake_stop(&f);
+}
+END_TEST
+
+/* The budget is the reply's, not each array's: two arrays of 40,000
+ * together are past it.  Any one reply under it reads (the next). */
+START_TEST(test_reply_budget_is_per_reply)
+{
+    static char nested[2 * 16 + 2 * 40000 * 4 + 16], flat[16 + 30000 * 4];
+    const char *answers[] = { "+PONG\r\n", nested };
+    struct fake f = { .answers = answers, .n = 2 };
+    struct redis_pool *p;
+    redisReader *r = redisReaderCreate();
+    struct redis_reply_budget b;
+    void *reply = NULL;
+    size_t o;
+    char got[32];
+
+    o = (size_t)snprintf(nested, sizeof(nested), "*2\r\n");
+    for (int k = 0; k < 2; k++) {
+        o += (size_t)snprintf(nested + o, sizeof(nested) - o, "*40000\r\n");
+        for (int i = 0; i < 40000; i++, o += 4)
+            memcpy(nested + o, ":1\r\n", 4);
+    }
+    nested[o] = '\0';
+    p = fake_start(&f);
+    fill(p, 1);
+    ck_assert_int_eq(get_k(p, got, sizeof(got)), GW_ETOOBIG);
+    redis_pool_free(p);
+    fake_stop(&f);
+
+    /* On a reader of one's own (the fuzzer's way): two replies of
+     * 30,000 each read one after the other. */
+    o = (size_t)snprintf(flat, sizeof(flat), "*30000\r\n");
+    for (int i = 0; i < 30000; i++, o += 4)
+        memcpy(flat + o, ":1\r\n", 4);
+    redis_reader_bound(r, &b);
+    for (int k = 0; k < 2; k++) {
+        ck_assert_int_eq(redisReaderFeed(r, flat, o), REDIS_OK);
+        ck_assert_int_eq(redisReaderGetReply(r, &reply), REDIS_OK);
+        ck_assert_ptr_nonnull(reply);
+        ck_assert_uint_eq(((redisReply *)reply)->elements, 30000);
+        freeReplyObject(reply);
+    }
+    ck_assert_int_eq(redisReaderFeed(r, nested, strlen(nested)), REDIS_OK);
+    ck_assert_int_eq(redisReaderGetReply(r, &reply), REDIS_ERR);
+    ck_assert(b.over);
+    redisReaderFree(r);
+}
+END_TEST
+
 START_TEST(test_no_connection_fails_at_once)
 {
     struct redis_pool *p = pool_for(srv.url, NULL, 4);
@@ -195,7 +522,7 @@ START_TEST(test_pool_bound)
     ck_assert_int_eq(redis_pool_take(p, gw_now_ms() + 1000, &a), 0);
     ck_assert_int_eq(redis_pool_take(p, gw_now_ms() + 1000, &b), 0);
     t0 = gw_now_ms();
-    ck_assert_int_eq(redis_pool_take(p, t0 + 60, &c), GW_ETIMEDOUT);
+    ck_assert_int_eq(redis_pool_take(p, t0 + 60, &c), GW_EBUSY);
     ck_assert_int_ge(gw_now_ms() - t0, 55);
     ck_assert_int_lt(gw_now_ms() - t0, 500);
     redis_pool_put(p, a);
@@ -476,6 +803,12 @@ START_TEST(test_auth_user_from_url)
     fill(p, 1);
     ck_assert_int_eq(ping(p, gw_now_ms() + 1000), 0);
     redis_pool_free(p);
+    /* An ACL user in the URL, its password from elsewhere (the file). */
+    snprintf(url, sizeof(url), "redis://default@127.0.0.1:%d", srv.port);
+    p = pool_for(url, PASSWORD, 1);
+    fill(p, 1);
+    ck_assert_int_eq(ping(p, gw_now_ms() + 1000), 0);
+    redis_pool_free(p);
     snprintf(url, sizeof(url), "redis://nobody:%s@127.0.0.1:%d",
              PASSWORD, srv.port);
     p = pool_for(url, NULL, 1);
@@ -512,6 +845,13 @@ redis_suite(void)
     tc = tcase("scripts");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_noscript_falls_back_to_eval);
+    suite_add_tcase(s, tc);
+
+    tc = tcase("fake");
+    tcase_add_test(tc, test_stale_reply_never_reaches_the_next_caller);
+    tcase_add_test(tc, test_array_bomb);
+    tcase_add_test(tc, test_auth_error_never_echoes_the_password);
+    tcase_add_test(tc, test_reply_budget_is_per_reply);
     suite_add_tcase(s, tc);
 
     tc = tcase("auth");
