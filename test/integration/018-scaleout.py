@@ -122,7 +122,7 @@ def recipe_blocks():
     with open(os.path.join(gwtest.REPO_ROOT, "docs", "SCALE-OUT.md")) as f:
         text = f.read()
     blocks = re.findall(r"\n```sh\n(.*?)```\n", text, re.S)
-    assert len(blocks) == 2, \
+    assert len(blocks) == 4, \
         "docs/SCALE-OUT.md's recipe: %d sh blocks" % len(blocks)
     return blocks
 
@@ -141,7 +141,9 @@ def test_the_recipe_as_written(t):
                       capture_output=True).returncode != 0:
         gwtest.skip("no network namespace for us here (unshare --net "
                     "--map-root-user refused)")
-    setup_block, request_block = recipe_blocks()
+    setup_block, request_block, cluster_block, limit_block = \
+        recipe_blocks()
+    tool("redis-server", "redis-server")
     # Its ports are none of etc/gateway.conf's, so a 'make run' (or
     # the shipped config itself) fits beside it.
     with open(os.path.join(gwtest.REPO_ROOT, "etc", "gateway.conf")) as f:
@@ -168,7 +170,22 @@ def test_the_recipe_as_written(t):
         "    n=$((n + 1)); [ $n -lt %d ] || exit 99; sleep 0.1" % int(
             budget(30) * 10),
         "done",
-        "echo '--- the request'", request_block])
+        "echo '--- the request'", request_block,
+        # The limit's part: Redis and the tenant, a reload, the test's
+        # own wait until every gateway's beat reached Redis, and 14
+        # requests of the tenant timed (a refill is one per 12 s).
+        cluster_block,
+        "n=0",
+        "for p in 8191 8192 8193; do",
+        "    until %s -s http://127.0.0.1:$p/metrics | grep -q "
+        "'^infergw_cluster_up 1'; do" % curl,
+        "        n=$((n + 1)); [ $n -lt %d ] || exit 98; sleep 0.1" % int(
+            budget(30) * 10),
+        "    done",
+        "done",
+        "t0=$(date +%s)",
+        "echo '--- the limit'", limit_block,
+        "echo \"--- took $(( $(date +%s) - t0 ))\""])
     env = dict(os.environ, PATH=os.environ.get("PATH", "") +
                ":/usr/sbin:/sbin")
     # Output to a file: the servers it leaves running hold it open.
@@ -190,8 +207,11 @@ def test_the_recipe_as_written(t):
     with open(out_path, "rb") as f:
         text = f.read().decode(errors="replace")
     assert rc == 0, "exit %d:\n%s" % (rc, text)
-    answer = text.split("--- the request\n", 1)[1]
-    doc = json.loads(answer)
+    answer, limit = text.split("--- the request\n", 1)[1].split(
+        "--- the limit\n", 1)
+    # The answer is the request block's only output, before the limit's
+    # set-up; Redis logs to its own file.
+    doc = json.loads(answer.strip().splitlines()[0])
     assert doc["object"] == "chat.completion", doc
     assert doc["model"] == "llama-3-8b", doc
     assert doc["choices"][0]["message"]["content"], doc
@@ -201,6 +221,17 @@ def test_the_recipe_as_written(t):
             logs += f.read()
     assert "path=/v1/chat/completions" in logs and "status=200" in logs, \
         logs[-2000:]
+    # One limit for the three gateways: 5 of 14 answered (plus one per
+    # 12 s the requests took), not 14; every gateway had some of them.
+    counts, took = limit.split("--- took ", 1)
+    codes = {c: int(n) for n, c in re.findall(r"(\d+) (\d{3})", counts)}
+    refill = int(took.split()[0]) // 12
+    assert sum(codes.values()) == 14, counts
+    assert 5 <= codes.get("200", 0) <= 5 + refill, (counts, took)
+    assert codes.get("429", 0) == 14 - codes.get("200", 0), counts
+    for i in (1, 2, 3):
+        with open(os.path.join(tree, "build", "gw%d.log" % i)) as f:
+            assert "tenant=demo" in f.read(), "gw%d served none" % i
 
 
 def test_300_identical_streams_one_upstream_call(t):
