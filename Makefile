@@ -270,6 +270,7 @@ bench: deps
 	@BIN=$(BUILD)/bin sh tools/bench_stream_cost.sh
 	@python3 tools/bench_scaleout.py --bin $(BUILD)/bin
 	@python3 tools/bench_sched.py --quick --bin $(BUILD)/bin
+	@python3 tools/bench_cluster.py --bin $(BUILD)/bin
 
 # libFuzzer with clang, under ASan and UBSan, in build/fuzz/: builds every
 # target, then runs each for FUZZ_TIME seconds (0: build only).  libFuzzer
