@@ -199,3 +199,47 @@ def test_followers_take_no_lease(t):
     for c in (c1, c2, c3):
         assert status_of(c) == 200
     wait_for(lambda: zcard(r) == 0, budget(5), msg="no lease left")
+
+
+def test_one_round_trip_on_the_way_in(t):
+    """INFO commandstats: N calls of a tenant with max_inflight and
+    requests_per_minute cost N scripts (the admission takes the lease in
+    the rate limits' own script and round trip) and N ZREMs (the
+    releases, after the responses), beside the beat's own: heartbeats,
+    usage batches (one HGETALL each) and renewals (op="lease" round
+    trips that were not releases)."""
+    r = Redis(t.tmp)
+    m = t.mock()
+    g, = c034.gateways(t, m, r, "max_inflight = 4\n"
+                       "requests_per_minute = 1000", n=1, lease="30s",
+                       redis_timeout="500ms")
+
+    def calls(cmd):
+        s = r.run("INFO", "commandstats")
+        f = c034.re.search(r"^cmdstat_%s:calls=(\d+)" % cmd, s, c034.re.M)
+        return int(f.group(1)) if f else 0
+
+    def scripts():
+        return calls("evalsha") + calls("eval") - calls("hgetall")
+
+    def ops(op):
+        return c034.metric(c033.metrics(g),
+                           "infergw_cluster_latency_seconds_count", op=op)
+
+    for _ in range(3):
+        assert c034.ask(g)[0] == 200        # the scripts are loaded
+    wait_for(lambda: calls("zrem") == 3, budget(5), msg="3 releases")
+    s0, z0, b0, l0 = scripts(), calls("zrem"), ops("heartbeat"), ops("lease")
+    for _ in range(50):
+        assert c034.ask(g)[0] == 200
+    wait_for(lambda: calls("zrem") - z0 == 50, budget(5),
+             msg="50 releases")
+    renewals = ops("lease") - l0 - 50
+    beats = ops("heartbeat") - b0
+    assert scripts() - s0 - beats - renewals == 50
+    h = c033.metrics(g)
+    assert c034.metric(h, "infergw_cluster_latency_seconds_count",
+                       op="admit") == 53
+    assert c034.metric(h, "infergw_cluster_errors_total", op="admit") == 0
+    assert c034.metric(h, "infergw_cluster_errors_total", op="lease") == 0
+    assert zcard(r) == 0
