@@ -486,15 +486,10 @@ void tenant_lease_release(struct cluster *cl, struct tenant_lease *l,
                           int64_t left_ms);
 
 /*
- * The beat's part (after each heartbeat Redis answered): renew, or
- * re-add, every lease 'cl' holds, then send the releases that failed,
- * each round trip by 'timeout_ms'.  Borrows everything.
- */
-void tenant_leases_renew(struct cluster *cl, int64_t timeout_ms);
-
-/*
- * cluster_self's after_beat (generation.c): tenant_leases_renew(), then
- * tenants_usage_flush() with 'ts'.
+ * cluster_self's after_beat (generation.c): the leases' part first
+ * (renew, or re-add, every lease 'cl' holds, then send the releases
+ * that failed, each round trip by 'timeout_ms'), then
+ * tenants_usage_flush() with 'ts'.  Borrows everything.
  */
 void tenants_after_beat(void *ts, struct cluster *cl, int64_t timeout_ms);
 

@@ -209,6 +209,11 @@ size_t tenant_lease_settle(struct tenant_lease *l, int answered,
  * waiting for the beat. */
 size_t tenant_leases_held(size_t *gone);
 
+/* Test builds only (GW_TESTABLE): the beat's part of
+ * tenants_after_beat(), alone: renew (re-add) every lease 'cl' holds,
+ * then send the releases kept, each round trip by 'timeout_ms'. */
+void tenant_leases_renew(struct cluster *cl, int64_t timeout_ms);
+
 /* Test builds only (GW_TESTABLE): the period of 'kind' that 'wall_s'
  * (seconds since the epoch, UTC) is in, as a key. */
 int64_t tenant_period_key(enum tenant_period_kind kind, int64_t wall_s);

@@ -360,7 +360,11 @@ out:
     gw_free(v);
 }
 
-void
+GW_TESTABLE void tenant_leases_renew(struct cluster *cl,
+                                     int64_t timeout_ms);
+
+/* The beat's part: tenant_impl.h. */
+GW_TESTABLE void
 tenant_leases_renew(struct cluster *cl, int64_t timeout_ms)
 {
     struct tenant_lease *l, **v = NULL;

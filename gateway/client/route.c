@@ -407,8 +407,13 @@ admit(struct handler_req *hr)
         && tenant_lease_wanted(hr->ctx->cluster, hr->ctx->cfg, hr->tenant)) {
         hr->lease = tenant_lease_new(hr->ctx->cluster, hr->ctx->cfg,
                                      hr->tenant);
-        if (hr->lease == NULL)
+        if (hr->lease == NULL) {
+            /* Out of memory: the pass goes back, counted nowhere. */
+            tenants_refuse(hr->ctx->tenants, hr->pass, TENANT_ADMITTED,
+                           now_us);
+            hr->pass = NULL;
             verdict = TENANT_NOMEM;
+        }
         with.lease = hr->lease;
     }
     if (shared && verdict == TENANT_ADMITTED
