@@ -32,19 +32,11 @@ static struct test_redis srv;
 static struct cluster *
 start(struct gw_config *c, const char *url, const char *more)
 {
-    char text[1024], err[256];
-    struct cluster_self self = { 1, 1700000000000, NULL, NULL };
-    struct cluster *cl;
+    char text[512];
 
-    snprintf(text, sizeof(text), "[server]\nlisten = 127.0.0.1:0\n"
-             "[cluster]\nredis = %s\nlease = 30s\nredis_connections = 2\n"
-             "node = me\n%s\n[tenant acme]\n"
-             "api_key = sk-acme-0123456789\nmax_inflight = 2\n", url, more);
-    ck_assert_msg(config_load_text("g.conf", text, c, err, sizeof(err))
-                  == 0, "%s", err);
-    cl = cluster_start(c, &self);
-    ck_assert_ptr_nonnull(cl);
-    return cl;
+    snprintf(text, sizeof(text), "%s\n[tenant acme]\napi_key = "
+             "sk-acme-0123456789\nmax_inflight = 2\n", more);
+    return test_cluster_start(c, url, text);
 }
 
 /* Poll until the beat has had Redis answer, seeing 'n' gateways. */
