@@ -39,24 +39,6 @@ start(struct gw_config *c, const char *url, const char *more)
     return test_cluster_start(c, url, text);
 }
 
-/* Poll until the beat has had Redis answer, seeing 'n' gateways. */
-static void
-wait_alive(struct cluster *cl, size_t n)
-{
-    struct cluster_status *st = calloc(1, sizeof(*st));
-    int64_t deadline = gw_now_ms() + 8000;
-
-    ck_assert_ptr_nonnull(st);
-    for (;;) {
-        cluster_status(cl, st);
-        if (st->up && cluster_alive(cl) == n)
-            break;
-        ck_assert_msg(gw_now_ms() < deadline, "never %zu alive", n);
-        usleep(10000);
-    }
-    free(st);
-}
-
 /* A call's admission as route.c makes it: its lease in *out, NULL when
  * refused (the lease given back as route.c gives it). */
 static enum tenant_limit
@@ -145,7 +127,7 @@ START_TEST(test_take_refuse_release)
     size_t gone;
     int err;
 
-    wait_alive(cl, 1);
+    test_cluster_wait(cl, 1);
     ck_assert(tenant_shared_wanted(cl, &c, 0));
     ck_assert_int_eq(enter(cl, &c, &a, &err), TENANT_ADMITTED);
     ck_assert_int_eq(enter(cl, &c, &b, &err), TENANT_ADMITTED);
@@ -181,7 +163,7 @@ START_TEST(test_other_gateways_lease_expires)
     int64_t deadline;
     int err;
 
-    wait_alive(cl, 1);
+    test_cluster_wait(cl, 1);
     /* A gateway that died holding a lease that runs out in 300 ms. */
     r = redisCommand(rc, "EVAL %s 1 " LEASES, "local t = redis.call('TIME') "
                      "return redis.call('ZADD', KEYS[1], t[1] * 1000000 "
@@ -216,7 +198,7 @@ START_TEST(test_renew_and_reconcile)
     size_t gone;
     int err;
 
-    wait_alive(cl, 1);
+    test_cluster_wait(cl, 1);
     ck_assert_int_eq(enter(cl, &c, &a, &err), TENANT_ADMITTED);
     ck_assert_int_eq(enter(cl, &c, &b, &err), TENANT_ADMITTED);
     members(rc, before, sizeof(before));
@@ -264,7 +246,7 @@ START_TEST(test_failed_release_sent_by_the_beat)
     size_t gone;
     int err;
 
-    wait_alive(cl, 1);
+    test_cluster_wait(cl, 1);
     ck_assert_int_eq(enter(cl, &c, &a, &err), TENANT_ADMITTED);
     ck_assert_int_eq(enter(cl, &c, &b, &err), TENANT_ADMITTED);
     /* No time left for it (as with Redis gone): kept for the beat, and
@@ -305,7 +287,7 @@ START_TEST(test_local_share_then_back)
     redisFree(rc);
     rc = NULL;
     cl = start(&c, srv.url, "redis_timeout = 200ms\n");
-    wait_alive(cl, 2);
+    test_cluster_wait(cl, 2);
     rc = test_redis_connect(&srv, NULL);
     kill(srv.pid, SIGSTOP);
     /* Gone: this gateway's share, max_inflight 2 / 2 gateways = 1. */
@@ -318,7 +300,7 @@ START_TEST(test_local_share_then_back)
     kill(srv.pid, SIGCONT);
     r = redisCommand(rc, "FLUSHALL");
     freeReplyObject(r);
-    wait_alive(cl, 1);
+    test_cluster_wait(cl, 1);
     tenant_leases_renew(cl, 1000);
     ck_assert_int_eq(zcard(rc), 1);
     ck_assert_uint_eq(held(&gone), 1);

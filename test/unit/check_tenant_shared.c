@@ -255,18 +255,6 @@ start(struct gw_config *c, const char *url, const char *more)
     return test_cluster_start(c, url, text);
 }
 
-/* Poll until the cluster sees 'n' gateways (and so is connected). */
-static void
-wait_alive(struct cluster *cl, size_t n)
-{
-    int64_t deadline = gw_now_ms() + 8000;
-
-    while (cluster_alive(cl) != n) {
-        ck_assert_msg(gw_now_ms() < deadline, "never %zu alive", n);
-        usleep(10000);
-    }
-}
-
 /* How many of 'tries' admissions at 'now_us' pass. */
 static int
 admitted(struct cluster *cl, struct gw_config *c, int tries, int64_t now_us,
@@ -305,7 +293,7 @@ START_TEST(test_enter_and_local_share)
     cl = start(&c, srv.url, "");
     ck_assert(tenant_shared_wanted(cl, &c, 0));
     ck_assert(!tenant_shared_wanted(NULL, &c, 0));
-    wait_alive(cl, 2);
+    test_cluster_wait(cl, 2);
     /* Redis judges: 10 a minute for the two. */
     ck_assert_int_eq(admitted(cl, &c, 3, gw_now_us(), &err), 3);
     ck_assert_int_eq(err, 0);

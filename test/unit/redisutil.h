@@ -199,4 +199,23 @@ test_cluster_start(struct gw_config *c, const char *url, const char *more)
     return cl;
 }
 
+/* Poll until the beat has had Redis answer, seeing 'n' gateways (the
+ * count alone is 1 before the first heartbeat, too). */
+static inline void
+test_cluster_wait(struct cluster *cl, size_t n)
+{
+    struct cluster_status *st = calloc(1, sizeof(*st));
+    int64_t deadline = gw_now_ms() + 8000;
+
+    ck_assert_ptr_nonnull(st);
+    for (;;) {
+        cluster_status(cl, st);
+        if (st->up && cluster_alive(cl) == n)
+            break;
+        ck_assert_msg(gw_now_ms() < deadline, "never %zu alive", n);
+        usleep(10000);
+    }
+    free(st);
+}
+
 #endif
