@@ -197,9 +197,9 @@ void tenant_lease_argv(const struct tenant_lease *l, const char *argv[4]);
 
 /*
  * The admission of 'l' is over: 'answered' (Redis's script ran) and
- * 'admitted' (its verdict, or the local one).  Returns this process's
+ * 'admitted' (Redis's verdict).  Unanswered, returns this process's
  * leases of the tenant that may be in Redis, 'l' included: the local
- * max_inflight's count while Redis is gone.
+ * max_inflight's count while Redis is gone; else 0.
  */
 size_t tenant_lease_settle(struct tenant_lease *l, int answered,
                            int admitted);
