@@ -206,8 +206,8 @@ size_t tenant_lease_settle(struct tenant_lease *l, int answered,
 
 #ifdef INFERGW_UNIT_TEST
 /* Test builds only: the leases in the book, and (*gone) the releases
- * waiting for the beat. */
-size_t tenant_leases_held(size_t *gone);
+ * waiting for the beat, (*renewing) the leases in a renewal now. */
+size_t tenant_leases_held(size_t *gone, size_t *renewing);
 
 /* Test builds only (GW_TESTABLE): the beat's part of
  * tenants_after_beat(), alone: renew (re-add) every lease 'cl' holds,

@@ -409,7 +409,7 @@ tenants_after_beat(void *ts, struct cluster *cl, int64_t timeout_ms)
 
 #ifdef INFERGW_UNIT_TEST
 size_t
-tenant_leases_held(size_t *gone)
+tenant_leases_held(size_t *gone, size_t *renewing)
 {
     size_t n;
 
@@ -417,6 +417,9 @@ tenant_leases_held(size_t *gone)
     gw_mutex_lock(&book.lock);
     n = book.open.n;
     *gone = book.gone.n;
+    *renewing = 0;
+    for (struct tenant_lease *l = book.open.head; l != NULL; l = l->next)
+        *renewing += l->renewing ? 1 : 0;
     gw_mutex_unlock(&book.lock);
     return n;
 }

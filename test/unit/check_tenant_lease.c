@@ -11,6 +11,7 @@
  */
 #include <check.h>
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,7 +116,25 @@ first(const char *list, char *out, size_t n)
 static size_t
 held(size_t *gone)
 {
-    return tenant_leases_held(gone);
+    size_t renewing;
+
+    return tenant_leases_held(gone, &renewing);
+}
+
+static size_t
+renewing_now(void)
+{
+    size_t gone, n;
+
+    tenant_leases_held(&gone, &n);
+    return n;
+}
+
+static void *
+renew_thread(void *arg)
+{
+    tenant_leases_renew(arg, 5000);
+    return NULL;
 }
 
 START_TEST(test_take_refuse_release)
@@ -267,6 +286,45 @@ START_TEST(test_failed_release_sent_by_the_beat)
 }
 END_TEST
 
+START_TEST(test_release_during_renewal)
+{
+    struct gw_config c;
+    redisContext *rc = test_redis_connect(&srv, NULL);
+    struct cluster *cl = start(&c, srv.url, "redis_timeout = 1s\n");
+    struct tenant_lease *a, *b;
+    int64_t deadline;
+    pthread_t th;
+    size_t gone;
+    int err;
+
+    test_cluster_wait(cl, 1);
+    ck_assert_int_eq(enter(cl, &c, &a, &err), TENANT_ADMITTED);
+    ck_assert_int_eq(enter(cl, &c, &b, &err), TENANT_ADMITTED);
+    /* The beat's renewal under way (Redis stopped holds it there)... */
+    kill(srv.pid, SIGSTOP);
+    ck_assert_int_eq(pthread_create(&th, NULL, renew_thread, cl), 0);
+    deadline = gw_now_ms() + 5000;
+    while (renewing_now() != 2) {
+        ck_assert_msg(gw_now_ms() < deadline, "no renewal under way");
+        usleep(1000);
+    }
+    /* ...when a call ends: its release is the beat's, after its ZADD,
+     * which would otherwise bring the lease back. */
+    tenant_lease_release(cl, a, 1000);
+    ck_assert_uint_eq(held(&gone), 2);
+    kill(srv.pid, SIGCONT);
+    pthread_join(th, NULL);
+    ck_assert_int_eq(zcard(rc), 1);
+    ck_assert_uint_eq(held(&gone), 1);
+    ck_assert_uint_eq(gone, 0);
+    tenant_lease_release(cl, b, 1000);
+    ck_assert_int_eq(zcard(rc), 0);
+    redisFree(rc);
+    cluster_unref(cl);
+    config_release(&c);
+}
+END_TEST
+
 START_TEST(test_local_share_then_back)
 {
     struct gw_config c;
@@ -356,6 +414,7 @@ tenant_lease_suite(void)
     tcase_add_test(tc, test_other_gateways_lease_expires);
     tcase_add_test(tc, test_renew_and_reconcile);
     tcase_add_test(tc, test_failed_release_sent_by_the_beat);
+    tcase_add_test(tc, test_release_during_renewal);
     tcase_add_test(tc, test_local_share_then_back);
     tcase_add_test(tc, test_deny);
     suite_add_tcase(s, tc);
