@@ -129,7 +129,7 @@ PRIVATE = {
 PARTS = {
     "pool": "pool_pick pool_breaker pool_queue pool_models pool_report "
             "pool_budget",
-    "tenant": "tenant_tokens tenant_shared tenant_usage",
+    "tenant": "tenant_tokens tenant_shared tenant_usage tenant_lease",
     "cluster": "cluster_beat",
     "redis": "redis_url",
 }

@@ -42,6 +42,7 @@ static const char *const op_names[CLUSTER_OP_COUNT] = {
     [CLUSTER_OP_ADMIT] = "admit",
     [CLUSTER_OP_CHARGE] = "charge",
     [CLUSTER_OP_USAGE] = "usage",
+    [CLUSTER_OP_LEASE] = "lease",
 };
 
 /* Process-wide, relaxed atomics (metrics.h's way). */

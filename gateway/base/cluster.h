@@ -9,8 +9,9 @@
  * budgets (tenant.h, "Shared limits": tenant_shared.c runs its script
  * through cluster_pipeline()), and the tenants' usage totals, which the
  * beat sends in batches after each heartbeat through cluster_self's
- * after_beat (tenant.h: tenants_usage_flush()).  Leases (issue 28, item
- * 4) are to be built on cluster_pipeline() and cluster_key() below.
+ * after_beat (tenant.h: tenants_usage_flush()), and the tenants'
+ * leases, max_inflight across gateways (tenant.h, "Leases"), renewed by
+ * the same after_beat (tenants_after_beat()).
  *
  * Keys: every key starts with key_prefix.  A tenant's carry its name as
  * a hash tag, "<prefix>{<tenant>}:<what>", so each tenant's keys share
@@ -93,6 +94,8 @@ enum cluster_op {
     CLUSTER_OP_CHARGE,              /* a call's tokens, at its end */
     CLUSTER_OP_USAGE,               /* the tenants' usage, in a batch
                                        after each heartbeat (tenant.h) */
+    CLUSTER_OP_LEASE,               /* a lease's release at a call's end,
+                                       the beat's renewal (tenant.h) */
     CLUSTER_OP_COUNT
 };
 

@@ -103,7 +103,10 @@ struct handler_req {
                                        the proxy bills it; or NULL */
     int64_t redis_left_ms;          /* what the admission left of
                                        redis_timeout for the charge
+                                       and the lease's release
                                        (tenant.h, shared limits) */
+    struct tenant_lease *lease;     /* the call's lease (tenant.h,
+                                       "Leases"), or NULL */
     int64_t prompt_tokens;          /* the usage this client received, */
     int64_t completion_tokens;      /* or -1 */
     char model[METRICS_MODEL_NAME_MAX + 1];

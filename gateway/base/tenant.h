@@ -342,9 +342,8 @@ int tenants_render_metrics(struct tenants *ts, const struct gw_config *cfg,
  * Shared limits (tenant_shared.c, with [cluster]): a tenant's
  * requests_per_minute, tokens_per_minute, tokens_per_day and
  * tokens_per_month hold for the tenant as a whole across every gateway
- * on one Redis.  Its max_inflight stays each gateway's (leases are
- * issue 28's item 4); a tenant with none of the four never touches
- * Redis.
+ * on one Redis, and so does its max_inflight ("Leases" below); a
+ * tenant with none of the five never touches Redis.
  *
  * The arithmetic is tenant.h's, in one Lua script run atomically on
  * Redis (by EVALSHA, EVAL on NOSCRIPT: cluster_pipeline()) with Redis's
@@ -386,16 +385,20 @@ int tenants_render_metrics(struct tenants *ts, const struct gw_config *cfg,
  */
 
 /* Is 'tenant' of 'cfg' judged by shared limits (cl non-NULL, and the
- * tenant has one of the four)? */
+ * tenant has one of the five)? */
 int tenant_shared_wanted(const struct cluster *cl,
                          const struct gw_config *cfg, size_t tenant);
 
 /*
- * Commands to go in the admission's round trip after its own (item 4's
- * lease): cmds[0..n), their replies into replies[0..n) (owned by the
- * caller once the round trip succeeded; all NULL otherwise).
+ * What goes in the admission's round trip besides the limits: the
+ * call's lease (NULL: none), judged and taken by the limits' script in
+ * the same atomic step; and commands after it: cmds[0..n), their
+ * replies into replies[0..n) (owned by the caller once the round trip
+ * succeeded; all NULL otherwise).
  */
+struct tenant_lease;
 struct tenant_shared_with {
+    struct tenant_lease *lease;
     const struct redis_cmd *cmds;
     size_t n;
     redisReply **replies;
@@ -416,6 +419,79 @@ int tenant_shared_enter(struct cluster *cl, const struct gw_config *cfg,
                         const struct tenant_shared_with *with,
                         enum tenant_limit *verdict, int *retry_after_s,
                         struct tenant_rate *rate, int64_t *left_ms);
+
+/*
+ * Leases (tenant_lease.c): with [cluster], a tenant's max_inflight
+ * counts its open calls on every gateway.  Each call admitted holds a
+ * lease, a member "<instance>:<seq>" (cluster_instance(), a number of
+ * this process's) of the sorted set "<prefix>{<tenant>}:leases" scored
+ * by its expiry in microseconds on Redis's clock.  The admission's
+ * script (above) drops the expired members, counts the rest, refuses
+ * with TENANT_MAX_INFLIGHT at max_inflight, else adds the call's lease
+ * with an expiry of 'lease' from now: no round trip of its own.  The
+ * call's end removes it (ZREM, after the response, by what is left of
+ * redis_timeout).  The cluster's beat (every lease / 3) renews every
+ * lease this process holds to 'lease' from then, one command per 60
+ * leases of a tenant, in its own round trips; so a gateway that dies
+ * gives its leases back within 'lease' of its last beat.
+ *
+ * Reconciliation: the renewal re-adds (a plain ZADD), so after Redis
+ * came back empty or after a gap the first beat puts back exactly the
+ * calls still open; a member is unique to its call, so re-adding never
+ * counts one twice.  A release that fails (Redis gone, the deadline)
+ * is retried by the beat until Redis answers or the lease has run out
+ * (then Redis has dropped it anyway); one made while the beat renews
+ * its lease is the beat's to send after its renewal, so no renewal
+ * brings back a lease released.  None leaked, none counted twice.
+ *
+ * Redis gone: with on_error = local a call is admitted while this
+ * gateway's open calls of the tenant (its leases, this one included)
+ * are at most max_inflight divided by the gateways last seen alive
+ * (never below 1), else 429; with deny, 503.  Those calls' leases are
+ * added by the first beat after Redis is back.
+ *
+ * A coalesced follower gives its lease back as soon as it follows (the
+ * leader's call holds one), so followers do not count.  A lease is
+ * renewed only by the beat of the cluster it was taken on: after a
+ * reload that replaced [cluster], a call admitted before it may lose
+ * its lease after 'lease' (it is not stopped; the limit is then loose
+ * by it).
+ *
+ * Locking: one mutex of the module's own guards the book of leases,
+ * never held with another lock nor across I/O.
+ */
+
+/* Does a call of 'tenant' of 'cfg' take a lease (cl non-NULL, and the
+ * tenant has a max_inflight)? */
+int tenant_lease_wanted(const struct cluster *cl,
+                        const struct gw_config *cfg, size_t tenant);
+
+/*
+ * A new lease for a call of 'tenant' of 'cfg' on 'cl' (both borrowed;
+ * 'cl' must outlive it), in this process's book; the admission takes
+ * it in Redis (tenant_shared_with).  NULL when none is wanted, or out
+ * of memory (tenant_lease_wanted() tells which: answer 503).
+ */
+struct tenant_lease *tenant_lease_new(struct cluster *cl,
+                                      const struct gw_config *cfg,
+                                      size_t tenant);
+
+/*
+ * The call is over (or was refused, or followed another): steals 'l'
+ * (NULL-safe) and removes it from Redis by 'left_ms' (<= 0: no round
+ * trip here; the beat sends it).  Not for a lease whose admission is
+ * still under way.
+ */
+void tenant_lease_release(struct cluster *cl, struct tenant_lease *l,
+                          int64_t left_ms);
+
+/*
+ * cluster_self's after_beat (generation.c): the leases' part first
+ * (renew, or re-add, every lease 'cl' holds, then send the releases
+ * that failed, each round trip by 'timeout_ms'), then
+ * tenants_usage_flush() with 'ts'.  Borrows everything.
+ */
+void tenants_after_beat(void *ts, struct cluster *cl, int64_t timeout_ms);
 
 /*
  * Charge a call of 'tenant' of 'cfg' 'tokens' (tenants_charge()'s) in

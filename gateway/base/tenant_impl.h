@@ -188,7 +188,32 @@ struct tenant_shared_answer {
     uint64_t used[2];           /* tokens_per_day's, tokens_per_month's */
 };
 
+/*
+ * The lease of a call (tenant_lease.c), for the admission's script
+ * (tenant_shared.c): its key, member, max_inflight and lease in
+ * microseconds into argv[0..4), borrowed from 'l'.
+ */
+void tenant_lease_argv(const struct tenant_lease *l, const char *argv[4]);
+
+/*
+ * The admission of 'l' is over: 'answered' (Redis's script ran) and
+ * 'admitted' (Redis's verdict).  Unanswered, returns this process's
+ * leases of the tenant that may be in Redis, 'l' included: the local
+ * max_inflight's count while Redis is gone; else 0.
+ */
+size_t tenant_lease_settle(struct tenant_lease *l, int answered,
+                           int admitted);
+
 #ifdef INFERGW_UNIT_TEST
+/* Test builds only: the leases in the book, and (*gone) the releases
+ * waiting for the beat, (*renewing) the leases in a renewal now. */
+size_t tenant_leases_held(size_t *gone, size_t *renewing);
+
+/* Test builds only (GW_TESTABLE): the beat's part of
+ * tenants_after_beat(), alone: renew (re-add) every lease 'cl' holds,
+ * then send the releases kept, each round trip by 'timeout_ms'. */
+void tenant_leases_renew(struct cluster *cl, int64_t timeout_ms);
+
 /* Test builds only (GW_TESTABLE): the period of 'kind' that 'wall_s'
  * (seconds since the epoch, UTC) is in, as a key. */
 int64_t tenant_period_key(enum tenant_period_kind kind, int64_t wall_s);

@@ -36,6 +36,7 @@
  * reload brought (the least recently used one goes past that). */
 #define SHARES_MAX (2 * CONFIG_MAX_TENANTS)
 #define SHARED_ARGS 12
+#define LEASE_ARGS 4            /* the lease's key and three arguments */
 
 /*
  * The script.  KEYS[1] the rate hash, KEYS[2] the periods hash.  ARGV:
@@ -45,13 +46,20 @@
  * the gateway's UTC day and [8] of its month (seconds since the epoch);
  * [9] the tokens to charge; [10] the budget keys' prefix
  * ("<prefix>{<tenant>}:tokens:"), which shares KEYS' hash tag.
+ * With a lease (item 4; tenant_lease.c), KEYS[3] the tenant's leases
+ * (a sorted set of members scored by their expiry in microseconds on
+ * Redis's clock), [11] this call's member, [12] max_inflight, [13] the
+ * lease in microseconds; without KEYS[3] (a charge) no lease.
  *
  * Returns { verdict, wait_us, requests remaining, requests reset_us,
  * tokens remaining, tokens reset_us, day used, month used }; verdict 0
  * admitted (or charged), 1 requests_per_minute, 2 tokens_per_minute,
- * 3 tokens_per_day, 4 tokens_per_month: the first failing in that order
- * of checks (budgets, tokens, requests), with the longest wait of all
- * that fail.
+ * 3 tokens_per_day, 4 tokens_per_month, 5 max_inflight: the first
+ * failing in that order of checks (leases, budgets, tokens, requests),
+ * with the longest wait of all that fail (a second for max_inflight,
+ * as tenants_enter() says).  An admission adds its lease only when
+ * every limit passes, in the same atomic step, so a lease refused
+ * takes no request and a request refused holds no lease.
  *
  * Rules (tenant.h, tenant_impl.h): a bucket missing is full; a refill
  * never goes past a minute's worth, nor back in time; an admission
@@ -77,6 +85,11 @@ GW_TESTABLE const char tenant_shared_src[] =
     "  if verdict == 0 then verdict = v end\n"
     "  if w > wait then wait = w end\n"
     "end\n"
+    "local lk, lmax = KEYS[3], tonumber(ARGV[12] or '0')\n"
+    "if lk and lmax > 0 and not charge then\n"
+    "  redis.call('ZREMRANGEBYSCORE', lk, '-inf', now)\n"
+    "  if redis.call('ZCARD', lk) >= lmax then fail(5, 1000000) end\n"
+    "else lk = nil end\n"
     "local function bucket(f, per)\n"
     "  local cap = per * U\n"
     "  local v = redis.call('HMGET', KEYS[1], f .. 'c', f .. 't')\n"
@@ -140,6 +153,14 @@ GW_TESTABLE const char tenant_shared_src[] =
     "  local ttl = redis.call('PTTL', KEYS[1])\n"
     "  local want = math.ceil(full / 1000) + 1000\n"
     "  if ttl < want then redis.call('PEXPIRE', KEYS[1], want) end\n"
+    "end\n"
+    "if verdict == 0 and lk then\n"
+    "  local lease = tonumber(ARGV[13])\n"
+    "  redis.call('ZADD', lk, now + lease, ARGV[11])\n"
+    "  local want = math.ceil(lease / 1000) + 1000\n"
+    "  if redis.call('PTTL', lk) < want then\n"
+    "    redis.call('PEXPIRE', lk, want)\n"
+    "  end\n"
     "end\n"
     "local out = { verdict, math.max(wait, 0), 0, 0, 0, 0, used[1],\n"
     "              used[2] }\n"
@@ -343,14 +364,15 @@ tenant_shared_wanted(const struct cluster *cl, const struct gw_config *cfg,
         return 0;
     ct = &cfg->tenants[tenant];
     return ct->requests_per_minute > 0 || ct->tokens_per_minute > 0
-           || ct->tokens_per_day > 0 || ct->tokens_per_month > 0;
+           || ct->tokens_per_day > 0 || ct->tokens_per_month > 0
+           || ct->max_inflight > 0;
 }
 
 GW_TESTABLE int tenant_shared_read(const redisReply *r,
                                    struct tenant_shared_answer *out);
 
 /* The script's answer 'r' (borrowed) into *out: 0, or GW_EPARSE for
- * anything but eight integers >= 0 with a verdict 0..4. */
+ * anything but eight integers >= 0 with a verdict 0..5. */
 GW_TESTABLE int
 tenant_shared_read(const redisReply *r, struct tenant_shared_answer *out)
 {
@@ -366,9 +388,10 @@ tenant_shared_read(const redisReply *r, struct tenant_shared_answer *out)
             return GW_EPARSE;
         v[i] = e->integer;
     }
-    if (v[0] > 4)
+    if (v[0] > 5)
         return GW_EPARSE;
-    out->verdict = v[0] == 0 ? TENANT_ADMITTED
+    out->verdict = v[0] == 5 ? TENANT_MAX_INFLIGHT
+                   : v[0] == 0 ? TENANT_ADMITTED
                    : v[0] == 1 ? TENANT_RATE
                    : v[0] == 2 ? TENANT_TOKENS
                    : v[0] == 3 ? TENANT_QUOTA_DAY : TENANT_QUOTA_MONTH;
@@ -387,15 +410,19 @@ struct call {
     char rate[CLUSTER_KEY_MAX], periods[CLUSTER_KEY_MAX];
     char budgets[CLUSTER_KEY_MAX];
     char nums[7][24];
-    const char *argv[SHARED_ARGS];
+    const char *argv[SHARED_ARGS + LEASE_ARGS];
     struct redis_cmd cmd;
 };
 
-/* Fill 'c' for 'op' of 'ct' at 'wall_s', 'tokens' to charge. */
+/* Fill 'c' for 'op' of 'ct' at 'wall_s', 'tokens' to charge, and
+ * 'lease' (NULL: none) to take. */
 static int
 call_init(struct call *c, struct cluster *cl, const struct config_tenant *ct,
-          const char *op, int64_t wall_s, uint64_t tokens)
+          const char *op, int64_t wall_s, uint64_t tokens,
+          const struct tenant_lease *lease)
 {
+    const char *l[LEASE_ARGS];
+
     const uint64_t nums[7] = {
         ct->requests_per_minute, ct->tokens_per_minute, ct->tokens_per_day,
         ct->tokens_per_month,
@@ -422,6 +449,18 @@ call_init(struct call *c, struct cluster *cl, const struct config_tenant *ct,
     c->cmd.script = &shared_script;
     c->cmd.nkeys = 2;
     c->cmd.argc = SHARED_ARGS;
+    if (lease != NULL) {
+        /* KEYS[3] goes among the keys, the rest after ARGV[10]. */
+        tenant_lease_argv(lease, l);
+        memmove(&c->argv[3], &c->argv[2],
+                (SHARED_ARGS - 2) * sizeof(c->argv[0]));
+        c->argv[2] = l[0];
+        c->argv[SHARED_ARGS + 1] = l[1];
+        c->argv[SHARED_ARGS + 2] = l[2];
+        c->argv[SHARED_ARGS + 3] = l[3];
+        c->cmd.nkeys = 3;
+        c->cmd.argc = SHARED_ARGS + LEASE_ARGS;
+    }
     c->cmd.argv = c->argv;
     c->cmd.argvlen = NULL;
     return 0;
@@ -437,8 +476,9 @@ tenant_shared_enter(struct cluster *cl, const struct gw_config *cfg,
     const struct config_tenant *ct = &cfg->tenants[tenant];
     struct redis_cmd cmds[1 + REDIS_PIPELINE_MAX];
     redisReply *replies[1 + REDIS_PIPELINE_MAX] = { NULL };
+    struct tenant_lease *lease = with != NULL ? with->lease : NULL;
     struct tenant_shared_answer a;
-    size_t n = 1, alive = cluster_alive(cl);
+    size_t n = 1, alive = cluster_alive(cl), held = 0;
     struct call c;
     struct share *s;
     int rc, wait = 0;
@@ -447,9 +487,10 @@ tenant_shared_enter(struct cluster *cl, const struct gw_config *cfg,
     *verdict = TENANT_ADMITTED;
     *retry_after_s = 0;
     *left_ms = 0;
+    memset(&a, 0, sizeof(a));
     if (rate != NULL)
         memset(rate, 0, sizeof(*rate));
-    rc = call_init(&c, cl, ct, "admit", wall_s, 0);
+    rc = call_init(&c, cl, ct, "admit", wall_s, 0, lease);
     if (rc == 0) {
         cmds[0] = c.cmd;
         assert(with == NULL || with->n < REDIS_PIPELINE_MAX);
@@ -469,6 +510,9 @@ tenant_shared_enter(struct cluster *cl, const struct gw_config *cfg,
                 replies[1 + i] = NULL;
         }
     redis_replies_free(replies, n);
+    if (lease != NULL)
+        held = tenant_lease_settle(lease, rc == 0,
+                                   rc == 0 && a.verdict == TENANT_ADMITTED);
     if (rc != 0 && cfg->on_error == ON_ERROR_DENY) {
         /* The beat tries again within 100 ms .. 5 s: a second is a
          * fair first guess. */
@@ -478,7 +522,11 @@ tenant_shared_enter(struct cluster *cl, const struct gw_config *cfg,
     pthread_once(&shares_once, shares_init);
     gw_mutex_lock(&shares.lock);
     s = share_of_locked(ct->name, now_us);
-    if (rc != 0) {
+    if (rc != 0 && lease != NULL && held > part(ct->max_inflight, alive)) {
+        /* Redis gone: this gateway's share of max_inflight is full. */
+        *verdict = TENANT_MAX_INFLIGHT;
+        wait = 1;
+    } else if (rc != 0) {
         *verdict = judge_share_locked(s, ct, alive, now_us, wall_s, &wait,
                                       rate);
     } else {
@@ -537,7 +585,7 @@ tenant_shared_charge(struct cluster *cl, const struct gw_config *cfg,
     if (pending > TENANT_MAX_CHARGE - tokens)
         pending = TENANT_MAX_CHARGE - tokens;
     if (left_ms > 0 && call_init(&c, cl, ct, "charge", wall_s,
-                                 tokens + pending) == 0) {
+                                 tokens + pending, NULL) == 0) {
         rc = cluster_pipeline(cl, CLUSTER_OP_CHARGE, &c.cmd, 1, &r, left_ms);
         if (rc == 0)
             rc = tenant_shared_read(r, &a);

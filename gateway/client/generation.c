@@ -192,7 +192,7 @@ gen_build(struct generations *l, struct gw_config *cfg,
         cluster_set_generation(g->cluster, g->id);
     } else if (g->cfg.cluster) {
         struct cluster_self self = { g->id, l->started_unix_ms,
-                                     tenants_usage_flush, l->tenants };
+                                     tenants_after_beat, l->tenants };
 
         g->cluster = cluster_start(&g->cfg, &self);
         if (g->cluster == NULL)

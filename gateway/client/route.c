@@ -363,8 +363,22 @@ note_rate(struct reply *r, const struct tenant_rate *rate)
 }
 
 /*
- * The tenant's limits (tenant.h): 0 and hr->pass set, or the 429 (or
- * 503) is sent.  Keep-alive stays: the body was read.
+ * The call admitted by admit() is over, its response sent: its pass,
+ * and its lease (a follower's went when it followed) by what is left
+ * of the request's redis_timeout.
+ */
+static void
+leave(struct handler_req *hr)
+{
+    tenants_leave(hr->ctx->tenants, hr->pass);
+    hr->pass = NULL;
+    tenant_lease_release(hr->ctx->cluster, hr->lease, hr->redis_left_ms);
+    hr->lease = NULL;
+}
+
+/*
+ * The tenant's limits (tenant.h): 0 and hr->pass set (and hr->lease,
+ * with [cluster] and a max_inflight), or the 429 (or 503) is sent.  Keep-alive stays: the body was read.
  */
 static int
 admit(struct handler_req *hr)
@@ -378,8 +392,10 @@ admit(struct handler_req *hr)
     int64_t now_us = gw_now_us(), wall_s = gw_wall_s();
     int shared = tenant_shared_wanted(hr->ctx->cluster, hr->ctx->cfg,
                                       hr->tenant);
+    struct tenant_shared_with with = { NULL, NULL, 0, NULL };
 
     hr->redis_left_ms = 0;
+    hr->lease = NULL;
     if (shared)
         verdict = tenants_enter_inflight(hr->ctx->tenants, hr->ctx->cfg,
                                          hr->tenant, now_us, wall_s,
@@ -388,14 +404,29 @@ admit(struct handler_req *hr)
         verdict = tenants_enter(hr->ctx->tenants, hr->ctx->cfg, hr->tenant,
                                 now_us, wall_s, &hr->pass, &wait, &rate);
     if (shared && verdict == TENANT_ADMITTED
+        && tenant_lease_wanted(hr->ctx->cluster, hr->ctx->cfg, hr->tenant)) {
+        hr->lease = tenant_lease_new(hr->ctx->cluster, hr->ctx->cfg,
+                                     hr->tenant);
+        if (hr->lease == NULL) {
+            /* Out of memory: the pass goes back, counted nowhere. */
+            tenants_refuse(hr->ctx->tenants, hr->pass, TENANT_ADMITTED,
+                           now_us);
+            hr->pass = NULL;
+            verdict = TENANT_NOMEM;
+        }
+        with.lease = hr->lease;
+    }
+    if (shared && verdict == TENANT_ADMITTED
         && (tenant_shared_enter(hr->ctx->cluster, hr->ctx->cfg, hr->tenant,
-                                now_us, wall_s, NULL, &verdict, &wait, &rate,
-                                &hr->redis_left_ms) != 0
+                                now_us, wall_s, &with, &verdict, &wait,
+                                &rate, &hr->redis_left_ms) != 0
             || verdict != TENANT_ADMITTED)) {
         /* Refused by the shared limits, or Redis gone and on_error =
          * deny (then 'verdict' is still TENANT_ADMITTED). */
         tenants_refuse(hr->ctx->tenants, hr->pass, verdict, now_us);
         hr->pass = NULL;
+        tenant_lease_release(hr->ctx->cluster, hr->lease, 0);
+        hr->lease = NULL;
         if (verdict == TENANT_ADMITTED) {
             reply_error_full(hr->reply, 503, "server_error", NULL,
                              "cluster_unavailable", "the shared limits' "
@@ -596,8 +627,7 @@ serve(struct handler_req *hr)
         note_model(hr, body);
         if (admit(hr) == 0) {
             proxy_forward(hr, body, rt->kind == KIND_COMPLETION);
-            tenants_leave(hr->ctx->tenants, hr->pass);
-            hr->pass = NULL;
+            leave(hr);
         }
         json_decref(body);
         return;
@@ -607,8 +637,7 @@ serve(struct handler_req *hr)
         note_model_str(hr, model);
         if (admit(hr) == 0) {
             proxy_forward_form(hr, model, ctype);
-            tenants_leave(hr->ctx->tenants, hr->pass);
-            hr->pass = NULL;
+            leave(hr);
         }
         return;
     }

@@ -202,9 +202,15 @@ charge(struct handler_req *hr, uint64_t tokens, int counted)
     /* With [cluster], the tenant's shared limits too, by what is left of
      * the request's redis_timeout. */
     if (hr->pass != NULL
-        && tenant_shared_wanted(hr->ctx->cluster, hr->ctx->cfg, hr->tenant))
+        && tenant_shared_wanted(hr->ctx->cluster, hr->ctx->cfg,
+                                hr->tenant)) {
+        int64_t t0 = gw_now_ms();
+
         tenant_shared_charge(hr->ctx->cluster, hr->ctx->cfg, hr->tenant,
                              tokens, now_us, wall_s, hr->redis_left_ms);
+        /* The lease's release has what is left after it. */
+        hr->redis_left_ms -= gw_now_ms() - t0;
+    }
 }
 
 /* ---- direct: the client's own socket is the sink ---- */
@@ -605,6 +611,16 @@ follow(struct handler_req *hr, struct flight *f, struct fanout_reader *r,
     note_flight(hr, f);
     metrics_coalesce_follower();
     tenants_note_follower(ctx->tenants, hr->pass);
+    /* The flight's leader holds a lease for the call: a follower's own
+     * goes back now, so followers do not count against max_inflight;
+     * the charge has what is left of redis_timeout after it. */
+    if (hr->lease != NULL) {
+        int64_t t0 = gw_now_ms();
+
+        tenant_lease_release(ctx->cluster, hr->lease, hr->redis_left_ms);
+        hr->lease = NULL;
+        hr->redis_left_ms -= gw_now_ms() - t0;
+    }
     log_msg(GW_LOG_INFO, "coalesce: follower key=%s flight=%s tenant=%s",
             keyhex, f->id, tenant_name(ctx->cfg, hr->tenant));
     fanout_relay(f, r, &o);

@@ -19,7 +19,7 @@
  *              empty or unterminated node or version, a node with a
  *              blank or a brace, or a negative time to live;
  *   limits     a read answer has a verdict other than admitted or one of
- *              the four shared limits, or a negative wait or reset;
+ *              the five shared limits, or a negative wait or reset;
  *   url        a parsed URL has no host, a TCP port outside 1..65535, a
  *              db outside 0..REDIS_URL_DB_MAX, or a socket's URL with a
  *              password; a refused one is left all zero; and the URL
@@ -100,7 +100,7 @@ check_replies(const uint8_t *p, size_t n)
             }
             if (tenant_shared_read(reply, &a) == 0) {
                 REQUIRE(a.verdict == TENANT_ADMITTED
-                        || (a.verdict >= TENANT_RATE
+                        || (a.verdict >= TENANT_MAX_INFLIGHT
                             && a.verdict <= TENANT_QUOTA_MONTH));
                 REQUIRE(a.wait_us >= 0 && a.reset_us >= 0
                         && a.tokens_reset_us >= 0);

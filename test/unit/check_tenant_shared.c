@@ -214,7 +214,9 @@ static const struct {
       TENANT_ADMITTED, "admitted" },
     { "*8\r\n:4\r\n:9\r\n:0\r\n:0\r\n:0\r\n:0\r\n:1\r\n:2\r\n", 0,
       TENANT_QUOTA_MONTH, "the month spent" },
-    { "*8\r\n:5\r\n:9\r\n:0\r\n:0\r\n:0\r\n:0\r\n:1\r\n:2\r\n", GW_EPARSE,
+    { "*8\r\n:5\r\n:9\r\n:0\r\n:0\r\n:0\r\n:0\r\n:1\r\n:2\r\n", 0,
+      TENANT_MAX_INFLIGHT, "max_inflight (a lease)" },
+    { "*8\r\n:6\r\n:9\r\n:0\r\n:0\r\n:0\r\n:0\r\n:1\r\n:2\r\n", GW_EPARSE,
       0, "no such verdict" },
     { "*8\r\n:1\r\n:-1\r\n:0\r\n:0\r\n:0\r\n:0\r\n:1\r\n:2\r\n", GW_EPARSE,
       0, "a negative wait" },
@@ -246,31 +248,11 @@ END_TEST
 static struct cluster *
 start(struct gw_config *c, const char *url, const char *more)
 {
-    char text[1024], err[256];
-    struct cluster_self self = { 1, 1700000000000, NULL, NULL };
-    struct cluster *cl;
+    char text[512];
 
-    snprintf(text, sizeof(text), "[server]\nlisten = 127.0.0.1:0\n"
-             "[cluster]\nredis = %s\nlease = 30s\nredis_connections = 2\n"
-             "node = me\n%s\n[tenant acme]\napi_key = sk-acme-0123456789\n"
-             "requests_per_minute = 10\n", url, more);
-    ck_assert_msg(config_load_text("g.conf", text, c, err, sizeof(err))
-                  == 0, "%s", err);
-    cl = cluster_start(c, &self);
-    ck_assert_ptr_nonnull(cl);
-    return cl;
-}
-
-/* Poll until the cluster sees 'n' gateways (and so is connected). */
-static void
-wait_alive(struct cluster *cl, size_t n)
-{
-    int64_t deadline = gw_now_ms() + 8000;
-
-    while (cluster_alive(cl) != n) {
-        ck_assert_msg(gw_now_ms() < deadline, "never %zu alive", n);
-        usleep(10000);
-    }
+    snprintf(text, sizeof(text), "%s\n[tenant acme]\napi_key = "
+             "sk-acme-0123456789\nrequests_per_minute = 10\n", more);
+    return test_cluster_start(c, url, text);
 }
 
 /* How many of 'tries' admissions at 'now_us' pass. */
@@ -311,7 +293,7 @@ START_TEST(test_enter_and_local_share)
     cl = start(&c, srv.url, "");
     ck_assert(tenant_shared_wanted(cl, &c, 0));
     ck_assert(!tenant_shared_wanted(NULL, &c, 0));
-    wait_alive(cl, 2);
+    test_cluster_wait(cl, 2);
     /* Redis judges: 10 a minute for the two. */
     ck_assert_int_eq(admitted(cl, &c, 3, gw_now_us(), &err), 3);
     ck_assert_int_eq(err, 0);

@@ -26,6 +26,8 @@
 
 #include <hiredis/hiredis.h>
 
+#include "base/cluster.h"
+#include "base/config.h"
 #include "util.h"
 
 struct test_redis {
@@ -173,6 +175,47 @@ test_redis_kill(struct test_redis *r)
     snprintf(path, sizeof(path), "%s/dump.rdb", r->dir);
     unlink(path);
     rmdir(r->dir);
+}
+
+/*
+ * A cluster on 'url' for a test (no after_beat): node "me", lease 30 s,
+ * two connections, then 'more' (the rest of [cluster], and the
+ * tenants); *c loaded from it (config_release() it).
+ */
+static inline struct cluster *
+test_cluster_start(struct gw_config *c, const char *url, const char *more)
+{
+    char text[1024], err[256];
+    struct cluster_self self = { 1, 1700000000000, NULL, NULL };
+    struct cluster *cl;
+
+    snprintf(text, sizeof(text), "[server]\nlisten = 127.0.0.1:0\n"
+             "[cluster]\nredis = %s\nlease = 30s\nredis_connections = 2\n"
+             "node = me\n%s\n", url, more);
+    ck_assert_msg(config_load_text("g.conf", text, c, err, sizeof(err))
+                  == 0, "%s", err);
+    cl = cluster_start(c, &self);
+    ck_assert_ptr_nonnull(cl);
+    return cl;
+}
+
+/* Poll until the beat has had Redis answer, seeing 'n' gateways (the
+ * count alone is 1 before the first heartbeat, too). */
+static inline void
+test_cluster_wait(struct cluster *cl, size_t n)
+{
+    struct cluster_status *st = calloc(1, sizeof(*st));
+    int64_t deadline = gw_now_ms() + 8000;
+
+    ck_assert_ptr_nonnull(st);
+    for (;;) {
+        cluster_status(cl, st);
+        if (st->up && cluster_alive(cl) == n)
+            break;
+        ck_assert_msg(gw_now_ms() < deadline, "never %zu alive", n);
+        usleep(10000);
+    }
+    free(st);
 }
 
 #endif
