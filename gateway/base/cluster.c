@@ -148,8 +148,14 @@ cluster_pipeline(struct cluster *cl, enum cluster_op op,
 
     observe(op, gw_now_us() - t0, rc != 0);
     /* The beat's own round trips need no nudge: it is the beat.
-     * GW_EBUSY: our callers hold every connection; Redis may be fine. */
-    if (rc != 0 && rc != GW_EUNAVAIL && rc != GW_EBUSY
+     * GW_EBUSY: our callers hold every connection; Redis may be fine.
+     * GW_EUNAVAIL: no connection left.  Down, the beat knows (and its
+     * backoff rules); up, the pool may have emptied without a failed
+     * round trip (a killed Redis's idle connections are closed when
+     * they are taken: not quiet), and only a nudge tells the beat
+     * before its next turn, up to a third of the lease away. */
+    if (rc != 0 && rc != GW_EBUSY
+        && (rc != GW_EUNAVAIL || atomic_load(&cl->up))
         && op != CLUSTER_OP_HEARTBEAT && op != CLUSTER_OP_USAGE) {
         gw_mutex_lock(&cl->lock);
         cl->nudge = 1;

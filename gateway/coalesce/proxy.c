@@ -190,6 +190,24 @@ cost_of(const struct usage_scan *u, const struct fwd *fw,
  * request, whatever became of its client: the upstream spent them all
  * the same (unlike the bill, which counts what a client received).
  */
+/*
+ * hr's lease back (a leader's when its call is over, a follower's when
+ * it follows), by what is left of the request's redis_timeout, which
+ * keeps the rest.
+ */
+static void
+give_back_lease(struct handler_req *hr)
+{
+    int64_t t0;
+
+    if (hr->lease == NULL)
+        return;
+    t0 = gw_now_ms();
+    tenant_lease_release(hr->ctx->cluster, hr->lease, hr->redis_left_ms);
+    hr->lease = NULL;
+    hr->redis_left_ms -= gw_now_ms() - t0;
+}
+
 static void
 charge(struct handler_req *hr, uint64_t tokens, int counted)
 {
@@ -200,15 +218,19 @@ charge(struct handler_req *hr, uint64_t tokens, int counted)
     tenants_charge(hr->ctx->tenants, hr->ctx->cfg, hr->tenant, hr->pass,
                    tokens, counted, now_us, wall_s);
     /* With [cluster], the tenant's shared limits too, by what is left of
-     * the request's redis_timeout. */
+     * the request's redis_timeout.  The call is over: its lease goes
+     * first, so that a charge waiting on a slow Redis does not keep a
+     * place of max_inflight from the client's next call meanwhile
+     * (test 037). */
     if (hr->pass != NULL
         && tenant_shared_wanted(hr->ctx->cluster, hr->ctx->cfg,
                                 hr->tenant)) {
-        int64_t t0 = gw_now_ms();
+        int64_t t0;
 
+        give_back_lease(hr);
+        t0 = gw_now_ms();
         tenant_shared_charge(hr->ctx->cluster, hr->ctx->cfg, hr->tenant,
                              tokens, now_us, wall_s, hr->redis_left_ms);
-        /* The lease's release has what is left after it. */
         hr->redis_left_ms -= gw_now_ms() - t0;
     }
 }
@@ -612,15 +634,8 @@ follow(struct handler_req *hr, struct flight *f, struct fanout_reader *r,
     metrics_coalesce_follower();
     tenants_note_follower(ctx->tenants, hr->pass);
     /* The flight's leader holds a lease for the call: a follower's own
-     * goes back now, so followers do not count against max_inflight;
-     * the charge has what is left of redis_timeout after it. */
-    if (hr->lease != NULL) {
-        int64_t t0 = gw_now_ms();
-
-        tenant_lease_release(ctx->cluster, hr->lease, hr->redis_left_ms);
-        hr->lease = NULL;
-        hr->redis_left_ms -= gw_now_ms() - t0;
-    }
+     * goes back now, so followers do not count against max_inflight. */
+    give_back_lease(hr);
     log_msg(GW_LOG_INFO, "coalesce: follower key=%s flight=%s tenant=%s",
             keyhex, f->id, tenant_name(ctx->cfg, hr->tenant));
     fanout_relay(f, r, &o);

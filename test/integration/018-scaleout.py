@@ -128,7 +128,7 @@ def recipe_blocks():
 
 
 def test_the_recipe_as_written(t):
-    """docs/SCALE-OUT.md's recipe, copied as it is: the mock, three
+    """docs/SCALE-OUT.md's recipe, copied as it is: the mock, two
     gateways from etc/gateway.conf with their ports changed, the shipped
     HAProxy config, then a request through HAProxy.  It runs in a network
     namespace of its own (unshare), so its fixed ports are free whatever
@@ -176,10 +176,20 @@ def test_the_recipe_as_written(t):
         # requests of the tenant timed (a refill is one per 12 s).
         cluster_block,
         "n=0",
-        "for p in 8191 8192 8193; do",
+        "for p in 8191 8192; do",
         "    until %s -s http://127.0.0.1:$p/metrics | grep -q "
         "'^infergw_cluster_up 1'; do" % curl,
         "        n=$((n + 1)); [ $n -lt %d ] || exit 98; sleep 0.1" % int(
+            budget(30) * 10),
+        "    done",
+        "done",
+        # And until HAProxy has both gateways in its ring: each has
+        # answered a third good check, a second after the second one
+        # took it in (rise 2).
+        "for i in 1 2; do",
+        "    until [ $(grep -c 'path=/readyz .*status=200' "
+        "build/gw$i.log) -ge 3 ]; do",
+        "        n=$((n + 1)); [ $n -lt %d ] || exit 97; sleep 0.1" % int(
             budget(30) * 10),
         "    done",
         "done",
@@ -211,20 +221,21 @@ def test_the_recipe_as_written(t):
         "--- the limit\n", 1)
     # The answer is the request block's only output, before the limit's
     # set-up; Redis logs to its own file.
-    doc = json.loads(answer.strip().splitlines()[0])
+    # HAProxy's warnings (a server DOWN, then UP) share the output, and
+    # the answer ends without a newline: the JSON document at its start.
+    doc, _ = json.JSONDecoder().raw_decode(answer.strip())
     assert doc["object"] == "chat.completion", doc
     assert doc["model"] == "llama-3-8b", doc
     assert doc["choices"][0]["message"]["content"], doc
     logs = ""
-    for i in (1, 2, 3):
+    for i in (1, 2):
         with open(os.path.join(tree, "build", "gw%d.log" % i)) as f:
             logs += f.read()
     assert "path=/v1/chat/completions" in logs and "status=200" in logs, \
         logs[-2000:]
     # One limit for the gateways: 5 of 14 answered (plus one per 12 s
-    # the requests took), not up to 5 each; at least two gateways had
-    # some of them (HAProxy may hold one out while its check is slow,
-    # under a sanitizer: the limit is shared all the same).
+    # the requests took), not up to 5 each; both gateways had some of
+    # them.
     counts, took = limit.split("--- took ", 1)
     codes = {c: int(n) for n, c in re.findall(r"(\d+) (\d{3})", counts)}
     refill = int(took.split()[0]) // 12
@@ -232,11 +243,11 @@ def test_the_recipe_as_written(t):
     assert 5 <= codes.get("200", 0) <= 5 + refill, (counts, took)
     assert codes.get("429", 0) == 14 - codes.get("200", 0), counts
     served = []
-    for i in (1, 2, 3):
+    for i in (1, 2):
         with open(os.path.join(tree, "build", "gw%d.log" % i)) as f:
             if "tenant=demo" in f.read():
                 served.append(i)
-    assert len(served) >= 2, "only gateways %s served the tenant" % served
+    assert len(served) == 2, "only gateways %s served the tenant" % served
 
 
 def test_300_identical_streams_one_upstream_call(t):

@@ -14,6 +14,7 @@ the gateways are started as 033-cluster.py and 034 start them.
 
 import importlib
 import itertools
+import subprocess
 import threading
 import time
 
@@ -245,3 +246,47 @@ def test_one_round_trip_on_the_way_in(t):
     assert c034.metric(h, "infergw_cluster_errors_total", op="admit") == 0
     assert c034.metric(h, "infergw_cluster_errors_total", op="lease") == 0
     assert zcard(r) == 0
+
+
+def test_lease_goes_back_before_the_charge(t):
+    """A call's lease goes back as soon as its answer is complete, before
+    its charge of tokens: a charge that waits on a slow Redis must not
+    keep a place of max_inflight from the client's next call (037 shows
+    that under a stopped Redis).  Redis's MONITOR gives the order of the
+    gateway's commands: the admission, the release (ZREM), the charge."""
+    r = Redis(t.tmp)
+    m = t.mock()
+    g, = c034.gateways(t, m, r, "max_inflight = 4\n"
+                       "tokens_per_minute = 100000", n=1,
+                       redis_timeout="500ms")
+    assert c034.ask(g)[0] == 200            # the script is loaded
+    mon = subprocess.Popen([r.cli, "-s", r.sock, "MONITOR"],
+                           stdout=subprocess.PIPE, text=True)
+    lines = []
+
+    def reader():
+        for line in mon.stdout:
+            lines.append(line)
+
+    th = threading.Thread(target=reader, daemon=True)
+    th.start()
+    try:
+        wait_for(lambda: lines and lines[0].strip() == "OK", budget(5),
+                 msg="MONITOR on")
+        assert c034.ask(g)[0] == 200
+
+        def order():
+            # The gateway's own commands (not the scripts' inner ones,
+            # which MONITOR shows as "[0 lua]").
+            own = [l for l in lines[1:] if "[0 lua]" not in l]
+            admit = [i for i, l in enumerate(own) if '"admit"' in l]
+            zrem = [i for i, l in enumerate(own) if '"ZREM"' in l]
+            charge = [i for i, l in enumerate(own) if '"charge"' in l]
+            return (admit and zrem and charge) and (admit[0], zrem[0],
+                                                    charge[0])
+
+        a, z, c = wait_for(order, budget(5), msg="admit, release, charge")
+        assert a < z < c, (a, z, c, lines)
+    finally:
+        mon.kill()
+        mon.wait()
