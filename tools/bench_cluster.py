@@ -95,8 +95,8 @@ gateways) are shown: each is a round trip that failed or passed
 redis_timeout, and its request was judged by the local share.
 
 --quick: 1 rep of 2 s runs, exactness runs of 4 s, gateways 1 and 3:
-a smoke run, not the targets' figures.  A full run takes about 9
-minutes on 2 cores (--only latency: about 5).  Python 3 standard library; wrk and redis-server
+a smoke run, not the targets' figures.  A full run takes about 8
+minutes on 2 cores (--only latency: about 6).  Python 3 standard library; wrk and redis-server
 (redis-benchmark, redis-cli) come from tools/install-deps.sh (which
 installs wrk, as bench_proxy.sh has it do, when missing); the processes
 are started with the integration tests' helpers (gwtest.py).
