@@ -29,20 +29,38 @@ many to refuse) and "open" (no limit):
          from gateway/base/tenant_shared.c, loaded by SCRIPT LOAD (its
          SHA checked to be the one the gateway loaded, with SCRIPT
          EXISTS before) with an admission's arguments for a tenant of
-         its own; C is the wrk connections but at most 8, the gateway's
-         pool (the most round trips it has in flight at once).
+         its own ("floor", floor_args()); C is the wrk connections but
+         at most 8, the gateway's pool (the most round trips it has in
+         flight at once).  Both ends stay hot, no relay around it: a
+         round trip, not a gateway;
+  mnone  tools/relay_floor in front of the same mock: the design's
+         model (a blocking thread per client, nothing else), no Redis;
+  madmit the same relay with -r and that same EVALSHA (the "floor"
+         tenant's keys): one blocking round trip per request, on a
+         hiredis connection of each connection thread's own, between
+         reading the request and passing it on.  The least a
+         thread-per-connection gateway with a limit shared through
+         Redis does; infergw does more on purpose (a pool of 8 shared
+         connections, which issue 28 wants, a deadline, the fallback).
 wrk sends the same tiny non-streamed chat request ("temperature": 0.7,
 so nothing coalesces; the tenant's Authorization header) on kept-alive
 connections for --seconds at each of --conns connections, and reports
 p50 and p99 exactly (its Lua done() prints latency:percentile() in
-microseconds).  The four are interleaved within each connection count,
-their order rotated every rep, the whole sweep --reps times; the table
-shows medians and the added latency, admit - none and open - none
+microseconds).  The six are interleaved within each connection count,
+their order rotated every rep, the whole sweep --reps times; the first
+table shows medians and the added latency, admit - none and open - none
 (differences of the medians), against the floor's p50 and the targets:
 p50 added at most one loopback round trip (about 100 us), p99 added
-under 1 ms.  Before each interleaved group it waits up to 10 s for the
-machine to be under 30 % busy (/proc/stat), and reports the busy share
-seen and /proc/loadavg.
+under 1 ms.  The second shows the model: mnone and madmit, what the
+model adds (madmit - mnone) and how much of infergw's added latency is
+beyond it ((admit - none) - (madmit - mnone)); madmit's round trips per
+request are Redis's scripts over wrk's requests (gateway B's heartbeats
+taken off).  Each target is met, missed, or missed and out of reach of
+the model, when the model's own added latency already passes it (the
+project's rule: then infergw is judged against the model's floor).
+Before each interleaved group it waits up to 10 s for the machine to be
+under 30 % busy (/proc/stat), and reports the busy share seen and
+/proc/loadavg.
 
 2. Redis round trips per request: INFO commandstats (cmdstat_evalsha +
 cmdstat_eval calls) before and after each admit and open run, minus the
@@ -77,8 +95,8 @@ gateways) are shown: each is a round trip that failed or passed
 redis_timeout, and its request was judged by the local share.
 
 --quick: 1 rep of 2 s runs, exactness runs of 4 s, gateways 1 and 3:
-a smoke run, not the targets' figures.  A full run takes about 6
-minutes on 2 cores.  Python 3 standard library; wrk and redis-server
+a smoke run, not the targets' figures.  A full run takes about 8
+minutes on 2 cores (--only latency: about 6).  Python 3 standard library; wrk and redis-server
 (redis-benchmark, redis-cli) come from tools/install-deps.sh (which
 installs wrk, as bench_proxy.sh has it do, when missing); the processes
 are started with the integration tests' helpers (gwtest.py).
@@ -301,6 +319,33 @@ def members(g):
     return sorted(m["node"] for m in (c or {}).get("members", []))
 
 
+class RelayFloor:
+    """tools/relay_floor on 127.0.0.1, port 0, in front of the mock;
+    with 'command', one round trip of it to Redis 'redis' per request
+    (over its unix socket when --unix, as the gateway's)."""
+
+    def __init__(self, bin_dir, tmp, mock, name, redis=None, command=()):
+        argv = [os.path.join(bin_dir, "relay_floor"), "-l", "127.0.0.1:0",
+                "-u", "127.0.0.1:%d" % mock.port]
+        if redis is not None:
+            argv += ["-r", redis.sock if redis.unix
+                     else "127.0.0.1:%d" % redis.port, "--"] + list(command)
+        self.proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, start_new_session=True)
+        gwtest._register(self)
+        out = gwtest._Output(self.proc.stdout,
+                             os.path.join(tmp, name + ".log"))
+        m = out.wait_line(r"^relay_floor listening port=(\d+)$", 10)
+        if not m:
+            sys.exit("bench_cluster: relay_floor did not start: %s"
+                     % " ".join(out.snapshot()[-5:]))
+        self.port = int(m.group(1))
+
+    def close(self):
+        gwtest.kill_process(self.proc)
+
+
 # --------------------------------------------------------------------------
 # 1 and 2: latency and round trips.
 
@@ -318,7 +363,7 @@ end
 
 
 def wrk(tmp, port, key, conns, seconds):
-    """(requests/s, p50 us, p99 us, errors) of one wrk run."""
+    """(requests/s, p50 us, p99 us, errors, requests) of one wrk run."""
     lua = os.path.join(tmp, "wrk-%s.lua"
                        % ("limited" if key == LIMITED_KEY else "open"))
     if not os.path.exists(lua):
@@ -334,12 +379,51 @@ def wrk(tmp, port, key, conns, seconds):
     if not m or not rps:
         sys.exit("bench_cluster: wrk said: %s %s" % (p.stdout, p.stderr))
     return (float(rps.group(1)), float(m.group(2)), float(m.group(3)),
-            int(m.group(4)) + int(m.group(5)))
+            int(m.group(4)) + int(m.group(5)), int(m.group(1)))
+
+
+def wrk_run(args, tmp, r, gb, target, conns, variant):
+    """One wrk run of 'variant' against target (server, API key):
+    (wrk()'s tuple, extra).  For the variants that reach Redis, extra
+    has the round trips per request ("rt": Redis's scripts, less gateway
+    B's heartbeats, over the requests) and the Redis time per script
+    ("script_us"); for gateway B's, also its cluster errors ("cerr") and
+    the share of its admissions that took over 1 ms ("slow")."""
+    g, key = target
+    tenant = "limited" if key == LIMITED_KEY else "open"
+    s0, m0 = r.scripts(), metrics(gb)
+    res = wrk(tmp, g.port, key, conns, args.seconds)
+    s1, m1 = r.scripts(), metrics(gb)
+    d = {}
+    for name, lab in (
+            ("beats", ("infergw_cluster_latency_seconds_count",
+                       {"op": "heartbeat"})),
+            ("reqs", ("infergw_tenant_requests_total", {"tenant": tenant})),
+            ("errors", ("infergw_cluster_errors_total", {"op": "admit"})),
+            ("admits", ("infergw_cluster_latency_seconds_count",
+                        {"op": "admit"})),
+            ("fast", ("infergw_cluster_latency_seconds_bucket",
+                      {"op": "admit", "le": "0.001"}))):
+        d[name] = (gwtest.metric(m1, lab[0], **lab[1])
+                   - gwtest.metric(m0, lab[0], **lab[1]))
+    if variant == "madmit":
+        reqs = res[4]                   # wrk's: the relay counts nothing
+    elif g is gb:
+        reqs = d["reqs"]
+    else:
+        return res, {}
+    extra = {"rt": (s1[0] - s0[0] - d["beats"]) / max(reqs, 1),
+             "script_us": (s1[1] - s0[1]) / max(s1[0] - s0[0], 1)}
+    if g is gb:
+        extra["cerr"] = d["errors"]
+        extra["slow"] = (1 - d["fast"] / max(d["admits"], 1)
+                         if d["admits"] else 0.0)
+    return res, extra
 
 
 def latency(args, tmp, r, mock, out):
-    """Part 1 and 2: fills out["lat"][(conns, variant)] with run tuples
-    and out["rt"][variant] with round trips per request."""
+    """Part 1 and 2: fills out["lat"][(conns, variant)] with a tuple per
+    run: requests/s, p50 us, p99 us, errors, requests, extra (wrk_run())."""
     ga = start_gateway(args, tmp, mock, "none",
                        "requests_per_minute = %d" % HUGE_RPM)
     gb = start_gateway(args, tmp, mock, "cluster",
@@ -354,8 +438,16 @@ def latency(args, tmp, r, mock, out):
     out["sha_checked"] = present.split()[-1:] == ["1"]
     if r.run("SCRIPT", "LOAD", script_source()) != out["sha"]:
         sys.exit("bench_cluster: SCRIPT LOAD gave another SHA")
+    # The model, once the script is loaded (madmit's relay runs it once
+    # as it starts, and refuses to start on an error).
+    ma = RelayFloor(args.bin, tmp, mock, "mnone")
+    mb = RelayFloor(args.bin, tmp, mock, "madmit", redis=r,
+                    command=floor_args(out["sha"]))
+    for v, g in (("mnone", ma), ("madmit", mb)):
+        targets[v] = (g, LIMITED_KEY)
+        wrk(tmp, g.port, LIMITED_KEY, 50, 1 if args.quick else 2)
     floor_n = 20000 if args.quick else 100000
-    order = ["floor", "none", "admit", "open"]
+    order = ["floor", "none", "admit", "open", "mnone", "madmit"]
     for rep in range(args.reps):
         for c in args.conns:
             wait_quiet(out["busy"])
@@ -363,48 +455,18 @@ def latency(args, tmp, r, mock, out):
             for v in order[k:] + order[:k]:
                 if v == "floor":
                     res = floor_run(r, out["sha"], min(c, POOL), floor_n)
-                    res += (0,)
+                    res += (0, floor_n)
                     extra = {}
                 else:
-                    g, key = targets[v]
-                    tenant = "limited" if key == LIMITED_KEY else "open"
-                    s0, m0 = r.scripts(), metrics(g)
-                    res = wrk(tmp, g.port, key, c, args.seconds)
-                    s1, m1 = r.scripts(), metrics(g)
-                    extra = {}
-                    if g is gb:
-                        d = {}
-                        for name, lab in (
-                                ("beats", ("infergw_cluster_latency_"
-                                           "seconds_count",
-                                           {"op": "heartbeat"})),
-                                ("reqs", ("infergw_tenant_requests_total",
-                                          {"tenant": tenant})),
-                                ("errors", ("infergw_cluster_errors_total",
-                                            {"op": "admit"})),
-                                ("admits", ("infergw_cluster_latency_"
-                                            "seconds_count", {"op": "admit"})),
-                                ("fast", ("infergw_cluster_latency_"
-                                          "seconds_bucket",
-                                          {"op": "admit", "le": "0.001"}))):
-                            d[name] = (gwtest.metric(m1, lab[0], **lab[1])
-                                       - gwtest.metric(m0, lab[0],
-                                                       **lab[1]))
-                        extra = {"rt": (s1[0] - s0[0] - d["beats"])
-                                 / max(d["reqs"], 1),
-                                 "script_us": (s1[1] - s0[1])
-                                 / max(s1[0] - s0[0], 1),
-                                 "cerr": d["errors"],
-                                 "slow": 1 - d["fast"] / max(d["admits"], 1)
-                                 if d["admits"] else 0.0}
+                    res, extra = wrk_run(args, tmp, r, gb, targets[v], c, v)
                 out["lat"].setdefault((c, v), []).append(res + (extra,))
-                say("rep %d c=%-3d %-5s %8.0f req/s  p50 %7.0f us  p99 %7.0f"
+                say("rep %d c=%-3d %-6s %8.0f req/s  p50 %7.0f us  p99 %7.0f"
                     " us%s%s" % (rep + 1, c, v, res[0], res[1], res[2],
                                  "  rt/req %.3f" % extra["rt"]
                                  if "rt" in extra else "",
                                  "  cluster errors %d" % extra["cerr"]
                                  if extra.get("cerr") else ""))
-    for g in (ga, gb):
+    for g in (ga, gb, ma, mb):
         g.close()
 
 
@@ -518,60 +580,105 @@ def exactness(args, tmp, r, mock, out):
 # --------------------------------------------------------------------------
 # The report.
 
+def verdict(added, model, target, strict):
+    """A target on added latency: met by infergw, missed, or missed and
+    out of reach of the model (the model's own 'model' added misses it
+    too).  'strict': the target is "under", not "at most"."""
+    def meets(x):
+        return x < target if strict else x <= target
+    if meets(added):
+        return "met"
+    if not meets(model):
+        return "missed, out of reach of the model (it adds %+.0f µs)" % model
+    return "MISSED, and not for the model (it adds %+.0f µs)" % model
+
+
+def latency_report(args, out):
+    """The latency tables, their note and the verdicts: a list of lines."""
+    lat, med = out["lat"], statistics.median
+    lines = [
+        "| conns | floor p50 / p99 µs | none req/s | none p50 / p99 µs "
+        "| admit req/s | admit p50 / p99 µs | open p50 / p99 µs "
+        "| admit − none p50 / p99 µs | open − none p50 / p99 µs "
+        "| added p50 / floor p50 | round trips per request "
+        "(admit / open) | Redis µs per script | admissions over 1 ms "
+        "| cluster errors (admit) |",
+        "|" + "---|" * 14]
+    model = [
+        "| conns | mnone req/s | mnone p50 / p99 µs | madmit req/s "
+        "| madmit p50 / p99 µs | model added (madmit − mnone) p50 / p99 µs "
+        "| infergw added (admit − none) p50 / p99 µs "
+        "| infergw beyond the model p50 / p99 µs "
+        "| none − mnone p50 / p99 µs | round trips per request (madmit) "
+        "| Redis µs per script (madmit) |",
+        "|" + "---|" * 11]
+    verdicts = []
+    for c in args.conns:
+        def m(v, i):
+            return med(x[i] for x in lat[(c, v)])
+
+        def x5(v, key):
+            return [x[5][key] for x in lat[(c, v)]]
+        dp50 = m("admit", 1) - m("none", 1)
+        dp99 = m("admit", 2) - m("none", 2)
+        mp50 = m("madmit", 1) - m("mnone", 1)
+        mp99 = m("madmit", 2) - m("mnone", 2)
+        rt_a, rt_o, rt_m = (med(x5(v, "rt"))
+                            for v in ("admit", "open", "madmit"))
+        lines.append(
+            "| %d | %.0f / %.0f | %.0f | %.0f / %.0f | %.0f | %.0f / %.0f "
+            "| %.0f / %.0f | %+.0f / %+.0f | %+.0f / %+.0f | %.2f "
+            "| %.3f / %.3f | %.1f | %.2f %% | %d |" % (
+                c, m("floor", 1), m("floor", 2), m("none", 0),
+                m("none", 1), m("none", 2), m("admit", 0),
+                m("admit", 1), m("admit", 2), m("open", 1),
+                m("open", 2), dp50, dp99,
+                m("open", 1) - m("none", 1), m("open", 2) - m("none", 2),
+                dp50 / max(m("floor", 1), 1), rt_a, rt_o,
+                med(x5("admit", "script_us")),
+                100 * med(x5("admit", "slow")), sum(x5("admit", "cerr"))))
+        model.append(
+            "| %d | %.0f | %.0f / %.0f | %.0f | %.0f / %.0f | %+.0f / %+.0f "
+            "| %+.0f / %+.0f | %+.0f / %+.0f | %+.0f / %+.0f | %.3f "
+            "| %.1f |" % (
+                c, m("mnone", 0), m("mnone", 1), m("mnone", 2),
+                m("madmit", 0), m("madmit", 1), m("madmit", 2), mp50, mp99,
+                dp50, dp99, dp50 - mp50, dp99 - mp99,
+                m("none", 1) - m("mnone", 1), m("none", 2) - m("mnone", 2),
+                rt_m, med(x5("madmit", "script_us"))))
+        verdicts.append(
+            "- %d connection%s: p50 added %+.0f µs (target ≤ 100 µs, one "
+            "loopback round trip; the bare round trip's p50 is %.0f µs): "
+            "%s; infergw %+.0f µs beyond the model.  p99 added %+.0f µs "
+            "(target < 1000 µs): %s; infergw %+.0f µs beyond the model.  "
+            "%.3f round trips a request with limits, %.3f without (the "
+            "model %.3f)." % (
+                c, "" if c == 1 else "s", dp50, m("floor", 1),
+                verdict(dp50, mp50, 100, False), dp50 - mp50, dp99,
+                verdict(dp99, mp99, 1000, True), dp99 - mp99,
+                rt_a, rt_o, rt_m))
+    errs = sum(x[3] for k in lat for x in lat[k])
+    return lines + [""] + model + [
+        "", "Medians of %d interleaved rep(s) of %g s wrk runs; "
+        "floor: redis-benchmark, min(conns, %d) connections, %s "
+        "EVALSHA of the admission script (%s); the model: "
+        "tools/relay_floor, with (madmit) and without (mnone) one EVALSHA "
+        "per request on a Redis connection per client thread.  wrk errors "
+        "or non-2xx: %d.  Redis over %s." % (
+            args.reps, args.seconds, POOL,
+            "20000" if args.quick else "100000",
+            "the gateway's own, by SCRIPT EXISTS"
+            if out.get("sha_checked") else
+            "NOT seen loaded by the gateway",
+            errs, "its unix socket" if args.unix
+            else "loopback TCP"), ""] + verdicts + [""]
+
+
 def report(args, out, command):
     lines = ["`%s`" % command, ""]
-    lat, med = out["lat"], statistics.median
-    verdicts = []
-    if lat:
-        lines += [
-            "| conns | floor p50 / p99 µs | none req/s | none p50 / p99 µs "
-            "| admit req/s | admit p50 / p99 µs | open p50 / p99 µs "
-            "| admit − none p50 / p99 µs | open − none p50 / p99 µs "
-            "| added p50 / floor p50 | round trips per request "
-            "(admit / open) | Redis µs per script | admissions over 1 ms "
-            "| cluster errors (admit) |",
-            "|" + "---|" * 14]
-        for c in args.conns:
-            def m(v, i):
-                return med(x[i] for x in lat[(c, v)])
-            dp50 = m("admit", 1) - m("none", 1)
-            dp99 = m("admit", 2) - m("none", 2)
-            rt_a = med(x[4]["rt"] for x in lat[(c, "admit")])
-            rt_o = med(x[4]["rt"] for x in lat[(c, "open")])
-            cerr = sum(x[4]["cerr"] for x in lat[(c, "admit")])
-            sus = med(x[4]["script_us"] for x in lat[(c, "admit")])
-            slow = med(x[4]["slow"] for x in lat[(c, "admit")])
-            lines.append(
-                "| %d | %.0f / %.0f | %.0f | %.0f / %.0f | %.0f | %.0f / %.0f "
-                "| %.0f / %.0f | %+.0f / %+.0f | %+.0f / %+.0f | %.2f "
-                "| %.3f / %.3f | %.1f | %.2f %% | %d |" % (
-                    c, m("floor", 1), m("floor", 2), m("none", 0),
-                    m("none", 1), m("none", 2), m("admit", 0),
-                    m("admit", 1), m("admit", 2), m("open", 1),
-                    m("open", 2), dp50, dp99,
-                    m("open", 1) - m("none", 1),
-                    m("open", 2) - m("none", 2),
-                    dp50 / max(m("floor", 1), 1), rt_a, rt_o, sus, 100 * slow, cerr))
-            verdicts.append(
-                "- %d connection%s: p50 added %+.0f µs (target ≤ 100 µs, one "
-                "loopback round trip; the floor's p50 is %.0f µs): %s; p99 "
-                "added %+.0f µs (target < 1000 µs): %s; %.3f round trips a "
-                "request with limits, %.3f without." % (
-                    c, "" if c == 1 else "s", dp50, m("floor", 1),
-                    "met" if dp50 <= 100 else "MISSED", dp99,
-                    "met" if dp99 < 1000 else "MISSED", rt_a, rt_o))
-        errs = sum(x[3] for k in lat for x in lat[k])
-        lines += ["", "Medians of %d interleaved rep(s) of %g s wrk runs; "
-                  "floor: redis-benchmark, min(conns, %d) connections, %s "
-                  "EVALSHA of the admission script (%s).  wrk errors or "
-                  "non-2xx: %d.  Redis over %s." % (
-                      args.reps, args.seconds, POOL,
-                      "20000" if args.quick else "100000",
-                      "the gateway's own, by SCRIPT EXISTS"
-                      if out.get("sha_checked") else
-                      "NOT seen loaded by the gateway",
-                      errs, "its unix socket" if args.unix
-                      else "loopback TCP"), ""] + verdicts + [""]
+    med = statistics.median
+    if out["lat"]:
+        lines += latency_report(args, out)
     if out["exact"]:
         lines += [
             "| gateways | [cluster] | limit | senders | seconds | admitted "

@@ -5,6 +5,7 @@
  * proxy for use.
  *
  *   relay_floor -l 127.0.0.1:0 -u 127.0.0.1:PORT
+ *       [-r HOST:PORT -- COMMAND ARG...]
  *
  * prints "relay_floor listening port=N" and serves until killed.  Every
  * client connection gets a thread with its own keep-alive connection to
@@ -18,6 +19,22 @@
  * beyond the end of the head, Content-Length and a chunked
  * Transfer-Encoding, no JSON, no limits, no timeouts, no logs; any
  * surprise closes the connection.
+ *
+ * With -r, every request also makes one blocking Redis round trip: the
+ * least a thread-per-connection gateway with a limit shared through
+ * Redis does per request (tools/bench_cluster.py, issue 28).  COMMAND
+ * and its arguments, after "--", are sent as they are (bench_cluster
+ * passes the EVALSHA of infergw's admission script), after the client's
+ * request is read and before it is written upstream; the reply is only
+ * checked for being no error, then freed.  Each connection thread opens
+ * its own hiredis connection to HOST:PORT (TCP_NODELAY, hiredis's
+ * default; a path instead, "-r /run/redis.sock", is a unix socket) when
+ * it starts, and keeps it for its life: no pool to wait for, no lock, no
+ * deadline, no script fallback.  infergw instead shares a bounded pool
+ * of connections (8 by default, as issue 28 wants: a Redis must not see
+ * one connection per client) and waits for Redis against a deadline, so
+ * this is less than infergw can do, never more.  An error reply or a
+ * lost or refused Redis connection closes the client's connection.
  *
  * Why: infergw's design card fixes the model (one blocking thread per
  * client, libcurl upstream).  This program measures what that model can
@@ -35,6 +52,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <hiredis/hiredis.h>
+
 #include "net.h"
 #include "util.h"
 
@@ -46,10 +65,23 @@ struct side {
     size_t len;                 /* bytes in buf */
 };
 
+/*
+ * -r's round trip, set up by main() before the first thread and never
+ * changed after: every thread reads it without a lock.
+ */
+struct admission {
+    char host[256];             /* NUL-terminated; a unix socket's path */
+    int port;                   /* 0: 'host' is a unix socket */
+    int argc;
+    const char **argv;          /* the command, main()'s argv */
+    size_t *argvlen;            /* strlen() of each, measured once */
+};
+
 struct job {
     int client;
     struct sockaddr_storage up;
     socklen_t up_len;
+    const struct admission *adm;        /* NULL without -r */
 };
 
 /* The message length (head + Content-Length body) once the head is in. */
@@ -104,17 +136,63 @@ write_all(int fd, const char *p, size_t n)
     return 0;
 }
 
-/* Pass one message from 'from' to 'to'; keep any bytes after it. */
+/* Write the first 'n' bytes of from->buf to 'to'; keep any after them. */
+static int
+pass_on(struct side *from, size_t n, int to)
+{
+    if (write_all(to, from->buf, n) != 0)
+        return -1;
+    memmove(from->buf, from->buf + n, from->len - n);
+    from->len -= n;
+    return 0;
+}
+
+/* Pass one message from 'from' to 'to'. */
 static int
 relay_one(struct side *from, int to)
 {
     size_t n = read_message(from);
 
-    if (n == 0 || write_all(to, from->buf, n) != 0)
+    return n == 0 ? -1 : pass_on(from, n, to);
+}
+
+/* A new blocking connection to a's Redis, or NULL or one with ->err set. */
+static redisContext *
+redis_open(const struct admission *a)
+{
+    return a->port != 0 ? redisConnect(a->host, a->port)
+                        : redisConnectUnix(a->host);
+}
+
+/*
+ * One blocking round trip of a's command on 'redis': 0, or -1 on an
+ * error reply or a failed connection (which hiredis leaves unusable, so
+ * the caller closes).  hiredis formats the command anew each time, as
+ * infergw does its own.
+ */
+static int
+round_trip(redisContext *redis, const struct admission *a)
+{
+    redisReply *reply = redisCommandArgv(redis, a->argc, a->argv, a->argvlen);
+    int ok = reply != NULL && reply->type != REDIS_REPLY_ERROR;
+
+    freeReplyObject(reply);             /* NULL-safe */
+    return ok ? 0 : -1;
+}
+
+/*
+ * Pass one request from the client 'c' upstream to 'to', with a's round
+ * trip between reading it and writing it when 'redis' is not NULL.
+ */
+static int
+relay_request(struct side *c, int to, redisContext *redis,
+              const struct admission *a)
+{
+    size_t n = read_message(c);
+
+    if (n == 0 || (redis != NULL && round_trip(redis, a) != 0))
         return -1;
-    memmove(from->buf, from->buf + n, from->len - n);
-    from->len -= n;
-    return 0;
+    return pass_on(c, n, to);
 }
 
 /* Does the head p[0..n) say "Transfer-Encoding: chunked"? */
@@ -174,19 +252,27 @@ serve(void *arg)
     struct job *j = arg;
     struct side *c = calloc(1, sizeof(*c));
     struct side *u = calloc(1, sizeof(*u));
+    redisContext *redis = NULL;
     int one = 1;
 
     if (c == NULL || u == NULL)
         goto out;
     c->fd = j->client;
+    if (j->adm != NULL) {
+        redis = redis_open(j->adm);
+        if (redis == NULL || redis->err)
+            goto out;
+    }
     u->fd = socket(j->up.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (u->fd < 0
         || connect(u->fd, (struct sockaddr *)&j->up, j->up_len) != 0)
         goto out;
     setsockopt(u->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    while (relay_one(c, u->fd) == 0 && relay_response(u, c->fd) == 0)
+    while (relay_request(c, u->fd, redis, j->adm) == 0
+           && relay_response(u, c->fd) == 0)
         ;
 out:
+    redisFree(redis);                   /* NULL-safe */
     if (u != NULL && u->fd > 0)
         close(u->fd);
     close(j->client);
@@ -196,26 +282,101 @@ out:
     return NULL;
 }
 
+/*
+ * -r's address 'where' (HOST:PORT, or a unix socket's path) and the
+ * command argv[0..argc): a new admission, owned by the caller (kept for
+ * the process's life), or NULL, said on stderr, when 'where' does not
+ * parse or one round trip of the command fails.  Borrows 'where';
+ * 'argv' must outlive the result.
+ */
+static struct admission *
+admission_new(const char *where, int argc, char **argv)
+{
+    struct admission *a = calloc(1, sizeof(*a));
+    redisContext *redis = NULL;
+    redisReply *reply = NULL;
+    const char *host;
+    size_t host_len;
+
+    if (a == NULL || argc < 1)
+        goto fail;
+    if (where[0] == '/') {
+        host = where;
+        host_len = strlen(where);
+    } else if (net_parse_hostport(where, &host, &host_len, &a->port) != 0
+               || host_len == 0 || a->port == 0) {
+        fprintf(stderr, "relay_floor: -r %s: not HOST:PORT\n", where);
+        goto fail;
+    }
+    if (host_len >= sizeof(a->host)) {
+        fprintf(stderr, "relay_floor: -r %s: too long\n", where);
+        goto fail;
+    }
+    memcpy(a->host, host, host_len);
+    a->argc = argc;
+    a->argv = (const char **)argv;
+    a->argvlen = calloc((size_t)argc, sizeof(*a->argvlen));
+    if (a->argvlen == NULL)
+        goto fail;
+    for (int i = 0; i < argc; i++)
+        a->argvlen[i] = strlen(argv[i]);
+    /* One round trip now, so that a Redis down or a script it does not
+     * know is said once here, not by every client's connection closing. */
+    redis = redis_open(a);
+    if (redis == NULL || redis->err) {
+        fprintf(stderr, "relay_floor: cannot reach Redis at %s: %s\n", where,
+                redis != NULL ? redis->errstr : "out of memory");
+        goto fail;
+    }
+    reply = redisCommandArgv(redis, a->argc, a->argv, a->argvlen);
+    if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
+        fprintf(stderr, "relay_floor: %s: %s\n", argv[0],
+                reply != NULL ? reply->str : redis->errstr);
+        goto fail;
+    }
+    freeReplyObject(reply);
+    redisFree(redis);
+    return a;
+
+fail:
+    freeReplyObject(reply);             /* NULL-safe, as redisFree() */
+    redisFree(redis);
+    if (a != NULL)
+        free(a->argvlen);
+    free(a);
+    return NULL;
+}
+
 int
 main(int argc, char **argv)
 {
     const char *listen_addr = "127.0.0.1:0", *up_addr = NULL;
+    const char *redis_addr = NULL;
+    struct admission *adm = NULL;
     struct sockaddr_storage up;
     socklen_t up_len = sizeof(up);
     pthread_attr_t attr;
     uint16_t port;
     int lfd, opt, probe;
 
-    while ((opt = getopt(argc, argv, "l:u:")) != -1) {
+    while ((opt = getopt(argc, argv, "l:u:r:")) != -1) {
         if (opt == 'l')
             listen_addr = optarg;
         else if (opt == 'u')
             up_addr = optarg;
+        else if (opt == 'r')
+            redis_addr = optarg;
         else
             goto usage;
     }
-    if (up_addr == NULL || optind != argc)
+    /* The command, after "--", comes with -r and only with it. */
+    if (up_addr == NULL || (redis_addr == NULL) != (optind == argc))
         goto usage;
+    if (redis_addr != NULL) {
+        adm = admission_new(redis_addr, argc - optind, argv + optind);
+        if (adm == NULL)
+            return 1;
+    }
     /* Resolve the upstream once, through common/net.c's parser. */
     if (net_connect(up_addr, gw_now_ms() + 5000, &probe) != 0
         || getpeername(probe, (struct sockaddr *)&up, &up_len) != 0) {
@@ -252,6 +413,7 @@ main(int argc, char **argv)
         j->client = cfd;
         j->up = up;
         j->up_len = up_len;
+        j->adm = adm;
         if (pthread_create(&t, &attr, serve, j) != 0) {
             close(cfd);
             free(j);
@@ -259,6 +421,7 @@ main(int argc, char **argv)
     }
 
 usage:
-    fprintf(stderr, "usage: relay_floor [-l HOST:PORT] -u HOST:PORT\n");
+    fprintf(stderr, "usage: relay_floor [-l HOST:PORT] -u HOST:PORT "
+                    "[-r HOST:PORT -- COMMAND [ARG...]]\n");
     return 2;
 }
