@@ -186,11 +186,6 @@ cost_of(const struct usage_scan *u, const struct fwd *fw,
 }
 
 /*
- * Charge hr's tenant 'tokens' (tenant.h's token limits), once per
- * request, whatever became of its client: the upstream spent them all
- * the same (unlike the bill, which counts what a client received).
- */
-/*
  * hr's lease back (a leader's when its call is over, a follower's when
  * it follows), by what is left of the request's redis_timeout, which
  * keeps the rest.
@@ -208,6 +203,11 @@ give_back_lease(struct handler_req *hr)
     hr->redis_left_ms -= gw_now_ms() - t0;
 }
 
+/*
+ * Charge hr's tenant 'tokens' (tenant.h's token limits), once per
+ * request, whatever became of its client: the upstream spent them all
+ * the same (unlike the bill, which counts what a client received).
+ */
 static void
 charge(struct handler_req *hr, uint64_t tokens, int counted)
 {
