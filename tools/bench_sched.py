@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""tools/bench_sched.py - fleet-aware scheduling (issue 18): the four
-[routing] balance policies over a fleet of engine-mode mocks.
+"""tools/bench_sched.py - fleet-aware scheduling (issues 18 and 29): the
+four [routing] balance policies over a fleet of engine-mode mocks.
 
     python3 tools/bench_sched.py [--bin build/default/bin] [--quick]
-        [--workload a|b|c|d[,...]] [--modes M[,...]] [--reps 1]
-        [--seed 1] [--out FILE]
+        [--workload a|b|c|c0|d|d70|d110[,...]] [--modes M[,...]]
+        [--reps 1] [--seed 1] [--set KEY=VALUE]... [--out FILE]
 
 What it measures.  Open-loop streamed chat completions through one
 gateway in front of SERVERS (4) mocks in engine mode (docs/MOCK_UPSTREAM.md
@@ -20,8 +20,9 @@ cache starts cold) and the same arrivals (seeded).  Workloads:
      outputs, a sends 10% of it in 10-token ones, both from 0 s, both
      measured from 10 s on, once the flood holds the fleet (its first
      answers take 9 s to end);
-  c0 the same measured from 0 s (not in the default set: the cold start
-     of a fleet and a gateway that know nothing yet);
+  c0 the same measured from 0 s (not in the default set: the flood's
+     start, on a fleet and a gateway that know nothing yet -- where a
+     light tenant's calls used to time out, issue 29);
   d  12 groups of requests sharing long system prompts (2-4 KB, the rest
      of each prompt short and distinct), at 70% and at 110% of capacity.
 
@@ -38,10 +39,19 @@ target rates.  Each request is a fresh connection with "stream": true,
 thread's selector loop (no thread per request, so the client keeps up;
 its lag behind the schedule is reported).  Per request: TTFT, from the
 scheduled arrival to the first content event ("delta":{"content":),
-end-to-end time, output tokens, status; an error is any status but 200,
-a stream without its clean end ([DONE] and the last chunk), or one still
-open when the run gives up.  Per run: TTFT p50/p90/p99, e2e p99, output
-tokens/s over the arrival window, errors, the prefix cache hit rate
+end-to-end time, output tokens, status; an error is any status but 200
+(and a 503 or 429 without Retry-After is told apart), a stream without
+its clean end ([DONE] and the last chunk), or one still open when the
+run gives up (GIVE_UP_S after the window).
+
+Per class (a tenant, or the direct streams of a), over the requests
+scheduled in its measured window: sent, completed, errors by kind (the
+status code, "cut", "connect", "unfinished"; those before the window are
+reported apart), and TTFT p50/p90/p99 and e2e p99 with every error and
+unfinished request counted as a miss (infinite: a percentile that falls
+on one prints "miss"), so a tenant whose calls fail does not look fast;
+the TTFT p99 of the completed ones alone too; output tokens/s over the
+window.  Per run: the prefix cache hit rate
 (vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total, summed
 over the servers, deltas over the run), the largest vLLM queue one mock
 showed (vllm:num_requests_waiting, every mock read every 100 ms), the
@@ -49,16 +59,21 @@ largest gateway queue (the calls waiting, summed over
 infergw_tenant_queued, which counts each once; read every 250 ms), the
 calls per upstream, the client's lag and CPU and the machine's CPU.
 With --reps N every number is the median of N runs (the modes
-interleaved).  BENCH_SCHED_TRACE=1 in the environment prints each
-measured request's "trace MODE CLASS ARRIVAL_S TTFT_S" to stderr (how
-the cold start of c0 was read), and each mock's read as "engine T_S
-MOCK running N waiting N".  The targets of issue 18 are checked and printed, met or
-not; the script never fails on them (docs/BENCHMARKS.md).
+interleaved), but errors, which are summed.  BENCH_SCHED_TRACE=1 in the
+environment prints every request's "trace MODE CLASS ARRIVAL_S TTFT_S"
+(or "... error KIND") to stderr, and each mock's read as "engine T_S
+MOCK running N waiting N".  The targets of issues 18 and 29 are checked
+and printed, met or not; the script never fails on them
+(docs/BENCHMARKS.md).  --out writes every number as JSON (a miss as the
+string "miss").
 
-Gateway settings: the defaults, except [routing] balance, queue_timeout =
-120s (the flood of c waits in the gateway's queue for tens of seconds)
-and first_byte_timeout = 120s (under round_robin and least_inflight the
-same flood waits in vLLM's queue, before its first byte).
+Gateway settings: the defaults, except [routing] balance,
+first_byte_timeout = 120s (under round_robin and least_inflight the
+flood of c waits in vLLM's queue, before its first byte) and, but in c
+and c0, queue_timeout = 120s (d110's overload waits in the gateway's
+queue).  c keeps the default queue_timeout (2 s), as an install would:
+the flood's excess is shed with 503 and Retry-After, and a light
+tenant's call that waits longer is an error.
 
 A full run (4 workloads x 4 modes, one repetition) takes about 13
 minutes on 2 cores, c alone with --reps 3 about 18;
@@ -305,6 +320,8 @@ class Exchange:
             self.chunked = any(
                 l.lower().startswith(b"transfer-encoding:")
                 and b"chunked" in l.lower() for l in lines[1:])
+            self.retry_after = any(
+                l.lower().startswith(b"retry-after:") for l in lines[1:])
             self.started(now)
             if not data:
                 return
@@ -347,7 +364,9 @@ class Stream(Exchange):
 
     def started(self, now):
         if self.status != 200:
-            self.finish("status %d" % self.status)
+            self.finish("status %d%s" % (
+                self.status, "" if self.retry_after else
+                " without Retry-After"))
 
     def body(self, data, now):
         if self.sock is None:
@@ -493,11 +512,27 @@ class Loop:
 # ---- one run --------------------------------------------------------------
 
 def pct(xs, p):
-    """Nearest rank; None for no samples."""
+    """Nearest rank; None for no samples.  A miss is math.inf in 'xs', so
+    a percentile that falls on one is inf."""
     if not xs:
         return None
     xs = sorted(xs)
     return xs[max(0, math.ceil(p / 100.0 * len(xs)) - 1)]
+
+
+def kind_of(err):
+    """An error's kind, for the per-class counts: the status code ("503";
+    "503 without Retry-After" when the answer had none), "cut" (the
+    stream ended without its clean end: cut, an SSE error event, closed
+    before the head, a reset), "connect" (the connection failed) or
+    "unfinished" (still open when the run gave up)."""
+    if err.startswith("status "):
+        return err[len("status "):]
+    if err.startswith("still open"):
+        return "unfinished"
+    if err.startswith("connect"):
+        return "connect"
+    return "cut"
 
 
 def cpu_ticks(pid):
@@ -532,8 +567,13 @@ def run_once(args, wname, window, classes, mode, tmp):
             mocks.append(gwtest.Mock(args.bin, ["-E", spec], os.path.join(
                 tmp, "%s-%s-s%d.log" % (wname, mode, ix))))
         conf = {"server": {"access_log": "off"},
-                "routing": {"balance": mode, "queue_timeout": "120s",
-                            "first_byte_timeout": "120s"}}
+                "routing": {"balance": mode, "first_byte_timeout": "120s"}}
+        # (c) keeps the default queue_timeout (2 s), as an install would:
+        # the flood's excess is shed with 503, and a light tenant's call
+        # that waits past it is an error, a miss (issue 29).  Elsewhere
+        # a call may wait 120 s (d110's overload waits in the queue).
+        if not wname.startswith("c"):
+            conf["routing"]["queue_timeout"] = "120s"
         conf["routing"].update(args.routing)
         for ix, m in enumerate(mocks):
             conf["upstream s%d" % ix] = {"url": "http://127.0.0.1:%d"
@@ -585,26 +625,44 @@ def run_once(args, wname, window, classes, mode, tmp):
         span = window - start
         every = [s for s in loop.results if s.a.cls is c]
         mine = [s for s in every if s.t_sched - loop.t0 >= start]
-        ok = [s for s in mine if s.err is None]
-        ttft = [s.t_first - s.t_sched for s in ok if s.t_first]
+        # A request that failed, or never had its first token, is a miss:
+        # its TTFT (and e2e) is infinite, so the percentiles cover every
+        # request sent, not only those that got through (issue 29).
+        ttft = [s.t_first - s.t_sched if s.err is None and s.t_first
+                else math.inf for s in mine]
+        done = [s.t_first - s.t_sched for s in mine
+                if s.err is None and s.t_first]
         if os.environ.get("BENCH_SCHED_TRACE"):
-            for s in ok:
-                if s.t_first:
-                    print("trace %s %s %.3f %.3f" % (mode, c["name"],
-                          s.t_sched - loop.t0, s.t_first - s.t_sched),
-                          file=sys.stderr)
-        e2e = [s.t_end - s.t_sched for s in ok]
+            for s in every:
+                print("trace %s %s %.3f %s" % (
+                    mode, c["name"], s.t_sched - loop.t0,
+                    "%.3f" % (s.t_first - s.t_sched)
+                    if s.err is None and s.t_first
+                    else "error " + kind_of(s.err or "cut")),
+                    file=sys.stderr)
+        e2e = [s.t_end - s.t_sched if s.err is None else math.inf
+               for s in mine]
         bins = loop.bins.get(c["name"], {})
         in_window = sum(n for b, n in bins.items()
                         if start <= b * BIN_S < window)
         sent = sum(1 for s in mine if s.t_start - loop.t0 < window)
-        errs = {}
-        for s in mine:
-            if s.err is not None:
+        errs, kinds, before = {}, {}, {}
+        for s in every:
+            if s.err is None:
+                continue
+            k = kind_of(s.err)
+            if s in mine:
                 errs[s.err] = errs.get(s.err, 0) + 1
+                kinds[k] = kinds.get(k, 0) + 1
+            else:
+                before[k] = before.get(k, 0) + 1
         r["classes"][c["name"]] = {
             "requests": len(every), "measured": len(mine),
-            "errors": sum(1 for s in every if s.err is not None),
+            "sent": len(mine),
+            "completed": sum(1 for s in mine if s.err is None),
+            "errors": sum(kinds.values()),
+            "errors_by_kind": kinds,
+            "errors_before_window": before,
             "error_kinds": errs,
             "target_rate": c["rate"],
             "scheduled_rate": sum(1 for a in arrivals if a.cls is c
@@ -613,6 +671,7 @@ def run_once(args, wname, window, classes, mode, tmp):
             "mean_tokens": mean_tokens(c["mix"]),
             "ttft_p50": pct(ttft, 50), "ttft_p90": pct(ttft, 90),
             "ttft_p99": pct(ttft, 99), "e2e_p99": pct(e2e, 99),
+            "ttft_p99_completed": pct(done, 99),
             "tokens": sum(s.tokens for s in mine),
             "gateway_queue_waits": tenant_waits.get(c.get("key", "default"),
                                                     (0, 0))[0],
@@ -666,65 +725,73 @@ def f(v, fmt="%.0f"):
 
 
 def ms(v):
+    """Seconds as ms; a miss (inf: an error or unfinished) as "miss"."""
+    if v is not None and math.isinf(v):
+        return "miss"
     return f(None if v is None else v * 1000.0)
 
 
+def ratio(v, base):
+    if v is None or not base or math.isinf(v) or math.isinf(base):
+        return "-"
+    return "%.2f" % (v / base)
+
+
+def error_text(runs, cls):
+    """A class's errors in the window, summed over the runs, by kind."""
+    kinds = {}
+    for r in runs:
+        for k, n in r["classes"][cls]["errors_by_kind"].items():
+            kinds[k] = kinds.get(k, 0) + n
+    total = sum(kinds.values())
+    if not total:
+        return "0"
+    return "%d (%s)" % (total, ", ".join("%s: %d" % kv
+                                         for kv in sorted(kinds.items())))
+
+
 def table(wname, by_mode, cls_names):
-    """Markdown table of one workload, rows = modes (medians)."""
-    first = cls_names[0]
-    lines = []
-    if wname in ("c", "c0"):
-        lines += ["| mode | a TTFT p50 / p90 / p99 ms | a e2e p99 ms | "
-                  "b TTFT p50 / p99 ms | b tokens/s | b tokens/s vs "
-                  "least_inflight | errors | prefix hits | max vLLM queue "
-                  "| max gateway queue | a TTFT p99 vs least_inflight |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]
-    else:
-        lines += ["| mode | requests | TTFT p50 / p90 / p99 ms | e2e p99 ms "
-                  "| output tokens/s | errors | prefix hits | max vLLM "
-                  "queue | max gateway queue | calls per upstream | TTFT "
-                  "p99 vs least_inflight |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+    """Markdown tables of one workload: a row per mode and class (sent,
+    completed and the percentiles are medians over the runs, errors the
+    sum; the percentiles count every error and unfinished request as a
+    miss), then a row per mode for the fleet."""
+    lines = ["| mode | class | sent | completed | errors (all runs) | TTFT "
+             "p50 / p90 / p99 ms | TTFT p99 of completed ms | e2e p99 ms | "
+             "output tokens/s | tokens/s vs least_inflight | TTFT p99 vs "
+             "least_inflight |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     base = by_mode.get(BASELINE)
-    base_p99 = median_of(base, ("classes", first, "ttft_p99")) if base \
-        else None
-    base_b = median_of(base, ("classes", "b", "tokens_per_s")) \
-        if base and wname in ("c", "c0") else None
     for mode in MODES:
         runs = by_mode.get(mode)
         if not runs:
             continue
-        m = (lambda *p: median_of(runs, p))
-        errors = sum(r["classes"][c]["errors"] for r in runs
-                     for c in cls_names)
-        hit = m("prefix_hit_rate")
-        p99 = m("classes", first, "ttft_p99")
-        ratio = "%.2f" % (p99 / base_p99) if p99 and base_p99 else "-"
-        common = "| %s | %s | %s | %s |" % (
-            errors, "-" if hit is None else "%.1f %%" % (100 * hit),
-            f(m("max_vllm_waiting")), f(m("max_gateway_queued")))
-        if wname in ("c", "c0"):
-            bt = m("classes", "b", "tokens_per_s")
-            lines.append("| %s | %s / %s / %s | %s | %s / %s | %s | %s %s "
-                         "%s |" % (
-                             mode, ms(m("classes", "a", "ttft_p50")),
-                             ms(m("classes", "a", "ttft_p90")), ms(p99),
-                             ms(m("classes", "a", "e2e_p99")),
-                             ms(m("classes", "b", "ttft_p50")),
-                             ms(m("classes", "b", "ttft_p99")), f(bt),
-                             "%.2f" % (bt / base_b) if bt and base_b
-                             else "-", common, ratio))
-        else:
-            calls = [statistics.median(r["calls_per_upstream"][i]
-                                       for r in runs)
-                     for i in range(SERVERS)]
-            lines.append("| %s | %s | %s / %s / %s | %s | %s %s %s | %s |" % (
-                mode, f(m("classes", first, "requests")),
-                ms(m("classes", first, "ttft_p50")),
-                ms(m("classes", first, "ttft_p90")), ms(p99),
-                ms(m("classes", first, "e2e_p99")),
-                f(m("classes", first, "tokens_per_s")), common,
-                " / ".join("%.0f" % c for c in calls), ratio))
+        for c in cls_names:
+            m = (lambda *p: median_of(runs, ("classes", c) + p))
+            b = (lambda *p: median_of(base, ("classes", c) + p)
+                 if base else None)
+            lines.append("| %s | %s | %s | %s | %s | %s / %s / %s | %s | %s "
+                         "| %s | %s | %s |" % (
+                             mode, c, f(m("sent")), f(m("completed")),
+                             error_text(runs, c), ms(m("ttft_p50")),
+                             ms(m("ttft_p90")), ms(m("ttft_p99")),
+                             ms(m("ttft_p99_completed")), ms(m("e2e_p99")),
+                             f(m("tokens_per_s")),
+                             ratio(m("tokens_per_s"), b("tokens_per_s")),
+                             ratio(m("ttft_p99"), b("ttft_p99"))))
+    lines += ["", "| mode | prefix hits | max vLLM queue | max gateway "
+              "queue | calls per upstream |", "|---|---|---|---|---|"]
+    for mode in MODES:
+        runs = by_mode.get(mode)
+        if not runs:
+            continue
+        hit = median_of(runs, ("prefix_hit_rate",))
+        calls = [statistics.median(r["calls_per_upstream"][i] for r in runs)
+                 for i in range(SERVERS)]
+        lines.append("| %s | %s | %s | %s | %s |" % (
+            mode, "-" if hit is None else "%.1f %%" % (100 * hit),
+            f(median_of(runs, ("max_vllm_waiting",))),
+            f(median_of(runs, ("max_gateway_queued",))),
+            " / ".join("%.0f" % n for n in calls)))
     return "\n".join(lines)
 
 
@@ -783,13 +850,23 @@ def notes(wname, by_mode, window, classes, reps):
                 key = "%s %s: %s" % (r["mode"], cn, k)
                 kinds[key] = kinds.get(key, 0) + v
     if kinds:
-        out.append("- errors: " + "; ".join("%s (%d)" % kv
-                                            for kv in sorted(kinds.items())))
+        out.append("- errors in the window: " + "; ".join(
+            "%s (%d)" % kv for kv in sorted(kinds.items())))
+    kinds = {}
+    for r in allruns:
+        for cn, cr in r["classes"].items():
+            for k, v in cr["errors_before_window"].items():
+                key = "%s %s: %s" % (r["mode"], cn, k)
+                kinds[key] = kinds.get(key, 0) + v
+    if kinds:
+        out.append("- errors before the window (not measured): " + "; ".join(
+            "%s (%d)" % kv for kv in sorted(kinds.items())))
     return "\n".join(out)
 
 
 def targets(results):
-    """Issue 18's targets, from the medians: [(text, met or None, how)]."""
+    """Issues 18's and 29's targets, from the medians: [(text, met or
+    None, how)]."""
     def med(w, mode, *p):
         rs = results.get(w, {}).get(mode)
         return median_of(rs, p) if rs else None
@@ -800,16 +877,31 @@ def targets(results):
         out.append(("(a) least_load TTFT p99 <= 0.35x least_inflight's",
                     ll <= 0.35 * li, "%.0f ms vs %.0f ms: %.2fx" % (
                         ll * 1000, li * 1000, ll / li)))
-    a99 = med("c", "least_load", "classes", "a", "ttft_p99")
+    # Issue 29's targets for (c): over every run of least_load.
+    ll_c = results.get("c", {}).get("least_load", [])
+    if ll_c:
+        a_err = sum(r["classes"]["a"]["errors"] for r in ll_c)
+        out.append(("(c) tenant a gets no error with least_load",
+                    a_err == 0, "%d of %d sent, %d run(s)" % (
+                        a_err, sum(r["classes"]["a"]["sent"] for r in ll_c),
+                        len(ll_c))))
+        a99 = med("c", "least_load", "classes", "a", "ttft_p99")
+        worst = max(r["classes"]["a"]["ttft_p99"] for r in ll_c)
+        out.append(("(c) tenant a TTFT p99 < 3 s with least_load, errors "
+                    "and unfinished requests counted as misses",
+                    a99 < 3, "%s ms, worst run %s ms" % (ms(a99),
+                                                         ms(worst))))
+        b_kinds = set(k for r in ll_c
+                      for k in r["classes"]["b"]["errors_by_kind"])
+        out.append(("(c) tenant b's excess is shed with 503 and "
+                    "Retry-After, nothing else", b_kinds <= {"503"},
+                    ", ".join(sorted(b_kinds)) or "no errors"))
     bll = med("c", "least_load", "classes", "b", "tokens_per_s")
     bli = med("c", "least_inflight", "classes", "b", "tokens_per_s")
-    if a99 is not None:
-        out.append(("(c) tenant a TTFT p99 < 3 s with least_load", a99 < 3,
-                    "%.0f ms" % (a99 * 1000)))
     if bll is not None and bli:
-        out.append(("(c) tenant b tokens/s within 10% of least_inflight's",
-                    abs(bll / bli - 1) <= 0.10, "%.0f vs %.0f: %.2fx" % (
-                        bll, bli, bll / bli)))
+        out.append(("(c) tenant b keeps >= 0.8x its least_inflight "
+                    "tokens/s with least_load", bll >= 0.8 * bli,
+                    "%.0f vs %.0f: %.2fx" % (bll, bli, bll / bli)))
     hit = med("d70", "prefix", "prefix_hit_rate")
     pp, rr = med("d70", "prefix", "classes", "gw", "ttft_p99"), \
         med("d70", "round_robin", "classes", "gw", "ttft_p99")
@@ -820,10 +912,25 @@ def targets(results):
         out.append(("(d) at 70%, prefix TTFT p99 <= 1.5x round_robin's",
                     pp <= 1.5 * rr, "%.0f ms vs %.0f ms: %.2fx" % (
                         pp * 1000, rr * 1000, pp / rr)))
-    errs = sum(cr["errors"] for w in results.values() for rs in w.values()
-               for r in rs for cr in r["classes"].values())
-    out.append(("no request errors", errs == 0, "%d errors" % errs))
+    # b's 503s in (c) are the shedding its targets ask for.
+    errs = sum(cr["errors"] for wn, w in results.items()
+               for rs in w.values() for r in rs
+               for cn, cr in r["classes"].items()
+               if not (wn.startswith("c") and cn == "b"))
+    out.append(("no request errors (but tenant b's in c)", errs == 0,
+                "%d errors" % errs))
     return out
+
+
+def finite(v):
+    """'v' for --out's strict JSON: a miss (inf) as the string "miss"."""
+    if isinstance(v, float) and math.isinf(v):
+        return "miss"
+    if isinstance(v, dict):
+        return {k: finite(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [finite(x) for x in v]
+    return v
 
 
 def main():
@@ -868,8 +975,8 @@ def main():
                         rep + 1, n, mo, json.dumps(
                             {c: {k: (round(v, 4) if isinstance(v, float)
                                      else v) for k, v in cr.items()
-                                 if k in ("requests", "errors", "ttft_p99",
-                                          "tokens_per_s")}
+                                 if k in ("sent", "completed", "errors",
+                                          "ttft_p99", "tokens_per_s")}
                              for c, cr in r["classes"].items()})),
                           file=sys.stderr, flush=True)
                 gwtest.Ctx.cleanup()
@@ -897,12 +1004,12 @@ def main():
     print("\n".join(text))
     if args.out:
         with open(args.out, "w") as fp:
-            json.dump({"engine": ENGINE, "servers": SERVERS,
+            json.dump(finite({"engine": ENGINE, "servers": SERVERS,
                        "quick": args.quick, "reps": args.reps,
                        "seed": args.seed, "wall_s": wall,
                        "results": results,
                        "targets": [{"target": t, "met": m, "numbers": h}
-                                   for t, m, h in targets(results)]},
+                                   for t, m, h in targets(results)]}),
                       fp, indent=1)
 
 
