@@ -127,8 +127,8 @@ PRIVATE = {
 # The parts of a module split by job (STYLE.md section 1): .c files that
 # share the module's private header and are counted as the module's own.
 PARTS = {
-    "pool": "pool_pick pool_breaker pool_queue pool_models pool_report "
-            "pool_budget",
+    "pool": "pool_pick pool_breaker pool_queue pool_share pool_models "
+            "pool_report pool_budget",
     "tenant": "tenant_tokens tenant_shared tenant_usage tenant_lease",
     "cluster": "cluster_beat",
     "redis": "redis_url",

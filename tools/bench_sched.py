@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""tools/bench_sched.py - fleet-aware scheduling (issue 18): the four
-[routing] balance policies over a fleet of engine-mode mocks.
+"""tools/bench_sched.py - fleet-aware scheduling (issues 18 and 29): the
+four [routing] balance policies over a fleet of engine-mode mocks.
 
     python3 tools/bench_sched.py [--bin build/default/bin] [--quick]
-        [--workload a|b|c|d[,...]] [--modes M[,...]] [--reps 1]
-        [--seed 1] [--out FILE]
+        [--workload a|b|c|c0|d|d70|d110[,...]] [--modes M[,...]]
+        [--reps 1] [--seed 1] [--set KEY=VALUE]... [--out FILE]
 
 What it measures.  Open-loop streamed chat completions through one
 gateway in front of SERVERS (4) mocks in engine mode (docs/MOCK_UPSTREAM.md
@@ -20,8 +20,9 @@ cache starts cold) and the same arrivals (seeded).  Workloads:
      outputs, a sends 10% of it in 10-token ones, both from 0 s, both
      measured from 10 s on, once the flood holds the fleet (its first
      answers take 9 s to end);
-  c0 the same measured from 0 s (not in the default set: the cold start
-     of a fleet and a gateway that know nothing yet);
+  c0 the same measured from 0 s (not in the default set: the flood's
+     start, on a fleet and a gateway that know nothing yet -- where a
+     light tenant's calls used to time out, issue 29);
   d  12 groups of requests sharing long system prompts (2-4 KB, the rest
      of each prompt short and distinct), at 70% and at 110% of capacity.
 
@@ -38,10 +39,19 @@ target rates.  Each request is a fresh connection with "stream": true,
 thread's selector loop (no thread per request, so the client keeps up;
 its lag behind the schedule is reported).  Per request: TTFT, from the
 scheduled arrival to the first content event ("delta":{"content":),
-end-to-end time, output tokens, status; an error is any status but 200,
-a stream without its clean end ([DONE] and the last chunk), or one still
-open when the run gives up.  Per run: TTFT p50/p90/p99, e2e p99, output
-tokens/s over the arrival window, errors, the prefix cache hit rate
+end-to-end time, output tokens, status; an error is any status but 200
+(and a 503 or 429 without Retry-After is told apart), a stream without
+its clean end ([DONE] and the last chunk), or one still open when the
+run gives up (GIVE_UP_S after the window).
+
+Per class (a tenant, or the direct streams of a), over the requests
+scheduled in its measured window: sent, completed, errors by kind (the
+status code, "cut", "connect", "unfinished"; those before the window are
+reported apart), and TTFT p50/p90/p99 and e2e p99 with every error and
+unfinished request counted as a miss (infinite: a percentile that falls
+on one prints "miss"), so a tenant whose calls fail does not look fast;
+the TTFT p99 of the completed ones alone too; output tokens/s over the
+window.  Per run: the prefix cache hit rate
 (vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total, summed
 over the servers, deltas over the run), the largest vLLM queue one mock
 showed (vllm:num_requests_waiting, every mock read every 100 ms), the
@@ -49,23 +59,29 @@ largest gateway queue (the calls waiting, summed over
 infergw_tenant_queued, which counts each once; read every 250 ms), the
 calls per upstream, the client's lag and CPU and the machine's CPU.
 With --reps N every number is the median of N runs (the modes
-interleaved).  BENCH_SCHED_TRACE=1 in the environment prints each
-measured request's "trace MODE CLASS ARRIVAL_S TTFT_S" to stderr (how
-the cold start of c0 was read), and each mock's read as "engine T_S
-MOCK running N waiting N".  The targets of issue 18 are checked and printed, met or
-not; the script never fails on them (docs/BENCHMARKS.md).
+interleaved), but errors, which are summed.  BENCH_SCHED_TRACE=1 in the
+environment prints every request's "trace MODE CLASS ARRIVAL_S TTFT_S"
+(or "... error KIND") to stderr, and each mock's read as "engine T_S
+MOCK running N waiting N".  The targets of issues 18 and 29 are checked
+and printed, met or not; the script never fails on them
+(docs/BENCHMARKS.md).  --out writes every number as JSON (a miss as the
+string "miss").
 
-Gateway settings: the defaults, except [routing] balance, queue_timeout =
-120s (the flood of c waits in the gateway's queue for tens of seconds)
-and first_byte_timeout = 120s (under round_robin and least_inflight the
-same flood waits in vLLM's queue, before its first byte).
+Gateway settings: the defaults, except [routing] balance,
+first_byte_timeout = 120s (under round_robin and least_inflight the
+flood of c waits in vLLM's queue, before its first byte) and, but in c
+and c0, queue_timeout = 120s (d110's overload waits in the gateway's
+queue).  c keeps the default queue_timeout (2 s), as an install would:
+the flood's excess is shed with 503 and Retry-After, and a light
+tenant's call that waits longer is an error.
 
 A full run (4 workloads x 4 modes, one repetition) takes about 13
 minutes on 2 cores, c alone with --reps 3 about 18;
 --quick (shorter windows, long outputs capped at 100 tokens) about
 2 minutes, a smoke run whose numbers are not the targets'.  Python 3
 standard library only; reuses the integration tests' process helpers
-(test/integration/gwtest.py).
+(test/integration/gwtest.py); the tables, notes and targets are
+tools/bench_sched/report.py's.
 """
 
 import argparse
@@ -77,7 +93,6 @@ import random
 import resource
 import selectors
 import socket
-import statistics
 import sys
 import tempfile
 import time
@@ -87,9 +102,9 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "test", "integration"))
 
 import gwtest  # noqa: E402
+from bench_sched.report import (MODES, finite, notes, table,  # noqa: E402
+                                targets)
 
-MODES = ("round_robin", "least_inflight", "prefix", "least_load")
-BASELINE = "least_inflight"
 CHAT = "/v1/chat/completions"
 CONTENT = b'"delta":{"content":'    # a content event, not the role chunk
 LAST_CHUNK = b"\r\n0\r\n\r\n"
@@ -305,6 +320,8 @@ class Exchange:
             self.chunked = any(
                 l.lower().startswith(b"transfer-encoding:")
                 and b"chunked" in l.lower() for l in lines[1:])
+            self.retry_after = any(
+                l.lower().startswith(b"retry-after:") for l in lines[1:])
             self.started(now)
             if not data:
                 return
@@ -347,7 +364,9 @@ class Stream(Exchange):
 
     def started(self, now):
         if self.status != 200:
-            self.finish("status %d" % self.status)
+            self.finish("status %d%s" % (
+                self.status, "" if self.retry_after else
+                " without Retry-After"))
 
     def body(self, data, now):
         if self.sock is None:
@@ -493,11 +512,27 @@ class Loop:
 # ---- one run --------------------------------------------------------------
 
 def pct(xs, p):
-    """Nearest rank; None for no samples."""
+    """Nearest rank; None for no samples.  A miss is math.inf in 'xs', so
+    a percentile that falls on one is inf."""
     if not xs:
         return None
     xs = sorted(xs)
     return xs[max(0, math.ceil(p / 100.0 * len(xs)) - 1)]
+
+
+def kind_of(err):
+    """An error's kind, for the per-class counts: the status code ("503";
+    "503 without Retry-After" when the answer had none), "cut" (the
+    stream ended without its clean end: cut, an SSE error event, closed
+    before the head, a reset), "connect" (the connection failed) or
+    "unfinished" (still open when the run gave up)."""
+    if err.startswith("status "):
+        return err[len("status "):]
+    if err.startswith("still open"):
+        return "unfinished"
+    if err.startswith("connect"):
+        return "connect"
+    return "cut"
 
 
 def cpu_ticks(pid):
@@ -532,8 +567,13 @@ def run_once(args, wname, window, classes, mode, tmp):
             mocks.append(gwtest.Mock(args.bin, ["-E", spec], os.path.join(
                 tmp, "%s-%s-s%d.log" % (wname, mode, ix))))
         conf = {"server": {"access_log": "off"},
-                "routing": {"balance": mode, "queue_timeout": "120s",
-                            "first_byte_timeout": "120s"}}
+                "routing": {"balance": mode, "first_byte_timeout": "120s"}}
+        # (c) keeps the default queue_timeout (2 s), as an install would:
+        # the flood's excess is shed with 503, and a light tenant's call
+        # that waits past it is an error, a miss (issue 29).  Elsewhere
+        # a call may wait 120 s (d110's overload waits in the queue).
+        if not wname.startswith("c"):
+            conf["routing"]["queue_timeout"] = "120s"
         conf["routing"].update(args.routing)
         for ix, m in enumerate(mocks):
             conf["upstream s%d" % ix] = {"url": "http://127.0.0.1:%d"
@@ -585,26 +625,44 @@ def run_once(args, wname, window, classes, mode, tmp):
         span = window - start
         every = [s for s in loop.results if s.a.cls is c]
         mine = [s for s in every if s.t_sched - loop.t0 >= start]
-        ok = [s for s in mine if s.err is None]
-        ttft = [s.t_first - s.t_sched for s in ok if s.t_first]
+        # A request that failed, or never had its first token, is a miss:
+        # its TTFT (and e2e) is infinite, so the percentiles cover every
+        # request sent, not only those that got through (issue 29).
+        ttft = [s.t_first - s.t_sched if s.err is None and s.t_first
+                else math.inf for s in mine]
+        done = [s.t_first - s.t_sched for s in mine
+                if s.err is None and s.t_first]
         if os.environ.get("BENCH_SCHED_TRACE"):
-            for s in ok:
-                if s.t_first:
-                    print("trace %s %s %.3f %.3f" % (mode, c["name"],
-                          s.t_sched - loop.t0, s.t_first - s.t_sched),
-                          file=sys.stderr)
-        e2e = [s.t_end - s.t_sched for s in ok]
+            for s in every:
+                print("trace %s %s %.3f %s" % (
+                    mode, c["name"], s.t_sched - loop.t0,
+                    "%.3f" % (s.t_first - s.t_sched)
+                    if s.err is None and s.t_first
+                    else "error " + kind_of(s.err or "cut")),
+                    file=sys.stderr)
+        e2e = [s.t_end - s.t_sched if s.err is None else math.inf
+               for s in mine]
         bins = loop.bins.get(c["name"], {})
         in_window = sum(n for b, n in bins.items()
                         if start <= b * BIN_S < window)
         sent = sum(1 for s in mine if s.t_start - loop.t0 < window)
-        errs = {}
-        for s in mine:
-            if s.err is not None:
+        errs, kinds, before = {}, {}, {}
+        for s in every:
+            if s.err is None:
+                continue
+            k = kind_of(s.err)
+            if s in mine:
                 errs[s.err] = errs.get(s.err, 0) + 1
+                kinds[k] = kinds.get(k, 0) + 1
+            else:
+                before[k] = before.get(k, 0) + 1
         r["classes"][c["name"]] = {
             "requests": len(every), "measured": len(mine),
-            "errors": sum(1 for s in every if s.err is not None),
+            "sent": len(mine),
+            "completed": sum(1 for s in mine if s.err is None),
+            "errors": sum(kinds.values()),
+            "errors_by_kind": kinds,
+            "errors_before_window": before,
             "error_kinds": errs,
             "target_rate": c["rate"],
             "scheduled_rate": sum(1 for a in arrivals if a.cls is c
@@ -613,6 +671,7 @@ def run_once(args, wname, window, classes, mode, tmp):
             "mean_tokens": mean_tokens(c["mix"]),
             "ttft_p50": pct(ttft, 50), "ttft_p90": pct(ttft, 90),
             "ttft_p99": pct(ttft, 99), "e2e_p99": pct(e2e, 99),
+            "ttft_p99_completed": pct(done, 99),
             "tokens": sum(s.tokens for s in mine),
             "gateway_queue_waits": tenant_waits.get(c.get("key", "default"),
                                                     (0, 0))[0],
@@ -645,185 +704,6 @@ def run_once(args, wname, window, classes, mode, tmp):
                                        - mocks_cpu) / (took * os.cpu_count()),
         "gateway_errors_logged": errors_log})
     return r
-
-
-# ---- the report -----------------------------------------------------------
-
-def median_of(runs, path):
-    """The median over runs of the number at 'path' (keys), None-safe."""
-    vals = []
-    for r in runs:
-        v = r
-        for k in path:
-            v = v[k] if v is not None else None
-        if v is not None:
-            vals.append(v)
-    return statistics.median(vals) if vals else None
-
-
-def f(v, fmt="%.0f"):
-    return "-" if v is None else fmt % v
-
-
-def ms(v):
-    return f(None if v is None else v * 1000.0)
-
-
-def table(wname, by_mode, cls_names):
-    """Markdown table of one workload, rows = modes (medians)."""
-    first = cls_names[0]
-    lines = []
-    if wname in ("c", "c0"):
-        lines += ["| mode | a TTFT p50 / p90 / p99 ms | a e2e p99 ms | "
-                  "b TTFT p50 / p99 ms | b tokens/s | b tokens/s vs "
-                  "least_inflight | errors | prefix hits | max vLLM queue "
-                  "| max gateway queue | a TTFT p99 vs least_inflight |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]
-    else:
-        lines += ["| mode | requests | TTFT p50 / p90 / p99 ms | e2e p99 ms "
-                  "| output tokens/s | errors | prefix hits | max vLLM "
-                  "queue | max gateway queue | calls per upstream | TTFT "
-                  "p99 vs least_inflight |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]
-    base = by_mode.get(BASELINE)
-    base_p99 = median_of(base, ("classes", first, "ttft_p99")) if base \
-        else None
-    base_b = median_of(base, ("classes", "b", "tokens_per_s")) \
-        if base and wname in ("c", "c0") else None
-    for mode in MODES:
-        runs = by_mode.get(mode)
-        if not runs:
-            continue
-        m = (lambda *p: median_of(runs, p))
-        errors = sum(r["classes"][c]["errors"] for r in runs
-                     for c in cls_names)
-        hit = m("prefix_hit_rate")
-        p99 = m("classes", first, "ttft_p99")
-        ratio = "%.2f" % (p99 / base_p99) if p99 and base_p99 else "-"
-        common = "| %s | %s | %s | %s |" % (
-            errors, "-" if hit is None else "%.1f %%" % (100 * hit),
-            f(m("max_vllm_waiting")), f(m("max_gateway_queued")))
-        if wname in ("c", "c0"):
-            bt = m("classes", "b", "tokens_per_s")
-            lines.append("| %s | %s / %s / %s | %s | %s / %s | %s | %s %s "
-                         "%s |" % (
-                             mode, ms(m("classes", "a", "ttft_p50")),
-                             ms(m("classes", "a", "ttft_p90")), ms(p99),
-                             ms(m("classes", "a", "e2e_p99")),
-                             ms(m("classes", "b", "ttft_p50")),
-                             ms(m("classes", "b", "ttft_p99")), f(bt),
-                             "%.2f" % (bt / base_b) if bt and base_b
-                             else "-", common, ratio))
-        else:
-            calls = [statistics.median(r["calls_per_upstream"][i]
-                                       for r in runs)
-                     for i in range(SERVERS)]
-            lines.append("| %s | %s | %s / %s / %s | %s | %s %s %s | %s |" % (
-                mode, f(m("classes", first, "requests")),
-                ms(m("classes", first, "ttft_p50")),
-                ms(m("classes", first, "ttft_p90")), ms(p99),
-                ms(m("classes", first, "e2e_p99")),
-                f(m("classes", first, "tokens_per_s")), common,
-                " / ".join("%.0f" % c for c in calls), ratio))
-    return "\n".join(lines)
-
-
-def notes(wname, by_mode, window, classes, reps):
-    out = []
-    for c in classes:
-        n = c["name"]
-        any_run = next(iter(by_mode.values()))[0]["classes"][n]
-        out.append("- %s: target %.2f req/s (load %.2f, mean %g tokens), "
-                   "%.2f in the seeded schedule; sent in the window, per "
-                   "mode: %s" % (
-                       n, c["rate"], c["load"], mean_tokens(c["mix"]),
-                       any_run["scheduled_rate"],
-                       ", ".join("%s %.2f" % (mo, median_of(
-                           rs, ("classes", n, "achieved_rate")))
-                           for mo, rs in by_mode.items())))
-    if wname in ("c", "c0"):
-        for n in ("a", "b"):
-            out.append("- tenant %s: output tokens/s %s; gateway queue: "
-                       "waits, mean wait s: %s" % (n, ", ".join(
-                           "%s %s" % (mo, f(median_of(
-                               rs, ("classes", n, "tokens_per_s"))))
-                           for mo, rs in by_mode.items()), ", ".join(
-                           "%s %s, %s" % (mo, f(median_of(
-                               rs, ("classes", n, "gateway_queue_waits"))),
-                               f(median_of([{"v": r["classes"][n][
-                                   "gateway_queue_wait_s"] / max(1, r[
-                                       "classes"][n]["gateway_queue_waits"])}
-                                   for r in rs], ("v",)), "%.2f"))
-                           for mo, rs in by_mode.items())))
-    if wname == "a":
-        out.append("- the direct streams' TTFT p99 ms (s0, s1): %s" % (
-            ", ".join("%s %s" % (mo, ms(median_of(
-                rs, ("classes", "direct", "ttft_p99"))))
-                for mo, rs in by_mode.items())))
-    allruns = [r for rs in by_mode.values() for r in rs]
-    out.append("- client: lag behind the schedule p99 %s ms, max %s ms; "
-               "client CPU %s %% of one core (median, max %s %%); gateway "
-               "CPU %s s, mocks %s s per run; machine busy %s %% of %d CPUs, "
-               "others' share %s %% (medians); %d run(s) per mode, window "
-               "%g s" % (
-                   f(max(r["lag_p99_ms"] or 0 for r in allruns), "%.1f"),
-                   f(max(r["lag_max_ms"] or 0 for r in allruns), "%.1f"),
-                   f(median_of(allruns, ("client_cpu_pct",))),
-                   f(max(r["client_cpu_pct"] for r in allruns)),
-                   f(median_of(allruns, ("gateway_cpu_s",)), "%.1f"),
-                   f(median_of(allruns, ("mocks_cpu_s",)), "%.1f"),
-                   f(median_of(allruns, ("machine_busy_pct",))),
-                   os.cpu_count(),
-                   f(median_of(allruns, ("others_busy_pct",))),
-                   reps, window))
-    kinds = {}
-    for r in allruns:
-        for cn, cr in r["classes"].items():
-            for k, v in cr["error_kinds"].items():
-                key = "%s %s: %s" % (r["mode"], cn, k)
-                kinds[key] = kinds.get(key, 0) + v
-    if kinds:
-        out.append("- errors: " + "; ".join("%s (%d)" % kv
-                                            for kv in sorted(kinds.items())))
-    return "\n".join(out)
-
-
-def targets(results):
-    """Issue 18's targets, from the medians: [(text, met or None, how)]."""
-    def med(w, mode, *p):
-        rs = results.get(w, {}).get(mode)
-        return median_of(rs, p) if rs else None
-    out = []
-    ll, li = med("a", "least_load", "classes", "gw", "ttft_p99"), \
-        med("a", "least_inflight", "classes", "gw", "ttft_p99")
-    if ll is not None and li:
-        out.append(("(a) least_load TTFT p99 <= 0.35x least_inflight's",
-                    ll <= 0.35 * li, "%.0f ms vs %.0f ms: %.2fx" % (
-                        ll * 1000, li * 1000, ll / li)))
-    a99 = med("c", "least_load", "classes", "a", "ttft_p99")
-    bll = med("c", "least_load", "classes", "b", "tokens_per_s")
-    bli = med("c", "least_inflight", "classes", "b", "tokens_per_s")
-    if a99 is not None:
-        out.append(("(c) tenant a TTFT p99 < 3 s with least_load", a99 < 3,
-                    "%.0f ms" % (a99 * 1000)))
-    if bll is not None and bli:
-        out.append(("(c) tenant b tokens/s within 10% of least_inflight's",
-                    abs(bll / bli - 1) <= 0.10, "%.0f vs %.0f: %.2fx" % (
-                        bll, bli, bll / bli)))
-    hit = med("d70", "prefix", "prefix_hit_rate")
-    pp, rr = med("d70", "prefix", "classes", "gw", "ttft_p99"), \
-        med("d70", "round_robin", "classes", "gw", "ttft_p99")
-    if hit is not None:
-        out.append(("(d) at 70%, prefix cache hits >= 90% with prefix",
-                    hit >= 0.9, "%.1f %%" % (100 * hit)))
-    if pp is not None and rr:
-        out.append(("(d) at 70%, prefix TTFT p99 <= 1.5x round_robin's",
-                    pp <= 1.5 * rr, "%.0f ms vs %.0f ms: %.2fx" % (
-                        pp * 1000, rr * 1000, pp / rr)))
-    errs = sum(cr["errors"] for w in results.values() for rs in w.values()
-               for r in rs for cr in r["classes"].values())
-    out.append(("no request errors", errs == 0, "%d errors" % errs))
-    return out
 
 
 def main():
@@ -868,8 +748,8 @@ def main():
                         rep + 1, n, mo, json.dumps(
                             {c: {k: (round(v, 4) if isinstance(v, float)
                                      else v) for k, v in cr.items()
-                                 if k in ("requests", "errors", "ttft_p99",
-                                          "tokens_per_s")}
+                                 if k in ("sent", "completed", "errors",
+                                          "ttft_p99", "tokens_per_s")}
                              for c, cr in r["classes"].items()})),
                           file=sys.stderr, flush=True)
                 gwtest.Ctx.cleanup()
@@ -897,12 +777,12 @@ def main():
     print("\n".join(text))
     if args.out:
         with open(args.out, "w") as fp:
-            json.dump({"engine": ENGINE, "servers": SERVERS,
+            json.dump(finite({"engine": ENGINE, "servers": SERVERS,
                        "quick": args.quick, "reps": args.reps,
                        "seed": args.seed, "wall_s": wall,
                        "results": results,
                        "targets": [{"target": t, "met": m, "numbers": h}
-                                   for t, m, h in targets(results)]},
+                                   for t, m, h in targets(results)]}),
                       fp, indent=1)
 
 

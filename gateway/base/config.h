@@ -160,9 +160,11 @@ struct gw_config {
     int64_t load_stale_ms;      /* 1s: an older scrape is not used */
     double kv_high;             /* 0.9: KV cache usage that saturates */
     uint64_t max_waiting;       /* 4: engine queue length that saturates */
-    double headroom;            /* 0.1: of the fleet's batch places, left
-                                   free by a tenant ahead of its share
-                                   while tenants compete */
+    double headroom;            /* 0.1: of the fleet's batch places, the
+                                   least a tenant ahead of its share
+                                   keeps, held or free, for the tenants
+                                   before it while tenants compete
+                                   (pool_share.c); 0: no reserve */
     int64_t keepalive_timeout_ms;   /* 4s: then an idle one is closed */
 
     /* [coalesce] */

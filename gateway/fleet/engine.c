@@ -145,28 +145,26 @@ engine_has_place(const struct engine_load *l, const struct gw_config *cfg,
 }
 
 int
-engine_places(const struct engine_load *l, const struct gw_config *cfg,
-              int64_t now_ms, double *room, double *free)
+engine_has_place_within(const struct engine_load *l,
+                        const struct gw_config *cfg, int64_t now_ms,
+                        double room)
+{
+    return place_within(l, cfg, now_ms, room);
+}
+
+int
+engine_proven(const struct engine_load *l, const struct gw_config *cfg,
+              int64_t now_ms, double *seen, double *holding)
 {
     if (!engine_fresh(l, cfg, now_ms))
         return -1;
-    *room = room_of(l, cfg);
-    *free = *room - holding_now(l);
-    if (*free < 0)
-        *free = 0;
+    *seen = l->capacity;
+    *holding = holding_now(l);
     return 0;
 }
 
 int
-engine_has_place_slowly(const struct engine_load *l,
-                        const struct gw_config *cfg, int64_t now_ms)
+engine_room_known(const struct engine_load *l)
 {
-    double room = l->capacity;
-
-    if (!l->capacity_known) {
-        room = l->capacity + 1;         /* one past the most seen */
-        if (room < (double)cfg->max_waiting)
-            room = (double)cfg->max_waiting;
-    }
-    return place_within(l, cfg, now_ms, room);
+    return l->capacity_known;
 }

@@ -44,6 +44,9 @@
  * the most seen running, and at least max_waiting: a burst on an idle
  * engine goes out in a slow start that doubles with every scrape (as
  * TCP's), not all into vLLM's own queue before a scrape could tell.
+ * While tenants compete, the pool counts on no more than the most seen
+ * running (engine_proven()) but where it learns a room (pool_share.c
+ * "Places").
  *
  * A scrape older than load_stale, or one without the series, is not
  * fresh: then the score is the gateway's own open calls (so least_load
@@ -118,20 +121,24 @@ int engine_has_place(const struct engine_load *l,
                      const struct gw_config *cfg, int64_t now_ms);
 
 /*
- * The same for a tenant ahead of its share (pool.h): while the room is
- * not known it may go one past the most the engine was seen running (at
- * least max_waiting), not into the slow start's doubling -- a call of
- * its in vLLM's queue would wait ahead of the others' next ones.
+ * Would one more call run at once within 'room' places: holding + 1 <=
+ * room and kv_usage <= kv_high?  Not fresh: yes.  (What the pool asks
+ * of a room it presumes, pool_share.c.)
  */
-int engine_has_place_slowly(const struct engine_load *l,
-                            const struct gw_config *cfg, int64_t now_ms);
+int engine_has_place_within(const struct engine_load *l,
+                            const struct gw_config *cfg, int64_t now_ms,
+                            double room);
 
 /*
- * How many sequences its batch holds ('room') and how many more calls
- * would run there at once ('free': room - holding, at least 0).  -1 when
- * that is not known (not fresh), and then neither is set.
+ * What its reads have proven: OUT *seen, the most it was seen running
+ * ('capacity': the batch's room once that is known), and *holding, what
+ * it runs or queues now (above).  -1 when not fresh, and then neither
+ * is set.
  */
-int engine_places(const struct engine_load *l, const struct gw_config *cfg,
-                  int64_t now_ms, double *room, double *free);
+int engine_proven(const struct engine_load *l, const struct gw_config *cfg,
+                  int64_t now_ms, double *seen, double *holding);
+
+/* Is the batch's room known (two reads in a row at it with a queue)? */
+int engine_room_known(const struct engine_load *l);
 
 #endif

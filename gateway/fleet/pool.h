@@ -66,12 +66,13 @@
  * (more than one is active: calls open or waiting, or one started or
  * ended in the last POOL_TENANT_ACTIVE_MS), no call goes into an
  * engine's queue, only to a place its batch has now (engine.h), and
- * the calls that find none wait here, where the order above applies (a
- * tenant ahead of its share, one that another active one goes before,
- * learns an engine's room one place at a time, and leaves 'headroom' of
- * the places in the batches of the upstreams it may use free for the
- * others, whose next calls then start at once).  A lone tenant may fill
- * the engines' queues up to max_waiting.  A tenant with a negative
+ * the calls that find none wait here, where the order above applies.
+ * A tenant ahead of its share (one that another active one goes
+ * before) counts only on the places the engines' reads proved, learns
+ * a room on one engine at a time, and leaves the tenants before it a
+ * reserve sized by their recent demand, so that their next calls start
+ * at once (pool_share.c says how much, and why).  A lone tenant may
+ * fill the engines' queues up to max_waiting.  A tenant with a negative
  * priority is sheddable: when every usable candidate is full or
  * saturated it gets GW_ESHED (429) at once instead of waiting.  A call
  * that finds no usable candidate at all (every one ejected or held back)
@@ -110,8 +111,10 @@ struct tenants;
 #define POOL_BUDGET_WINDOW_S 10
 #define POOL_QUEUE_CHECK_MS 100
 
-/* A tenant counts for the shares this long after its last call. */
-#define POOL_TENANT_ACTIVE_MS 1000
+/* A tenant counts for the shares this long after its last call, and its
+ * recent demand is its calls' average over about as long
+ * (pool_share.c): a light tenant that pauses keeps its places. */
+#define POOL_TENANT_ACTIVE_MS 10000
 #define POOL_PANIC_MAX 64       /* sets of upstreams in panic, tracked */
 /* The longest model id the pool routes by: one an upstream reports
  * longer is dropped (health.c), a form naming a longer one refused
@@ -437,6 +440,21 @@ uint64_t pool_sets_computed(void);
 /* How many times any pool's lock was taken so far (a request's
  * admission takes it once: pool_serves() takes the models' lock). */
 uint64_t pool_lock_holds(void);
+
+/* Tenant t's recent demand now: its calls open and waiting, averaged
+ * (pool_share.c). */
+double pool_demand(struct pool *p, size_t t);
+
+/* Make it 'm' from now, as if it had been so for ever: a test of the
+ * reserve that way does not hang on how long each of its steps took. */
+void pool_demand_set(struct pool *p, size_t t, double m);
+
+/* Tenant t's last call started or ended 'ms' earlier than it did. */
+void pool_tenant_age(struct pool *p, size_t t, int64_t ms);
+
+/* The places a demand of 'm' needs: ceil(m + sqrt(m)) (pool_share.c,
+ * GW_TESTABLE). */
+double demand_need(double m);
 #endif
 
 #endif

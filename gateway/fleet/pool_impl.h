@@ -12,9 +12,12 @@
  *   pool_pick.c     which upstream: the hash ring and the balancers
  *   pool_breaker.c  the breakers: outcomes judged, ejection, the
  *                   half-open trial, max_ejected and panic
- *   pool_queue.c    admission: slots, the tenants' shares and headroom,
- *                   the queue and its grants (reported per tenant to
- *                   tenant.h, which renders them)
+ *   pool_share.c    the tenants' shares: their standing, their recent
+ *                   demand, the places an engine has for a competing
+ *                   tenant, the reserve one ahead of its share leaves
+ *   pool_queue.c    admission: slots and the queue and its grants
+ *                   (reported per tenant to tenant.h, which renders
+ *                   them)
  *   pool_models.c   which upstreams serve a model; /v1/models
  *   pool_report.c   the status view and /metrics (per upstream, engine,
  *                   model; no tenant's: tenant.h has them)
@@ -90,6 +93,19 @@ struct ring_point {
 
 struct waiter;                          /* pool_queue.c's own */
 
+/*
+ * A tenant's recent demand (pool_share.c): its calls open and waiting,
+ * averaged over time with a memory of POOL_TENANT_ACTIVE_MS.  'avg' and
+ * 'weight' both start at 0 and move alike, so avg / weight is the mean
+ * over the time since its first call while that is shorter than the
+ * memory (no slow warm-up from zero).
+ */
+struct pool_demand {
+    double avg;
+    double weight;
+    int64_t at_ms;              /* when last brought up to date; 0 never */
+};
+
 /* The retry budget's counts (pool_budget_read() copies them). */
 struct pool_budget_counts {
     uint64_t retries, hedges, refused, resends;
@@ -133,6 +149,7 @@ struct pool {
     uint64_t t_queued[CONFIG_MAX_TENANTS + 1];  /* waiting now */
     int64_t t_seen_ms[CONFIG_MAX_TENANTS + 1];  /* its last call's start
                                                    or end; 0 none yet */
+    struct pool_demand t_demand[CONFIG_MAX_TENANTS + 1];
     int stopping;
 
     uint64_t queue_waits, queue_timeouts, unavailable;
@@ -269,6 +286,69 @@ void pool_panic_note_locked(struct pool *p, uint64_t set, int64_t now,
  */
 size_t pool_panic_sweep_locked(struct pool *p, int64_t now,
                                struct event *ev);
+
+/* ---- pool_share.c: the tenants' shares, under the lock ---- */
+
+/* A tenant's standing among the active ones (pool_share_locked()). */
+enum share {
+    SHARE_ALONE,                /* no other tenant is active */
+    SHARE_FAIR,                 /* others are, none before it */
+    SHARE_AHEAD,                /* one is before it */
+};
+
+/* A tenant's priority (CONFIG_MAX_TENANTS: the default's). */
+int64_t pool_tenant_priority(const struct pool *p, size_t t);
+
+/* Does tenant 'u' go before tenant 't' (DESIGN.md "Fleet-aware
+ * scheduling"): a higher priority, or the same and fewer slots held per
+ * unit of weight?  Neither of equals. */
+int pool_tenant_before(const struct pool *p, size_t u, size_t t);
+
+/* Tenant 't''s standing now (pool.h "Admission"). */
+enum share pool_share_locked(struct pool *p, size_t t, int64_t now);
+
+/* Tenant 't''s open or queued count is about to change: its demand is
+ * brought up to 'now' with the count it had until then. */
+void pool_demand_note_locked(struct pool *p, size_t t, int64_t now);
+
+/*
+ * What the engines of a call's fleet (the upstreams it may use) tell a
+ * tenant competing with others of their places (pool_share.c "Places").
+ */
+struct places {
+    int unknown;                /* one's load is not fresh: no reserve */
+    double presumed;            /* the smallest room known among them;
+                                   0 none is */
+    int learner;                /* none known: the one whose room is
+                                   learned; -1 none */
+    double total;               /* the places proven, summed */
+    double free;                /* ... and free now (below max_inflight) */
+};
+
+/* The places of 'fleet' now. */
+void pool_places_locked(struct pool *p, uint64_t fleet, int64_t now,
+                        struct places *pl);
+
+/* What upstream i has for a call of a tenant standing 'sh'. */
+enum place {
+    PLACE_NONE,                 /* nothing: the call waits */
+    PLACE_PROVEN,               /* within what its reads proved (or, for
+                                   a lone tenant, not full) */
+    PLACE_PROBE,                /* past that, where the room is learned */
+};
+
+/* 'pl': pool_places_locked()'s for the call's fleet (unread for
+ * SHARE_ALONE). */
+enum place pool_place_locked(struct pool *p, size_t i, enum share sh,
+                             const struct places *pl, int64_t now);
+
+/*
+ * May a call of tenant 't', ahead of its share, take a proven place of
+ * the fleet 'pl' describes, and still leave the reserve of the tenants
+ * that go before it (pool_share.c "The reserve")?
+ */
+int pool_reserve_left_locked(struct pool *p, size_t t,
+                             const struct places *pl, int64_t now);
 
 /* ---- pool_queue.c ---- */
 

@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * pool_queue.c - admission (pool.h "Admission"): a call's slot on the
- * upstream the balancer picks, the tenants' standing and the headroom
- * one ahead of its share leaves, and the queue of calls that found
- * every upstream full, with the grants that end their waits.  What the
- * queue does with a tenant's call is the operator's to see: it is
- * reported to tenant.h (tenants_note_queue()), after the unlock.
+ * upstream the balancer picks among those with a place for it
+ * (pool_share.c: the tenants' standing, the places, the reserve), and
+ * the queue of calls that found none, with the grants that end their
+ * waits.  What the queue does with a tenant's call is the operator's to
+ * see: it is reported to tenant.h (tenants_note_queue()), after the
+ * unlock.
  *
  * A waiter sleeps on its own condition variable with the pool's lock;
  * whoever frees what it waits for (a slot back, a scrape that shows
@@ -44,117 +45,6 @@ struct waiter {
                                    it was given ... */
     uint64_t trial;             /* ... and its trial (pool_slot.trial) */
 };
-
-/* ---- the tenants' standing ---- */
-
-/* A tenant's standing among the active ones (share_locked, pool.h). */
-enum share {
-    SHARE_ALONE,                /* no other tenant is active */
-    SHARE_FAIR,                 /* others are, none before it */
-    SHARE_AHEAD,                /* one is before it */
-};
-
-/*
- * Is 'm' full (pool_full_locked()) for a call of a tenant standing 'sh'?
- * While tenants compete, no call goes into an engine's queue, only to a
- * place its batch has now (engine.h); one ahead of its share learns an
- * engine's room only one place at a time (and leaves the headroom,
- * headroom_left).
- */
-static int
-full_for(struct pool *p, const struct member *m, int64_t now, enum share sh)
-{
-    if (sh == SHARE_ALONE || !pool_engine_aware(p))
-        return pool_full_locked(p, m, now);
-    if (!pool_has_room_locked(p, m))
-        return 1;
-    return sh == SHARE_AHEAD
-           ? !engine_has_place_slowly(&m->load, p->cfg, now)
-           : !engine_has_place(&m->load, p->cfg, now);
-}
-
-/* Does a call of a tenant standing 'sh' leave the headroom free? */
-static int
-keeps_headroom(const struct pool *p, enum share sh)
-{
-    return sh == SHARE_AHEAD && p->cfg->headroom > 0;
-}
-
-/*
- * May a call that keeps the headroom (keeps_headroom(): its tenant is
- * ahead of its share) take a place in 'fleet' (the upstreams it may
- * use)?  It leaves 'headroom' of the places those batches have (to the
- * nearest whole one) free for the others: it may take one only while
- * more than that are free.  An upstream whose engine's load is not known
- * counts as room without end: nothing says no.
- */
-static int
-headroom_left(struct pool *p, uint64_t fleet, int64_t now)
-{
-    double room = 0, free = 0, r, f;
-    size_t i;
-
-    for (i = 0; i < p->n; i++) {
-        if (!(fleet & (UINT64_C(1) << i)))
-            continue;
-        if (engine_places(&p->m[i].load, p->cfg, now, &r, &f) != 0)
-            return 1;
-        room += r;
-        if (pool_has_room_locked(p, &p->m[i]))
-            free += f;
-    }
-    return free > (double)(uint64_t)(p->cfg->headroom * room + 0.5);
-}
-
-/* A tenant's priority (CONFIG_MAX_TENANTS: the default's). */
-static int64_t
-tenant_priority(const struct pool *p, size_t t)
-{
-    return t < p->cfg->num_tenants ? p->cfg->tenants[t].priority : 0;
-}
-
-/* A tenant's weight (CONFIG_MAX_TENANTS: the default's). */
-static uint64_t
-tenant_weight(const struct pool *p, size_t t)
-{
-    return t < p->cfg->num_tenants ? p->cfg->tenants[t].weight : 1;
-}
-
-/* Does tenant 't' count for the shares now (pool.h)? */
-static int
-tenant_active(const struct pool *p, size_t t, int64_t now)
-{
-    return p->t_open[t] > 0 || p->t_queued[t] > 0
-           || (p->t_seen_ms[t] != 0
-               && now - p->t_seen_ms[t] <= POOL_TENANT_ACTIVE_MS);
-}
-
-/*
- * Tenant 't''s standing (pool.h): alone, or among other active tenants,
- * and then ahead of its share if one of them has a higher priority, or
- * its own and fewer slots held per unit of weight.
- */
-static enum share
-share_locked(const struct pool *p, size_t t, int64_t now)
-{
-    int64_t pt = tenant_priority(p, t), pu;
-    enum share sh = SHARE_ALONE;
-    size_t u;
-
-    if (!pool_engine_aware(p))
-        return SHARE_ALONE;
-    for (u = 0; u <= CONFIG_MAX_TENANTS; u++) {
-        if (u == t || (u >= p->cfg->num_tenants && u != CONFIG_MAX_TENANTS)
-            || !tenant_active(p, u, now))
-            continue;
-        sh = SHARE_FAIR;
-        pu = tenant_priority(p, u);
-        if (pu > pt || (pu == pt && p->t_open[u] * tenant_weight(p, t)
-                                    < p->t_open[t] * tenant_weight(p, u)))
-            return SHARE_AHEAD;
-    }
-    return sh;
-}
 
 /* ---- slots ---- */
 
@@ -202,6 +92,7 @@ take_slot(struct pool *p, struct member *m, struct pool_slot *slot,
     m->inflight++;
     m->load.started++;
     m->calls++;
+    pool_demand_note_locked(p, tenant, now);
     p->t_open[tenant]++;
     p->t_seen_ms[tenant] = now;
     slot->idx = (int)idx;
@@ -221,6 +112,7 @@ pool_slot_back_locked(struct pool *p, struct member *m, size_t tenant,
     assert(gw_mutex_held(&p->lock));
     m->inflight--;
     m->load.ended++;
+    pool_demand_note_locked(p, tenant, now);
     p->t_open[tenant]--;
     p->t_seen_ms[tenant] = now;
 }
@@ -274,13 +166,7 @@ static int
 goes_before(const struct pool *p, const struct waiter *a,
             const struct waiter *b)
 {
-    int64_t pa = tenant_priority(p, a->tenant);
-    int64_t pb = tenant_priority(p, b->tenant);
-
-    if (pa != pb)
-        return pa > pb;
-    return p->t_open[a->tenant] * tenant_weight(p, b->tenant)
-           < p->t_open[b->tenant] * tenant_weight(p, a->tenant);
+    return pool_tenant_before(p, a->tenant, b->tenant);
 }
 
 /*
@@ -315,18 +201,23 @@ pool_grant_locked(struct pool *p, size_t idx, int64_t now)
     struct member *m = &p->m[idx];
     struct waiter *w;
     struct pool_slot s;
+    struct places pl = { .learner = -1 };
     enum share sh;
+    enum place pk;
 
     assert(gw_mutex_held(&p->lock));
     while ((w = next_waiter_locked(p, idx, now)) != NULL) {
-        sh = share_locked(p, w->tenant, now);
-        if (full_for(p, m, now, sh))
-            break;
-        /* The waiter's fleet is walked only when the headroom applies. */
-        if (keeps_headroom(p, sh)
-            && !headroom_left(p, pool_usable_mask_locked(p, w->serve,
-                                                         w->mask, now, NULL),
-                              now))
+        sh = pool_share_locked(p, w->tenant, now);
+        /* The waiter's fleet is walked only while tenants compete. */
+        if (sh != SHARE_ALONE)
+            pool_places_locked(p, pool_usable_mask_locked(p, w->serve,
+                                                          w->mask, now,
+                                                          NULL),
+                               now, &pl);
+        pk = pool_place_locked(p, idx, sh, &pl, now);
+        if (pk == PLACE_NONE
+            || (pk == PLACE_PROVEN && sh == SHARE_AHEAD
+                && !pool_reserve_left_locked(p, w->tenant, &pl, now)))
             break;
         take_slot(p, m, &s, idx, w->tenant, now);
         w->state = WAIT_GRANTED;
@@ -346,7 +237,8 @@ pool_acquire(struct pool *p, const struct pool_want *want,
     struct event ev = NO_EVENT, sev = NO_EVENT;
     size_t t = want->tenant <= CONFIG_MAX_TENANTS ? want->tenant
                                                    : CONFIG_MAX_TENANTS;
-    uint64_t serve, cand, use, room = 0, open = 0, bit;
+    uint64_t serve, cand, use, room, open = 0, proven = 0, probe = 0, bit;
+    struct places pl = { .learner = -1 };   /* read only while competing */
     int64_t now = gw_now_ms(), deadline;
     struct waiter w;
     size_t i;
@@ -369,16 +261,32 @@ pool_acquire(struct pool *p, const struct pool_want *want,
     if (panic && use != 0)
         pool_panic_note_locked(p, serve, now, &ev);
     /* A retry or hedge goes on with a request already admitted. */
-    sh = want->no_wait ? SHARE_ALONE : share_locked(p, t, now);
+    sh = want->no_wait ? SHARE_ALONE : pool_share_locked(p, t, now);
+    if (sh != SHARE_ALONE)
+        pool_places_locked(p, use, now, &pl);
     for (i = 0; i < p->n; i++) {
         bit = UINT64_C(1) << i;
-        if (use & bit) {
-            if (!pool_full_locked(p, &p->m[i], now))
-                open |= bit;
-            if (!full_for(p, &p->m[i], now, sh))
-                room |= bit;
+        if (!(use & bit))
+            continue;
+        if (!pool_full_locked(p, &p->m[i], now))
+            open |= bit;
+        switch (pool_place_locked(p, i, sh, &pl, now)) {
+        case PLACE_PROVEN:
+            proven |= bit;
+            break;
+        case PLACE_PROBE:
+            probe |= bit;
+            break;
+        case PLACE_NONE:
+            break;
         }
     }
+    /* One ahead of its share leaves the others' reserve; where a room
+     * is learned it takes nothing they were counting on. */
+    if (proven != 0 && sh == SHARE_AHEAD
+        && !pool_reserve_left_locked(p, t, &pl, now))
+        proven = 0;
+    room = proven != 0 ? proven : probe;
     if (cand == 0) {
         rc = GW_ENOTFOUND;
         goto out;
@@ -392,8 +300,6 @@ pool_acquire(struct pool *p, const struct pool_want *want,
         rc = GW_EUNAVAIL;
         goto out;
     }
-    if (room != 0 && keeps_headroom(p, sh) && !headroom_left(p, use, now))
-        room = 0;
     if (room != 0) {
         i = pool_pick_locked(p, room, use, want->prefix_hash, now);
         take_slot(p, &p->m[i], slot, i, t, now);
@@ -409,7 +315,7 @@ pool_acquire(struct pool *p, const struct pool_want *want,
     rc = GW_EUNAVAIL;
     if (want->no_wait)
         goto out;
-    if (tenant_priority(p, t) < 0 && open == 0) {
+    if (pool_tenant_priority(p, t) < 0 && open == 0) {
         /* Sheddable: the fleet is saturated, so not now (429). */
         shed = 1;
         rc = GW_ESHED;
@@ -434,6 +340,7 @@ pool_acquire(struct pool *p, const struct pool_want *want,
         p->q_head = &w;
     p->q_tail = &w;
     p->queue_waits++;
+    pool_demand_note_locked(p, t, now);
     p->t_queued[t]++;
     if (want->tenants != NULL) {
         /* The operator's count of it (tenant.h), not under this lock:
@@ -464,8 +371,9 @@ pool_acquire(struct pool *p, const struct pool_want *want,
             break;
         }
     }
-    p->t_queued[t]--;
     waited_ms = gw_now_ms() - now;
+    pool_demand_note_locked(p, t, now + waited_ms);
+    p->t_queued[t]--;
     if (w.state == WAIT_GRANTED) {
         slot->idx = (int)w.granted;
         slot->tenant = t;

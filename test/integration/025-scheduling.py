@@ -212,6 +212,44 @@ def test_a_flooding_tenant_does_not_delay_another(t):
                         tenant="b") >= 8
 
 
+def test_a_flood_starting_on_an_unknown_fleet_leaves_a_tenant_room(t):
+    """Tenant b's flood starts on a fleet no read has yet shown full (two
+    engines of 4 places; its calls are 2000 tokens, 20 s each): tenant
+    a's short calls that follow must each start at once, never wait out
+    queue_timeout (2 s) for one of b's to end.  b, ahead of its share,
+    learns the room on u0 alone; u0's known, u1 is presumed alike and b
+    takes there only what a's reserve leaves.  (Mutants: b goes past
+    the places proven on every engine, or the reserve is off
+    (headroom = 0%): b holds all 8 places, and a's call gets 503.)"""
+    mocks = [engine(t, max_running=4, step_ms=10, step_per_seq_ms=0)
+             for _ in range(2)]
+    g = fleet(t, mocks, {"queue_timeout": "2s"}, extra=TENANTS)
+    for up in ("u0", "u1"):
+        wait_for(lambda up=up: has_metric(
+            g.metrics(), "infergw_upstream_engine_load_age_seconds",
+            upstream=up), budget(5), msg="%s read" % up)
+    # a has just been served: it is active, with a recent demand.
+    assert first_token(g.port, auth(KEY_A), "before the flood") \
+        < budget(2)
+    flood = Load(g.port, 16, 2000, auth(KEY_B), tag="flood")
+    # u0 learned (b's calls past its 4 places wait in its engine), and
+    # b has taken places on u1 as well, and waits for more.
+    wait_for(lambda: metric_value(g, "infergw_upstream_open_calls",
+                                  upstream="u0") >= 5
+             and metric_value(g, "infergw_upstream_open_calls",
+                              upstream="u1") >= 2
+             and metric_at_least(g, "infergw_tenant_queued", 1,
+                                 tenant="b"),
+             budget(10), msg="b holds all it may")
+    for i in range(5):
+        ttft = first_token(g.port, auth(KEY_A), "short %d" % i)
+        assert ttft < budget(1.5), \
+            "tenant a's call %d waited %.1f s behind b's flood" % (i, ttft)
+    assert metric_value(g, "infergw_tenant_queue_timeouts_total",
+                        tenant="a") == 0
+    del flood
+
+
 def test_a_sheddable_tenant_gets_429_at_saturation(t):
     """priority = -1: served while the fleet has room, 429 with
     Retry-After at once when it is saturated, never queued."""

@@ -1749,50 +1749,281 @@ START_TEST(test_competing_tenants_get_no_place_in_the_engines_queue)
 }
 END_TEST
 
+/* ---- the reserve (pool_share.c) ---- */
+
+/* queue_timeout = 0: a call that finds no place is told at once
+ * (GW_ETIMEDOUT), so these cases need no thread. */
+#define RESERVE "max_waiting = 4\nqueue_timeout = 0\nload_stale = 1m\n"
+
+/* Every one of 'n' upstreams' batches holds 8 (known), and is empty. */
+static void
+known_rooms(int n)
+{
+    for (int i = 0; i < n; i++) {
+        report_full((size_t)i, 1, 8, 0.1);
+        report((size_t)i, 0, 0, 0.1);
+    }
+}
+
+/* Take calls of 'tenant' into s[from..] until one finds no place;
+ * return how many were taken. */
+static int
+take_all(size_t tenant, struct pool_slot *s, int from, int max)
+{
+    int i;
+
+    for (i = from; i < max; i++) {
+        int rc = take_as(tenant, &s[i]);
+
+        if (rc != 0) {
+            ck_assert_int_eq(rc, GW_ETIMEDOUT);
+            break;
+        }
+    }
+    return i - from;
+}
+
+static void
+give_all(struct pool_slot *s, int n)
+{
+    for (int i = 0; i < n; i++)
+        pool_give_back(pool, &s[i], POOL_OK, 0);
+}
+
+START_TEST(test_demand_needs_its_mean_and_a_deviation)
+{
+    static const struct {
+        double m, need;
+        const char *note;
+    } cases[] = {
+        { 0, 0, "no demand, no place" },
+        { 0.02, 1, "a call now and then: one place" },
+        { 1, 2, "1 + 1" },
+        { 2.25, 4, "2.25 + 1.5 = 3.75" },
+        { 3.6, 6, "3.6 + 1.90 = 5.50" },
+        { 4, 6, "4 + 2, exactly" },
+        { 9, 12, "9 + 3" },
+        { 100, 110, "100 + 10" },
+    };
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        ck_assert_msg(demand_need(cases[i].m) == cases[i].need,
+                      "%g: %g, want %g (%s)", cases[i].m,
+                      demand_need(cases[i].m), cases[i].need,
+                      cases[i].note);
+}
+END_TEST
+
+/* A tenant's demand is the mean of its calls open and waiting since its
+ * first, not an average that starts from zero. */
+START_TEST(test_demand_is_the_mean_since_the_first_call)
+{
+    struct pool_slot a[3];
+
+    make_pool(1, RESERVE TENANT_SECTIONS, "");
+    ck_assert(pool_demand(pool, 0) == 0);
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(take_as(0, &a[i]), 0);
+    /* Three open at once (within a ms of each other): at least 2 on
+     * average from the start, 3 at most. */
+    ck_assert(pool_demand(pool, 0) > 2 && pool_demand(pool, 0) <= 3);
+    give_all(a, 3);
+    pool_demand_set(pool, 0, 3.5);
+    ck_assert(pool_demand(pool, 0) > 3.4 && pool_demand(pool, 0) <= 3.5);
+}
+END_TEST
+
 /*
- * [routing] headroom: while tenants compete, one ahead of its share
- * leaves that share of the fleet's places free for the others, so
- * a light tenant's next call starts at once instead of waiting for one
- * of the flood's long calls to end.
+ * While tenants compete, one ahead of its share leaves free what the
+ * tenants before it need and do not hold: ceil(m + sqrt(m)) places for
+ * a recent demand of m, so a light tenant beside a flood starts its
+ * calls at once.
  */
-START_TEST(test_a_tenant_ahead_leaves_the_headroom_to_the_others)
+START_TEST(test_a_flood_leaves_what_the_light_tenant_needs)
+{
+    struct pool_slot a[8], b[16];
+    int na, nb;
+
+    make_pool(2, RESERVE "headroom = 1%\n" TENANT_SECTIONS, "");
+    known_rooms(2);                     /* 16 places */
+    ck_assert_int_eq(take_as(0, &a[0]), 0);
+    pool_demand_set(pool, 0, 3.5);      /* needs 6; holds 1: 5 free */
+    nb = take_all(1, b, 0, 16);
+    ck_assert_int_eq(nb, 10);
+    /* The 5 left are a's at once, and none is b's. */
+    na = take_all(0, a, 1, 8);
+    ck_assert_int_eq(na, 5);
+    ck_assert_int_eq(take_as(1, &b[nb]), GW_ETIMEDOUT);
+    /* a's demand falls to 1 (needs 2): 2 of its calls end, and it still
+     * holds more than that, so both places are b's. */
+    pool_demand_set(pool, 0, 1);
+    give_all(a, 2);
+    ck_assert_int_eq(take_all(1, b, nb, 16), 2);
+    ck_assert_int_eq(take_as(0, &a[0]), GW_ETIMEDOUT);
+    give_all(a + 2, 4);
+    give_all(b, nb + 2);
+}
+END_TEST
+
+/*
+ * Over 16 places, with [routing] 'routing', tenant a holding one call
+ * and a demand of 'demand': how many places does b take?
+ */
+static int
+b_takes_beside_a(const char *routing, double demand)
+{
+    char text[1024];
+    struct pool_slot a, b[16];
+    int nb;
+
+    snprintf(text, sizeof(text), "%s%s%s", RESERVE, routing,
+             TENANT_SECTIONS);
+    make_pool(2, text, "");
+    known_rooms(2);
+    ck_assert_int_eq(take_as(0, &a), 0);
+    pool_demand_set(pool, 0, demand);
+    nb = take_all(1, b, 0, 16);
+    give_all(b, nb);
+    pool_give_back(pool, &a, POOL_OK, 0);
+    return nb;
+}
+
+/* What they need is kept for them up to their share by weight of the
+ * places, never more: a tenant under its share that asks for the whole
+ * fleet is kept half of it (two tenants of weight 1). */
+START_TEST(test_the_reserve_is_at_most_the_others_share)
+{
+    ck_assert_int_eq(b_takes_beside_a("headroom = 1%\n", 50), 8);
+}
+END_TEST
+
+/* [routing] headroom is the least kept for them: a demand that needs
+ * less (0.5 needs 2) keeps that share of the places (25 % of 16 is 4)
+ * all the same; and 0 % keeps none. */
+START_TEST(test_headroom_is_the_least_kept)
+{
+    ck_assert_int_eq(b_takes_beside_a("headroom = 25%\n", 0.5), 12);
+}
+END_TEST
+
+START_TEST(test_headroom_0_keeps_no_reserve)
+{
+    ck_assert_int_eq(b_takes_beside_a("headroom = 0%\n", 3.5), 15);
+}
+END_TEST
+
+/*
+ * The reserve holds for a place that comes free too: a flood's waiting
+ * call is granted one only when what is left still covers the light
+ * tenant, whose own waiting call goes first.
+ */
+START_TEST(test_a_freed_place_goes_to_the_flood_past_the_reserve_only)
 {
     struct tenant_waiter bw = { 1, 1, 0, { -1, 0, 0, 0, 0 } };
-    struct pool_slot a[3], b[13];
+    struct pool_slot a[4], b[8];
     pthread_t tb;
 
-    make_pool(2, "max_waiting = 4\nqueue_timeout = 5s\nheadroom = 12%\n"
-              "load_stale = 1m\n"
-              TENANT_SECTIONS, "");
-    for (size_t i = 0; i < 2; i++) {
-        report_full(i, 1, 8, 0.1);      /* each batch holds 8 */
-        report(i, 0, 0, 0.1);           /* and both are empty now */
-    }
+    make_pool(1, "max_waiting = 4\nqueue_timeout = 5s\nload_stale = 1m\n"
+              "headroom = 1%\n" TENANT_SECTIONS, "");
+    known_rooms(1);                     /* 8 places */
     ck_assert_int_eq(take_as(0, &a[0]), 0);
-    /* 16 places, 12 % of them (2) the headroom; a holds 1: b may
-       take 13, leaving 2. */
-    for (int i = 0; i < 13; i++)
+    pool_demand_set(pool, 0, 2);        /* needs 4; holds 1: 3 free */
+    for (int i = 0; i < 4; i++)
         ck_assert_int_eq(take_as(1, &b[i]), 0);
     ck_assert_int_eq(pthread_create(&tb, NULL, tenant_waiter, &bw), 0);
     wait_queued(1);
-    /* The two places left are a's at once. */
-    ck_assert_int_eq(take_as(0, &a[1]), 0);
-    ck_assert_int_eq(take_as(0, &a[2]), 0);
-    ck_assert_int_eq(atomic_load(&bw.done), 0);
-    /* Two of a's calls end: the fleet has 2 free, no more than the
-       headroom, so b still waits; the third makes 3, one for b. */
+    for (int i = 1; i < 4; i++)
+        ck_assert_int_eq(take_as(0, &a[i]), 0);     /* full now */
+    /* One of a's ends: a needs 4 and would hold 3: the place stays a's,
+     * and its next call has it at once. */
     pool_give_back(pool, &a[0], POOL_OK, 0);
-    pool_give_back(pool, &a[1], POOL_OK, 0);
+    ck_assert_int_eq(take_as(0, &a[0]), 0);
     ck_assert_int_eq(atomic_load(&bw.done), 0);
-    wait_tenant_metric("infergw_tenant_queued{tenant=\"b\",priority=\"0\"}",
-                       1);
-    pool_give_back(pool, &a[2], POOL_OK, 0);
+    /* Its demand falls to 1 (needs 2): the next place that frees is
+     * b's. */
+    pool_demand_set(pool, 0, 1);
+    pool_give_back(pool, &a[0], POOL_OK, 0);
     wait_done(&bw);
     pthread_join(tb, NULL);
     ck_assert_int_eq(bw.rc, 0);
     pool_give_back(pool, &bw.slot, POOL_OK, 0);
-    for (int i = 0; i < 13; i++)
-        pool_give_back(pool, &b[i], POOL_OK, 0);
+    give_all(a + 1, 3);
+    give_all(b, 4);
+}
+END_TEST
+
+/*
+ * The flood's start: no engine's room is known yet.  The tenant ahead
+ * learns it on one engine (the one seen running the most, the first of
+ * equals), in the slow start there, and takes nothing else the reads
+ * have not proved; once that room is known the others are presumed
+ * alike, and the reserve holds on them.
+ */
+START_TEST(test_a_flood_learns_the_room_on_one_engine)
+{
+    struct pool_slot a[8], b[32];
+    int nb = 0, na, first_elsewhere;
+
+    make_pool(4, RESERVE "headroom = 1%\n" TENANT_SECTIONS, "");
+    for (size_t i = 0; i < 4; i++)
+        report(i, 0, 0, 0.1);           /* fresh, idle, nothing known */
+    /* a is active (a call just ended), and will need 4 places. */
+    ck_assert_int_eq(take_as(0, &a[0]), 0);
+    pool_give_back(pool, &a[0], POOL_OK, 0);
+    pool_demand_set(pool, 0, 2);
+    /* b's first call is not ahead of a's share (both hold none): it goes
+     * where the balancer says.  Every one after goes to u0, up to the
+     * slow start's first room (max_waiting, 4). */
+    ck_assert_int_eq(take_as(1, &b[nb++]), 0);
+    first_elsewhere = b[0].idx != 0;
+    while (take_as(1, &b[nb]) == 0) {
+        ck_assert_int_eq(b[nb].idx, 0);
+        nb++;
+    }
+    ck_assert_int_eq(nb, 4 + first_elsewhere);
+    /* a is served meanwhile, elsewhere. */
+    ck_assert_int_eq(take_as(0, &a[0]), 0);
+    ck_assert_int_ne(a[0].idx, 0);
+    /* u0's room is learned: 4 (two reads with a queue), and the others
+     * are presumed to hold as many: 16 places, 11 free (a holds 1, b's
+     * first 1 if not on u0), of which a needs 3 more: b takes 8 or 7. */
+    report_full(0, 1, 4, 0.1);
+    na = 1;
+    nb += take_all(1, b, nb, 32);
+    ck_assert_int_eq(nb, 4 + first_elsewhere + 8 - first_elsewhere);
+    /* And the 3 left are a's. */
+    na += take_all(0, a, 1, 8);
+    ck_assert_int_eq(na, 4);
+    give_all(a, na);
+    give_all(b, nb);
+}
+END_TEST
+
+/*
+ * A tenant counts for the shares for POOL_TENANT_ACTIVE_MS after its
+ * last call, not one second: a light tenant that paused keeps its
+ * reserve, and the flood does not fill the engine's queue meanwhile
+ * (a lone tenant may, up to max_waiting).
+ */
+START_TEST(test_a_pause_keeps_the_light_tenants_places)
+{
+    struct pool_slot a, b[16];
+    int nb;
+
+    make_pool(1, RESERVE "headroom = 1%\n" TENANT_SECTIONS, "");
+    known_rooms(1);
+    ck_assert_int_eq(take_as(0, &a), 0);
+    pool_give_back(pool, &a, POOL_OK, 0);
+    pool_demand_set(pool, 0, 0.5);      /* needs 2 */
+    pool_tenant_age(pool, 0, 2000);     /* a's last call: 2 s ago */
+    nb = take_all(1, b, 0, 16);
+    ck_assert_int_eq(nb, 6);
+    give_all(b, nb);
+    /* Past POOL_TENANT_ACTIVE_MS b is alone: 8 places and 4 queued. */
+    pool_tenant_age(pool, 0, POOL_TENANT_ACTIVE_MS);
+    nb = take_all(1, b, 0, 16);
+    ck_assert_int_eq(nb, 12);
+    give_all(b, nb);
 }
 END_TEST
 
@@ -1881,8 +2112,19 @@ pool_suite(void)
     tcase_add_checked_fixture(tc, NULL, teardown);
     tcase_add_test(tc, test_priority_then_fewest_open_per_weight_then_oldest);
     tcase_add_test(tc, test_competing_tenants_get_no_place_in_the_engines_queue);
-    tcase_add_test(tc, test_a_tenant_ahead_leaves_the_headroom_to_the_others);
     tcase_add_test(tc, test_sheddable_tenant_gets_429_at_saturation);
+    suite_add_tcase(s, tc);
+    tc = tcase("reserve");
+    tcase_add_checked_fixture(tc, NULL, teardown);
+    tcase_add_test(tc, test_demand_needs_its_mean_and_a_deviation);
+    tcase_add_test(tc, test_demand_is_the_mean_since_the_first_call);
+    tcase_add_test(tc, test_a_flood_leaves_what_the_light_tenant_needs);
+    tcase_add_test(tc, test_the_reserve_is_at_most_the_others_share);
+    tcase_add_test(tc, test_headroom_is_the_least_kept);
+    tcase_add_test(tc, test_headroom_0_keeps_no_reserve);
+    tcase_add_test(tc, test_a_freed_place_goes_to_the_flood_past_the_reserve_only);
+    tcase_add_test(tc, test_a_flood_learns_the_room_on_one_engine);
+    tcase_add_test(tc, test_a_pause_keeps_the_light_tenants_places);
     suite_add_tcase(s, tc);
     return s;
 }
