@@ -38,6 +38,7 @@ struct waiter {
     pthread_cond_t cv;
     uint64_t mask;              /* upstreams it can use */
     uint64_t serve;             /* its model's set, for panic */
+    const char *model;          /* its model (pool_want.model) */
     size_t tenant;              /* its tenant (pool_want.tenant) */
     enum wait_state state;      /* how its wait stands */
     size_t granted;             /* WAIT_GRANTED: the upstream whose slot
@@ -329,6 +330,7 @@ pool_grant_locked(struct pool *p, size_t idx, int64_t now)
                               now))
             break;
         take_slot(p, m, &s, idx, w->tenant, now);
+        pool_lora_sent_locked(p, idx, w->model, now);
         w->state = WAIT_GRANTED;
         w->granted = idx;
         w->trial = s.trial;
@@ -395,8 +397,10 @@ pool_acquire(struct pool *p, const struct pool_want *want,
     if (room != 0 && keeps_headroom(p, sh) && !headroom_left(p, use, now))
         room = 0;
     if (room != 0) {
-        i = pool_pick_locked(p, room, use, want->prefix_hash, now);
+        i = pool_pick_locked(p, room, use, want->prefix_hash, want->model,
+                             now);
         take_slot(p, &p->m[i], slot, i, t, now);
+        pool_lora_sent_locked(p, i, want->model, now);
         pool_saturation_note_locked(p, &p->m[i], now, &sev);
         /* The question its caller asks next, in the same hold of the
          * lock and of the same set. */
@@ -426,6 +430,7 @@ pool_acquire(struct pool *p, const struct pool_want *want,
     gw_cond_init(&w.cv);
     w.mask = use;
     w.serve = serve;
+    w.model = want->model;
     w.tenant = t;
     w.state = WAIT_WAITING;
     if (p->q_tail != NULL)

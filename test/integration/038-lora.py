@@ -15,8 +15,9 @@ import subprocess
 import threading
 import time
 
-from gwtest import (JSON_HEADERS, Connection, budget, chat_body, jbody,
-                    metric, parse_metrics, request, wait_for)
+from gwtest import (JSON_HEADERS, Connection, budget, build_request,
+                    chat_body, jbody, metric, metric_value, parse_metrics,
+                    request, wait_for)
 
 from metrics_check import validate
 
@@ -205,3 +206,177 @@ def test_mock_bad_lora_flags_exit_2(t):
                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, timeout=budget(10))
         assert p.returncode == 2, (args, p.returncode, p.stderr)
+
+
+# ---- the gateway -------------------------------------------------------------
+
+def fleet(t, mocks, routing=None, models=None):
+    """A gateway in front of 'mocks' as u0, u1, ..., with an admin
+    listener; 'models' is each upstream's configured list (None: what
+    its /v1/models says)."""
+    conf = {"routing": dict(routing or {}),
+            "admin": {"listen": "127.0.0.1:0"}}
+    for i, m in enumerate(mocks):
+        conf["upstream u%d" % i] = {"url": "http://127.0.0.1:%d" % m.port}
+        if models:
+            conf["upstream u%d" % i]["models"] = models
+    return t.gateway(None, conf)
+
+
+def status(g):
+    """The gateway's /status.json, from its admin listener."""
+    r = request(g.admin_port, "GET", "/status.json",
+                {"Authorization": "Bearer %s" % g.admin_key})
+    assert r.status == 200, r
+    return r.json()
+
+
+def calls(g, n):
+    """infergw_upstream_calls_total of u0..u(n-1)."""
+    ms = g.metrics()
+    return [metric(ms, "infergw_upstream_calls_total", upstream="u%d" % i)
+            for i in range(n)]
+
+
+def running_seen(g, upstream, n):
+    """Does the gateway's last scrape of 'upstream' show n adapters
+    running?  (For wait_for.)"""
+    ms = g.metrics()
+    key = ("infergw_upstream_lora_adapters",
+           frozenset({("upstream", upstream), ("state", "running")}))
+    return ms.get(key) == n
+
+
+def test_an_adapter_resident_on_one_of_three_goes_there(t):
+    """a1 runs on u1 alone (a stream sent straight to it, which the
+    gateway's own counts cannot see), so u1 is the most loaded: every
+    call for a1 still goes to u1, and loads nothing anywhere.  A base
+    model's calls go by load (to u0 and u2).  (Mutant: lora_aware = off,
+    or no grouping in pool_lora.c: the calls go to u0 and u2, each of
+    which loads a1.)"""
+    mocks = [lora_mock(t, 4, ["a1", "a2"], load_ms=50, step_ms=10)
+             for _ in range(3)]
+    g = fleet(t, mocks)
+    held = Held(mocks[1].port, "a1")
+    held.first_token()
+    wait_for(lambda: running_seen(g, "u1", 1), budget(5),
+             msg="the gateway reads u1's running adapter")
+    before = calls(g, 3)
+    for i in range(10):
+        r = g.post(CHAT, chat_body("to a1 %d" % i, model="a1", max_tokens=1))
+        assert r.status == 200, r
+    got = [a - b for a, b in zip(calls(g, 3), before)]
+    assert got == [0, 10, 0], "calls per upstream: %r" % got
+    assert [m.stats()["lora_loads"] for m in mocks] == [0, 1, 0]
+    ms = g.metrics()
+    assert sum(metric(ms, "infergw_upstream_lora_loads_total",
+                      upstream="u%d" % i) for i in range(3)) == 0
+    before = calls(g, 3)
+    for i in range(6):
+        r = g.post(CHAT, chat_body("base %d" % i, max_tokens=1))
+        assert r.status == 200, r
+    got = [a - b for a, b in zip(calls(g, 3), before)]
+    assert got[1] < 6, "the base model followed a1: %r" % got
+    # The status view names it.
+    s = status(g)
+    u1 = [u for u in s["upstreams"] if u["name"] == "u1"][0]
+    assert u1["lora"]["max_lora"] == 4 and "a1" in u1["lora"]["running"], u1
+    assert u1["lora_loads"] == 0, u1
+    held.close()
+
+
+def test_at_max_lora_everywhere_the_least_loaded_takes_it(t):
+    """One slot a server, each held by another adapter (three streams of
+    a1 on u0, one of a2 on u1, sent straight to them): a3 fits nowhere,
+    so it goes by load, to u1, the lighter of the two (two servers, so
+    that least_load's two choices are both), and the gateway counts the
+    load it causes.  It waits there, as on vLLM, until a slot frees.
+    (Mutant: pick the first of the group, or prefer u0's running
+    adapters: u0 takes it.)"""
+    mocks = [lora_mock(t, 1, ["a1", "a2", "a3"], load_ms=0, step_ms=10)
+             for _ in range(2)]
+    g = fleet(t, mocks)
+    held = [Held(mocks[0].port, "a1") for _ in range(3)]
+    held.append(Held(mocks[1].port, "a2"))
+    for h in held:
+        h.first_token()
+    wait_for(lambda: running_seen(g, "u0", 1) and running_seen(g, "u1", 1)
+             and metric(g.metrics(), "infergw_upstream_engine_running",
+                        upstream="u0") == 3,
+             budget(5), msg="both at max_lora, u0 the more loaded")
+    before = calls(g, 2)
+    c = Connection(g.port, timeout=budget(30))
+    c.send(build_request("POST", CHAT, JSON_HEADERS,
+                         chat_body("to a3", model="a3", stream=True,
+                                   max_tokens=2)))
+    wait_for(lambda: sum(calls(g, 2)) > sum(before), budget(5),
+             msg="a3's call is made")
+    got = [a - b for a, b in zip(calls(g, 2), before)]
+    assert got == [0, 1], "calls per upstream: %r" % got
+    assert metric_value(g, "infergw_upstream_lora_loads_total",
+                        upstream="u1") == 1
+    wait_for(lambda: latest_info(mocks[1].port)[0]["waiting_lora_adapters"]
+             == "a3", budget(5), msg="a3 waits on u1 for a slot")
+    for h in held:
+        h.close()
+    r = c.read_response()
+    assert r.status == 200 and CONTENT in r.body, r
+    c.close()
+
+
+def test_a_stale_scrape_falls_back_to_load_alone(t):
+    """a1 runs on u1, but u1's /metrics stops answering: its scrape
+    hangs (load_timeout is long), so its last one grows older than
+    load_stale, and then nothing says a1 is there: no call for a1 goes
+    to u1 (u0 and u2 have room).  (Mutant: a stale report taken as fresh
+    in pool_lora.c: they all go to u1.)"""
+    mocks = [lora_mock(t, 4, ["a1"], load_ms=0, step_ms=10)
+             for _ in range(3)]
+    g = fleet(t, mocks, {"load_timeout": "20s", "load_stale": "300ms"})
+    held = Held(mocks[1].port, "a1")
+    held.first_token()
+    wait_for(lambda: running_seen(g, "u1", 1), budget(5),
+             msg="the gateway reads u1's running adapter")
+    r = request(mocks[1].port, "POST", "/control?metrics_delay_ms=60000")
+    assert r.status == 200, r
+    # Stale, not failed: the scrape under way has not timed out, and the
+    # report is still there (infergw_upstream_lora_adapters), only old.
+    wait_for(lambda: metric(g.metrics(),
+                            "infergw_upstream_engine_load_age_seconds",
+                            upstream="u1") > 0.5, budget(5),
+             msg="u1's last scrape is stale")
+    assert running_seen(g, "u1", 1)
+    before = calls(g, 3)
+    for i in range(6):
+        r = g.post(CHAT, chat_body("stale %d" % i, model="a1", max_tokens=1))
+        assert r.status == 200, r
+    got = [a - b for a, b in zip(calls(g, 3), before)]
+    assert got[1] == 0 and sum(got) == 6, "calls per upstream: %r" % got
+    held.close()
+
+
+def test_an_adapter_loaded_at_run_time_is_routable_at_the_next_beat(t):
+    """Each upstream is configured with the base model alone: an adapter
+    none lists is a 404.  Loaded on u2 at run time (vLLM's
+    /v1/load_lora_adapter), its /v1/models names it with the base model
+    as parent, and from the next health beat it is routed there, and
+    listed by the gateway's /v1/models.  (Mutant: no parent rule in
+    pool_member_serves_locked(): still a 404.)"""
+    mocks = [lora_mock(t, 2, load_ms=0, step_ms=5) for _ in range(3)]
+    g = fleet(t, mocks, {"health_interval": "200ms"}, models="mock-model")
+    r = g.post(CHAT, chat_body("too soon", model="late", max_tokens=1))
+    assert r.status == 404, r
+    r = request(mocks[2].port, "POST", "/v1/load_lora_adapter",
+                JSON_HEADERS, jbody(lora_name="late", lora_path="/srv/late"))
+    assert r.status == 200, r
+    wait_for(lambda: b'"late"' in g.get("/v1/models").body, budget(5),
+             msg="the gateway lists the new adapter")
+    before = calls(g, 3)
+    r = g.post(CHAT, chat_body("now", model="late", max_tokens=1))
+    assert r.status == 200, r
+    got = [a - b for a, b in zip(calls(g, 3), before)]
+    assert got == [0, 0, 1], "calls per upstream: %r" % got
+    assert mocks[2].stats()["lora_loads"] == 1
+    entry = [e for e in g.get("/v1/models").json()["data"]
+             if e["id"] == "late"][0]
+    assert entry["parent"] == "mock-model", entry
