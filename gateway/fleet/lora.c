@@ -141,6 +141,32 @@ out:
     return rc;
 }
 
+/*
+ * Adapter 'h' was used there now: to the front of the slots' list,
+ * which keeps max_lora of them (at most LORA_SLOTS_MAX), as vLLM's LRU
+ * keeps its GPU slots.
+ */
+static void
+touch(struct lora_load *l, uint64_t h)
+{
+    size_t cap = l->last.max_lora < LORA_SLOTS_MAX
+                 ? (size_t)l->last.max_lora : LORA_SLOTS_MAX;
+    size_t i;
+
+    if (cap == 0)
+        return;                         /* nothing known: kept as it was */
+    for (i = 0; i < l->num_slots && l->slots[i] != h; i++)
+        ;
+    if (i == l->num_slots && l->num_slots < cap)
+        l->num_slots++;                 /* a new one, and room for it */
+    if (i == l->num_slots)
+        i--;                            /* a new one in the last's place */
+    memmove(&l->slots[1], &l->slots[0], i * sizeof(l->slots[0]));
+    l->slots[0] = h;
+    if (l->num_slots > cap)
+        l->num_slots = cap;             /* max_lora went down */
+}
+
 void
 lora_set(struct lora_load *l, struct lora_report *r,
          const struct engine_mark *sent, struct lora_report *old)
@@ -154,6 +180,8 @@ lora_set(struct lora_load *l, struct lora_report *r,
     if (r != NULL) {
         l->last = *r;
         memset(r, 0, sizeof(*r));
+        if (l->num_slots > l->last.max_lora)
+            l->num_slots = (size_t)l->last.max_lora;    /* fewer slots */
     }
     /* Keep, oldest first, the calls sent after the scrape went out: the
      * engine had not seen them (those before it are in the report, or
@@ -168,6 +196,12 @@ lora_set(struct lora_load *l, struct lora_report *r,
     }
     l->num_sent = k;
     l->next_sent = k % LORA_SENT_MAX;
+    /* What runs is used now, what waits will be when admitted; and the
+     * calls sent since came after the scrape saw either. */
+    for (i = l->last.num_running + l->last.num_waiting; i-- > 0;)
+        touch(l, l->last.hash[i]);
+    for (i = 0; i < k; i++)
+        touch(l, l->sent[i].hash);
 }
 
 /* Is 'h' among the report's names [from, to)? */
@@ -221,14 +255,27 @@ running_now(const struct lora_load *l)
     return n;
 }
 
+/* Is 'h' on the list of its slots? */
+static int
+in_slots(const struct lora_load *l, uint64_t h)
+{
+    for (size_t i = 0; i < l->num_slots; i++)
+        if (l->slots[i] == h)
+            return 1;
+    return 0;
+}
+
 enum lora_fit
 lora_fit(const struct lora_load *l, int fresh, uint64_t h)
 {
     if (!fresh || !l->known)
         return LORA_UNKNOWN;
-    if (lora_reported(l, h) || sent_since(l, h))
+    if (lora_reported(l, h) || sent_since(l, h) || in_slots(l, h))
         return LORA_RESIDENT;
-    return running_now(l) < l->last.max_lora ? LORA_ROOM : LORA_NEITHER;
+    if (running_now(l) >= l->last.max_lora)
+        return LORA_NEITHER;
+    return l->num_slots < l->last.max_lora && l->num_slots < LORA_SLOTS_MAX
+           ? LORA_FREE : LORA_ROOM;
 }
 
 void
@@ -236,8 +283,10 @@ lora_note_call(struct lora_load *l, int fresh, uint64_t h, uint64_t call)
 {
     enum lora_fit fit = lora_fit(l, fresh, h);
 
-    if (fit == LORA_ROOM || fit == LORA_NEITHER)
+    if (fit != LORA_UNKNOWN && fit != LORA_RESIDENT)
         l->loads++;
+    if (l->known)
+        touch(l, h);
     l->sent[l->next_sent].hash = h;
     l->sent[l->next_sent].call = call;
     l->next_sent = (l->next_sent + 1) % LORA_SENT_MAX;

@@ -27,11 +27,26 @@
  * So a burst for an adapter that runs nowhere goes where its first call
  * went, not one call per upstream.
  *
+ * The gauge names the adapters of running and waiting requests only,
+ * not those loaded and idle; but vLLM keeps max_lora of them in its GPU
+ * slots, the least recently used one out when another comes.  So the
+ * gateway keeps the same list for each upstream, from what it sees:
+ * every adapter a scrape shows running or waiting, and every one it
+ * sends there, goes to the front of a list of max_lora (at most
+ * LORA_SLOTS_MAX), the last one off its end.  An adapter on that list
+ * is still in a slot, as far as anything the gateway can see says (a
+ * client that goes around the gateway may have pushed it out).  Without
+ * that, an adapter idle for a moment would go wherever there is room,
+ * and load again, though it still sits where it last ran.
+ *
  * What a call for adapter A makes of an upstream with a fresh report:
- *   resident  A is running or waiting there, or was sent there since;
- *   room      it is not, and fewer than max_lora adapters run there
- *             (those sent since counted as running): A would load in a
- *             free place, pushing out no adapter that runs;
+ *   resident  A is running or waiting there, was sent there since, or
+ *             is on its list of slots;
+ *   free      it is not, fewer than max_lora adapters run there (those
+ *             sent since counted as running), and its list of slots has
+ *             fewer than max_lora: A would load in a slot nobody used;
+ *   room      the same but for the list, which is full: A would load in
+ *             the place of an idle adapter, pushing out none that runs;
  *   neither.
  * Without a fresh report (none, a failed scrape, or one older than
  * load_stale) an upstream is neither, and a call lands on it by load
@@ -62,6 +77,8 @@
 #define LORA_MAX_LORA 1000000       /* the largest max_lora read */
 #define LORA_NAME_MAX 256           /* POOL_MODEL_ID_MAX: a longer name is
                                        no model the pool routes */
+#define LORA_SLOTS_MAX 64           /* slots mirrored per upstream, at
+                                       most (of max_lora) */
 
 /* What one scrape's vllm:lora_requests_info said. */
 struct lora_report {
@@ -107,6 +124,10 @@ struct lora_load {
     int known;                      /* the last scrape had the gauge */
     struct lora_sent sent[LORA_SENT_MAX];   /* a ring, oldest overwritten */
     size_t num_sent, next_sent;
+    uint64_t slots[LORA_SLOTS_MAX]; /* the adapters in its GPU slots, as
+                                       far as the gateway saw: hashes,
+                                       the most recently used first */
+    size_t num_slots;
     uint64_t loads;                 /* calls sent where their adapter
                                        was not resident */
 };
@@ -124,6 +145,7 @@ void lora_set(struct lora_load *l, struct lora_report *r,
 enum lora_fit {
     LORA_UNKNOWN = 0,               /* no fresh report */
     LORA_RESIDENT,
+    LORA_FREE,
     LORA_ROOM,
     LORA_NEITHER,
 };

@@ -93,9 +93,10 @@
  *
  * LoRA adapters (lora.h): a call for an adapter is balanced (least_load,
  * prefix) among the upstreams of 'room' where the adapter is resident
- * (running or waiting, by the last scrape, or sent there since), else
- * among those with room for another adapter, else among all; unless
- * [routing] lora_aware is off.
+ * (running or waiting by the last scrape, sent there since, or idle in
+ * a slot as far as the gateway saw), else among those with a free slot,
+ * else with room for another adapter, else among all; unless [routing]
+ * lora_aware is off.
  *
  * Threads: every function is thread-safe.  Each configuration generation
  * has its own struct pool (generation.c makes it with the generation and

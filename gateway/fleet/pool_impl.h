@@ -307,9 +307,10 @@ void pool_queued_locked(struct pool *p, uint64_t q[CONFIG_MAX_UPSTREAMS]);
 
 /*
  * Of 'room' (never empty), the upstreams a call for 'model' prefers
- * (lora.h): where it is resident, else where there is room for it, else
- * 'room' itself; 'room' too when 'model' is no adapter, or lora_aware
- * is off.  The balancer then picks within what this returns.
+ * (lora.h): where it is resident, else where a slot is free, else where
+ * there is room for it, else 'room' itself; 'room' too when 'model' is
+ * no adapter, or lora_aware is off.  The balancer then picks within what
+ * this returns.
  */
 uint64_t pool_lora_group_locked(struct pool *p, uint64_t room,
                                 const char *model, int64_t now);

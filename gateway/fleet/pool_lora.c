@@ -50,7 +50,7 @@ uint64_t
 pool_lora_group_locked(struct pool *p, uint64_t room, const char *model,
                        int64_t now)
 {
-    uint64_t resident = 0, fits = 0, bit, h;
+    uint64_t resident = 0, spare = 0, fits = 0, bit, h;
     const struct member *m;
 
     assert(gw_mutex_held(&p->lock));
@@ -68,6 +68,9 @@ pool_lora_group_locked(struct pool *p, uint64_t room, const char *model,
         case LORA_RESIDENT:
             resident |= bit;
             break;
+        case LORA_FREE:
+            spare |= bit;
+            break;
         case LORA_ROOM:
             fits |= bit;
             break;
@@ -75,7 +78,8 @@ pool_lora_group_locked(struct pool *p, uint64_t room, const char *model,
             break;
         }
     }
-    return resident != 0 ? resident : fits != 0 ? fits : room;
+    return resident != 0 ? resident : spare != 0 ? spare
+           : fits != 0 ? fits : room;
 }
 
 void
@@ -171,7 +175,8 @@ pool_lora_render_locked(struct pool *p, struct prom *w)
     prom_family(w, "infergw_upstream_lora_loads_total", PROM_COUNTER,
                 "Calls for a LoRA adapter the gateway sent to the upstream "
                 "while the adapter was not resident there (not running, "
-                "not waiting, not sent since the scrape): each loads it.");
+                "waiting, sent since the scrape, nor in a slot as far as "
+                "the gateway saw): each loads it.");
     for (i = 0; i < p->n; i++) {
         const struct prom_label l = { "upstream", p->m[i].cfg->name };
 

@@ -313,27 +313,66 @@ START_TEST(test_sent_since)
     lora_note_call(&l, 0, lora_hash("d"), 5);       /* not fresh: unknown */
     ck_assert_uint_eq(l.loads, 2);
     /* A scrape sent after calls 1..3 went out: c and d stay noted, and
-     * count as running (two of max_lora three). */
+     * count as running (two of max_lora three, then of two); a slot of
+     * the three is free. */
     set(&l, 3, "", "", 3);
     ck_assert_uint_eq(l.num_sent, 2);
-    ck_assert_int_eq(lora_fit(&l, 1, lora_hash("b")), LORA_ROOM);
-    ck_assert_int_eq(lora_fit(&l, 1, lora_hash("c")), LORA_RESIDENT);
-    ck_assert_int_eq(lora_fit(&l, 1, lora_hash("d")), LORA_RESIDENT);
+    ck_assert_int_eq(lora_fit(&l, 1, lora_hash("e")), LORA_FREE);
     set(&l, 2, "", "", 3);
-    ck_assert_int_eq(lora_fit(&l, 1, lora_hash("b")), LORA_NEITHER);
+    ck_assert_int_eq(lora_fit(&l, 1, lora_hash("e")), LORA_NEITHER);
     set(&l, 2, "c", "", 5);
     ck_assert_uint_eq(l.num_sent, 0);
-    ck_assert_int_eq(lora_fit(&l, 1, lora_hash("d")), LORA_ROOM);
-    /* The ring keeps the newest LORA_SENT_MAX, in order. */
+    ck_assert_int_eq(lora_fit(&l, 1, lora_hash("e")), LORA_ROOM);
+    /* The ring keeps the newest LORA_SENT_MAX, in order: the x's go
+     * with the scrape sent after them, the y's count as running. */
     for (uint64_t i = 0; i < 3 * LORA_SENT_MAX; i++)
         lora_note_call(&l, 1, i < 2 * LORA_SENT_MAX ? lora_hash("x")
                                                     : lora_hash("y"),
                        6 + i);
     ck_assert_uint_eq(l.num_sent, LORA_SENT_MAX);
-    set(&l, 8, "", "", 6 + 2 * LORA_SENT_MAX);
+    set(&l, 2, "", "", 6 + 2 * LORA_SENT_MAX);
     ck_assert_uint_eq(l.num_sent, LORA_SENT_MAX - 1);
-    ck_assert_int_eq(lora_fit(&l, 1, lora_hash("x")), LORA_ROOM);
-    ck_assert_int_eq(lora_fit(&l, 1, lora_hash("y")), LORA_RESIDENT);
+    ck_assert_int_eq(lora_fit(&l, 1, lora_hash("z")), LORA_ROOM);
+    set(&l, 2, "w", "", 6 + 2 * LORA_SENT_MAX);
+    ck_assert_int_eq(lora_fit(&l, 1, lora_hash("z")), LORA_NEITHER);
+    lora_report_release(&l.last);
+}
+END_TEST
+
+/*
+ * The slots: an adapter seen running, waiting or sent stays resident
+ * while idle, until max_lora others came after it (vLLM's LRU).
+ */
+START_TEST(test_slots)
+{
+    struct lora_load l;
+    struct lora_report old;
+
+    memset(&l, 0, sizeof(l));
+    set(&l, 2, "a", "", 0);
+    set(&l, 2, "", "", 0);
+    ck_assert_int_eq(lora_fit(&l, 1, lora_hash("a")), LORA_RESIDENT);
+    ck_assert_int_eq(lora_fit(&l, 1, lora_hash("b")), LORA_FREE);
+    set(&l, 2, "b", "", 0);
+    set(&l, 2, "", "c", 0);                 /* c waits: it will run */
+    set(&l, 2, "", "", 0);
+    ck_assert_int_eq(lora_fit(&l, 1, lora_hash("a")), LORA_ROOM);
+    ck_assert_int_eq(lora_fit(&l, 1, lora_hash("b")), LORA_RESIDENT);
+    ck_assert_int_eq(lora_fit(&l, 1, lora_hash("c")), LORA_RESIDENT);
+    lora_note_call(&l, 1, lora_hash("a"), 1);   /* a loads: b goes */
+    ck_assert_uint_eq(l.loads, 1);
+    set(&l, 2, "", "", 1);
+    ck_assert_int_eq(lora_fit(&l, 1, lora_hash("b")), LORA_ROOM);
+    ck_assert_int_eq(lora_fit(&l, 1, lora_hash("c")), LORA_RESIDENT);
+    set(&l, 1, "", "", 1);                  /* one slot now: a's */
+    ck_assert_int_eq(lora_fit(&l, 1, lora_hash("c")), LORA_ROOM);
+    ck_assert_int_eq(lora_fit(&l, 1, lora_hash("a")), LORA_RESIDENT);
+    /* A failed scrape knows nothing; the next good one finds them. */
+    lora_set(&l, NULL, NULL, &old);
+    lora_report_release(&old);
+    ck_assert_int_eq(lora_fit(&l, 1, lora_hash("a")), LORA_UNKNOWN);
+    set(&l, 1, "", "", 1);
+    ck_assert_int_eq(lora_fit(&l, 1, lora_hash("a")), LORA_RESIDENT);
     lora_report_release(&l.last);
 }
 END_TEST
@@ -439,6 +478,7 @@ struct up_case {
     uint64_t max_lora;
     const char *running, *waiting;
     double load;                /* waiting requests: least_load's score */
+    const char *earlier;        /* ran before that scrape (NULL: none) */
 };
 
 struct rule_case {
@@ -454,28 +494,45 @@ struct rule_case {
 static const struct rule_case rule_cases[] = {
     { "resident first: a1 runs on u1 alone, the most loaded: all there, "
       "and no load", "a1,a2,a3",
-      { { 4, "", "", 0 }, { 4, "a2", "a1", 5 }, { 4, "", "", 0 } },
+      { { 4, "", "", 0, NULL }, { 4, "a2", "a1", 5, NULL },
+        { 4, "", "", 0, NULL } },
       "a1", 20, { 0, 20, 0 }, 0 },
     { "room next: u0 and u2 run max_lora others, u1 has room though the "
       "most loaded: all there, one load, then it is resident", "a1,a2,a3,a4",
-      { { 2, "a1,a2", "", 0 }, { 2, "a1", "", 6 }, { 2, "a2,a4", "", 1 } },
+      { { 2, "a1,a2", "", 0, NULL }, { 2, "a1", "", 6, NULL },
+        { 2, "a2,a4", "", 1, NULL } },
       "a3", 10, { 0, 10, 0 }, 1 },
     { "at max_lora everywhere, by load: two choices among three, so the "
       "lighter of a pair, never the heaviest", "a1,a2,a3,a4,a5",
-      { { 1, "a1", "", 9 }, { 1, "a2", "", 0 }, { 1, "a4", "", 3 } },
+      { { 1, "a1", "", 9, NULL }, { 1, "a2", "", 0, NULL },
+        { 1, "a4", "", 3, NULL } },
       "a5", 1, { 0, -1, -1 }, 1 },
     { "load within a group: resident on u0 and u1, the lighter of the "
       "two, never u2", "a1",
-      { { 4, "a1", "", 7 }, { 4, "", "a1", 2 }, { 4, "", "", 0 } },
+      { { 4, "a1", "", 7, NULL }, { 4, "", "a1", 2, NULL },
+        { 4, "", "", 0, NULL } },
       "a1", 10, { 0, 10, 0 }, 0 },
+    { "a free slot before room: u0's two slots hold idle adapters, u1 "
+      "the most loaded has one free, u2 none", "a1,a2,a3,a4,a5",
+      { { 2, "", "", 0, "a1,a2" }, { 2, "a3", "", 5, NULL },
+        { 1, "a4", "", 0, NULL } },
+      "a5", 5, { 0, 5, 0 }, 1 },
+    { "idle but in a slot is resident: a1 ran on u2 and is idle there; "
+      "u0 and u1 have free slots", "a1,a2",
+      { { 4, "", "", 0, NULL }, { 4, "a2", "", 0, NULL },
+        { 4, "", "", 3, "a1" } },
+      "a1", 5, { 0, 0, 5 }, 0 },
 };
 
-/* Each upstream scraped as up[0..3). */
+/* Each upstream scraped as up[0..3) (what ran earlier first). */
 static void
 scrape_all(const struct up_case *up)
 {
-    for (size_t i = 0; i < 3; i++)
+    for (size_t i = 0; i < 3; i++) {
+        if (up[i].earlier != NULL)
+            scrape(i, up[i].max_lora, up[i].earlier, "", 0);
         scrape(i, up[i].max_lora, up[i].running, up[i].waiting, up[i].load);
+    }
 }
 
 /* The pool with 'routing', each upstream listing 'adapters', scraped. */
@@ -537,11 +594,12 @@ give_back_all(struct pool_slot *s, int n)
         pool_give_back(pool, &s[i], POOL_OK, 0);
 }
 
-/* Past load_stale the scrape says nothing: by load alone (the open
- * calls, as least_inflight), so held calls spread over the three. */
+/* Fresh, the calls go where a1 is; past load_stale the scrape says
+ * nothing: by load alone (the open calls, as least_inflight), so held
+ * calls spread over the three. */
 /* a1 runs on u0; the three equally loaded. */
 static const struct up_case on_u0[3] = {
-    { 4, "a1", "", 0 }, { 4, "", "", 0 }, { 4, "", "", 0 },
+    { 4, "a1", "", 0, NULL }, { 4, "", "", 0, NULL }, { 4, "", "", 0, NULL },
 };
 
 START_TEST(test_stale_is_load_alone)
@@ -550,14 +608,12 @@ START_TEST(test_stale_is_load_alone)
     int got[3];
 
     fleet_of("load_stale = 200ms\n", "a1", on_u0);
+    held_calls("a1", 6, got, s);
+    ck_assert_int_eq(got[0], 6);            /* fresh: where it is */
+    give_back_all(s, 6);
     usleep(300000);
     held_calls("a1", 6, got, s);
     assert_spread(got);
-    give_back_all(s, 6);
-    /* Fresh again: all where it is. */
-    scrape_all(on_u0);
-    held_calls("a1", 6, got, s);
-    ck_assert_int_eq(got[0], 6);
     give_back_all(s, 6);
     teardown();
 }
@@ -584,7 +640,8 @@ END_TEST
 START_TEST(test_base_model)
 {
     static const struct up_case up[3] = {
-        { 1, "a1", "", 0 }, { 1, "a1", "", 0 }, { 1, "", "", 0 },
+        { 1, "a1", "", 0, NULL }, { 1, "a1", "", 0, NULL },
+        { 1, "", "", 0, NULL },
     };
     struct pool_slot s[6];
     int got[3];
@@ -642,6 +699,7 @@ lora_suite(void)
     tc = tcase("fit");
     tcase_add_test(tc, test_fit);
     tcase_add_test(tc, test_sent_since);
+    tcase_add_test(tc, test_slots);
     suite_add_tcase(s, tc);
 
     tc = tcase("rule");
