@@ -96,7 +96,15 @@
  * (running or waiting by the last scrape, sent there since, or idle in
  * a slot as far as the gateway saw), else among those with a free slot,
  * else with room for another adapter, else among all; unless [routing]
- * lora_aware is off.
+ * lora_aware is off.  A load stalls a server's whole batch, so a call
+ * whose adapter is resident only where there is no place now waits in
+ * the queue for one there (not a retry or hedge, nor with queue_timeout
+ * 0).  A place that comes free goes, among the calls of the tenant whose
+ * turn it is (the order above is unchanged), to its oldest whose adapter
+ * is resident there, then to its oldest whose adapter is resident
+ * nowhere; to a call whose adapter waits elsewhere only once that call
+ * has waited POOL_LORA_SPILL_MS (so a busy adapter spreads to a second
+ * server); until then the place waits.
  *
  * Threads: every function is thread-safe.  Each configuration generation
  * has its own struct pool (generation.c makes it with the generation and
@@ -120,6 +128,11 @@ struct tenants;
 
 #define POOL_BUDGET_WINDOW_S 10
 #define POOL_QUEUE_CHECK_MS 100
+
+/* A call for a LoRA adapter waiting for a place where the adapter is
+ * takes a place elsewhere (and loads it there) once it has waited this
+ * long: about what a load costs (pool.h "LoRA adapters"). */
+#define POOL_LORA_SPILL_MS 500
 
 /* A tenant counts for the shares this long after its last call. */
 #define POOL_TENANT_ACTIVE_MS 1000

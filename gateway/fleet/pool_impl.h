@@ -316,6 +316,24 @@ uint64_t pool_lora_group_locked(struct pool *p, uint64_t room,
                                 const char *model, int64_t now);
 
 /*
+ * Should a call for 'model' wait rather than take a place in 'room'
+ * now: is it a LoRA adapter resident on some upstream of 'use' (those
+ * it may use) but on none of 'room' (those with a place for it now)?
+ * A load elsewhere costs its whole batch the load's time; a place where
+ * it is comes free soon, and goes to it first (pool_queue.c).
+ */
+int pool_lora_waits_locked(struct pool *p, uint64_t room, uint64_t use,
+                           const char *model, int64_t now);
+
+/*
+ * The upstreams of 'set' where 'model' is a resident LoRA adapter
+ * (lora.h), with a balancer that reads engines and lora_aware on; 0 when
+ * it is no adapter, or resident on none of them.
+ */
+uint64_t pool_lora_resident_locked(struct pool *p, uint64_t set,
+                                   const char *model, int64_t now);
+
+/*
  * A call for 'model' took a slot on upstream 'idx' (after take_slot):
  * when 'model' is an adapter, it is noted there, and counted as a load
  * if it was not resident (lora.h).

@@ -46,40 +46,69 @@ is_adapter(struct pool *p, const char *model, uint64_t h)
     return 0;
 }
 
+/*
+ * The upstreams of 'set' by what a call for 'model' makes of them
+ * (lora_fit()) into by_fit[], with a balancer that reads engines and
+ * lora_aware on.  Returns 0 when the rule does not apply: off, or
+ * 'model' is no adapter (by_fit[] then all 0).
+ */
+static int
+classify(struct pool *p, uint64_t set, const char *model, int64_t now,
+         uint64_t by_fit[LORA_NEITHER + 1])
+{
+    const struct member *m;
+    uint64_t h;
+
+    memset(by_fit, 0, (LORA_NEITHER + 1) * sizeof(*by_fit));
+    if (!p->cfg->lora_aware || !pool_engine_aware(p) || model == NULL)
+        return 0;
+    h = lora_hash(model);
+    if (!is_adapter(p, model, h))
+        return 0;
+    for (size_t i = 0; i < p->n; i++) {
+        m = &p->m[i];
+        if (set & (UINT64_C(1) << i))
+            by_fit[lora_fit(&m->lora, engine_fresh(&m->load, p->cfg, now),
+                            h)] |= UINT64_C(1) << i;
+    }
+    return 1;
+}
+
+uint64_t
+pool_lora_resident_locked(struct pool *p, uint64_t set, const char *model,
+                          int64_t now)
+{
+    uint64_t by_fit[LORA_NEITHER + 1];
+
+    assert(gw_mutex_held(&p->lock));
+    classify(p, set, model, now, by_fit);
+    return by_fit[LORA_RESIDENT];
+}
+
+int
+pool_lora_waits_locked(struct pool *p, uint64_t room, uint64_t use,
+                       const char *model, int64_t now)
+{
+    return pool_lora_resident_locked(p, room, model, now) == 0
+           && pool_lora_resident_locked(p, use, model, now) != 0;
+}
+
 uint64_t
 pool_lora_group_locked(struct pool *p, uint64_t room, const char *model,
                        int64_t now)
 {
-    uint64_t resident = 0, spare = 0, fits = 0, bit, h;
-    const struct member *m;
+    static const enum lora_fit order[] = {
+        LORA_RESIDENT, LORA_FREE, LORA_ROOM,
+    };
+    uint64_t by_fit[LORA_NEITHER + 1];
 
     assert(gw_mutex_held(&p->lock));
-    if (!p->cfg->lora_aware || !pool_engine_aware(p) || model == NULL)
+    if (!classify(p, room, model, now, by_fit))
         return room;
-    h = lora_hash(model);
-    if (!is_adapter(p, model, h))
-        return room;
-    for (size_t i = 0; i < p->n; i++) {
-        bit = UINT64_C(1) << i;
-        if (!(room & bit))
-            continue;
-        m = &p->m[i];
-        switch (lora_fit(&m->lora, engine_fresh(&m->load, p->cfg, now), h)) {
-        case LORA_RESIDENT:
-            resident |= bit;
-            break;
-        case LORA_FREE:
-            spare |= bit;
-            break;
-        case LORA_ROOM:
-            fits |= bit;
-            break;
-        default:
-            break;
-        }
-    }
-    return resident != 0 ? resident : spare != 0 ? spare
-           : fits != 0 ? fits : room;
+    for (size_t k = 0; k < GW_ARRAY_LEN(order); k++)
+        if (by_fit[order[k]] != 0)
+            return by_fit[order[k]];
+    return room;
 }
 
 void

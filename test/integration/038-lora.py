@@ -82,7 +82,7 @@ class Held:
         self.conn.close()
 
 
-# ---- the mock ---------------------------------------------------------------
+# ---- the mock --------------------------------------------------------------
 
 def test_mock_lists_its_adapters_with_their_parent(t):
     m = lora_mock(t, 2, ["sql-lora", "chat-lora"])
@@ -208,7 +208,7 @@ def test_mock_bad_lora_flags_exit_2(t):
         assert p.returncode == 2, (args, p.returncode, p.stderr)
 
 
-# ---- the gateway -------------------------------------------------------------
+# ---- the gateway -----------------------------------------------------------
 
 def fleet(t, mocks, routing=None, models=None):
     """A gateway in front of 'mocks' as u0, u1, ..., with an admin

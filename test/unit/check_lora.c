@@ -15,8 +15,10 @@
  */
 #include <check.h>
 
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "alloc.h"
 #include "base/config.h"
@@ -382,9 +384,12 @@ END_TEST
 static struct gw_config cfg;
 static struct pool *pool;
 
-/* Three upstreams u0..u2 serving "base"; 'routing' added to [routing]. */
+/*
+ * Three upstreams u0..u2 serving "base"; 'routing' added to [routing],
+ * 'per' to each [upstream].
+ */
 static void
-make_pool(const char *routing)
+make_pool_with(const char *routing, const char *per)
 {
     char text[2048], err[256];
     int len;
@@ -394,11 +399,17 @@ make_pool(const char *routing)
     for (int i = 0; i < 3; i++)
         len += snprintf(text + len, sizeof(text) - (size_t)len,
                         "[upstream u%d]\nurl = http://127.0.0.1:%d\n"
-                        "models = base\n", i, 9000 + i);
+                        "models = base\n%s", i, 9000 + i, per);
     ck_assert_msg(config_load_text("t.conf", text, &cfg, err,
                                    sizeof(err)) == 0, "%s", err);
     pool = pool_new(&cfg);
     ck_assert_ptr_nonnull(pool);
+}
+
+static void
+make_pool(const char *routing)
+{
+    make_pool_with(routing, "");
 }
 
 static void
@@ -682,6 +693,159 @@ START_TEST(test_routed_by_parent)
 }
 END_TEST
 
+/* A call for 'model' on its own thread: its slot, once it has one. */
+struct waiting_call {
+    const char *model;
+    pthread_t thread;
+    struct pool_slot slot;
+    int rc;
+};
+
+static void *
+call_thread(void *arg)
+{
+    struct waiting_call *c = arg;
+    struct pool_want w = { .model = c->model, .tenant = CONFIG_MAX_TENANTS };
+    int ra;
+
+    c->rc = pool_acquire(pool, &w, &c->slot, &ra);
+    return NULL;
+}
+
+/* Calls waiting in the gateway's queue that upstream 'idx' could take. */
+static uint64_t
+queued_for(size_t idx)
+{
+    struct pool_upstream_status st[3];
+
+    ck_assert_uint_eq(pool_status(pool, st, 3), 3);
+    return st[idx].queued;
+}
+
+/* Start a call for 'model' that waits: the queue then holds 'n'. */
+static void
+start_call(struct waiting_call *c, const char *model, uint64_t n)
+{
+    int64_t deadline = gw_now_ms() + 5000;
+
+    c->model = model;
+    ck_assert_int_eq(pthread_create(&c->thread, NULL, call_thread, c), 0);
+    while (queued_for(0) < n && gw_now_ms() < deadline)
+        usleep(1000);
+    ck_assert_msg(queued_for(0) == n, "the call did not wait");
+}
+
+/*
+ * a1 is resident on u0 alone, which is full (max_inflight = 1): a call
+ * for it waits for u0, though u1 and u2 have room, and gets u0's place
+ * when it frees (no load); a place elsewhere goes to it only once it has
+ * waited POOL_LORA_SPILL_MS (then it loads there).  A base model's call
+ * goes to u1 or u2 at once, as does one with queue_timeout = 0.
+ */
+START_TEST(test_waits_where_it_is)
+{
+    struct waiting_call c1, c2;
+    struct pool_slot held, s;
+    struct pool_want w = { .model = "a1", .tenant = CONFIG_MAX_TENANTS };
+    int ra;
+
+    make_pool_with("queue_timeout = 5s\n", "max_inflight = 1\n");
+    for (size_t i = 0; i < 3; i++)
+        models(i, "a1");
+    scrape(0, 4, "a1", "", 0);
+    scrape(1, 4, "", "", 0);
+    scrape(2, 4, "", "", 0);
+    ck_assert_int_eq(pool_acquire(pool, &w, &held, &ra), 0);
+    ck_assert_int_eq(held.idx, 0);
+    start_call(&c1, "a1", 1);
+    pool_give_back(pool, &held, POOL_OK, 0);
+    pthread_join(c1.thread, NULL);
+    ck_assert_int_eq(c1.rc, 0);
+    ck_assert_int_eq(c1.slot.idx, 0);
+    ck_assert(c1.slot.queued);
+    ck_assert_uint_eq(loads(1) + loads(2), 0);
+
+    /* u0 stays full (c1's): the place u1 offers waits, then is taken. */
+    start_call(&c2, "a1", 1);
+    scrape(1, 4, "", "", 0);            /* u1 may take a call: not yet */
+    ck_assert_uint_eq(queued_for(0), 1);
+    usleep((POOL_LORA_SPILL_MS + 100) * 1000);
+    scrape(1, 4, "", "", 0);
+    pthread_join(c2.thread, NULL);
+    ck_assert_int_eq(c2.rc, 0);
+    ck_assert_int_eq(c2.slot.idx, 1);
+    ck_assert_uint_eq(loads(1), 1);
+
+    /* A base model is no adapter: at once, elsewhere. */
+    w.model = "base";
+    ck_assert_int_eq(pool_acquire(pool, &w, &s, &ra), 0);
+    ck_assert(s.idx == 2 && !s.queued);
+    pool_give_back(pool, &s, POOL_OK, 0);
+    pool_give_back(pool, &c1.slot, POOL_OK, 0);
+    pool_give_back(pool, &c2.slot, POOL_OK, 0);
+    teardown();
+
+    /* queue_timeout = 0: no call waits, so a1's goes on elsewhere. */
+    make_pool_with("queue_timeout = 0\n", "max_inflight = 1\n");
+    for (size_t i = 0; i < 3; i++)
+        models(i, "a1");
+    scrape(0, 4, "a1", "", 0);
+    scrape(1, 4, "", "", 0);
+    scrape(2, 4, "", "", 0);
+    w.model = "a1";
+    ck_assert_int_eq(pool_acquire(pool, &w, &held, &ra), 0);
+    ck_assert_int_eq(pool_acquire(pool, &w, &s, &ra), 0);
+    ck_assert(held.idx == 0 && s.idx != 0);
+    pool_give_back(pool, &held, POOL_OK, 0);
+    pool_give_back(pool, &s, POOL_OK, 0);
+    teardown();
+}
+END_TEST
+
+/*
+ * Every upstream full, each running another adapter: a place u0 frees
+ * goes to the call for a1 (there) before an older one for a2 (on u1),
+ * which gets u1's: neither loads anything.
+ */
+START_TEST(test_grant_prefers_resident)
+{
+    static const struct up_case up[3] = {
+        { 4, "a1", "", 0, NULL }, { 4, "a2", "", 0, NULL },
+        { 4, "a3", "", 0, NULL },
+    };
+    static const char *const held_for[3] = { "a1", "a2", "a3" };
+    struct waiting_call x, y;
+    struct pool_slot held[3];
+    int ra;
+
+    make_pool_with("queue_timeout = 5s\n", "max_inflight = 1\n");
+    for (size_t i = 0; i < 3; i++)
+        models(i, "a1,a2,a3");
+    scrape_all(up);
+    for (size_t i = 0; i < 3; i++) {
+        struct pool_want w = { .model = held_for[i],
+                               .tenant = CONFIG_MAX_TENANTS };
+
+        ck_assert_int_eq(pool_acquire(pool, &w, &held[i], &ra), 0);
+        ck_assert_int_eq(held[i].idx, (int)i);
+    }
+    start_call(&x, "a2", 1);
+    start_call(&y, "a1", 2);
+    pool_give_back(pool, &held[0], POOL_OK, 0);
+    pthread_join(y.thread, NULL);
+    ck_assert_int_eq(y.slot.idx, 0);
+    ck_assert_uint_eq(queued_for(1), 1);    /* x waits on */
+    pool_give_back(pool, &held[1], POOL_OK, 0);
+    pthread_join(x.thread, NULL);
+    ck_assert_int_eq(x.slot.idx, 1);
+    ck_assert_uint_eq(loads(0) + loads(1) + loads(2), 0);
+    pool_give_back(pool, &held[2], POOL_OK, 0);
+    pool_give_back(pool, &x.slot, POOL_OK, 0);
+    pool_give_back(pool, &y.slot, POOL_OK, 0);
+    teardown();
+}
+END_TEST
+
 static Suite *
 lora_suite(void)
 {
@@ -709,6 +873,8 @@ lora_suite(void)
     tcase_add_test(tc, test_off);
     tcase_add_test(tc, test_base_model);
     tcase_add_test(tc, test_routed_by_parent);
+    tcase_add_test(tc, test_waits_where_it_is);
+    tcase_add_test(tc, test_grant_prefers_resident);
     suite_add_tcase(s, tc);
 
     return s;
