@@ -4,7 +4,7 @@
 [routing] balance policies over a fleet of engine-mode mocks.
 
     python3 tools/bench_sched.py [--bin build/default/bin] [--quick]
-        [--workload a|b|c|d[,...]] [--modes M[,...]] [--reps 1]
+        [--workload a|b|c|d|e[,...]] [--modes M[,...]] [--reps 1]
         [--seed 1] [--out FILE]
 
 What it measures.  Open-loop streamed chat completions through one
@@ -23,7 +23,11 @@ cache starts cold) and the same arrivals (seeded).  Workloads:
   c0 the same measured from 0 s (not in the default set: the cold start
      of a fleet and a gateway that know nothing yet);
   d  12 groups of requests sharing long system prompts (2-4 KB, the rest
-     of each prompt short and distinct), at 70% and at 110% of capacity.
+     of each prompt short and distinct), at 70% and at 110% of capacity;
+  e  LoRA adapters: 16 by Zipf popularity on 4 servers of --max-loras 4,
+     at 70%, for round_robin and least_load with and without its LoRA
+     rule (issue 29; not in the default set; tools/bench_lora.py has it
+     all, --modes does not apply).
 
 How.  Capacity comes from the mock's model: a step lasts step_ms +
 step_per_seq_ms x running and gives every running sequence one token, so
@@ -87,6 +91,8 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "test", "integration"))
 
 import gwtest  # noqa: E402
+
+import bench_lora  # noqa: E402
 
 MODES = ("round_robin", "least_inflight", "prefix", "least_load")
 BASELINE = "least_inflight"
@@ -191,6 +197,7 @@ def workloads(quick):
         "d110": (w(20, 3), [
             dict(name="gw", to="gw", load=1.1, mix=d_mix,
                  prompt=grouped_prompt(systems))]),
+        "e": bench_lora.workload(quick, short_prompt),
     }
 
 
@@ -832,7 +839,7 @@ def main():
                                                   "bin"))
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--workload", default="a,b,c,d",
-                    help="a, b, c, d (d70 and d110), comma-separated")
+                    help="a, b, c, d (d70 and d110), e, comma-separated")
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--reps", type=int, default=1)
     ap.add_argument("--seed", type=int, default=1)
@@ -849,6 +856,8 @@ def main():
     for n in names:
         if n not in wls:
             ap.error("unknown workload %r" % n)
+    lora = "e" in names                 # bench_lora.py runs it, its way
+    names = [n for n in names if n != "e"]
     modes = args.modes.split(",")
     for mo in modes:
         if mo not in MODES:
@@ -873,6 +882,9 @@ def main():
                              for c, cr in r["classes"].items()})),
                           file=sys.stderr, flush=True)
                 gwtest.Ctx.cleanup()
+        if lora:
+            lora_text, lora_targets, results["e"] = bench_lora.run(
+                sys.modules[__name__], args, args.quick, tmp)
     wall = time.monotonic() - started
     step = full_step_s()
     text = ["Engine (every mock): -E %s; full step %.0f ms, so a server's "
@@ -887,10 +899,15 @@ def main():
         text.append(table(n, results[n], [c["name"] for c in classes]))
         text.append("")
         text.append(notes(n, results[n], window, classes, args.reps))
+    if lora:
+        text.append("\n### e\n")
+        text.append(lora_text)
     text.append("\n**Targets** (medians%s):\n" % (
         "; --quick is a smoke run, its numbers are not the targets'"
         if args.quick else ""))
-    for what, met, how in targets(results):
+    met_or_not = (targets({n: results[n] for n in names})
+                  + (lora_targets if lora else []))
+    for what, met, how in met_or_not:
         text.append("- %s: %s (%s)" % (what, "met" if met else "**missed**",
                                        how))
     text.append("\nWall time %.0f s." % wall)
@@ -902,7 +919,7 @@ def main():
                        "seed": args.seed, "wall_s": wall,
                        "results": results,
                        "targets": [{"target": t, "met": m, "numbers": h}
-                                   for t, m, h in targets(results)]},
+                                   for t, m, h in met_or_not]},
                       fp, indent=1)
 
 
