@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * prom_read.c - sums of named series in Prometheus text, one line at a
- * time (the grammar is in prom_read.h).
+ * prom_read.c - sums of named series in Prometheus text, and the labels
+ * of a series' latest sample, one line at a time (the grammar is in
+ * prom_read.h).
  *
  * Every function here reads a range [p, end) of one line, with the line
  * end already cut off, and never looks at *end: so no byte past the
@@ -9,6 +10,7 @@
  */
 #include "prom_read.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -68,16 +70,28 @@ skip_token(const char *p, const char *end)
     return p;
 }
 
+/* Whether the C string 'want' is the n bytes of name characters at p. */
+static int
+same_name(const char *want, const char *p, size_t n)
+{
+    /* p holds no NUL, so strncmp() matching means want has n bytes. */
+    return strncmp(want, p, n) == 0 && want[n] == '\0';
+}
+
 /*
  * Skip the label set whose '{' is just before *pp, its '}' included:
  * *pp is left past the '}'.  Only '"' and '\\' matter inside a value, so
  * a '}' or ',' there is part of it; \\, \" and \n are its only escapes
- * (the writer's, prom.c).  Returns 0 or GW_EPARSE.
+ * (the writer's, prom.c).  Each of cap[0..ncap) (none when ncap is 0)
+ * whose value is still NULL and whose name a label has gets a view of
+ * that label's value.  Returns 0 or GW_EPARSE.
  */
 static int
-skip_labels(const char **pp, const char *end)
+skip_labels(const char **pp, const char *end, struct prom_read_label *cap,
+            size_t ncap)
 {
-    const char *p = *pp, *name;
+    const char *p = *pp, *name, *value;
+    size_t name_len;
 
     for (;;) {
         p = skip_blanks(p, end);
@@ -87,12 +101,14 @@ skip_labels(const char **pp, const char *end)
         p = skip_name(p, end, 0);
         if (p == name)
             return GW_EPARSE;
+        name_len = (size_t)(p - name);
         p = skip_blanks(p, end);
         if (p == end || *p != '=')
             return GW_EPARSE;
         p = skip_blanks(p + 1, end);
         if (p == end || *p != '"')
             return GW_EPARSE;
+        value = p + 1;
         for (p++; p < end && *p != '"'; p++) {
             if (*p != '\\')
                 continue;
@@ -102,6 +118,13 @@ skip_labels(const char **pp, const char *end)
         }
         if (p == end)
             return GW_EPARSE;           /* the value is not closed */
+        for (size_t i = 0; i < ncap; i++) {
+            if (cap[i].value == NULL
+                && same_name(cap[i].name, name, name_len)) {
+                cap[i].value = value;
+                cap[i].len = (size_t)(p - value);
+            }
+        }
         p = skip_blanks(p + 1, end);
         if (p < end && *p == ',') {
             p++;
@@ -192,18 +215,20 @@ check_timestamp(const char *p, size_t n)
 
 /*
  * The rest of a sample line, p just past its name, up to 'end' (the line
- * end cut off): the labels (skipped), the value (OUT *out), and a
- * timestamp (checked, ignored).  Returns 0 or GW_EPARSE.
+ * end cut off): the labels (skipped, but those cap[0..ncap) ask for:
+ * skip_labels()), the value (OUT *out), and a timestamp (checked,
+ * ignored).  Returns 0 or GW_EPARSE.
  */
 static int
-parse_sample(const char *p, const char *end, double *out)
+parse_sample(const char *p, const char *end, double *out,
+             struct prom_read_label *cap, size_t ncap)
 {
     const char *q = skip_blanks(p, end), *tok;
     double v;
 
     if (q < end && *q == '{') {
         p = q + 1;
-        if (skip_labels(&p, end) != 0)
+        if (skip_labels(&p, end, cap, ncap) != 0)
             return GW_EPARSE;
         p = skip_blanks(p, end);
     } else if (q == p) {
@@ -228,22 +253,46 @@ parse_sample(const char *p, const char *end, double *out)
     return 0;
 }
 
-/* Whether the C string 'want' is the n bytes of name characters at p. */
-static int
-same_name(const char *want, const char *p, size_t n)
+/*
+ * Call fn(p, end, arg) for each line of text[0..len), [p, end) without
+ * its line end: '\n', and a '\r' before it.
+ */
+static void
+each_line(const char *text, size_t len,
+          void (*fn)(const char *, const char *, void *), void *arg)
 {
-    /* p holds no NUL, so strncmp() matching means want has n bytes. */
-    return strncmp(want, p, n) == 0 && want[n] == '\0';
+    const char *p = text, *end, *eol, *next;
+
+    if (len == 0)
+        return;                         /* text may be NULL: no NULL + 0 */
+    end = text + len;
+    while (p < end) {
+        eol = memchr(p, '\n', (size_t)(end - p));
+        next = eol != NULL ? eol + 1 : end;
+        if (eol == NULL)
+            eol = end;
+        if (eol > p && eol[-1] == '\r')
+            eol--;
+        fn(p, eol, arg);
+        p = next;
+    }
 }
+
+/* What prom_read_sums() asks each line for. */
+struct sums {
+    struct prom_read_sum *want;
+    size_t n;
+};
 
 /*
  * One line, [p, end) without its line end: read past its name only when
  * some want[i] asks for it, and then once for all of them.
  */
 static void
-read_line(const char *p, const char *end, struct prom_read_sum *want,
-          size_t n)
+read_line(const char *p, const char *end, void *arg)
 {
+    struct prom_read_sum *want = ((struct sums *)arg)->want;
+    size_t n = ((struct sums *)arg)->n;
     const char *name = skip_blanks(p, end);
     const char *name_end = skip_name(name, end, 1);
     size_t len = (size_t)(name_end - name);
@@ -256,7 +305,7 @@ read_line(const char *p, const char *end, struct prom_read_sum *want,
         if (!same_name(want[i].name, name, len))
             continue;
         if (!parsed) {
-            rc = parse_sample(name_end, end, &v);
+            rc = parse_sample(name_end, end, &v, NULL, 0);
             parsed = 1;
         }
         if (rc != 0) {
@@ -272,7 +321,7 @@ int
 prom_read_sums(const char *text, size_t len, struct prom_read_sum *want,
                size_t n)
 {
-    const char *p = text, *end, *eol;
+    struct sums s = { want, n };
     int rc = 0;
 
     for (size_t i = 0; i < n; i++) {
@@ -280,23 +329,59 @@ prom_read_sums(const char *text, size_t len, struct prom_read_sum *want,
         want[i].samples = 0;
         want[i].refused = 0;
     }
-    if (len == 0)
-        return 0;                       /* text may be NULL: no NULL + 0 */
-    end = text + len;
-    while (p < end) {
-        const char *next;
-
-        eol = memchr(p, '\n', (size_t)(end - p));
-        next = eol != NULL ? eol + 1 : end;
-        if (eol == NULL)
-            eol = end;
-        if (eol > p && eol[-1] == '\r')
-            eol--;
-        read_line(p, eol, want, n);
-        p = next;
-    }
+    each_line(text, len, read_line, &s);
     for (size_t i = 0; i < n; i++)
         if (want[i].refused > 0)
             rc = GW_EPARSE;
     return rc;
+}
+
+/*
+ * One line for prom_read_latest(): a sample of want->name replaces the
+ * latest so far when its value is higher (or it is the first).
+ */
+static void
+latest_line(const char *p, const char *end, void *arg)
+{
+    struct prom_read_latest *want = arg;
+    struct prom_read_label cap[PROM_READ_MAX_LABELS];
+    const char *name = skip_blanks(p, end);
+    const char *name_end = skip_name(name, end, 1);
+    size_t i;
+    double v;
+
+    if (name_end == name
+        || !same_name(want->name, name, (size_t)(name_end - name)))
+        return;
+    for (i = 0; i < want->num_labels; i++) {
+        cap[i].name = want->labels[i].name;
+        cap[i].value = NULL;
+        cap[i].len = 0;
+    }
+    if (parse_sample(name_end, end, &v, cap, want->num_labels) != 0) {
+        want->refused++;
+        return;
+    }
+    if (want->samples++ > 0 && !(v > want->value))
+        return;
+    want->value = v;
+    for (i = 0; i < want->num_labels; i++) {
+        want->labels[i].value = cap[i].value;
+        want->labels[i].len = cap[i].len;
+    }
+}
+
+int
+prom_read_latest(const char *text, size_t len, struct prom_read_latest *want)
+{
+    assert(want->num_labels <= PROM_READ_MAX_LABELS);
+    want->value = 0;
+    want->samples = 0;
+    want->refused = 0;
+    for (size_t i = 0; i < want->num_labels; i++) {
+        want->labels[i].value = NULL;
+        want->labels[i].len = 0;
+    }
+    each_line(text, len, latest_line, want);
+    return want->refused > 0 ? GW_EPARSE : 0;
 }

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * prom_read.h - reading the Prometheus text exposition format (0.0.4):
- * the sum, over every label set, of a few named series in a scrape.
+ * the sum, over every label set, of a few named series in a scrape; and
+ * the labels of a series' latest sample.
  *
  * The gateway scrapes each vLLM upstream's GET /metrics (written by
  * prometheus_client) about ten times a second and needs a handful of
@@ -103,5 +104,50 @@ struct prom_read_sum {
  */
 int prom_read_sums(const char *text, size_t len, struct prom_read_sum *want,
                    size_t n);
+
+/* The most labels prom_read_latest() reads of a sample. */
+#define PROM_READ_MAX_LABELS 8
+
+/* A label of the latest sample (prom_read_latest()). */
+struct prom_read_label {
+    const char *name;           /* borrowed: [a-zA-Z_][a-zA-Z0-9_]* */
+    const char *value;          /* OUT: its value as written, between the
+                                   quotes, escapes and all (\\, \" and
+                                   \n): a view into the text; NULL when
+                                   the sample has no such label */
+    size_t len;                 /* OUT: the view's length */
+};
+
+/*
+ * One series whose latest sample is asked for: a gauge its writer sets to
+ * the time with a new label set at each change (vLLM's
+ * vllm:lora_requests_info, an "info" gauge set with prometheus_client's
+ * set_to_current_time()), whose every label set ever seen stays on the
+ * page.  The latest is the sample with the highest value.
+ */
+struct prom_read_latest {
+    const char *name;           /* borrowed, as prom_read_sum's */
+    struct prom_read_label *labels;     /* borrowed: the labels read of
+                                           the latest sample */
+    size_t num_labels;          /* 0..PROM_READ_MAX_LABELS */
+    double value;               /* OUT: its value; 0 with no sample */
+    size_t samples;             /* OUT: well-formed samples read */
+    size_t refused;             /* OUT: lines of 'name' that were not */
+};
+
+/*
+ * Scan text[0..len) as prom_read_sums() does, for the series want->name:
+ * the sample with the highest value wins (the first of equals), and
+ * want->labels[i] get views of its values of the labels they name (the
+ * first, should a label name come twice).  The views point into 'text'
+ * and are as valid as it is.  A huge label value is a view like any
+ * other: nothing is copied, nothing allocated.  Lines are read and
+ * refused as prom_read_sums() reads and refuses them; use the result
+ * only when want->refused is 0 and want->samples is not (a refused line
+ * may have been the latest).  Returns 0, or GW_EPARSE when
+ * want->refused is not 0 (want is filled either way).
+ */
+int prom_read_latest(const char *text, size_t len,
+                     struct prom_read_latest *want);
 
 #endif

@@ -56,7 +56,7 @@ LAYERS = [
     ("coalesce", "the proxy's three paths and what a flight shares",
      "proxy coalesce flight fanout usage"),
     ("fleet", "which upstream: dispatch, the pool, the beats and feeds",
-     "dispatch pool engine health scrape beat probe"),
+     "dispatch pool engine lora health scrape beat probe"),
     ("upstream", "one libcurl call, its request, sessions, keep-alive",
      "upstream upstream_request upstream_session upstream_testcall "
      "keepalive"),
@@ -86,7 +86,7 @@ GATEWAY = {
     "generation": "cluster config health metrics pool scrape tenant tls"
                   " upstream",
     "health": "beat config pool probe upstream",
-    "scrape": "beat config engine pool probe",
+    "scrape": "beat config engine lora pool probe",
     "probe": "upstream",
     "beat": "config",
     "coalesce": "config flight metrics upstream",
@@ -100,8 +100,12 @@ GATEWAY = {
     "keepalive": "metrics",
     "tls": "metrics",
     "metrics": "config",
-    "pool": "config engine metrics outcome tenant",
+    "pool": "config engine lora metrics outcome tenant",
     "engine": "config",
+    # An upstream's LoRA adapters (issue 29): read from the scrape like
+    # the engine's load, kept in the pool's member; they count calls by
+    # the engine's own call numbers (engine_mark).
+    "lora": "engine",
     "tenant": "cluster config",
     "flight": "outcome",
     "reply": "outcome",
@@ -128,7 +132,7 @@ PRIVATE = {
 # share the module's private header and are counted as the module's own.
 PARTS = {
     "pool": "pool_pick pool_breaker pool_queue pool_share pool_models "
-            "pool_report pool_budget",
+            "pool_report pool_budget pool_lora",
     "tenant": "tenant_tokens tenant_shared tenant_usage tenant_lease",
     "cluster": "cluster_beat",
     "redis": "redis_url",

@@ -4,7 +4,7 @@
 four [routing] balance policies over a fleet of engine-mode mocks.
 
     python3 tools/bench_sched.py [--bin build/default/bin] [--quick]
-        [--workload a|b|c|c0|d|d70|d110[,...]] [--modes M[,...]]
+        [--workload a|b|c|c0|d|d70|d110|e[,...]] [--modes M[,...]]
         [--reps 1] [--seed 1] [--set KEY=VALUE]... [--out FILE]
 
 What it measures.  Open-loop streamed chat completions through one
@@ -24,7 +24,11 @@ cache starts cold) and the same arrivals (seeded).  Workloads:
      start, on a fleet and a gateway that know nothing yet -- where a
      light tenant's calls used to time out, issue 29);
   d  12 groups of requests sharing long system prompts (2-4 KB, the rest
-     of each prompt short and distinct), at 70% and at 110% of capacity.
+     of each prompt short and distinct), at 70% and at 110% of capacity;
+  e  LoRA adapters: 16 by Zipf popularity on 4 servers of --max-loras 4,
+     at 70%, for round_robin and least_load with and without its LoRA
+     rule (issue 29; not in the default set; tools/bench_lora.py has it
+     all, --modes does not apply).
 
 How.  Capacity comes from the mock's model: a step lasts step_ms +
 step_per_seq_ms x running and gives every running sequence one token, so
@@ -102,8 +106,11 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "test", "integration"))
 
 import gwtest  # noqa: E402
-from bench_sched.report import (MODES, finite, notes, table,  # noqa: E402
-                                targets)
+# f and ms too: tools/bench_lora.py formats its table with them.
+from bench_sched.report import (MODES, f, finite, ms, notes,  # noqa: E402
+                                table, targets)
+
+import bench_lora  # noqa: E402
 
 CHAT = "/v1/chat/completions"
 CONTENT = b'"delta":{"content":'    # a content event, not the role chunk
@@ -206,6 +213,7 @@ def workloads(quick):
         "d110": (w(20, 3), [
             dict(name="gw", to="gw", load=1.1, mix=d_mix,
                  prompt=grouped_prompt(systems))]),
+        "e": bench_lora.workload(quick, short_prompt),
     }
 
 
@@ -712,7 +720,7 @@ def main():
                                                   "bin"))
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--workload", default="a,b,c,d",
-                    help="a, b, c, d (d70 and d110), comma-separated")
+                    help="a, b, c, d (d70 and d110), e, comma-separated")
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--reps", type=int, default=1)
     ap.add_argument("--seed", type=int, default=1)
@@ -729,6 +737,8 @@ def main():
     for n in names:
         if n not in wls:
             ap.error("unknown workload %r" % n)
+    lora = "e" in names                 # bench_lora.py runs it, its way
+    names = [n for n in names if n != "e"]
     modes = args.modes.split(",")
     for mo in modes:
         if mo not in MODES:
@@ -753,6 +763,9 @@ def main():
                              for c, cr in r["classes"].items()})),
                           file=sys.stderr, flush=True)
                 gwtest.Ctx.cleanup()
+        if lora:
+            lora_text, lora_targets, results["e"] = bench_lora.run(
+                sys.modules[__name__], args, args.quick, tmp)
     wall = time.monotonic() - started
     step = full_step_s()
     text = ["Engine (every mock): -E %s; full step %.0f ms, so a server's "
@@ -767,10 +780,15 @@ def main():
         text.append(table(n, results[n], [c["name"] for c in classes]))
         text.append("")
         text.append(notes(n, results[n], window, classes, args.reps))
+    if lora:
+        text.append("\n### e\n")
+        text.append(lora_text)
     text.append("\n**Targets** (medians%s):\n" % (
         "; --quick is a smoke run, its numbers are not the targets'"
         if args.quick else ""))
-    for what, met, how in targets(results):
+    met_or_not = (targets({n: results[n] for n in names})
+                  + (lora_targets if lora else []))
+    for what, met, how in met_or_not:
         text.append("- %s: %s (%s)" % (what, "met" if met else "**missed**",
                                        how))
     text.append("\nWall time %.0f s." % wall)
@@ -782,7 +800,7 @@ def main():
                        "seed": args.seed, "wall_s": wall,
                        "results": results,
                        "targets": [{"target": t, "met": m, "numbers": h}
-                                   for t, m, h in targets(results)]}),
+                                   for t, m, h in met_or_not]}),
                       fp, indent=1)
 
 

@@ -20,6 +20,7 @@
  *   send.c          heads, bodies, chunks, events and errors on the wire
  *   wait.c          every wait, each watching the client
  *   engine.c        engine mode's vLLM-like engine
+ *   lora.c          its LoRA adapters: slots, LRU, vllm:lora_requests_info
  *
  * Design: the main thread accepts; each connection gets a detached thread
  * (conn.c).  A request's waits (wait.c) watch its client, so a client
@@ -41,6 +42,7 @@
  * has nothing to drain, and tests want it gone promptly.
  */
 #include <errno.h>
+#include <getopt.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -54,6 +56,7 @@
 #include "log.h"
 #include "mock/conn.h"
 #include "mock/engine.h"
+#include "mock/lora.h"
 #include "mock/mock.h"
 #include "net.h"
 #include "util.h"
@@ -72,8 +75,9 @@ usage(FILE *f)
     fprintf(f,
             "usage: mock_upstream [-l ADDR] [-n CHUNKS] [-f FIRST_MS] "
             "[-d DELAY_MS] [-m MODELS] [-s N:MS] [-p BYTES] [-e]\n"
-            "                     [-E KEY=VALUE[,KEY=VALUE...]] [-q] [-v] "
-            "[-h]\n"
+            "                     [-E KEY=VALUE[,KEY=VALUE...]] "
+            "[--max-loras N [--lora NAMES]\n"
+            "                     [--lora-load-ms MS]] [-q] [-v] [-h]\n"
             "A mock vLLM OpenAI-compatible server for tests, demos and "
             "benchmarks.\n"
             "  -l ADDR  listen on HOST:PORT, port 0 picks one "
@@ -97,6 +101,15 @@ usage(FILE *f)
             "prefill_us_per_token=%g\n"
             "           kv_blocks=%ld block_tokens=%ld "
             "default_max_tokens=%ld\n"
+            "  --max-loras N     LoRA adapters a batch may hold (GPU slots), "
+            "0..%d;\n"
+            "                    0 (the default) is LoRA off; implies -e\n"
+            "  --lora NAMES      the adapters served from the start, "
+            "comma-separated,\n"
+            "                    each a model whose parent is the first -m "
+            "model\n"
+            "  --lora-load-ms MS loading an adapter into a slot costs this "
+            "(default %d)\n"
             "  -q       quiet: no log line per request\n"
             "  -v       log a gateway's probes and scrapes too (GET /health,"
             "\n           /v1/models and /metrics), which are left out "
@@ -109,7 +122,8 @@ usage(FILE *f)
             d.max_running, (double)d.step_ns / 1e6,
             (double)d.step_per_seq_ns / 1e6,
             (double)d.prefill_ns_per_token / 1e3, d.kv_blocks,
-            d.block_tokens, d.default_max_tokens);
+            d.block_tokens, d.default_max_tokens, LORA_MAX_SLOTS,
+            LORA_DEFAULT_LOAD_MS);
 }
 
 static void
@@ -150,17 +164,74 @@ signals_init(sigset_t *waitmask)
     return 0;
 }
 
+/* The long options: LoRA adapters (mock/lora.h). */
+enum { OPT_MAX_LORAS = 256, OPT_LORA, OPT_LORA_LOAD_MS };
+
+static const struct option long_opts[] = {
+    { "max-loras", required_argument, NULL, OPT_MAX_LORAS },
+    { "lora", required_argument, NULL, OPT_LORA },
+    { "lora-load-ms", required_argument, NULL, OPT_LORA_LOAD_MS },
+    { NULL, 0, NULL, 0 },
+};
+
+/*
+ * --lora's list into opt.loras (split in place).  Returns 0, or 2 after
+ * saying what is wrong.
+ */
+static int
+parse_loras(char *list)
+{
+    char *tok, *next;
+
+    for (tok = list; tok != NULL; tok = next) {
+        next = strchr(tok, ',');
+        if (next != NULL)
+            *next++ = '\0';
+        if (!lora_name_ok(tok) || opt.num_loras == LORA_MAX) {
+            fprintf(stderr, "mock_upstream: --lora wants at most %d names "
+                    "of 1 to %d printable ASCII bytes, comma-separated\n",
+                    LORA_MAX, LORA_NAME_MAX);
+            return 2;
+        }
+        opt.loras[opt.num_loras++] = tok;
+    }
+    return 0;
+}
+
 /* Parse the command line into 'opt'; returns -1 to go on, else an exit. */
 static int
 parse_args(int argc, char **argv)
 {
+    long ms;
     int ch;
 
     char *colon, *tok, *save = NULL, err[256];
 
     engine_params_init(&opt.engine_params);
-    while ((ch = getopt(argc, argv, "l:n:f:d:m:s:p:eE:qvh")) != -1) {
+    while ((ch = getopt_long(argc, argv, "l:n:f:d:m:s:p:eE:qvh", long_opts,
+                             NULL)) != -1) {
         switch (ch) {
+        case OPT_MAX_LORAS:
+            if (gw_parse_long(optarg, 0, LORA_MAX_SLOTS,
+                              &opt.engine_params.max_loras) != 0) {
+                fprintf(stderr, "mock_upstream: --max-loras wants 0..%d\n",
+                        LORA_MAX_SLOTS);
+                return 2;
+            }
+            opt.engine |= opt.engine_params.max_loras > 0;
+            break;
+        case OPT_LORA:
+            if (parse_loras(optarg) != 0)
+                return 2;
+            break;
+        case OPT_LORA_LOAD_MS:
+            if (gw_parse_long(optarg, 0, 60000, &ms) != 0) {
+                fprintf(stderr, "mock_upstream: --lora-load-ms wants "
+                        "0..60000\n");
+                return 2;
+            }
+            opt.engine_params.lora_load_ns = (int64_t)ms * 1000000;
+            break;
         case 'e':
             opt.engine = 1;
             break;
@@ -242,6 +313,12 @@ parse_args(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    if (opt.num_loras > 0 && opt.engine_params.max_loras == 0) {
+        fprintf(stderr, "mock_upstream: --lora needs --max-loras (LoRA is "
+                "off without it, as vLLM's --lora-modules needs "
+                "--enable-lora)\n");
+        return 2;
+    }
     return -1;
 }
 
@@ -270,6 +347,13 @@ main(int argc, char **argv)
         if (engine == NULL || engine_start(engine) != 0) {
             fprintf(stderr, "mock_upstream: cannot start the engine\n");
             return 1;
+        }
+        for (size_t i = 0; i < opt.num_loras; i++) {
+            if (engine_lora_add(engine, opt.loras[i], NULL) < 0) {
+                fprintf(stderr, "mock_upstream: --lora names %s twice\n",
+                        opt.loras[i]);
+                return 2;
+            }
         }
     }
     if (pthread_attr_init(&attr) != 0)

@@ -150,6 +150,8 @@ struct gw_config {
     int64_t queue_timeout_ms;   /* 2s: wait for a max_inflight slot */
     double prefix_epsilon;      /* 0.25: load bound (1 + e) x mean */
     uint64_t prefix_bytes;      /* 1k: how much of the prompt is hashed */
+    int lora_aware;             /* on: a call for a LoRA adapter prefers
+                                   the upstreams where it is (pool.h) */
     int64_t connect_timeout_ms; /* 5s: each upstream's default ... */
     int64_t first_byte_timeout_ms;  /* 60s */
     int64_t upstream_idle_timeout_ms;   /* 30s */

@@ -121,6 +121,7 @@ const struct setting config_settings[] = {
       0, DAY_MS },
     { "routing", "prefix_epsilon", T_DECIMAL, C(prefix_epsilon), "0.1",
       0, 10 },
+    { "routing", "lora_aware", T_BOOL, C(lora_aware), "on", 0, 0 },
     { "routing", "prefix_bytes", T_SIZE, C(prefix_bytes), "1k", 16,
       64 * CFG_KIB },
     { "routing", "connect_timeout", T_DURATION, C(connect_timeout_ms),

@@ -286,6 +286,46 @@ engine_json(const struct pool_upstream_status *u, int *failed)
     return e;
 }
 
+/*
+ * A comma-separated list of adapter names (the status view's copy,
+ * pool.h) as an array, each name printable (non-printable bytes as '?':
+ * a JSON string must be UTF-8), a cut list ending in "...".
+ */
+static json_t *
+names_json(const char *list, int *failed)
+{
+    char name[POOL_LORA_NAMES];
+    json_t *a = json_array();
+    const char *p = list, *comma;
+    size_t n;
+
+    while (*p != '\0') {
+        comma = strchr(p, ',');
+        n = comma != NULL ? (size_t)(comma - p) : strlen(p);
+        memcpy(name, p, n);             /* n < sizeof(name): a part of it */
+        name[n] = '\0';
+        copy_printable(name, sizeof(name), name);
+        append(a, json_string(name), failed);
+        p += n + (comma != NULL);
+    }
+    return a;
+}
+
+/* Its engine's LoRA adapters, as its last scrape said; null: none. */
+static json_t *
+lora_json(const struct pool_upstream_status *u, int *failed)
+{
+    json_t *o;
+
+    if (!u->lora_known)
+        return json_null();
+    o = json_object();
+    put(o, "max_lora", count(u->lora_max), failed);
+    put(o, "running", names_json(u->lora_running_names, failed), failed);
+    put(o, "waiting", names_json(u->lora_waiting_names, failed), failed);
+    return o;
+}
+
 static int
 render_upstreams(const struct handler_ctx *ctx, json_t *doc)
 {
@@ -321,6 +361,8 @@ render_upstreams(const struct handler_ctx *ctx, json_t *doc)
                                                   : json_null(), &failed);
         put(o, "queued", count(u->queued), &failed);
         put(o, "engine", engine_json(u, &failed), &failed);
+        put(o, "lora", lora_json(u, &failed), &failed);
+        put(o, "lora_loads", count(u->lora_loads), &failed);
         put(o, "calls", count(u->calls), &failed);
         for (size_t k = POOL_FAIL_CONNECT; k < POOL_OUTCOME_COUNT; k++)
             put(fails, pool_outcome_name((enum pool_outcome)k),

@@ -41,8 +41,7 @@ engine_unknown(struct engine_load *l)
     l->full_reads = 0;
 }
 
-/* Is the last scrape usable at 'now_ms' (load_interval on, not stale)? */
-static int
+int
 engine_fresh(const struct engine_load *l, const struct gw_config *cfg,
              int64_t now_ms)
 {

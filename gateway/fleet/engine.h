@@ -103,6 +103,14 @@ void engine_report(struct engine_load *l, const struct engine_report *r,
 void engine_unknown(struct engine_load *l);
 
 /*
+ * Is the last scrape usable at 'now_ms': load_interval on, one came, and
+ * it is no older than load_stale?  (What came with it, lora.h's report,
+ * is as fresh.)
+ */
+int engine_fresh(const struct engine_load *l, const struct gw_config *cfg,
+                 int64_t now_ms);
+
+/*
  * The score above, or 'inflight' when not fresh.  Compare two as
  * score / weight (pool_pick.c's power of two choices).
  */

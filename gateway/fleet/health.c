@@ -65,23 +65,27 @@ probe(struct health *h, size_t idx, const char *path, struct probe *pr,
     return pool_outcome_of(&o);
 }
 
-/* Free the first n entries of the two arrays and the arrays. */
+/* Free the first n entries of the three arrays and the arrays. */
 static void
-free_models(char **ids, char **texts, size_t n)
+free_models(char **ids, char **parents, char **texts, size_t n)
 {
     size_t i;
 
     for (i = 0; i < n; i++) {
         gw_free(ids[i]);
+        gw_free(parents[i]);
         gw_free(texts[i]);
     }
     gw_free(ids);
+    gw_free(parents);
     gw_free(texts);
 }
 
 /*
  * Keep upstream idx's GET /v1/models answer: each "data" entry that is an
- * object with a string "id", as compact JSON.  Bad answers change nothing.
+ * object with a string "id", as compact JSON, and its "parent" when that
+ * is a string (a LoRA adapter's base model, vLLM's lora_cards; a parent
+ * longer than a model id is none).  Bad answers change nothing.
  * Returns NULL, or what was wrong with the answer (for the log line).
  */
 static const char *
@@ -89,9 +93,9 @@ take_models(struct health *h, size_t idx, const struct buf *body)
 {
     const char *why = NULL;
     json_t *root = NULL, *data, *e;
-    char **ids = NULL, **texts = NULL, *dumped, err[128];
+    char **ids = NULL, **parents = NULL, **texts = NULL, *dumped, err[128];
     size_t n = 0, i;
-    const char *id;
+    const char *id, *parent;
 
     /* At most JSONX_MAX_DEPTH deep, as client bodies: we relay this. */
     if (jsonx_parse_object(buf_ptr(body), buf_len(body), JSONX_MAX_DEPTH,
@@ -103,8 +107,9 @@ take_models(struct health *h, size_t idx, const struct buf *body)
         goto out;
     }
     ids = gw_calloc(HEALTH_MODELS_MAX, sizeof(*ids));
+    parents = gw_calloc(HEALTH_MODELS_MAX, sizeof(*parents));
     texts = gw_calloc(HEALTH_MODELS_MAX, sizeof(*texts));
-    if (ids == NULL || texts == NULL)
+    if (ids == NULL || parents == NULL || texts == NULL)
         goto out;
     json_array_foreach(data, i, e) {
         id = json_string_value(json_object_get(e, "id"));
@@ -120,24 +125,30 @@ take_models(struct health *h, size_t idx, const struct buf *body)
         texts[n] = dumped != NULL ? gw_strdup(dumped) : NULL;
         free(dumped);           /* jansson's malloc */
         ids[n] = gw_strdup(id);
-        if (ids[n] == NULL || texts[n] == NULL) {
+        parent = json_string_value(json_object_get(e, "parent"));
+        if (parent != NULL && strlen(parent) > POOL_MODEL_ID_MAX)
+            parent = NULL;
+        parents[n] = parent != NULL ? gw_strdup(parent) : NULL;
+        if (ids[n] == NULL || texts[n] == NULL
+            || (parent != NULL && parents[n] == NULL)) {
             gw_free(ids[n]);
+            gw_free(parents[n]);
             gw_free(texts[n]);
-            goto out;
+            goto out;           /* frees the n entries before this one */
         }
         n++;
     }
     /* No usable entry: as if it had not answered (it may take any
      * model), rather than an upstream that serves none. */
     if (n > 0) {
-        pool_set_models(h->pool, idx, ids, texts, n);
-        ids = texts = NULL;
+        pool_set_models(h->pool, idx, ids, parents, texts, n);
+        ids = parents = texts = NULL;
         n = 0;
     }
 
 out:
-    if (ids != NULL || texts != NULL)
-        free_models(ids, texts, n);
+    if (ids != NULL || parents != NULL || texts != NULL)
+        free_models(ids, parents, texts, n);
     json_decref(root);
     return why;
 }

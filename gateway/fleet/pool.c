@@ -80,9 +80,12 @@ pool_free(struct pool *p)
 
     if (p == NULL)
         return;
-    if (p->m != NULL)
-        for (i = 0; i < p->n; i++)
+    if (p->m != NULL) {
+        for (i = 0; i < p->n; i++) {
             pool_models_free(&p->m[i]);
+            lora_report_release(&p->m[i].lora.last);
+        }
+    }
     gw_free(p->m);
     gw_free(p->ring);
     gw_mutex_destroy(&p->budget.lock);

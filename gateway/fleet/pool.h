@@ -86,8 +86,26 @@
  *
  * Models: an upstream serves the models its config lists; with none
  * listed, the ones its GET /v1/models reported (health.c asks); until it
- * has answered, any model.  /v1/models is the union over upstreams that
- * are not ejected, kept from those answers.
+ * has answered, any model.  A LoRA adapter is a model whose entry there
+ * names a "parent": an upstream whose config lists the parent serves
+ * the adapter too, from the answer on (so an adapter loaded at run time
+ * is routable from the next health beat).  /v1/models is the union over
+ * upstreams that are not ejected, kept from those answers.
+ *
+ * LoRA adapters (lora.h): a call for an adapter is balanced (least_load,
+ * prefix) among the upstreams of 'room' where the adapter is resident
+ * (running or waiting by the last scrape, sent there since, or idle in
+ * a slot as far as the gateway saw), else among those with a free slot,
+ * else with room for another adapter, else among all; unless [routing]
+ * lora_aware is off.  A load stalls a server's whole batch, so a call
+ * whose adapter is resident only where there is no place now waits in
+ * the queue for one there (not a retry or hedge, nor with queue_timeout
+ * 0).  A place that comes free goes, among the calls of the tenant whose
+ * turn it is (the order above is unchanged), to its oldest whose adapter
+ * is resident there, then to its oldest whose adapter is resident
+ * nowhere; to a call whose adapter waits elsewhere only once that call
+ * has waited POOL_LORA_SPILL_MS (so a busy adapter spreads to a second
+ * server); until then the place waits.
  *
  * Threads: every function is thread-safe.  Each configuration generation
  * has its own struct pool (generation.c makes it with the generation and
@@ -102,6 +120,7 @@
 
 #include "buf.h"
 #include "fleet/engine.h"
+#include "fleet/lora.h"
 #include "base/outcome.h"
 
 struct gw_config;
@@ -110,6 +129,11 @@ struct tenants;
 
 #define POOL_BUDGET_WINDOW_S 10
 #define POOL_QUEUE_CHECK_MS 100
+
+/* A call for a LoRA adapter waiting for a place where the adapter is
+ * takes a place elsewhere (and loads it there) once it has waited this
+ * long: about what a load costs (pool.h "LoRA adapters"). */
+#define POOL_LORA_SPILL_MS 500
 
 /* A tenant counts for the shares this long after its last call, and its
  * recent demand is its calls' average over about as long
@@ -120,6 +144,7 @@ struct tenants;
  * longer is dropped (health.c), a form naming a longer one refused
  * (route.c); a configured one is at most CONFIG_NAME_MAX. */
 #define POOL_MODEL_ID_MAX 256
+#define POOL_LORA_NAMES 512     /* a status view's list of adapters */
 
 enum pool_state {
     POOL_CLOSED = 0,
@@ -353,12 +378,15 @@ void pool_carry_probes(struct pool *to, struct pool *from);
 
 /*
  * Upstream 'idx' answered GET /v1/models: its "data" entries, each one
- * object's JSON text and its "id" (the arrays and their strings are
- * stolen; the old ones freed).  Only upstreams without a configured
- * models list route by these ids.
+ * object's JSON text, its "id" and its "parent" (a LoRA adapter's base
+ * model; NULL for none: a base model) (the arrays and their strings are
+ * stolen; the old ones freed; 'parents' may be NULL: none has one).
+ * Upstreams without a configured models list route by these ids; one
+ * with a list serves, besides the models it lists, the adapters these
+ * entries give one of them as parent ("Models" above).
  */
-void pool_set_models(struct pool *p, size_t idx, char **ids, char **texts,
-                     size_t n);
+void pool_set_models(struct pool *p, size_t idx, char **ids, char **parents,
+                     char **texts, size_t n);
 
 /* ---- for scrape.c ---- */
 
@@ -372,6 +400,14 @@ struct engine_mark pool_load_mark(struct pool *p, size_t idx);
  * get their slots.
  */
 void pool_set_load(struct pool *p, size_t idx, const struct engine_report *r,
+                   const struct engine_mark *sent);
+
+/*
+ * The same scrape's LoRA adapters (lora.h): 'r' (stolen, emptied), or
+ * NULL when it had none or failed.  Called before pool_set_load() with
+ * the same 'sent', which makes both fresh.
+ */
+void pool_set_lora(struct pool *p, size_t idx, struct lora_report *r,
                    const struct engine_mark *sent);
 
 /* ---- for route.c ---- */
@@ -405,6 +441,17 @@ struct pool_upstream_status {
     uint64_t retries;           /* retries that went to it */
     uint64_t hedges;            /* hedges that went to it ... */
     uint64_t hedges_won;        /* ... and had the first body byte */
+    int lora_known;             /* its last scrape had LoRA adapters: */
+    uint64_t lora_max;          /* max_lora, */
+    size_t lora_running;        /* how many run, */
+    size_t lora_waiting;        /* how many wait, */
+    char lora_running_names[POOL_LORA_NAMES];   /* which: comma-separated
+                                                   (no kept name has a
+                                                   comma), cut short with
+                                                   ",..." */
+    char lora_waiting_names[POOL_LORA_NAMES];
+    uint64_t lora_loads;        /* calls the gateway sent there whose
+                                   adapter was not resident */
 };
 
 /*

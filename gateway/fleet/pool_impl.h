@@ -19,6 +19,8 @@
  *                   (reported per tenant to tenant.h, which renders
  *                   them)
  *   pool_models.c   which upstreams serve a model; /v1/models
+ *   pool_lora.c     LoRA adapters: the reports, a call's preference for
+ *                   where its adapter is (lora.h), their metrics
  *   pool_report.c   the status view and /metrics (per upstream, engine,
  *                   model; no tenant's: tenant.h has them)
  *   pool_budget.c   the retry budget
@@ -48,6 +50,7 @@
 
 #include "base/config.h"
 #include "fleet/engine.h"
+#include "fleet/lora.h"
 #include "fleet/pool.h"
 #include "util.h"
 
@@ -73,11 +76,16 @@ struct member {
     int saturated;              /* as last logged */
     int64_t swrr;               /* smooth weighted round robin's current */
 
-    /* From GET /v1/models; routing uses 'ids' only without cfg models. */
+    /* From GET /v1/models; routing uses 'ids' only without cfg models,
+     * and 'parents' (a LoRA adapter's base model; NULL: none) with. */
     int models_known;
     char **ids;
+    char **parents;
     char **texts;
     size_t num_models;
+    size_t num_adapters;        /* of those, with a parent (so a call
+                                   for a base model looks no further) */
+    struct lora_load lora;      /* its engine's LoRA adapters (lora.h) */
 
     /* For /metrics. */
     uint64_t calls;
@@ -92,6 +100,7 @@ struct ring_point {
 };
 
 struct waiter;                          /* pool_queue.c's own */
+struct prom;                            /* prom.h's writer */
 
 /*
  * A tenant's recent demand (pool_share.c): its calls open and waiting,
@@ -253,10 +262,12 @@ int pool_ring_build(struct pool *p);
 
 /*
  * The upstream the balancer picks of 'room' (never empty), the usable
- * upstreams being 'usable_mask' and the call's prefix hash 'key'.
+ * upstreams being 'usable_mask', the call's prefix hash 'key' and its
+ * model 'model' (NULL: none; a LoRA adapter's calls prefer where it is:
+ * pool_lora_group_locked()).
  */
 size_t pool_pick_locked(struct pool *p, uint64_t room, uint64_t usable_mask,
-                        uint64_t key, int64_t now);
+                        uint64_t key, const char *model, int64_t now);
 
 /* ---- pool_breaker.c ---- */
 
@@ -372,6 +383,51 @@ void pool_slot_back_locked(struct pool *p, struct member *m, size_t tenant,
 void pool_queued_locked(struct pool *p, uint64_t q[CONFIG_MAX_UPSTREAMS]);
 
 
+/* ---- pool_lora.c ---- */
+
+/*
+ * Of 'room' (never empty), the upstreams a call for 'model' prefers
+ * (lora.h): where it is resident, else where a slot is free, else where
+ * there is room for it, else 'room' itself; 'room' too when 'model' is
+ * no adapter, or lora_aware is off.  The balancer then picks within what
+ * this returns.
+ */
+uint64_t pool_lora_group_locked(struct pool *p, uint64_t room,
+                                const char *model, int64_t now);
+
+/*
+ * Should a call for 'model' wait rather than take a place in 'room'
+ * now: is it a LoRA adapter resident on some upstream of 'use' (those
+ * it may use) but on none of 'room' (those with a place for it now)?
+ * A load elsewhere costs its whole batch the load's time; a place where
+ * it is comes free soon, and goes to it first (pool_queue.c).
+ */
+int pool_lora_waits_locked(struct pool *p, uint64_t room, uint64_t use,
+                           const char *model, int64_t now);
+
+/*
+ * The upstreams of 'set' where 'model' is a resident LoRA adapter
+ * (lora.h), with a balancer that reads engines and lora_aware on; 0 when
+ * it is no adapter, or resident on none of them.
+ */
+uint64_t pool_lora_resident_locked(struct pool *p, uint64_t set,
+                                   const char *model, int64_t now);
+
+/*
+ * A call for 'model' took a slot on upstream 'idx' (after take_slot):
+ * when 'model' is an adapter, it is noted there, and counted as a load
+ * if it was not resident (lora.h).
+ */
+void pool_lora_sent_locked(struct pool *p, size_t idx, const char *model,
+                           int64_t now);
+
+/* The LoRA series of /metrics, per upstream. */
+void pool_lora_render_locked(struct pool *p, struct prom *w);
+
+/* Fill the LoRA fields of upstream 'm''s status view. */
+void pool_lora_status_locked(struct pool *p, const struct member *m,
+                             struct pool_upstream_status *st);
+
 /* ---- pool_budget.c ---- */
 
 /* A copy of the budget's counts, under its lock (not the pool's). */
@@ -382,6 +438,12 @@ void pool_budget_read(struct pool *p, struct pool_budget_counts *out);
 /* Does 'm' serve 'model' (NULL: any)? */
 int pool_member_serves_locked(struct pool *p, const struct member *m,
                               const char *model);
+
+/*
+ * Is 'model' a LoRA adapter: does some upstream's GET /v1/models list it
+ * with a parent?
+ */
+int pool_is_adapter_locked(struct pool *p, const char *model);
 
 /* The set of the upstreams that serve 'model' (NULL: any). */
 uint64_t pool_serving_mask_locked(struct pool *p, const char *model);

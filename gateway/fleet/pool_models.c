@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * pool_models.c - which upstreams serve a model (pool.h "Models"), from
- * their configured lists or what their GET /v1/models said, and the
- * /v1/models answer: the union over the upstreams not ejected.
+ * their configured lists or what their GET /v1/models said (a LoRA
+ * adapter's parent too), and the /v1/models answer: the union over the
+ * upstreams not ejected.
  */
 #include "fleet/pool_impl.h"
 
@@ -24,11 +25,38 @@ pool_models_free(struct member *m)
     for (i = 0; i < m->num_models; i++) {
         gw_free(m->ids[i]);
         gw_free(m->texts[i]);
+        if (m->parents != NULL)
+            gw_free(m->parents[i]);
     }
     gw_free(m->ids);
     gw_free(m->texts);
-    m->ids = m->texts = NULL;
+    gw_free(m->parents);
+    m->ids = m->texts = m->parents = NULL;
     m->num_models = 0;
+    m->num_adapters = 0;
+}
+
+/* Does the configuration of 'u' list 'model'? */
+static int
+configured(const struct config_upstream *u, const char *model)
+{
+    for (size_t i = 0; i < u->num_models; i++)
+        if (strcmp(u->models[i], model) == 0)
+            return 1;
+    return 0;
+}
+
+/*
+ * The parent m's GET /v1/models gave 'model' (a LoRA adapter's base
+ * model), or NULL: not listed, or listed with none.
+ */
+static const char *
+parent_of(const struct member *m, const char *model)
+{
+    for (size_t i = 0; m->parents != NULL && i < m->num_models; i++)
+        if (m->parents[i] != NULL && strcmp(m->ids[i], model) == 0)
+            return m->parents[i];
+    return NULL;
 }
 
 int
@@ -36,6 +64,7 @@ pool_member_serves_locked(struct pool *p, const struct member *m,
                           const char *model)
 {
     const struct config_upstream *u = m->cfg;
+    const char *parent;
     size_t i;
 
     /* Either lock is enough to read the models (pool_impl.h). */
@@ -43,10 +72,11 @@ pool_member_serves_locked(struct pool *p, const struct member *m,
     if (model == NULL)
         return 1;
     if (u->num_models > 0) {
-        for (i = 0; i < u->num_models; i++)
-            if (strcmp(u->models[i], model) == 0)
-                return 1;
-        return 0;
+        if (configured(u, model))
+            return 1;
+        /* An adapter of a model it serves (pool.h "Models"). */
+        parent = parent_of(m, model);
+        return parent != NULL && configured(u, parent);
     }
     if (!m->models_known)
         return 1;               /* not asked yet: it may */
@@ -112,27 +142,43 @@ pool_serves(struct pool *p, const char *model, struct pool_admission *adm)
     return mask != 0;
 }
 
+int
+pool_is_adapter_locked(struct pool *p, const char *model)
+{
+    assert(gw_mutex_held(&p->lock));
+    for (size_t i = 0; i < p->n; i++)
+        if (p->m[i].num_adapters > 0 && parent_of(&p->m[i], model) != NULL)
+            return 1;
+    return 0;
+}
+
 void
-pool_set_models(struct pool *p, size_t idx, char **ids, char **texts,
-                size_t n)
+pool_set_models(struct pool *p, size_t idx, char **ids, char **parents,
+                char **texts, size_t n)
 {
     struct member *m = &p->m[idx];
     struct member old;
+    size_t adapters = 0;
 
     /* Its models get their own label value in the request histograms
      * (metrics.h).  Before the pool lock: metrics takes its own (one
      * lock at a time). */
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
         metrics_model_known(ids[i]);
+        adapters += parents != NULL && parents[i] != NULL;
+    }
     /* Both locks, in this order: a reader holds either (pool_impl.h). */
     pool_lock(p);
     gw_mutex_lock(&p->models_lock);
     old.ids = m->ids;
     old.texts = m->texts;
+    old.parents = m->parents;
     old.num_models = m->num_models;
     m->ids = ids;
     m->texts = texts;
+    m->parents = parents;
     m->num_models = n;
+    m->num_adapters = adapters;
     m->models_known = 1;
     p->models_gen++;            /* every set computed before is stale */
     gw_mutex_unlock(&p->models_lock);
@@ -229,6 +275,13 @@ pool_models_json(struct pool *p, struct buf *out)
                 rc = add_model(out, m, m->cfg->models[k],
                                model_text(m, m->cfg->models[k]), &done,
                                &ndone);
+            /* The adapters of those it serves too (pool.h "Models"). */
+            for (k = 0; m->parents != NULL && k < m->num_models && rc == 0;
+                 k++)
+                if (m->parents[k] != NULL
+                    && configured(m->cfg, m->parents[k]))
+                    rc = add_model(out, m, m->ids[k], m->texts[k], &done,
+                                   &ndone);
         } else {
             for (k = 0; k < m->num_models && rc == 0; k++)
                 rc = add_model(out, m, m->ids[k], m->texts[k], &done,

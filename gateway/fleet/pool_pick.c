@@ -201,9 +201,12 @@ pick_prefix(struct pool *p, uint64_t room, uint64_t usable_mask,
 
 size_t
 pool_pick_locked(struct pool *p, uint64_t room, uint64_t usable_mask,
-                 uint64_t key, int64_t now)
+                 uint64_t key, const char *model, int64_t now)
 {
     assert(gw_mutex_held(&p->lock));
+    /* A LoRA adapter's call: where it is, or has room (least_load and
+     * prefix only; the others read no engine). */
+    room = pool_lora_group_locked(p, room, model, now);
     switch (p->cfg->balance) {
     case BALANCE_ROUND_ROBIN:
         return pick_round_robin(p, room);

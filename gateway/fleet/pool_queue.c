@@ -39,6 +39,8 @@ struct waiter {
     pthread_cond_t cv;
     uint64_t mask;              /* upstreams it can use */
     uint64_t serve;             /* its model's set, for panic */
+    const char *model;          /* its model (pool_want.model) */
+    int64_t since;              /* when it began to wait */
     size_t tenant;              /* its tenant (pool_want.tenant) */
     enum wait_state state;      /* how its wait stands */
     size_t granted;             /* WAIT_GRANTED: the upstream whose slot
@@ -191,6 +193,44 @@ next_waiter_locked(struct pool *p, size_t idx, int64_t now)
 }
 
 /*
+ * Which call of tenant w->tenant takes upstream idx's place (w is its
+ * oldest that may use idx; which tenant gets a place is goes_before()'s,
+ * and this does not change it): w, when its LoRA adapter is resident
+ * there, or nowhere it may go (or it is no adapter); else the oldest of
+ * the tenant's calls whose adapter is resident there (it loads
+ * nothing), else whose adapter is resident nowhere (it loads somewhere
+ * anyway); else w once it has waited POOL_LORA_SPILL_MS, else none:
+ * the place waits for a call that loads nothing, or for w's wait to be
+ * as long as a load (pool.h "LoRA adapters").
+ */
+static struct waiter *
+lora_waiter_locked(struct pool *p, size_t idx, struct waiter *w,
+                   int64_t now)
+{
+    uint64_t bit = UINT64_C(1) << idx;
+    struct waiter *v, *homeless = NULL;
+
+    if (pool_lora_resident_locked(p, bit, w->model, now) != 0
+        || pool_lora_resident_locked(p, pool_usable_mask_locked(
+               p, w->serve, w->mask, now, NULL), w->model, now) == 0)
+        return w;
+    for (v = w->next; v != NULL; v = v->next) {
+        if (v->tenant != w->tenant || !(v->mask & bit)
+            || pool_usable_mask_locked(p, v->serve, bit, now, NULL) == 0)
+            continue;
+        if (pool_lora_resident_locked(p, bit, v->model, now) != 0)
+            return v;
+        if (homeless == NULL
+            && pool_lora_resident_locked(p, pool_usable_mask_locked(
+                   p, v->serve, v->mask, now, NULL), v->model, now) == 0)
+            homeless = v;
+    }
+    if (homeless != NULL)
+        return homeless;
+    return now - w->since >= POOL_LORA_SPILL_MS ? w : NULL;
+}
+
+/*
  * Upstream 'idx' may take calls again (a slot came free, its engine's
  * queue shrank): hand them to the waiters whose turn it is, as long as
  * it is not full.
@@ -219,7 +259,11 @@ pool_grant_locked(struct pool *p, size_t idx, int64_t now)
             || (pk == PLACE_PROVEN && sh == SHARE_AHEAD
                 && !pool_reserve_left_locked(p, w->tenant, &pl, now)))
             break;
+        w = lora_waiter_locked(p, idx, w, now);
+        if (w == NULL)
+            break;              /* the place waits (lora_waiter_locked) */
         take_slot(p, m, &s, idx, w->tenant, now);
+        pool_lora_sent_locked(p, idx, w->model, now);
         w->state = WAIT_GRANTED;
         w->granted = idx;
         w->trial = s.trial;
@@ -300,9 +344,17 @@ pool_acquire(struct pool *p, const struct pool_want *want,
         rc = GW_EUNAVAIL;
         goto out;
     }
+    /* A LoRA adapter waits for a place where it is, rather than load
+     * elsewhere (pool.h); a retry or hedge, or a call that may not wait,
+     * goes on where it can. */
+    if (room != 0 && !want->no_wait && p->cfg->queue_timeout_ms > 0
+        && pool_lora_waits_locked(p, room, use, want->model, now))
+        room = 0;
     if (room != 0) {
-        i = pool_pick_locked(p, room, use, want->prefix_hash, now);
+        i = pool_pick_locked(p, room, use, want->prefix_hash, want->model,
+                             now);
         take_slot(p, &p->m[i], slot, i, t, now);
+        pool_lora_sent_locked(p, i, want->model, now);
         pool_saturation_note_locked(p, &p->m[i], now, &sev);
         /* The question its caller asks next, in the same hold of the
          * lock and of the same set. */
@@ -332,6 +384,8 @@ pool_acquire(struct pool *p, const struct pool_want *want,
     gw_cond_init(&w.cv);
     w.mask = use;
     w.serve = serve;
+    w.model = want->model;
+    w.since = now;
     w.tenant = t;
     w.state = WAIT_WAITING;
     if (p->q_tail != NULL)

@@ -56,6 +56,7 @@ pool_status(struct pool *p, struct pool_upstream_status *out, size_t max)
         st->retries = bc.up_retries[i];
         st->hedges = bc.up_hedges[i];
         st->hedges_won = bc.up_hedges_won[i];
+        pool_lora_status_locked(p, m, st);
     }
     pool_unlock(p);
     return i;
@@ -294,6 +295,7 @@ pool_render_metrics(struct pool *p, struct buf *out)
         }
     render_queued_locked(p, &w);
     render_engines_locked(p, &w, now);
+    pool_lora_render_locked(p, &w);
     render_models_locked(p, &w, now);
     render_totals_locked(p, &w, &bc, panics);
     pool_unlock(p);

@@ -15,6 +15,7 @@
 #include "fleet/beat.h"
 #include "base/config.h"
 #include "fleet/engine.h"
+#include "fleet/lora.h"
 #include "log.h"
 #include "fleet/pool.h"
 #include "fleet/probe.h"
@@ -40,6 +41,10 @@ struct scrape {
      * series is what that server serves, not a failure: 'known' says
      * it, once. */
     struct log_repeat failing[CONFIG_MAX_UPSTREAMS];
+    /* Per upstream, its thread's: what its last good scrape said of its
+     * LoRA adapters (lora_report_read()'s code; GW_ENOTFOUND before the
+     * first), so that a change is logged once. */
+    int lora_rc[CONFIG_MAX_UPSTREAMS];
 };
 
 /* The series read; WAITING and RUNNING must be there. */
@@ -74,6 +79,34 @@ read_load(const struct probe *pr, struct engine_report *r)
     return NULL;
 }
 
+/*
+ * Log a change of what upstream 'name''s scrapes say of its LoRA
+ * adapters: 'rc' is lora_report_read()'s now, 'was' the last one's.  A
+ * server that never had LoRA is said nothing of.
+ */
+static void
+note_lora(const char *name, int rc, int was, const struct lora_report *r)
+{
+    if (rc == was)
+        return;
+    if (rc == 0) {
+        log_msg(GW_LOG_INFO, "scrape: upstream %s reports its LoRA "
+                "adapters (vllm:lora_requests_info max_lora=%llu): calls "
+                "for one prefer where it is", name,
+                (unsigned long long)r->max_lora);
+        if (r->dropped > 0)
+            log_msg(GW_LOG_WARN, "scrape: upstream %s: %zu LoRA adapter "
+                    "name(s) past the bounds not kept", name, r->dropped);
+    } else if (rc == GW_ENOTFOUND) {
+        log_msg(GW_LOG_INFO, "scrape: upstream %s no longer reports its "
+                "LoRA adapters", name);
+    } else {
+        log_msg(GW_LOG_WARN, "scrape: upstream %s: vllm:lora_requests_info "
+                "unread (%s): its adapters are not known", name,
+                gw_strerror(rc));
+    }
+}
+
 /* One upstream's scrape (beat.h). */
 static void
 scrape_one(void *arg, size_t i, const _Atomic int *stopping)
@@ -81,12 +114,13 @@ scrape_one(void *arg, size_t i, const _Atomic int *stopping)
     struct scrape *sc = arg;
     const char *name = sc->cfg->upstreams[i].name;
     struct engine_report r;
+    struct lora_report lr = { 0 };
     struct engine_mark sent;
     struct probe pr;
     struct call_outcome o;
     const char *why = NULL;
     char what[64], fail[PROBE_WHY_MAX];
-    int failed;
+    int failed, lora_rc = GW_ENOTFOUND;
 
     probe_init(&pr, stopping, SCRAPE_MAX_BYTES);
     sent = pool_load_mark(sc->pool, i);
@@ -98,16 +132,28 @@ scrape_one(void *arg, size_t i, const _Atomic int *stopping)
         why = what;
     } else {
         why = read_load(&pr, &r);
+        if (why == NULL)
+            lora_rc = lora_report_read(buf_ptr(&pr.body), buf_len(&pr.body),
+                                       &lr);
     }
     /* No answer, or the server's own error: not what it serves. */
     failed = o.kind != CALL_OK || o.status >= 500;
     if (failed)
         probe_why(&pr, &o, fail, sizeof(fail));
     probe_release(&pr);
-    if (atomic_load(stopping))
+    if (atomic_load(stopping)) {
+        lora_report_release(&lr);
         return;                         /* cut short: says nothing */
+    }
     probe_note(&sc->failing[i], "scrape", name, "/metrics",
                failed ? fail : NULL);
+    if (why == NULL) {
+        note_lora(name, lora_rc, sc->lora_rc[i], &lr);
+        sc->lora_rc[i] = lora_rc;
+    }
+    /* The adapters first, so that both are there once the load is. */
+    pool_set_lora(sc->pool, i, lora_rc == 0 ? &lr : NULL, &sent);
+    lora_report_release(&lr);           /* emptied when taken */
     pool_set_load(sc->pool, i, why == NULL ? &r : NULL, &sent);
     if (why == NULL && sc->known[i] != KNOWN_LOAD)
         log_msg(GW_LOG_INFO, "scrape: upstream %s reports its engine load "
@@ -133,6 +179,7 @@ scrape_start(const struct gw_config *cfg, struct pool *pool,
     sc->up = up;
     for (size_t i = 0; i < CONFIG_MAX_UPSTREAMS; i++) {
         sc->known[i] = KNOWN_NOT_YET;
+        sc->lora_rc[i] = GW_ENOTFOUND;
         log_repeat_init(&sc->failing[i], GW_LOG_WARN,
                         cfg->log_repeat_interval_ms);
     }

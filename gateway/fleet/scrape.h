@@ -9,7 +9,10 @@
  * over the engine's models (the model_name label):
  *
  *   vllm:num_requests_waiting, vllm:num_requests_running (both needed),
- *   vllm:kv_cache_usage_perc, or vllm:gpu_cache_usage_perc (older vLLM).
+ *   vllm:kv_cache_usage_perc, or vllm:gpu_cache_usage_perc (older vLLM);
+ *   and, with the load, vllm:lora_requests_info: the LoRA adapters its
+ *   running and waiting requests use (lora.h; pool_set_lora()), logged
+ *   when it starts having them, stops, or has a malformed gauge.
  *
  * An upstream that does not answer 200 with the first two has no engine
  * load: the pool balances on its open calls (pool_set_load(NULL)).  That

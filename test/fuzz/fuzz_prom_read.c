@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * fuzz_prom_read.c - libFuzzer target for common/prom_read.c, the sums
- * of named series read from Prometheus text.
+ * of named series read from Prometheus text, and a series' latest
+ * sample with its labels (prom_read_latest()).
  *
  * An input is the text, byte for byte (the corpus files are /metrics
  * pages and pieces of them), read for a fixed list of names: vLLM's four
@@ -27,6 +28,13 @@
  *   result     the call returns GW_EPARSE exactly when some entry has a
  *              refused line, else 0; a name asked for twice gets the
  *              same answer twice.
+ *   latest     prom_read_latest() for "x" with the labels "a" and "b"
+ *              reads the samples and refusals the sums do; its value is
+ *              the highest of the lines' (each read alone, from its own
+ *              heap block), the first of equals; its label views lie in
+ *              the text, at the offsets and with the bytes that line's
+ *              read alone has; a line alone gives one sample or refusal
+ *              at most.
  * regexec() needs a C string, so the reference sees each NUL byte as
  * 0x01: both are bytes the grammar gives no role, so that changes
  * nothing the reader does.
@@ -218,6 +226,52 @@ read_sums(const char *p, size_t n, struct prom_read_sum *want)
             && want[X_FIRST].refused == want[X_AGAIN].refused);
 }
 
+/* prom_read_latest() of "x" with labels "a" and "b" over p[0..n). */
+static void
+read_latest(const char *p, size_t n, struct prom_read_latest *want,
+            struct prom_read_label *labels)
+{
+    labels[0].name = "a";
+    labels[1].name = "b";
+    want->name = names[X_FIRST];
+    want->labels = labels;
+    want->num_labels = 2;
+    REQUIRE(prom_read_latest(p, n, want) == (want->refused > 0 ? GW_EPARSE
+                                                               : 0));
+    for (size_t i = 0; i < 2; i++)
+        REQUIRE(labels[i].value == NULL
+                || (labels[i].value >= p
+                    && labels[i].value + labels[i].len <= p + n));
+}
+
+/*
+ * The latest over lines: 'best' (from the line at offset 'best_at') is
+ * replaced by the line at 'at' read alone ('one', views into 'copy')
+ * when that is the first sample or a higher one.  OUT *best_labels:
+ * offsets from the line's start, or -1.
+ */
+static void
+take_latest(const struct prom_read_latest *one, const char *copy, size_t at,
+            struct prom_read_latest *best, size_t *best_at,
+            long best_off[2], size_t best_len[2])
+{
+    if (one->samples == 0 || (best->samples > 0
+                              && !(one->value > best->value))) {
+        best->samples += one->samples;
+        best->refused += one->refused;
+        return;
+    }
+    best->samples += one->samples;
+    best->refused += one->refused;
+    best->value = one->value;
+    *best_at = at;
+    for (size_t i = 0; i < 2; i++) {
+        best_off[i] = one->labels[i].value == NULL
+                      ? -1 : (long)(one->labels[i].value - copy);
+        best_len[i] = one->labels[i].len;
+    }
+}
+
 static void
 same(const struct prom_read_sum *a, const struct prom_read_sum *b)
 {
@@ -233,10 +287,15 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const char *text = (const char *)data;
     struct prom_read_sum whole[NAMES], one[NAMES];
     struct prom_read_sum ref[NAMES] = { { 0 } }, lines[NAMES] = { { 0 } };
+    struct prom_read_label lw[2], lo[2];
+    struct prom_read_latest latest, one_latest, best = { 0 };
+    long best_off[2] = { -1, -1 };
+    size_t best_len[2] = { 0, 0 }, best_at = 0;
     size_t start = 0;
 
     compile_once();
     read_sums(size > 0 ? text : NULL, size, whole);
+    read_latest(size > 0 ? text : NULL, size, &latest, lw);
     while (start < size) {
         const char *nl = memchr(text + start, '\n', size - start);
         size_t end = nl != NULL ? (size_t)(nl - text) : size;
@@ -244,6 +303,10 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         char *copy = dup_exact(text + start, next - start);
 
         read_sums(copy, next - start, one);
+        read_latest(copy, next - start, &one_latest, lo);
+        REQUIRE(one_latest.samples + one_latest.refused <= 1);
+        take_latest(&one_latest, copy, start, &best, &best_at, best_off,
+                    best_len);
         free(copy);
         for (size_t i = 0; i < NAMES; i++) {
             REQUIRE(one[i].samples + one[i].refused <= 1);
@@ -259,5 +322,20 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     same(whole, ref);
     same(whole, lines);
+    REQUIRE(latest.samples == whole[X_FIRST].samples
+            && latest.refused == whole[X_FIRST].refused
+            && latest.samples == best.samples
+            && latest.refused == best.refused);
+    if (latest.samples > 0) {
+        REQUIRE(memcmp(&latest.value, &best.value, sizeof(double)) == 0);
+        for (size_t i = 0; i < 2; i++) {
+            if (best_off[i] < 0) {
+                REQUIRE(lw[i].value == NULL);
+                continue;
+            }
+            REQUIRE(lw[i].value == text + best_at + best_off[i]
+                    && lw[i].len == best_len[i]);
+        }
+    }
     return 0;
 }

@@ -1162,7 +1162,7 @@ START_TEST(test_models_route)
     ck_assert(pool_serves(pool, "anything", NULL));
     ids[0] = gw_strdup("beta");
     texts[0] = gw_strdup("{\"id\":\"beta\",\"object\":\"model\"}");
-    pool_set_models(pool, 1, ids, texts, 1);
+    pool_set_models(pool, 1, ids, NULL, texts, 1);
     ck_assert(!pool_serves(pool, "anything", NULL));
     ck_assert(pool_serves(pool, "alpha", NULL)
               && pool_serves(pool, "beta", NULL));
@@ -1192,7 +1192,7 @@ set_model(size_t idx, const char *model)
     ck_assert(ids != NULL && texts != NULL);
     ids[0] = gw_strdup(model);
     texts[0] = gw_strdup("{}");
-    pool_set_models(pool, idx, ids, texts, 1);
+    pool_set_models(pool, idx, ids, NULL, texts, 1);
 }
 
 /*

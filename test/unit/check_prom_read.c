@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * check_prom_read.c - unit tests for common/prom_read.c: the sums of
- * named series read from Prometheus text (a vLLM upstream's /metrics).
+ * named series read from Prometheus text (a vLLM upstream's /metrics),
+ * and the labels of a series' latest sample (vllm:lora_requests_info).
  *
  * Most cases are a table of (text, what one wanted name sums to, note).
  * Every text is copied so that its last byte sits right before a
@@ -579,6 +580,219 @@ START_TEST(test_reads_the_writer)
 }
 END_TEST
 
+/* ---- the latest sample ------------------------------------------------- */
+
+#define INFO "vllm:lora_requests_info"
+#define INFO_HEAD "# HELP " INFO " Running stats on lora requests.\n" \
+                  "# TYPE " INFO " gauge\n"
+
+/* The labels vLLM writes on it, in the order asked for here. */
+enum { MAX_LORA, RUNNING_L, WAITING_L, NUM_L };
+
+/* A label's value as written: (pointer, length); NONE: absent. */
+struct view {
+    const char *p;
+    size_t n;
+};
+
+#define V(lit) { lit, sizeof(lit) - 1 }
+#define NONE { NULL, 0 }
+
+struct latest_case {
+    const char *text;
+    size_t len;
+    double value;               /* of the latest */
+    struct view labels[NUM_L];  /* their views as written */
+    size_t samples, refused;
+    const char *note;
+};
+
+static const struct latest_case latest_cases[] = {
+    { S(INFO_HEAD INFO "{max_lora=\"4\",running_lora_adapters=\"a,b\","
+        "waiting_lora_adapters=\"\"} 1.7562292345678e+09\n"),
+      1.7562292345678e+09, { V("4"), V("a,b"), V("") }, 1, 0,
+      "vLLM's one sample" },
+    { S(INFO_HEAD
+        INFO "{max_lora=\"4\",running_lora_adapters=\"a\","
+        "waiting_lora_adapters=\"\"} 1.75e+09\n"
+        INFO "{max_lora=\"4\",running_lora_adapters=\"a,b\","
+        "waiting_lora_adapters=\"c\"} 1.7500002e+09\n"
+        INFO "{max_lora=\"4\",running_lora_adapters=\"\","
+        "waiting_lora_adapters=\"\"} 1.7500001e+09\n"),
+      1.7500002e+09, { V("4"), V("a,b"), V("c") }, 3, 0,
+      "the highest value wins, wherever it is" },
+    { S(INFO "{max_lora=\"1\",running_lora_adapters=\"first\"} 7\n"
+        INFO "{max_lora=\"1\",running_lora_adapters=\"second\"} 7\n"),
+      7, { V("1"), V("first"), NONE }, 2, 0, "of equals, the first" },
+    { S(INFO "{waiting_lora_adapters=\"w\",running_lora_adapters=\"r\","
+        "max_lora=\"2\"} 1\n"),
+      1, { V("2"), V("r"), V("w") }, 1, 0, "labels in any order" },
+    { S(INFO "{max_lora=\"2\",running_lora_adapters=\"a\\\"b,c\\\\d\\n\"} "
+        "1\n"),
+      1, { V("2"), V("a\\\"b,c\\\\d\\n"), NONE }, 1, 0,
+      "a view as written, escapes and all" },
+    { S(INFO "{running_lora_adapters=\"x},{y\",max_lora=\"3\"} 1\n"),
+      1, { V("3"), V("x},{y"), NONE }, 1, 0, "'}' and ',' inside a value" },
+    { S(INFO "{max_lora=\"1\",max_lora=\"2\"} 1\n"),
+      1, { V("1"), NONE, NONE }, 1, 0, "a label twice: the first" },
+    { S(INFO " 5\n"), 5, { NONE, NONE, NONE }, 1, 0, "no labels at all" },
+    { S(INFO "_total{max_lora=\"9\"} 9\n"
+        "vllm:lora{max_lora=\"9\"} 9\n"
+        "other{max_lora=\"9\"} 9\n" INFO "{max_lora=\"1\"} 1\n"),
+      1, { V("1"), NONE, NONE }, 1, 0, "only the series' own lines" },
+    { S(INFO "{max_lora=\"1\"} 1\n" INFO "{max_lora=\"2\" 2\n"
+        INFO "{max_lora=\"3\"} NaN\n"),
+      1, { V("1"), NONE, NONE }, 1, 2, "malformed lines are refused" },
+    { S(INFO "{max_lora=\"1\"} 1\n" INFO "{max_lora=\"9\"} 1e999\n"),
+      1, { V("1"), NONE, NONE }, 1, 1, "out of range: refused, not latest" },
+    { S("# nothing of it\nx 1\n"), 0, { NONE, NONE, NONE }, 0, 0,
+      "absent" },
+    { S(INFO "{max_lora=\"1\"} -5\n" INFO "{max_lora=\"2\"} -7\n"),
+      -5, { V("1"), NONE, NONE }, 2, 0, "negative values compare too" },
+    { S(INFO "{max_lora=\"1\",running_lora_adapters=\"a\0b\"} 1\r\n"),
+      1, { V("1"), V("a\0b"), NONE }, 1, 0, "a NUL inside a value, CRLF" },
+};
+
+/* 'want' for INFO with the three labels, into labels[NUM_L]. */
+static void
+latest_init(struct prom_read_latest *want, struct prom_read_label *labels)
+{
+    labels[MAX_LORA].name = "max_lora";
+    labels[RUNNING_L].name = "running_lora_adapters";
+    labels[WAITING_L].name = "waiting_lora_adapters";
+    want->name = INFO;
+    want->labels = labels;
+    want->num_labels = NUM_L;
+}
+
+START_TEST(test_latest_table)
+{
+    const struct latest_case *c = &latest_cases[_i];
+    struct prom_read_label labels[NUM_L];
+    struct prom_read_latest want;
+    char *copy = guarded_copy(c->text, c->len);
+    int rc;
+
+    latest_init(&want, labels);
+    rc = prom_read_latest(copy, c->len, &want);
+    ck_assert_int_eq(rc, c->refused > 0 ? GW_EPARSE : 0);
+    ck_assert_msg(want.samples == c->samples && want.refused == c->refused
+                      && want.value == c->value,
+                  "%s: samples %zu refused %zu value %.17g", c->note,
+                  want.samples, want.refused, want.value);
+    for (size_t i = 0; i < NUM_L; i++) {
+        const struct view *v = &c->labels[i];
+
+        if (v->p == NULL) {
+            ck_assert_msg(labels[i].value == NULL, "%s: %s is there",
+                          c->note, labels[i].name);
+            continue;
+        }
+        ck_assert_msg(labels[i].value != NULL, "%s: no %s", c->note,
+                      labels[i].name);
+        /* A view into the text, and what it should be (NUL and all). */
+        ck_assert(labels[i].value >= copy
+                  && labels[i].value + labels[i].len <= copy + c->len);
+        ck_assert_msg(labels[i].len == v->n
+                      && memcmp(labels[i].value, v->p, v->n) == 0,
+                      "%s: %s is \"%.*s\"", c->note, labels[i].name,
+                      (int)labels[i].len, labels[i].value);
+    }
+    guarded_free(copy, c->len);
+}
+END_TEST
+
+/* A label value of a mebibyte is a view like any other: no copy. */
+START_TEST(test_latest_huge_label)
+{
+    const size_t big = 1 << 20;
+    struct prom_read_label labels[NUM_L];
+    struct prom_read_latest want;
+    struct buf b;
+    char *copy;
+
+    buf_init(&b, 2 * big);
+    ck_assert_int_eq(buf_append_str(&b, INFO "{max_lora=\"2\","
+                                    "running_lora_adapters=\""), 0);
+    for (size_t i = 0; i < big / 8; i++)
+        ck_assert_int_eq(buf_append(&b, "adapter,", 8), 0);
+    ck_assert_int_eq(buf_append_str(&b, "\"} 2\n" INFO "{max_lora=\"1\"} 1"),
+                     0);
+    copy = guarded_copy(buf_ptr(&b), buf_len(&b));
+    latest_init(&want, labels);
+    ck_assert_int_eq(prom_read_latest(copy, buf_len(&b), &want), 0);
+    ck_assert(want.samples == 2 && want.value == 2);
+    ck_assert_uint_eq(labels[RUNNING_L].len, big);
+    ck_assert(labels[RUNNING_L].value == copy + strlen(
+                  INFO "{max_lora=\"2\",running_lora_adapters=\""));
+    guarded_free(copy, buf_len(&b));
+    buf_release(&b);
+}
+END_TEST
+
+/*
+ * prometheus_client keeps every label set a gauge ever had: a long-lived
+ * vLLM shows thousands.  The highest is found wherever it is, and the
+ * text is read once (a second a million lines would be far too slow).
+ */
+START_TEST(test_latest_many_samples)
+{
+    const size_t n = 100000, top = 77777;
+    struct prom_read_label labels[NUM_L];
+    struct prom_read_latest want;
+    struct buf b;
+    char want_running[32];
+
+    buf_init(&b, 16 << 20);
+    ck_assert_int_eq(buf_append_str(&b, INFO_HEAD), 0);
+    for (size_t i = 0; i < n; i++)
+        ck_assert_int_eq(buf_printf(&b, INFO "{max_lora=\"4\","
+                                    "running_lora_adapters=\"a%zu\","
+                                    "waiting_lora_adapters=\"\"} %zu.5\n",
+                                    i, i == top ? n : i), 0);
+    latest_init(&want, labels);
+    ck_assert_int_eq(prom_read_latest(buf_ptr(&b), buf_len(&b), &want), 0);
+    ck_assert_uint_eq(want.samples, n);
+    ck_assert(want.value == (double)n + 0.5);
+    snprintf(want_running, sizeof(want_running), "a%zu", top);
+    ck_assert_uint_eq(labels[RUNNING_L].len, strlen(want_running));
+    ck_assert(memcmp(labels[RUNNING_L].value, want_running,
+                     strlen(want_running)) == 0);
+    buf_release(&b);
+}
+END_TEST
+
+/* Cut at every byte offset: no read past the end, and a sample whole. */
+START_TEST(test_latest_cut_at_every_offset)
+{
+    static const char text[] =
+        INFO_HEAD INFO "{max_lora=\"4\",running_lora_adapters=\"a,b\","
+        "waiting_lora_adapters=\"c\"} 1.7562292345678e+09\n"
+        INFO "{max_lora=\"4\",running_lora_adapters=\"\","
+        "waiting_lora_adapters=\"\"} 1.75e+09\n";
+    struct prom_read_label labels[NUM_L];
+    struct prom_read_latest want;
+
+    for (size_t len = 0; len <= sizeof(text) - 1; len++) {
+        char *copy = guarded_copy(text, len);
+
+        latest_init(&want, labels);
+        prom_read_latest(len > 0 ? copy : NULL, len, &want);
+        ck_assert(want.samples + want.refused <= 2);
+        for (size_t i = 0; i < NUM_L; i++)
+            ck_assert(labels[i].value == NULL
+                      || (labels[i].value >= copy
+                          && labels[i].value + labels[i].len
+                             <= copy + len));
+        guarded_free(copy, len);
+    }
+    latest_init(&want, labels);
+    ck_assert_int_eq(prom_read_latest(text, sizeof(text) - 1, &want), 0);
+    ck_assert(want.value == 1.7562292345678e+09);
+    ck_assert(labels[WAITING_L].len == 1 && *labels[WAITING_L].value == 'c');
+}
+END_TEST
+
 static Suite *
 prom_read_suite(void)
 {
@@ -602,6 +816,14 @@ prom_read_suite(void)
 
     tc = tcase("writer");
     tcase_add_test(tc, test_reads_the_writer);
+    suite_add_tcase(s, tc);
+
+    tc = tcase("latest");
+    tcase_add_loop_test(tc, test_latest_table, 0,
+                        (int)GW_ARRAY_LEN(latest_cases));
+    tcase_add_test(tc, test_latest_huge_label);
+    tcase_add_test(tc, test_latest_many_samples);
+    tcase_add_test(tc, test_latest_cut_at_every_offset);
     suite_add_tcase(s, tc);
 
     return s;

@@ -73,6 +73,8 @@ static const struct route_def {
     { "POST", "/stats/reset", R_RESET, 1 },
     { "POST", "/release", R_RELEASE, 1 },
     { "POST", "/gate", R_GATE, 1 },
+    { "POST", "/v1/load_lora_adapter", R_LORA_LOAD, 1 },
+    { "POST", "/v1/unload_lora_adapter", R_LORA_UNLOAD, 1 },
 };
 
 /*
@@ -294,6 +296,12 @@ handle_request(struct conn *c, struct http_request *r)
         break;
     case R_METRICS:
         control_metrics(&q);
+        break;
+    case R_LORA_LOAD:
+        vllm_load_lora(&q);
+        break;
+    case R_LORA_UNLOAD:
+        vllm_unload_lora(&q);
         break;
     case R_NOT_FOUND:
         send_not_found(&q);

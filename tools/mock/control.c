@@ -212,7 +212,8 @@ control_metrics(struct req *q)
     if (engine_metrics(b, &s, opt.num_models > 0 ? opt.models[0]
                                                  : MOCK_MODEL,
                        mode == METRICS_OLD ? ENGINE_NAMES_OLD
-                                           : ENGINE_NAMES_CURRENT) != 0) {
+                                           : ENGINE_NAMES_CURRENT) != 0
+        || (engine != NULL && engine_lora_metrics(engine, b) != 0)) {
         send_error(q, 500, "mock: cannot build the response", NULL,
                    "internal_error");
         return;
@@ -220,11 +221,43 @@ control_metrics(struct req *q)
     send_simple(q, 200, MOCK_METRICS_TYPE, buf_ptr(b), buf_len(b));
 }
 
+/*
+ * The adapters in a GPU slot now, least recently used first, and the
+ * loads since the start or the last reset: for GET /stats.
+ */
+static json_t *
+lora_resident_new(uint64_t *loads)
+{
+    struct engine_lora_card *cards, t;
+    struct engine_stats s;
+    json_t *a = json_array();
+    size_t n, i, j;
+
+    *loads = 0;
+    if (engine == NULL)
+        return a;
+    engine_snapshot(engine, &s);
+    *loads = s.lora_loads;
+    cards = gw_calloc(LORA_MAX, sizeof(*cards));
+    n = cards != NULL ? engine_lora_cards(engine, cards, LORA_MAX) : 0;
+    for (i = 1; i < n; i++) {           /* by 'used', a few hundred */
+        t = cards[i];
+        for (j = i; j > 0 && cards[j - 1].used > t.used; j--)
+            cards[j] = cards[j - 1];
+        cards[j] = t;
+    }
+    for (i = 0; a != NULL && i < n; i++)
+        if (cards[i].resident)
+            json_array_append_new(a, json_string(cards[i].name));
+    gw_free(cards);
+    return a;
+}
+
 void
 control_stats(struct req *q)
 {
-    uint64_t v[11];
-    json_t *hdrs;
+    uint64_t v[11], loads;
+    json_t *hdrs, *resident = lora_resident_new(&loads);
 
     mock_lock();
     v[0] = st.requests;
@@ -241,7 +274,7 @@ control_stats(struct req *q)
     hdrs = json_deep_copy(st.last_headers);
     mock_unlock();
     send_json(q, 200, json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
-                                "s:I, s:I, s:I, s:o}",
+                                "s:I, s:I, s:I, s:o, s:I, s:o}",
                                 "probes", (json_int_t)v[7],
                                 "prefix_hits", (json_int_t)v[8],
                                 "prefix_misses", (json_int_t)v[9],
@@ -253,7 +286,9 @@ control_stats(struct req *q)
                                 "in_progress", (json_int_t)v[5],
                                 "held", (json_int_t)v[6],
                                 "gated", (json_int_t)v[10],
-                                "last_headers", hdrs), 0);
+                                "last_headers", hdrs,
+                                "lora_loads", (json_int_t)loads,
+                                "lora_resident", resident), 0);
 }
 
 void

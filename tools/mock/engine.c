@@ -58,6 +58,7 @@ struct engine_seq {
     long prompt_tokens;
     long max_tokens;
     long blocks;                    /* KV blocks reserved while running */
+    int lora;                       /* its LoRA adapter's id; 0: none */
     size_t num_ids;                 /* full blocks of the prompt */
     uint64_t *ids;                  /* their hash chain; owned */
 };
@@ -98,6 +99,7 @@ struct engine {
     uint64_t prompt_tokens;
     uint64_t generation_tokens;
     double created;                 /* mu: when the counters started */
+    struct lora lora;               /* mu: the LoRA adapters (lora.h) */
 };
 
 void
@@ -110,6 +112,8 @@ engine_params_init(struct engine_params *p)
     p->kv_blocks = 2048;
     p->block_tokens = 16;
     p->default_max_tokens = 16;
+    p->max_loras = 0;
+    p->lora_load_ns = LORA_DEFAULT_LOAD_MS * NS_PER_MS;
 }
 
 int
@@ -343,22 +347,30 @@ cache_admit_locked(struct engine *e, const struct engine_seq *s)
 }
 
 /*
- * Admit sequences from the head of the FIFO while the batch has a slot
- * and the KV cache the blocks the head needs (first come, first served:
- * one that does not fit holds back those behind it).  Returns the
- * prefill time the admitted ones add to this step.
+ * Admit sequences in FIFO order while the batch has a slot and the KV
+ * cache the blocks the next one needs (first come, first served: one
+ * that does not fit holds back those behind it).  One whose LoRA adapter
+ * may not join the batch (lora.h: it has max_loras others) is skipped
+ * and keeps its place, as vLLM skips it.  Returns the time the admitted
+ * ones add to this step: their prefill, and the adapters loaded for
+ * them.
  */
 static int64_t
 admit_locked(struct engine *e)
 {
-    struct engine_seq *s;
+    struct engine_seq *s, *next;
     int64_t prefill = 0;
     long hit;
 
     assert(gw_mutex_held(&e->mu));
-    while ((s = e->waiting.head) != NULL
-           && e->running.n < (size_t)e->p.max_running
-           && e->reserved + s->blocks <= e->p.kv_blocks) {
+    for (s = e->waiting.head; s != NULL; s = next) {
+        next = s->next;
+        if (e->running.n >= (size_t)e->p.max_running)
+            break;
+        if (s->lora != 0 && !lora_may_run(&e->lora, s->lora))
+            continue;
+        if (e->reserved + s->blocks > e->p.kv_blocks)
+            break;
         list_remove(&e->waiting, s);
         list_append(&e->running, s);
         s->state = SEQ_RUNNING;
@@ -369,6 +381,8 @@ admit_locked(struct engine *e)
         e->prompt_tokens += (uint64_t)s->prompt_tokens;
         prefill += (int64_t)(s->prompt_tokens - hit)
                    * e->p.prefill_ns_per_token;
+        if (s->lora != 0)
+            prefill += lora_start(&e->lora, s->lora);
     }
     return prefill;
 }
@@ -403,6 +417,8 @@ step_locked(struct engine *e)
             list_remove(&e->running, s);
             e->reserved -= s->blocks;
             s->state = SEQ_DONE;
+            if (s->lora != 0)
+                lora_stop(&e->lora, s->lora);
         }
         if (s->stream || s->state == SEQ_DONE)
             wake_locked(e, s);
@@ -486,6 +502,7 @@ engine_new(const struct engine_params *p)
         return NULL;
     }
     cache_clear(&e->cache);
+    lora_init(&e->lora, p->max_loras, p->lora_load_ns);
     gw_mutex_init(&e->mu);
     gw_cond_init(&e->cv);
     e->created = wall_now();
@@ -532,7 +549,7 @@ seq_destroy(struct engine_seq *s)
 
 int
 engine_submit(struct engine *e, const char *p, size_t n, long max_tokens,
-              int stream, struct engine_seq **out)
+              int stream, const char *model, struct engine_seq **out)
 {
     const size_t block_bytes = (size_t)e->p.block_tokens
                                * ENGINE_BYTES_PER_TOKEN;
@@ -590,6 +607,7 @@ engine_submit(struct engine *e, const char *p, size_t n, long max_tokens,
         goto out;
     }
     s->state = SEQ_WAITING;
+    s->lora = model != NULL ? lora_find(&e->lora, model) : 0;
     list_append(&e->waiting, s);
     pthread_cond_signal(&e->cv);
     gw_mutex_unlock(&e->mu);
@@ -643,6 +661,8 @@ engine_seq_free(struct engine *e, struct engine_seq *s)
     } else if (s->state == SEQ_RUNNING) {
         list_remove(&e->running, s);
         e->reserved -= s->blocks;
+        if (s->lora != 0)
+            lora_stop(&e->lora, s->lora);
     }
     s->state = SEQ_DONE;
     gw_mutex_unlock(&e->mu);
@@ -665,6 +685,7 @@ engine_snapshot(struct engine *e, struct engine_stats *st)
     st->prefix_hits = e->prefix_hits;
     st->prompt_tokens = e->prompt_tokens;
     st->generation_tokens = e->generation_tokens;
+    st->lora_loads = e->lora.loads;
     st->created = e->created;
     gw_mutex_unlock(&e->mu);
 }
@@ -678,6 +699,7 @@ engine_reset(struct engine *e)
     e->prefix_hits = 0;
     e->prompt_tokens = 0;
     e->generation_tokens = 0;
+    e->lora.loads = 0;
     e->created = wall_now();
     gw_mutex_unlock(&e->mu);
 }
@@ -720,6 +742,26 @@ py_float(double v, char s[PY_FLOAT_LEN])
         k = (size_t)snprintf(s, PY_FLOAT_LEN, "%se+0%d", m, before - 1);
         assert(k < PY_FLOAT_LEN);
     }
+}
+
+int
+engine_label_value(struct buf *out, const char *s)
+{
+    size_t n;
+    int rc = 0;
+
+    /* prometheus_client escapes \ " and LF. */
+    while (rc == 0 && *s != '\0') {
+        n = strcspn(s, "\\\"\n");
+        rc = buf_append(out, s, n);
+        s += n;
+        if (rc == 0 && *s != '\0') {
+            rc = buf_append(out, *s == '\n' ? "\\n"
+                                 : *s == '"' ? "\\\"" : "\\\\", 2);
+            s++;
+        }
+    }
+    return rc;
 }
 
 /* One family of one series: HELP, TYPE, the sample. */
@@ -772,22 +814,14 @@ engine_metrics(struct buf *out, const struct engine_stats *s,
           1, (double)s->generation_tokens },
     };
     struct buf labels;
-    size_t i, n;
+    size_t i;
     int rc;
 
-    /* prometheus_client sorts the label names; it escapes \ " and LF. */
+    /* prometheus_client sorts the label names. */
     buf_init(&labels, LABELS_LIMIT);
     rc = buf_append_str(&labels, "engine=\"0\",model_name=\"");
-    while (rc == 0 && *model != '\0') {
-        n = strcspn(model, "\\\"\n");
-        rc = buf_append(&labels, model, n);
-        model += n;
-        if (rc == 0 && *model != '\0') {
-            rc = buf_append(&labels, *model == '\n' ? "\\n"
-                                     : *model == '"' ? "\\\"" : "\\\\", 2);
-            model++;
-        }
-    }
+    if (rc == 0)
+        rc = engine_label_value(&labels, model);
     if (rc == 0)
         rc = buf_append_str(&labels, "\"");
     for (i = 0; rc == 0 && i < GW_ARRAY_LEN(fams); i++) {
@@ -803,5 +837,99 @@ engine_metrics(struct buf *out, const struct engine_stats *s,
                             fams[i].help, buf_ptr(&labels), s->created);
     }
     buf_release(&labels);
+    return rc;
+}
+
+/* ---- LoRA adapters (lora.h) ---- */
+
+int
+engine_lora_add(struct engine *e, const char *name, const char *path)
+{
+    int rc = GW_EINVAL;
+
+    gw_mutex_lock(&e->mu);
+    if (e->lora.max_loras > 0)
+        rc = lora_add(&e->lora, name, path);
+    gw_mutex_unlock(&e->mu);
+    return rc;
+}
+
+int
+engine_lora_remove(struct engine *e, const char *name)
+{
+    int rc;
+
+    gw_mutex_lock(&e->mu);
+    rc = lora_remove(&e->lora, name);
+    gw_mutex_unlock(&e->mu);
+    return rc;
+}
+
+size_t
+engine_lora_cards(struct engine *e, struct engine_lora_card *out, size_t max)
+{
+    size_t i;
+
+    gw_mutex_lock(&e->mu);
+    for (i = 0; i < e->lora.n && i < max; i++) {
+        const struct lora_adapter *a = &e->lora.a[i];
+
+        memcpy(out[i].name, a->name, sizeof(out[i].name));
+        memcpy(out[i].path, a->path, sizeof(out[i].path));
+        out[i].served = a->served;
+        out[i].resident = a->resident;
+        out[i].used = a->used;
+    }
+    gw_mutex_unlock(&e->mu);
+    return i;
+}
+
+/*
+ * The adapters of the sequences in 'l', in the order of their first
+ * sequence, each once, into ids[0..LORA_MAX).  Returns how many.
+ */
+static size_t
+adapters_of(const struct seq_list *l, int *ids)
+{
+    const struct engine_seq *s;
+    size_t n = 0, k;
+
+    for (s = l->head; s != NULL; s = s->next) {
+        if (s->lora == 0)
+            continue;
+        for (k = 0; k < n && ids[k] != s->lora; k++)
+            ;
+        if (k == n)
+            ids[n++] = s->lora;     /* at most LORA_MAX ids exist */
+    }
+    return n;
+}
+
+int
+engine_lora_metrics(struct engine *e, struct buf *out)
+{
+    int running[LORA_MAX], waiting[LORA_MAX];
+    char num[PY_FLOAT_LEN];
+    size_t nr, nw, i;
+    int rc;
+
+    gw_mutex_lock(&e->mu);
+    if (e->lora.max_loras == 0) {
+        gw_mutex_unlock(&e->mu);
+        return 0;
+    }
+    nr = adapters_of(&e->running, running);
+    nw = adapters_of(&e->waiting, waiting);
+    rc = lora_show(&e->lora, running, nr, waiting, nw, wall_now());
+    if (rc == 0)
+        rc = buf_append_str(out, "# HELP vllm:lora_requests_info Running "
+                            "stats on lora requests.\n# TYPE "
+                            "vllm:lora_requests_info gauge\n");
+    for (i = 0; rc == 0 && i < e->lora.num_shown; i++) {
+        py_float(e->lora.shown[i].at, num);
+        rc = buf_printf(out, "vllm:lora_requests_info{%s} %s\n",
+                        e->lora.shown[i].labels, num);
+    }
+    gw_mutex_unlock(&e->mu);
     return rc;
 }

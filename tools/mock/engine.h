@@ -39,6 +39,7 @@
 #include <stdint.h>
 
 #include "buf.h"
+#include "lora.h"
 
 #define ENGINE_BYTES_PER_TOKEN 4    /* a prompt is ceil(bytes / 4) tokens */
 #define ENGINE_MAX_TOKENS 4096      /* output tokens of one request, at most */
@@ -56,6 +57,10 @@ struct engine_params {
     long kv_blocks;                 /* KV cache size, and prefix cache size */
     long block_tokens;              /* tokens per block */
     long default_max_tokens;        /* output tokens without max_tokens */
+    long max_loras;                 /* LoRA adapters in a batch (GPU slots);
+                                       0: LoRA off (--max-loras) */
+    int64_t lora_load_ns;           /* loading one into a slot
+                                       (--lora-load-ms) */
 };
 
 /* Fill 'p' with the defaults. */
@@ -100,14 +105,16 @@ void engine_stop(struct engine *e);
  * and its output length 'max_tokens' (1..ENGINE_MAX_TOKENS).  The prompt
  * is max(1, ceil(n / ENGINE_BYTES_PER_TOKEN)) tokens.  'stream' non-zero:
  * the sequence's descriptor is woken at every token, else only when it
- * has all of them.
+ * has all of them.  'model' (borrowed; may be NULL): the request's; a
+ * LoRA adapter the engine serves runs the sequence with that adapter
+ * (lora.h), any other name on the base model.
  * OUT *out: the sequence, owned by the caller (engine_seq_free()).
  * Returns 0, GW_ETOOBIG (prompt and output need more blocks than the
  * whole KV cache: it could never run), GW_ENOMEM, GW_EIO (no eventfd;
  * logged) or GW_ESTOPPING.
  */
 int engine_submit(struct engine *e, const char *p, size_t n, long max_tokens,
-                  int stream, struct engine_seq **out);
+                  int stream, const char *model, struct engine_seq **out);
 
 /* The sequence's prompt tokens; constant after engine_submit(). */
 long engine_seq_prompt_tokens(const struct engine_seq *s);
@@ -141,6 +148,7 @@ struct engine_stats {
     uint64_t prefix_hits;           /* ... found cached */
     uint64_t prompt_tokens;         /* prompt tokens admitted */
     uint64_t generation_tokens;     /* tokens generated */
+    uint64_t lora_loads;            /* adapters loaded into a GPU slot */
     double created;                 /* Unix time the counters started */
 };
 
@@ -157,6 +165,13 @@ enum engine_names {
 };
 
 /*
+ * Append the label value 's' (borrowed) to 'out', escaped as
+ * prometheus_client escapes one (\\, \" and newline).  Returns 0 or the
+ * buf_* error.
+ */
+int engine_label_value(struct buf *out, const char *s);
+
+/*
  * Append 's' to 'out' as vLLM's /metrics does (prometheus_client's text
  * format 0.0.4): each series with labels engine="0" and model_name=
  * 'model' (borrowed; escaped here), values as Python floats ("2.0"), a
@@ -165,5 +180,43 @@ enum engine_names {
  */
 int engine_metrics(struct buf *out, const struct engine_stats *s,
                    const char *model, enum engine_names names);
+
+/* ---- LoRA adapters (lora.h), each call under the engine's lock ---- */
+
+/*
+ * Serve adapter 'name' (lora_name_ok()), found at 'path' (NULL: one made
+ * of the name).  Returns its id, GW_EINVAL (LoRA off, or served already)
+ * or GW_ETOOBIG (LORA_MAX registered).
+ */
+int engine_lora_add(struct engine *e, const char *name, const char *path);
+
+/* Serve 'name' no more (lora_remove()).  0 or GW_ENOTFOUND. */
+int engine_lora_remove(struct engine *e, const char *name);
+
+/* An adapter as GET /v1/models and GET /stats show it: a copy. */
+struct engine_lora_card {
+    char name[LORA_NAME_MAX + 1];
+    char path[LORA_PATH_MAX + 1];
+    int served;
+    int resident;                   /* in a GPU slot now */
+    uint64_t used;                  /* its last admission (LRU order) */
+};
+
+/*
+ * Copy every adapter ever registered into out[0..max) in the order they
+ * were (max LORA_MAX gets them all).  Returns how many were copied.
+ */
+size_t engine_lora_cards(struct engine *e, struct engine_lora_card *out,
+                         size_t max);
+
+/*
+ * With LoRA on, append vllm:lora_requests_info as vLLM's /metrics has
+ * it: the gauge is set to the time now for the label set of the
+ * adapters running and waiting now (as vLLM sets it at every step), and
+ * every label set it had before is written too, each with the time it
+ * was last set (lora.h).  Nothing without LoRA.  Returns 0 or the buf_*
+ * error (GW_ENOMEM, GW_ETOOBIG).
+ */
+int engine_lora_metrics(struct engine *e, struct buf *out);
 
 #endif

@@ -19,7 +19,7 @@
 /* The defaults, which -h lists. */
 struct mock_options opt = { "127.0.0.1:8000", 8, 0, 0, 0, 0,
                             { MOCK_MODEL, MOCK_DEMO_MODEL }, 2, 0, 0, 256, 0,
-                            { 0 } };
+                            { 0 }, { NULL }, 0 };
 
 struct engine *engine;
 

@@ -69,8 +69,11 @@ struct mock_options {
     long slow_every;            /* -s N:MS: every Nth completion ... */
     long slow_ms;               /* ... waits this much more */
     long prefix_bytes;          /* -p: prompt bytes a prefix is */
-    int engine;                 /* -e (or -E): engine mode */
+    int engine;                 /* -e (or -E, --max-loras): engine mode */
     struct engine_params engine_params;     /* -E, over the defaults */
+    const char *loras[LORA_MAX];    /* --lora: the adapters served at
+                                       start, their parent models[0] */
+    size_t num_loras;
 };
 
 extern struct mock_options opt;
@@ -187,6 +190,8 @@ enum route {
     R_GATE,
     R_CONTROL,
     R_METRICS,
+    R_LORA_LOAD,
+    R_LORA_UNLOAD,
 };
 
 /* How a request fails on purpose: mock_fault, or POST /control's fault=. */

@@ -328,7 +328,7 @@ enter_engine(struct req *q)
                    mock_dump_to_buf, &prompt) == 0 ? 0 : GW_ENOMEM;
     if (rc == 0)
         rc = engine_submit(engine, buf_ptr(&prompt), buf_len(&prompt),
-                           q->chunks, q->stream, &q->seq);
+                           q->chunks, q->stream, q->model, &q->seq);
     buf_release(&prompt);
     if (rc == 0)
         q->prompt_tokens = engine_seq_prompt_tokens(q->seq);

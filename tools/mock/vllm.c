@@ -13,9 +13,13 @@
 
 #include <jansson.h>
 
+#include "alloc.h"
 #include "buf.h"
 #include "complete.h"
+#include "engine.h"
+#include "jsonx.h"
 #include "log.h"
+#include "lora.h"
 #include "mock.h"
 #include "send.h"
 #include "util.h"
@@ -542,8 +546,9 @@ vllm_audio(struct req *q)
 void
 vllm_models(struct req *q)
 {
+    struct engine_lora_card *cards = NULL;
     json_t *data = json_array();
-    size_t i;
+    size_t i, n = 0;
 
     for (i = 0; data != NULL && i < opt.num_models; i++)
         json_array_append_new(data, json_pack(
@@ -551,8 +556,116 @@ vllm_models(struct req *q)
             "object", "model", "created", (json_int_t)time(NULL),
             "owned_by", "vllm", "root", opt.models[i], "parent",
             "max_model_len", 4096));
+    /* vLLM's lora_cards: the adapter's path as root, the base model as
+     * parent, no max_model_len. */
+    if (engine != NULL) {
+        cards = gw_calloc(LORA_MAX, sizeof(*cards));
+        n = cards != NULL ? engine_lora_cards(engine, cards, LORA_MAX) : 0;
+    }
+    for (i = 0; data != NULL && i < n; i++)
+        if (cards[i].served)
+            json_array_append_new(data, json_pack(
+                "{s:s, s:s, s:I, s:s, s:s, s:s, s:n}", "id", cards[i].name,
+                "object", "model", "created", (json_int_t)time(NULL),
+                "owned_by", "vllm", "root", cards[i].path, "parent",
+                opt.num_models > 0 ? opt.models[0] : MOCK_MODEL,
+                "max_model_len"));
+    gw_free(cards);
     send_json(q, 200, json_pack("{s:s, s:o}", "object", "list", "data",
                                 data), 0);
+}
+
+/*
+ * The body of a POST /v1/load_lora_adapter or /v1/unload_lora_adapter
+ * into OUT *name and *path (borrowed from OUT *root, which the caller
+ * frees; *path NULL when absent).  Answers a malformed body itself.
+ * Returns 0, or -1 after the answer.
+ */
+static int
+lora_request(struct req *q, json_t **root, const char **name,
+             const char **path)
+{
+    char err[256];
+
+    *root = NULL;
+    if (engine == NULL || opt.engine_params.max_loras == 0) {
+        send_error(q, 400, "LoRA is not enabled (mock_upstream "
+                   "--max-loras)", NULL, "lora_disabled");
+        return -1;
+    }
+    if (jsonx_parse_object(buf_ptr(&q->c->body), buf_len(&q->c->body),
+                           JSONX_MAX_DEPTH, root, err, sizeof(err)) != 0) {
+        send_error(q, 400, err, NULL, "invalid_json");
+        return -1;
+    }
+    *name = json_string_value(json_object_get(*root, "lora_name"));
+    *path = json_string_value(json_object_get(*root, "lora_path"));
+    return 0;
+}
+
+/* vLLM's answer to a load or unload that worked: text, no Content-Type. */
+static void
+lora_done(struct req *q, const char *name, const char *done)
+{
+    char msg[LORA_NAME_MAX + 64];
+
+    snprintf(msg, sizeof(msg), "Success: LoRA adapter '%s' %s "
+             "successfully.", name, done);
+    send_simple(q, 200, NULL, msg, strlen(msg));
+}
+
+void
+vllm_load_lora(struct req *q)
+{
+    const char *name, *path;
+    char msg[LORA_NAME_MAX + 96];
+    json_t *root;
+    int rc;
+
+    if (lora_request(q, &root, &name, &path) != 0)
+        return;
+    if (name == NULL || name[0] == '\0' || path == NULL || path[0] == '\0') {
+        send_error(q, 400, "Both 'lora_name' and 'lora_path' must be "
+                   "provided.", NULL, "InvalidUserInput");
+    } else if (!lora_name_ok(name) || strlen(path) > LORA_PATH_MAX) {
+        snprintf(msg, sizeof(msg), "mock: a lora_name is 1 to %d printable "
+                 "ASCII bytes but ',', a lora_path at most %d",
+                 LORA_NAME_MAX, LORA_PATH_MAX);
+        send_error(q, 400, msg, "lora_name", "InvalidUserInput");
+    } else if ((rc = engine_lora_add(engine, name, path)) == GW_EINVAL) {
+        snprintf(msg, sizeof(msg), "The lora adapter '%s' has already been "
+                 "loaded.", name);
+        send_error(q, 400, msg, "lora_name", "InvalidUserInput");
+    } else if (rc < 0) {
+        send_error(q, 400, "mock: no room for another adapter (LORA_MAX)",
+                   NULL, "InvalidUserInput");
+    } else {
+        lora_done(q, name, "added");
+    }
+    json_decref(root);
+}
+
+void
+vllm_unload_lora(struct req *q)
+{
+    const char *name, *path;
+    char msg[LORA_NAME_MAX + 96];
+    json_t *root;
+
+    if (lora_request(q, &root, &name, &path) != 0)
+        return;
+    if (name == NULL || name[0] == '\0') {
+        send_error(q, 400, "either 'lora_name' and 'lora_int_id' needs to "
+                   "be provided.", NULL, "InvalidUserInput");
+    } else if (strlen(name) > LORA_NAME_MAX
+               || engine_lora_remove(engine, name) != 0) {
+        snprintf(msg, sizeof(msg), "The lora adapter '%.*s' cannot be "
+                 "found.", LORA_NAME_MAX, name);
+        send_error(q, 404, msg, "lora_name", "NotFoundError");
+    } else {
+        lora_done(q, name, "removed");
+    }
+    json_decref(root);
 }
 
 void

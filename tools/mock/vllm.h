@@ -60,8 +60,27 @@ void vllm_pooling(struct req *q);
  */
 void vllm_audio(struct req *q);
 
-/* GET /v1/models: the -m models, in vLLM's shape. */
+/*
+ * GET /v1/models: the -m models, then the LoRA adapters served, each
+ * with the first -m model as its parent, in vLLM's shape.
+ */
 void vllm_models(struct req *q);
+
+/*
+ * POST /v1/load_lora_adapter {"lora_name": N, "lora_path": P}: serve
+ * adapter N from now on (GET /v1/models lists it), as vLLM does with
+ * VLLM_ALLOW_RUNTIME_LORA_UPDATING; it is loaded into a GPU slot when a
+ * request first uses it.  vLLM's answers: 200 "Success: LoRA adapter
+ * 'N' added successfully.", a 400 when either is missing or N is served
+ * already.
+ */
+void vllm_load_lora(struct req *q);
+
+/*
+ * POST /v1/unload_lora_adapter {"lora_name": N}: serve N no more; 404
+ * when it is not served.
+ */
+void vllm_unload_lora(struct req *q);
 
 /* GET /health: 200 with an empty body as vLLM's, or /control's status. */
 void vllm_health(struct req *q);
