@@ -80,7 +80,8 @@ the flood's excess is shed with 503 and Retry-After, and a light
 tenant's call that waits longer is an error.
 
 A full run (4 workloads x 4 modes, one repetition) takes about 13
-minutes on 2 cores, c alone with --reps 3 about 18;
+minutes on 2 cores; c with --modes least_inflight,least_load --reps 3
+about 7 (least_inflight's flood waits a minute in vLLM's queue);
 --quick (shorter windows, long outputs capped at 100 tokens) about
 2 minutes, a smoke run whose numbers are not the targets'.  Python 3
 standard library only; reuses the integration tests' process helpers
