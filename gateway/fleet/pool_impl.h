@@ -148,6 +148,9 @@ struct pool {
                                            see the lock note */
     struct gw_mutex models_lock;        /* see the lock note */
     struct waiter *q_head, *q_tail;     /* in arrival order */
+    int learner1;                       /* the engine learning its room
+                                           (pool_places_locked), + 1;
+                                           0 none */
 
     /*
      * Per tenant (CONFIG_MAX_TENANTS: the default one), what the shares

@@ -264,8 +264,19 @@ pool_places_locked(struct pool *p, uint64_t fleet, int64_t now,
             pl->learner = (int)i;
         }
     }
-    if (pl->presumed > 0)
+    /* The learner stays the learner until its room is known: chosen
+     * afresh at every read (the one seen running the most), a flood
+     * would probe each engine in turn and fill them all. */
+    if (pl->presumed > 0) {
         pl->learner = -1;
+    } else if (p->learner1 > 0 && (size_t)p->learner1 <= p->n) {
+        i = (size_t)p->learner1 - 1;
+        if ((fleet & (UINT64_C(1) << i))
+            && !engine_room_known(&p->m[i].load)
+            && pool_has_room_locked(p, &p->m[i]))
+            pl->learner = (int)i;
+    }
+    p->learner1 = pl->learner + 1;
     for (i = 0; i < p->n; i++) {
         if (!(fleet & (UINT64_C(1) << i))
             || proven_room(p, i, pl->presumed, now, &seen, &holding) != 0)
