@@ -89,8 +89,12 @@ int
 pool_lora_waits_locked(struct pool *p, uint64_t room, uint64_t use,
                        const char *model, int64_t now)
 {
-    return pool_lora_resident_locked(p, room, model, now) == 0
-           && pool_lora_resident_locked(p, use, model, now) != 0;
+    /* One classification of 'use' ('room' is a part of it, and an
+     * upstream's fit does not depend on the set asked about): a call's
+     * admission classifies its model once here, not twice. */
+    uint64_t resident = pool_lora_resident_locked(p, use, model, now);
+
+    return resident != 0 && (resident & room) == 0;
 }
 
 uint64_t
