@@ -242,6 +242,8 @@ send_gated_body(struct req *q, const char *p, size_t n)
         len = i + 1 < pieces ? n / pieces : n - off;
         if (wait_gate(q, (long)i) != 0)
             return;
+        if (i + 1 == pieces)
+            send_close_call(q);
         if (len > 0 && net_write_all(q->c->fd, p + off, len,
                                      gw_now_ms() + MOCK_SEND_MS, -1) != 0) {
             q->gone = 1;

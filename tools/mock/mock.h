@@ -219,6 +219,7 @@ struct req {
     int chunked;                /* streamed bodies use chunked framing */
     int head_only;              /* HEAD: the answer has no body */
     int gone;                   /* the client went away mid-response */
+    int open;                   /* counted in st.in_progress */
     int status;                 /* status sent; 0 while none */
     uint64_t bytes;             /* body bytes written */
     int64_t t0_us;

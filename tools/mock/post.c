@@ -489,6 +489,7 @@ post_answer(struct req *q)
     if (mock_is_completion(q->route))
         st.completing++;
     mock_unlock();
+    q->open = 1;
     if (mock_is_audio(q->route)) {
         if (read_form(q) != 0)
             goto out;
@@ -607,11 +608,10 @@ post_answer(struct req *q)
 out:
     engine_seq_free(engine, q->seq);    /* out of the engine, wherever */
     q->seq = NULL;
-    mock_lock();
-    st.in_progress--;
-    if (mock_is_completion(q->route))
-        st.completing--;
-    if (q->gone)
+    send_close_call(q);
+    if (q->gone) {
+        mock_lock();
         st.aborted++;
-    mock_unlock();
+        mock_unlock();
+    }
 }

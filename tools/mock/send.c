@@ -75,6 +75,8 @@ send_head(struct req *q, int status, const char *ctype, int64_t clen,
         return rc;
     }
     q->status = status;
+    if (clen >= 0 && (uint64_t)clen == (uint64_t)n)
+        send_close_call(q);     /* the whole answer goes now */
     iov[0].iov_base = h->data + h->off;
     iov[0].iov_len = buf_len(h);
     iov[1].iov_base = (void *)p;
@@ -120,11 +122,25 @@ send_piece(struct req *q, const char *p, size_t n)
     return 0;
 }
 
+void
+send_close_call(struct req *q)
+{
+    if (!q->open)
+        return;
+    q->open = 0;
+    mock_lock();
+    st.in_progress--;
+    if (mock_is_completion(q->route))
+        st.completing--;
+    mock_unlock();
+}
+
 int
 send_end(struct req *q)
 {
     int rc;
 
+    send_close_call(q);
     if (!q->chunked) {
         q->close = 1;
         return 0;

@@ -5,8 +5,8 @@
  * OpenAI error body, a JSON body and one SSE event.
  *
  * Every function writes to the request's client socket with a deadline
- * of MOCK_SEND_MS, builds in its connection's buffers (c->hdr, c->out)
- * and takes no lock.  A write that fails marks the request gone and the
+ * of MOCK_SEND_MS and builds in its connection's buffers (c->hdr,
+ * c->out); only send_close_call() takes a lock (st.mu, briefly).  A write that fails marks the request gone and the
  * connection to close (q->gone, q->close); each returns 0 or that error,
  * which the caller needs only to stop writing.
  */
@@ -38,6 +38,17 @@ int send_head(struct req *q, int status, const char *ctype, int64_t clen,
  * Empty pieces are skipped: a zero-size chunk would end the body.
  */
 int send_piece(struct req *q, const char *p, size_t n);
+
+/*
+ * Take the call 'q' out of st.in_progress (and completing), once: a call
+ * counted in by post_answer() (q->open set) is counted out just before
+ * the write that carries its last byte, not after it, so a client that
+ * reads its answer and sends its next call never finds both counted at
+ * once (a test of max_inflight reads the peak).  send_head() with the
+ * whole body and send_end() call it; post_answer() calls it at the end
+ * for every call that ended otherwise.
+ */
+void send_close_call(struct req *q);
 
 /* End a streamed body: the last chunk, or the close that ends 1.0 ones. */
 int send_end(struct req *q);
