@@ -605,6 +605,89 @@ http_has_token(const char *value, size_t len, const char *token)
 }
 
 int
+http_has_directive(const char *value, size_t len, const char *token)
+{
+    return list_has(value, len, token, 1);
+}
+
+/* delta-seconds p[0..n), quotes taken off; -1 when it is not 1*DIGIT. */
+static int64_t
+parse_seconds(const char *p, size_t n)
+{
+    int64_t v = 0;
+
+    if (n >= 2 && p[0] == '"' && p[n - 1] == '"') {
+        p++;
+        n -= 2;
+    }
+    if (n == 0)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] < '0' || p[i] > '9')
+            return -1;
+        if (v < INT64_MAX / 1000)
+            v = v * 10 + (p[i] - '0');
+    }
+    return v < INT64_MAX / 1000 ? v : INT64_MAX / 1000;
+}
+
+/* The smallest "token=seconds" in value[0..len), or -1 (list_has's
+ * element rules). */
+static int64_t
+list_seconds(const char *value, size_t len, const char *token)
+{
+    const char *p = value, *end = value + len, *elem, *elem_end, *eq, *a;
+    int64_t best = -1, v;
+
+    while (p < end) {
+        elem = p;
+        while (p < end && *p != ',')
+            p++;
+        elem_end = p;
+        eq = memchr(elem, '=', (size_t)(elem_end - elem));
+        if (eq != NULL) {
+            a = eq + 1;
+            while (elem < eq && is_ows(*elem))
+                elem++;
+            while (eq > elem && is_ows(eq[-1]))
+                eq--;
+            while (a < elem_end && is_ows(*a))
+                a++;
+            while (elem_end > a && is_ows(elem_end[-1]))
+                elem_end--;
+            v = gw_strieq(elem, (size_t)(eq - elem), token)
+                ? parse_seconds(a, (size_t)(elem_end - a)) : -1;
+            if (v >= 0 && (best < 0 || v < best))
+                best = v;
+        }
+        if (p < end)
+            p++;                /* the comma */
+    }
+    return best;
+}
+
+int
+http_lists_seconds(const struct http_request *r, const char *name,
+                   const char *token, int64_t *seconds)
+{
+    int64_t best = -1, v;
+
+    for (size_t i = 0; i < r->num_headers; i++) {
+        const struct http_header *h = &r->headers[i];
+
+        if (!gw_strieq(h->name, h->name_len, name))
+            continue;
+        v = list_seconds(h->value, h->value_len, token);
+        if (v >= 0 && (best < 0 || v < best))
+            best = v;
+    }
+    if (best < 0)
+        return 0;
+    *seconds = best;
+    return 1;
+}
+
+int
 http_lists_token(const struct http_request *r, const char *name,
                  const char *token)
 {

@@ -117,6 +117,23 @@ int http_lists_token(const struct http_request *r, const char *name,
                      const char *token);
 
 /*
+ * Does the comma-separated field value list the directive 'token', alone
+ * or as "token=argument" (as http_lists_token() matches)?
+ */
+int http_has_directive(const char *value, size_t len, const char *token);
+
+/*
+ * The smallest delta-seconds argument of 'token' ("max-age=60", or
+ * quoted, "max-age=\"60\"") in any field line named 'name', capped at
+ * INT64_MAX / 1000 (RFC 9111 1.2.2: a larger one is taken as the
+ * largest).  Returns 1 with OUT *seconds set, or 0 when no element has
+ * one that parses (an argument that is not 1*DIGIT is ignored, never an
+ * error).  Case-insensitive names.
+ */
+int http_lists_seconds(const struct http_request *r, const char *name,
+                       const char *token, int64_t *seconds);
+
+/*
  * The longest Retry-After the gateway believes, in ms.  A server asking
  * for days is not told to the clients (gateway/upstream/upstream.c reads every
  * head with this cap) and does not hold an upstream back for days

@@ -12,6 +12,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "http.h"
+
 /* Parse "HTTP/1.1 200 OK" (or "HTTP/2 200"): the status, or -1. */
 static int
 parse_status_line(const char *p, size_t n)
@@ -124,6 +126,7 @@ http_response_head_line(struct http_response_head *h, const char *p,
         h->has_cl = 0;
         h->content_length = -1;
         h->retry_after_ms = 0;
+        h->no_store = 0;
         return HTTP_RESPONSE_STATUS;
     }
 
@@ -185,6 +188,10 @@ http_response_head_line(struct http_response_head *h, const char *p,
         if (end > v && !gw_strieq(v, (size_t)(end - v), "identity"))
             return response_fail(h, GW_EPARSE,
                                  HTTP_HEAD_BAD_CONTENT_CODING);
+    } else if (gw_strieq(p, name_len, "cache-control")) {
+        if (http_has_directive(v, (size_t)(end - v), "no-store")
+            || http_has_directive(v, (size_t)(end - v), "private"))
+            h->no_store = 1;
     } else if (gw_strieq(p, name_len, "retry-after")) {
         h->retry_after_ms = parse_retry_after(v, (size_t)(end - v),
                                               h->retry_after_max_ms);

@@ -13,7 +13,8 @@
  * with another, one together with Transfer-Encoding, a transfer coding
  * other than one "chunked", a content coding other than identity (the
  * gateway asks for identity), a Content-Type with a control character
- * but HTAB (it is relayed), and a head over 'max_head' bytes.  Other
+ * but HTAB (it is relayed), and a head over 'max_head' bytes.  Of
+ * Cache-Control, only no-store and private are noted (no_store).  Other
  * fields, and lines without a colon, are passed over.
  *
  * Nothing here allocates.  The gateway reads every head with its cap on
@@ -48,6 +49,8 @@ struct http_response_head {
     int64_t retry_after_ms;     /* Retry-After in delay-seconds, capped at
                                    retry_after_max_ms; 0 none or not
                                    seconds (an HTTP-date) */
+    int no_store;               /* Cache-Control lists no-store or
+                                   private: a cache must not keep it */
     /* After HTTP_RESPONSE_CTYPE: the value, a view into the line just
      * fed (OWS trimmed); NULL after any other line. */
     const char *ctype;
@@ -103,6 +106,9 @@ struct http_head {
     int retry_after_s;                  /* of a 429 or 503, capped at
                                            HTTP_RETRY_AFTER_MAX_MS; 0
                                            none */
+    int no_store;                       /* its Cache-Control said
+                                           no-store or private: never
+                                           kept by the response cache */
 };
 
 #endif

@@ -78,7 +78,8 @@ GATEWAY = {
     "main": "coalesce config generation metrics server tenant",
     "server": "coalesce config conn generation handler metrics reply",
     "conn": "config generation handler reply route status tenant tls",
-    "route": "cluster config handler metrics pool proxy reply status tenant",
+    "route": "cluster coalesce config handler metrics pool proxy reply status "
+             "tenant",
     "status": "cluster coalesce config generation handler metrics pool"
               " tenant",
     "proxy": "coalesce config dispatch fanout flight handler metrics pool"
@@ -183,7 +184,7 @@ CALLBACKS = {
 COMMON = {
     "http_read": "buf http http_chunked net util",
     "http_chunked": "buf http util",
-    "http_response": "util",
+    "http_response": "http util",
     "http": "util",
     "net": "log util",
     "cfg": "alloc buf util",

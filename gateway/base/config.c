@@ -59,6 +59,7 @@ static const struct {
     { "upstream", N_OPTIONAL },
     { "routing", N_NONE },
     { "coalesce", N_NONE },
+    { "cache", N_NONE },
     { "tenant", N_REQUIRED },
     { "admin", N_NONE },
     { "cluster", N_NONE },
@@ -842,6 +843,29 @@ check_cluster(struct loader *ld)
     return read_password_file(ld, file_line);
 }
 
+/* [cache]: an entry must fit the whole cache. */
+static int
+check_cache(struct loader *ld)
+{
+    const struct gw_config *c = ld->c;
+    int line = line_of(ld, "cache", "max_entry_bytes");
+
+    if (c->cache_max_entry_bytes > c->cache_max_bytes) {
+        set_err(ld, line != 0 ? line : line_of(ld, "cache", "max_bytes"),
+                "max_entry_bytes (%" PRIu64 ") is more than max_bytes "
+                "(%" PRIu64 "): no entry that size could be kept",
+                c->cache_max_entry_bytes, c->cache_max_bytes);
+        return GW_EINVAL;
+    }
+    if (c->cache_ttl_ms % 1000 != 0) {
+        set_err(ld, line_of(ld, "cache", "ttl"), "ttl: a whole number of "
+                "seconds (Age and max-age count seconds), not %lldms",
+                (long long)c->cache_ttl_ms);
+        return GW_EINVAL;
+    }
+    return 0;
+}
+
 /* After the last entry: every upstream's timeouts from [routing]'s. */
 static int
 finish(struct loader *ld)
@@ -855,6 +879,8 @@ finish(struct loader *ld)
     rc = check_listeners(ld);
     if (rc == 0)
         rc = check_cluster(ld);
+    if (rc == 0)
+        rc = check_cache(ld);
     if (rc != 0)
         return rc;
     for (i = 0; i < c->num_upstreams; i++) {

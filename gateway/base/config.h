@@ -86,6 +86,8 @@ struct config_tenant {
     unsigned char key_sha256[CONFIG_MAX_TENANT_KEYS][CONFIG_KEY_DIGEST_LEN];
     size_t num_keys;            /* digests wiped on release */
     int coalesce;               /* per-tenant switch, default on */
+    int cache;                  /* on: its answers may be cached, when
+                                   [cache] ttl > 0 */
     uint64_t max_inflight;      /* 0 = no limit on requests under way */
     uint64_t requests_per_minute;   /* 0 = no limit; a token bucket */
     uint64_t tokens_per_minute;     /* 0 = no limit; prompt + completion,
@@ -178,6 +180,11 @@ struct gw_config {
     uint64_t max_flights;       /* 1024 */
     int64_t follower_timeout_ms;    /* 10m: a follower's longest wait */
     int leader_writes;          /* on: the leader writes to caught-up readers */
+
+    /* [cache]: finished flights kept for their ttl (coalesce.h) */
+    int64_t cache_ttl_ms;       /* 0: off */
+    uint64_t cache_max_bytes;   /* 256m: every entry, overhead included */
+    uint64_t cache_max_entry_bytes;     /* 4m: a larger answer is not kept */
 
     /* [tenant NAME] */
     struct config_tenant tenants[CONFIG_MAX_TENANTS];

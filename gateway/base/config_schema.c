@@ -161,11 +161,18 @@ const struct setting config_settings[] = {
       "10m", 1, DAY_MS },
     { "coalesce", "leader_writes", T_BOOL, C(leader_writes), "on", 0, 0 },
 
+    { "cache", "ttl", T_DURATION, C(cache_ttl_ms), "0", 0, DAY_MS },
+    { "cache", "max_bytes", T_SIZE, C(cache_max_bytes), "256m",
+      CFG_KIB, 64 * CFG_GIB },
+    { "cache", "max_entry_bytes", T_SIZE, C(cache_max_entry_bytes), "4m",
+      CFG_KIB, CFG_GIB },
+
     { "tenant", "api_key", T_TENANT_KEY, TN(key_sha256), NULL,
       CONFIG_MIN_KEY_LEN, 0 },
     { "tenant", "api_key_sha256", T_TENANT_KEY_SHA256, TN(key_sha256), NULL,
       0, 0 },
     { "tenant", "coalesce", T_BOOL, TN(coalesce), "on", 0, 0 },
+    { "tenant", "cache", T_BOOL, TN(cache), "on", 0, 0 },
     { "tenant", "max_inflight", T_UINT, TN(max_inflight), "0", 0, 1000000 },
     { "tenant", "requests_per_minute", T_UINT, TN(requests_per_minute), "0",
       0, CONFIG_MAX_REQUESTS_PER_MINUTE },

@@ -100,6 +100,10 @@ static struct {
     _Atomic uint64_t bypass[METRICS_BYPASS_COUNT];
     _Atomic uint64_t cut_lag;
     _Atomic int64_t flights;
+    _Atomic uint64_t cache_result[METRICS_CACHE_RESULT_COUNT];
+    _Atomic uint64_t cache_evicted[METRICS_EVICT_COUNT];
+    _Atomic int64_t cache_entries;
+    _Atomic int64_t cache_bytes;
     _Atomic int64_t parked;
     _Atomic uint64_t pushed;
     _Atomic uint64_t helpers;
@@ -138,6 +142,21 @@ static const char *const bypass_names[METRICS_BYPASS_COUNT] = {
     "disabled", "tenant", "opt_out", "sampling", "max_followers",
     "max_flight_bytes", "max_flights", "nomem",
 };
+
+static const char *const cache_result_names[METRICS_CACHE_RESULT_COUNT] = {
+    "hit", "miss", "bypass",
+};
+
+static const char *const cache_evict_names[METRICS_EVICT_COUNT] = {
+    "expired", "size", "replaced", "reload",
+};
+
+const char *
+metrics_cache_result_name(enum metrics_cache_result r)
+{
+    return r < METRICS_CACHE_RESULT_COUNT ? cache_result_names[r]
+                                          : "unknown";
+}
 
 const char *
 metrics_bypass_name(enum metrics_bypass b)
@@ -332,6 +351,30 @@ void
 metrics_flights_add(int delta)
 {
     atomic_fetch_add_explicit(&m.flights, delta, memory_order_relaxed);
+}
+
+void
+metrics_cache_result(enum metrics_cache_result r)
+{
+    if (r < METRICS_CACHE_RESULT_COUNT)
+        INC(m.cache_result[r]);
+}
+
+void
+metrics_cache_evicted(enum metrics_cache_evict why, uint64_t n)
+{
+    if (why < METRICS_EVICT_COUNT)
+        atomic_fetch_add_explicit(&m.cache_evicted[why], n,
+                                  memory_order_relaxed);
+}
+
+void
+metrics_cache_size(uint64_t entries, uint64_t bytes)
+{
+    atomic_store_explicit(&m.cache_entries, (int64_t)entries,
+                          memory_order_relaxed);
+    atomic_store_explicit(&m.cache_bytes, (int64_t)bytes,
+                          memory_order_relaxed);
 }
 
 void
@@ -542,6 +585,10 @@ static const struct scalar scalars[] = {
       &m.followers, NULL },
     { "infergw_flights_active", "Coalescing flights in flight.",
       NULL, &m.flights },
+    { "infergw_cache_entries", "Finished answers kept by the response "
+      "cache now.", NULL, &m.cache_entries },
+    { "infergw_cache_bytes", "Memory the response cache's entries take "
+      "now, bookkeeping included.", NULL, &m.cache_bytes },
     { "infergw_coalesce_parked", "Clients that have been sent everything "
       "so far and wait for the next chunk.", NULL, &m.parked },
     { "infergw_coalesce_pushed_chunks_total", "Chunks the upstream thread "
@@ -702,6 +749,15 @@ metrics_render(struct buf *out, const struct gw_config *cfg)
     prom_family(&w, "infergw_coalesce_bypass_total", PROM_COUNTER,
                 "Eligible-route requests sent upstream alone, by reason.");
     by_name(&w, "reason", bypass_names, m.bypass, METRICS_BYPASS_COUNT);
+    prom_family(&w, "infergw_cache_requests_total", PROM_COUNTER,
+                "Requests by what the response cache did: answered from "
+                "it (hit), not (miss), or not its to answer (bypass).");
+    by_name(&w, "result", cache_result_names, m.cache_result,
+            METRICS_CACHE_RESULT_COUNT);
+    prom_family(&w, "infergw_cache_evictions_total", PROM_COUNTER,
+                "Response cache entries dropped, by reason.");
+    by_name(&w, "reason", cache_evict_names, m.cache_evicted,
+            METRICS_EVICT_COUNT);
     prom_family(&w, "infergw_upstream_keepalive_idle", PROM_GAUGE,
                 "Idle upstream connections kept alive now.");
     prom_int(&w, NULL, 0, LOAD(m.keepalive_idle));

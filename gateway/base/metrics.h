@@ -97,6 +97,27 @@ enum metrics_bypass {
     METRICS_BYPASS_COUNT
 };
 
+/* infergw_cache_requests_total{result}: what the cache did for a
+ * request ([cache] ttl > 0; X-Infergw-Cache says the same). */
+enum metrics_cache_result {
+    METRICS_CACHE_HIT = 0,          /* answered from an entry */
+    METRICS_CACHE_MISS,             /* could be, was not; may be stored */
+    METRICS_CACHE_BYPASS,           /* the cache does not apply to it */
+    METRICS_CACHE_RESULT_COUNT
+};
+
+/* infergw_cache_evictions_total{reason}: why an entry went. */
+enum metrics_cache_evict {
+    METRICS_EVICT_EXPIRED = 0,      /* past the ttl */
+    METRICS_EVICT_SIZE,             /* least recently used, max_bytes */
+    METRICS_EVICT_REPLACED,         /* a newer answer for its key */
+    METRICS_EVICT_RELOAD,           /* a reload dropped it */
+    METRICS_EVICT_COUNT
+};
+
+/* Label value ("hit", "miss", "bypass"). */
+const char *metrics_cache_result_name(enum metrics_cache_result r);
+
 /* Why an idle upstream connection was closed (keepalive.h). */
 enum metrics_keepalive_close {
     METRICS_KEEPALIVE_STALE = 0,    /* readable while idle: stray bytes,
@@ -185,6 +206,10 @@ void metrics_coalesce_follower(void);   /* by tenant: tenant.h's */
 void metrics_coalesce_bypass(enum metrics_bypass b);
 void metrics_reader_cut_lag(void);      /* a client past max_reader_lag */
 void metrics_flights_add(int delta);
+void metrics_cache_result(enum metrics_cache_result r);
+void metrics_cache_evicted(enum metrics_cache_evict why, uint64_t n);
+/* The cache's size now (the coalescer sets it under its lock). */
+void metrics_cache_size(uint64_t entries, uint64_t bytes);
 void metrics_parked_add(int delta);     /* clients parked in flights */
 void metrics_pushed(uint64_t chunks);   /* chunks written for parked ones */
 void metrics_helpers(uint64_t n);       /* helper threads woken to write */

@@ -138,6 +138,7 @@ struct tenant_entry {
     struct tenant_period day, month;    /* every tenant's use */
     uint64_t charged[2];        /* tokens charged: from usage, counted */
     uint64_t saved;             /* tokens followers got for nothing */
+    uint64_t cache_saved;       /* tokens cache hits got for nothing */
     uint64_t followers;         /* requests that followed a flight */
     /* Its calls in the admission queue (tenants_note_queue()). */
     uint64_t queued;            /* waiting now */
@@ -576,11 +577,14 @@ tenants_bill(struct tenants *ts, struct tenant_entry *e, const char *model,
     b = bill_of(e, model[0] != '\0' ? model : "-");
     b->prompt = add_sat(b->prompt, prompt);
     b->completion = add_sat(b->completion, completion);
-    if (saved)
+    if (saved == TENANT_SAVED_CACHE)
+        e->cache_saved = add_sat(e->cache_saved, add_sat(prompt,
+                                                         completion));
+    else if (saved)
         e->saved = add_sat(e->saved, add_sat(prompt, completion));
     tenant_usage_add(&e->usage, TENANT_USAGE_PROMPT, prompt);
     tenant_usage_add(&e->usage, TENANT_USAGE_COMPLETION, completion);
-    if (saved)
+    if (saved == TENANT_SAVED_COALESCE)
         tenant_usage_add(&e->usage, TENANT_USAGE_SAVED,
                          add_sat(prompt, completion));
     gw_mutex_unlock(&ts->lock);
@@ -722,6 +726,7 @@ tenants_status(struct tenants *ts, const struct gw_config *cfg,
                                             e->bills[b].completion);
         }
         st->saved = e->saved;
+        st->cache_saved = e->cache_saved;
         tenant_usage_show(&e->usage, now_us, st);
     }
     *out = v;
@@ -966,6 +971,9 @@ tenants_render_metrics(struct tenants *ts, const struct gw_config *cfg,
                "Tokens that coalesced followers received without an "
                "upstream call.",
                offsetof(struct tenant_entry, saved));
+    per_tenant(ts, &w, "infergw_cache_tokens_saved_total", PROM_COUNTER,
+               "Tokens that response cache hits received without an "
+               "upstream call.", offsetof(struct tenant_entry, cache_saved));
     render_charged(ts, &w, wall_s);
     gw_mutex_unlock(&ts->lock);
     return w.rc;

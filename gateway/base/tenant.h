@@ -202,8 +202,12 @@ void tenants_leave(struct tenants *ts, struct tenant_entry *e);
 /*
  * Bill what one client received: 'prompt' and 'completion' tokens of
  * 'model' (client text; bounded and sanitised by the caller).  'saved':
- * it came from someone else's upstream call (a follower).
+ * TENANT_SAVED_COALESCE, it came from someone else's upstream call (a
+ * follower); TENANT_SAVED_CACHE, from the response cache (a hit: counted
+ * on this gateway only, not in the fleet's usage); 0, its own call.
  */
+#define TENANT_SAVED_COALESCE 1
+#define TENANT_SAVED_CACHE 2
 void tenants_bill(struct tenants *ts, struct tenant_entry *e,
                   const char *model, uint64_t prompt, uint64_t completion,
                   int saved);
@@ -266,6 +270,7 @@ struct tenant_status {
     uint64_t prompt_tokens;         /* billed, every model */
     uint64_t completion_tokens;
     uint64_t saved;                 /* tokens followers got for nothing */
+    uint64_t cache_saved;           /* tokens cache hits got for nothing */
     /* Usage across the fleet: this gateway's counts, those of them not
      * yet in Redis for sure, and the fleet's totals as the beat last
      * read them, 'cluster_age_ms' ago (-1: never read). */
@@ -322,8 +327,8 @@ void tenants_count_request(struct tenants *ts, const struct gw_config *cfg,
  * one place /metrics gets them from: of every tenant seen (by name),
  * infergw_tenant_requests_inflight, infergw_tenant_rejected_total,
  * infergw_tenant_requests_total, infergw_tokens_total,
- * infergw_coalesce_tokens_saved_total, infergw_tenant_tokens_charged_
- * total and infergw_tenant_tokens_used (the day's and month's, as of
+ * infergw_coalesce_tokens_saved_total, infergw_cache_tokens_saved_total,
+ * infergw_tenant_tokens_charged_total and infergw_tenant_tokens_used (the day's and month's, as of
  * 'wall_s', tenants_enter's clock); of each of cfg's tenants (and, but
  * for the limits, the default one; borrowed), its limits
  * (infergw_tenant_max_inflight, infergw_tenant_requests_per_minute_

@@ -216,7 +216,7 @@ write_access(struct conn *c, int64_t us, const char *error)
     const struct handler_req *hr = &c->hr;
     const struct gw_config *cfg = c->ctx.cfg;
     const struct reply *r = &c->reply;
-    struct log_field f[18];     /* every one below */
+    struct log_field f[19];     /* every one below */
     size_t n = 0;
 
     f[n++] = log_strn("method", error == NULL ? c->req.method : NULL,
@@ -239,6 +239,8 @@ write_access(struct conn *c, int64_t us, const char *error)
     f[n++] = log_opt_int("ttft_ms", r->ttfb_us >= 0
                                     ? (long long)(r->ttfb_us / 1000) : -1);
     f[n++] = log_str("role", r->role);
+    if (r->cache != NULL)
+        f[n++] = log_str("cache", r->cache);
     f[n++] = log_str("flight", hr->flight_id[0] != '\0' ? hr->flight_id
                                                         : NULL);
     if (hr->prompt_tokens >= 0) {

@@ -23,6 +23,7 @@
 #include "base/metrics.h"
 #include "multipart.h"
 #include "fleet/pool.h"
+#include "coalesce/coalesce.h"
 #include "coalesce/proxy.h"
 #include "wire/reply.h"
 #include "client/status.h"
@@ -128,8 +129,12 @@ metrics_allowed(const struct handler_req *hr)
 static void
 serve_metrics(struct handler_req *hr)
 {
+    struct coalesce_cache_status cs;
     struct buf b;
 
+    /* The cache's gauges without what has expired since its last join. */
+    if (hr->ctx->co != NULL)
+        coalescer_cache_status(hr->ctx->co, &cs);
     buf_init(&b, 4 << 20);
     if (metrics_render(&b, hr->ctx->cfg) == 0
         && pool_render_metrics(hr->ctx->pool, &b) == 0

@@ -24,6 +24,14 @@ struct entry {
     unsigned char key[FLIGHT_KEY_LEN];
     struct entry *next;             /* bucket chain */
     struct flight *f;               /* the map's reference */
+    /* A cached entry (the flight finished and was kept): when, until
+     * when, what it takes, and its places on the lists by age and by
+     * use; none of it is set while the flight runs. */
+    int cached;
+    int64_t stored_ms, expires_ms;
+    uint64_t bytes;
+    struct entry *age_prev, *age_next;  /* oldest first */
+    struct entry *use_prev, *use_next;  /* least recently used first */
     const struct flight_reader *lead;   /* the leader's client's reader */
     unsigned followers;             /* attached now: max_followers */
     unsigned followers_peak;        /* the most at once (status view) */
@@ -32,14 +40,23 @@ struct entry {
     char tenant[COALESCE_NAME_MAX];
 };
 
+/* A list of cached entries through one pair of links. */
+struct list {
+    struct entry *head, *tail;
+};
+
 struct coalescer {
     struct gw_mutex lock;           /* guards every field below and every
                                        entry */
     uint64_t max_followers;         /* [coalesce]'s, of the config in */
     uint64_t max_flights;           /* force (coalescer_set_limits) */
+    int64_t ttl_ms;                 /* [cache]'s, the same way */
+    uint64_t max_bytes, max_entry_bytes;
     struct entry **bucket;
     size_t nbuckets;                /* a power of two */
-    size_t count;                   /* entries */
+    size_t count;                   /* running flights' entries */
+    uint64_t cached, cached_bytes;  /* cached entries, their memory */
+    struct list by_age, by_use;
 };
 
 struct coalescer *
@@ -63,12 +80,20 @@ coalescer_new(const struct gw_config *cfg)
     return co;
 }
 
+static void drop_cached_locked(struct coalescer *co, struct entry *e,
+                               enum metrics_cache_evict why);
+
 void
 coalescer_set_limits(struct coalescer *co, const struct gw_config *cfg)
 {
     gw_mutex_lock(&co->lock);
     co->max_followers = cfg->max_followers;
     co->max_flights = cfg->max_flights;
+    co->ttl_ms = cfg->cache_ttl_ms;
+    co->max_bytes = cfg->cache_max_bytes;
+    co->max_entry_bytes = cfg->cache_max_entry_bytes;
+    while (co->by_age.head != NULL)
+        drop_cached_locked(co, co->by_age.head, METRICS_EVICT_RELOAD);
     gw_mutex_unlock(&co->lock);
 }
 
@@ -77,6 +102,10 @@ coalescer_free(struct coalescer *co)
 {
     if (co == NULL)
         return;
+    gw_mutex_lock(&co->lock);
+    while (co->by_age.head != NULL)
+        drop_cached_locked(co, co->by_age.head, METRICS_EVICT_RELOAD);
+    gw_mutex_unlock(&co->lock);
     assert(co->count == 0);
     gw_mutex_destroy(&co->lock);
     gw_free(co->bucket);
@@ -85,13 +114,40 @@ coalescer_free(struct coalescer *co)
 
 /* ---- policy ---- */
 
-/* Every field line of both names counts, as one list (RFC 9110 5.3). */
+/* Does the response cache apply to the tenant's requests? */
 static int
-opted_out(const struct http_request *r)
+cache_on(const struct gw_config *cfg, size_t tenant)
+{
+    return cfg->cache_ttl_ms > 0
+           && (tenant >= cfg->num_tenants || cfg->tenants[tenant].cache);
+}
+
+/*
+ * Every field line of both names counts, as one list (RFC 9110 5.3).
+ * Where the cache applies, no-cache asks only for an answer made for
+ * this request (coalesce_cache_ask()), which it may lead.
+ */
+static int
+opted_out(const struct http_request *r, int cache)
 {
     return http_lists_token(r, "X-Infergw-Coalesce", "off")
-           || http_lists_token(r, "Cache-Control", "no-cache")
+           || (!cache && http_lists_token(r, "Cache-Control", "no-cache"))
            || http_lists_token(r, "Cache-Control", "no-store");
+}
+
+void
+coalesce_cache_ask(const struct gw_config *cfg, size_t tenant,
+                   const struct http_request *r,
+                   struct coalesce_cache_ask *ask)
+{
+    int64_t s;
+
+    ask->use = cache_on(cfg, tenant)
+               && !http_lists_token(r, "Cache-Control", "no-store");
+    ask->fresh = http_lists_token(r, "Cache-Control", "no-cache");
+    ask->max_age_ms = -1;
+    if (http_lists_seconds(r, "Cache-Control", "max-age", &s))
+        ask->max_age_ms = s * 1000;
 }
 
 /*
@@ -180,7 +236,7 @@ coalesce_eligible(const struct gw_config *cfg, size_t tenant,
         *why = METRICS_BYPASS_TENANT;
         return 0;
     }
-    if (opted_out(r)) {
+    if (opted_out(r, cache_on(cfg, tenant))) {
         *why = METRICS_BYPASS_OPT_OUT;
         return 0;
     }
@@ -284,6 +340,139 @@ remove_locked(struct coalescer *co, struct entry **pp)
     gw_free(e);
 }
 
+/* ---- the cache: cached entries on two lists ---- */
+
+/* Put a new cached entry at the young end of both lists. */
+static void
+lists_add_locked(struct coalescer *co, struct entry *e)
+{
+    e->age_prev = co->by_age.tail;
+    e->age_next = NULL;
+    if (co->by_age.tail != NULL)
+        co->by_age.tail->age_next = e;
+    else
+        co->by_age.head = e;
+    co->by_age.tail = e;
+    e->use_prev = co->by_use.tail;
+    e->use_next = NULL;
+    if (co->by_use.tail != NULL)
+        co->by_use.tail->use_next = e;
+    else
+        co->by_use.head = e;
+    co->by_use.tail = e;
+}
+
+/* Take e off both lists. */
+static void
+lists_remove_locked(struct coalescer *co, struct entry *e)
+{
+    if (e->age_prev != NULL)
+        e->age_prev->age_next = e->age_next;
+    else
+        co->by_age.head = e->age_next;
+    if (e->age_next != NULL)
+        e->age_next->age_prev = e->age_prev;
+    else
+        co->by_age.tail = e->age_prev;
+    if (e->use_prev != NULL)
+        e->use_prev->use_next = e->use_next;
+    else
+        co->by_use.head = e->use_next;
+    if (e->use_next != NULL)
+        e->use_next->use_prev = e->use_prev;
+    else
+        co->by_use.tail = e->use_prev;
+}
+
+/* A hit: e becomes the most recently used. */
+static void
+touch_locked(struct coalescer *co, struct entry *e)
+{
+    if (co->by_use.tail == e)
+        return;
+    if (e->use_prev != NULL)
+        e->use_prev->use_next = e->use_next;
+    else
+        co->by_use.head = e->use_next;
+    e->use_next->use_prev = e->use_prev;    /* not the tail: has one */
+    e->use_prev = co->by_use.tail;
+    e->use_next = NULL;
+    co->by_use.tail->use_next = e;
+    co->by_use.tail = e;
+}
+
+static void
+cache_size_locked(struct coalescer *co)
+{
+    metrics_cache_size(co->cached, co->cached_bytes);
+}
+
+/*
+ * Drop the cached entry 'e' for 'why': off the lists and out of the map,
+ * the map's reference dropped (a hit still reading it keeps its own).
+ */
+static void
+drop_cached_locked(struct coalescer *co, struct entry *e,
+                   enum metrics_cache_evict why)
+{
+    struct entry **pp;
+
+    assert(gw_mutex_held(&co->lock) && e->cached);
+    lists_remove_locked(co, e);
+    for (pp = &co->bucket[bucket_of(co, e->key)]; *pp != e;
+         pp = &(*pp)->next)
+        ;
+    *pp = e->next;
+    co->cached--;
+    co->cached_bytes -= e->bytes;
+    metrics_cache_evicted(why, 1);
+    cache_size_locked(co);
+    flight_unref(e->f);
+    gw_free(e);
+}
+
+/* Drop the entries past their ttl at 'now', oldest first. */
+static void
+expire_locked(struct coalescer *co, int64_t now)
+{
+    while (co->by_age.head != NULL && co->by_age.head->expires_ms <= now)
+        drop_cached_locked(co, co->by_age.head, METRICS_EVICT_EXPIRED);
+}
+
+/*
+ * Keep the finished flight of running entry 'e' as a cached entry of
+ * 'bytes', making room past max_bytes from the least recently used.
+ */
+static void
+keep_locked(struct coalescer *co, struct entry *e, uint64_t bytes,
+            int64_t now)
+{
+    while (co->by_use.head != NULL
+           && co->cached_bytes + bytes > co->max_bytes)
+        drop_cached_locked(co, co->by_use.head, METRICS_EVICT_SIZE);
+    e->cached = 1;
+    e->stored_ms = now;
+    e->expires_ms = now + co->ttl_ms;
+    e->bytes = bytes;
+    e->lead = NULL;
+    lists_add_locked(co, e);
+    co->cached++;
+    co->cached_bytes += bytes;
+    cache_size_locked(co);
+}
+
+/*
+ * Is the cached entry 'e' an answer for 'ask' at 'now' (within the ttl,
+ * expire_locked() saw to that, and the request's max-age)?
+ */
+static int
+fits_locked(const struct entry *e, const struct coalesce_cache_ask *ask,
+            int64_t now)
+{
+    return ask->use && !ask->fresh
+           && (ask->max_age_ms < 0 || now - e->stored_ms <= ask->max_age_ms);
+}
+
 /* Join the flight of entry 'e' as a follower.  Map lock held. */
 static enum coalesce_role
 follow_locked(struct coalescer *co, struct entry *e, struct flight_reader *r,
@@ -333,6 +522,7 @@ lead_locked(struct coalescer *co, struct entry **pp, const unsigned char *key,
     e->lead = r;
     e->followers = 0;
     e->followers_peak = 0;
+    e->cached = 0;
     e->start_ms = gw_now_ms();
     snprintf(e->model, sizeof(e->model), "%s", about->model);
     snprintf(e->tenant, sizeof(e->tenant), "%s", about->tenant);
@@ -346,34 +536,84 @@ lead_locked(struct coalescer *co, struct entry **pp, const unsigned char *key,
 
 enum coalesce_role
 coalescer_join(struct coalescer *co, const unsigned char key[FLIGHT_KEY_LEN],
-               const struct coalesce_about *about, struct flight_reader *r,
-               struct flight **out, enum metrics_bypass *why)
+               const struct coalesce_about *about,
+               const struct coalesce_cache_ask *ask, struct flight_reader *r,
+               struct flight **out, int64_t *age_ms,
+               enum metrics_bypass *why)
 {
+    int64_t now = gw_now_ms();
     enum coalesce_role role;
-    struct entry **pp;
+    struct entry **pp, *e;
 
     *out = NULL;
+    *age_ms = 0;
     gw_mutex_lock(&co->lock);
+    expire_locked(co, now);
     pp = find_locked(co, key);
-    if (*pp != NULL)
-        role = follow_locked(co, *pp, r, out, why);
-    else
+    e = *pp;
+    if (e != NULL && e->cached) {
+        if (fits_locked(e, ask, now) && flight_attach(e->f, r) == 0) {
+            flight_ref(e->f);
+            touch_locked(co, e);
+            *age_ms = now - e->stored_ms;
+            *out = e->f;
+            gw_mutex_unlock(&co->lock);
+            return COALESCE_HIT;
+        }
+        /* Too old for this request (no-cache, max-age): its answer, made
+         * now, takes the entry's place. */
+        drop_cached_locked(co, e, METRICS_EVICT_REPLACED);
+        pp = find_locked(co, key);
+        e = NULL;
+    }
+    if (e == NULL) {
         role = lead_locked(co, pp, key, about, r, out, why);
+    } else if (ask->use && ask->fresh) {
+        *why = METRICS_BYPASS_OPT_OUT;  /* began before it: not fresh */
+        role = COALESCE_BYPASS;
+    } else {
+        role = follow_locked(co, e, r, out, why);
+    }
     gw_mutex_unlock(&co->lock);
     return role;
 }
 
-void
+int
 coalescer_finish(struct coalescer *co, const unsigned char key[FLIGHT_KEY_LEN],
-                 struct flight *f, const struct call_outcome *o)
+                 struct flight *f, const struct call_outcome *o, int keep)
 {
+    int64_t now = gw_now_ms();
     struct entry **pp;
+    uint64_t bytes;
+    int kept = 0;
 
     gw_mutex_lock(&co->lock);
-    pp = find_locked(co, key);
-    if (*pp != NULL && (*pp)->f == f)   /* identity: never a successor */
-        remove_locked(co, pp);
     flight_finish(f, o);
+    pp = find_locked(co, key);
+    if (*pp != NULL && (*pp)->f == f) {  /* identity: never a successor */
+        if (keep && co->ttl_ms > 0 && flight_replayable(f, &bytes)
+            && bytes <= co->max_entry_bytes) {
+            co->count--;
+            metrics_flights_add(-1);
+            keep_locked(co, *pp, bytes, now);
+            kept = 1;
+        } else {
+            remove_locked(co, pp);
+        }
+    }
+    gw_mutex_unlock(&co->lock);
+    return kept;
+}
+
+void
+coalescer_cache_status(struct coalescer *co, struct coalesce_cache_status *st)
+{
+    gw_mutex_lock(&co->lock);
+    expire_locked(co, gw_now_ms());
+    st->entries = co->cached;
+    st->bytes = co->cached_bytes;
+    st->max_bytes = co->max_bytes;
+    st->ttl_ms = co->ttl_ms;
     gw_mutex_unlock(&co->lock);
 }
 
@@ -387,12 +627,13 @@ coalescer_detach(struct coalescer *co, const unsigned char key[FLIGHT_KEY_LEN],
     gw_mutex_lock(&co->lock);
     left = flight_detach(f, r);
     pp = find_locked(co, key);
-    if (*pp != NULL && (*pp)->f == f) {
+    if (*pp != NULL && (*pp)->f == f && !(*pp)->cached) {
         if (r != (*pp)->lead) {
             assert((*pp)->followers > 0);
             (*pp)->followers--;
         }
-        /* Still in the map means still running: finishing removes it. */
+        /* Still in the map and not cached means still running:
+         * finishing removes it or keeps it. */
         if (left == 0)
             remove_locked(co, pp);
     }
@@ -449,7 +690,8 @@ coalescer_status(struct coalescer *co, struct coalesce_flight_status *out,
     for (size_t b = 0; b < co->nbuckets && n < max; b++)
         for (struct entry *e = co->bucket[b]; e != NULL && n < max;
              e = e->next)
-            status_of_locked(co, e, &out[n++]);
+            if (!e->cached)     /* its upstream name may be gone */
+                status_of_locked(co, e, &out[n++]);
     gw_mutex_unlock(&co->lock);
     return total;
 }

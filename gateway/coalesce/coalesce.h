@@ -24,7 +24,22 @@
  * arrive while the flight is joinable become FOLLOWERS and read it from
  * chunk 0.  Finishing a flight and removing its entry happen in one step
  * under the map lock, so a request that arrives after completion starts
- * a fresh upstream call: this is coalescing, not a cache.
+ * a fresh upstream call.
+ *
+ * The response cache is the flight's afterlife ([cache] ttl > 0): a
+ * flight that ended with an answer worth keeping (the caller says so:
+ * 200, a clean end, nothing forbade it) and whose log is whole
+ * (flight_replayable(), at most max_entry_bytes) stays in the map, in
+ * the same step, as a CACHED entry: no copy, its chunk log is the entry.
+ * A request with its key within the ttl (and within its own max-age) is
+ * a HIT: it attaches to the finished flight and replays it, as a late
+ * follower does.  Cached entries are kept on two lists, by age (expired
+ * ones go first, from the oldest, on every join) and by use (past
+ * max_bytes, the least recently used go).  A reload drops them all
+ * (coalescer_set_limits()), and the generation in the key makes sure no
+ * request under a new configuration could hit an old one anyway.
+ * Only running flights count against max_flights or appear in
+ * coalescer_status().
  *
  * Lock order: the map lock, then a flight's lock.  Never the reverse.
  */
@@ -75,23 +90,49 @@ enum coalesce_role {
     COALESCE_LEADER,
     COALESCE_FOLLOWER,
     COALESCE_BYPASS,
+    COALESCE_HIT,                   /* a cached flight, replayed */
+};
+
+/*
+ * What one request may take from the cache (coalesce_cache_ask()):
+ * 'use' the cache applies ([cache] ttl > 0, its tenant's cache on, no
+ * "no-store"); 'fresh' ("no-cache") no entry, nor a running flight,
+ * which began before it: it leads, or goes alone; 'max_age_ms'
+ * ("max-age=N") no entry older than that; -1 any within the ttl.
+ */
+struct coalesce_cache_ask {
+    int use;
+    int fresh;
+    int64_t max_age_ms;
+};
+
+/* What the cache holds now, for the status view and /metrics. */
+struct coalesce_cache_status {
+    uint64_t entries;
+    uint64_t bytes;                 /* their memory, overhead included */
+    uint64_t max_bytes;             /* [cache] max_bytes */
+    int64_t ttl_ms;                 /* [cache] ttl; 0: off */
 };
 
 /* NULL on ENOMEM.  Takes its limits from 'cfg' (not kept). */
 struct coalescer *coalescer_new(const struct gw_config *cfg);
 
-/* A reloaded configuration's max_followers and max_flights, from now on
- * (the flights under way keep their followers). */
+/* A reloaded configuration's max_followers, max_flights and [cache],
+ * from now on (the flights under way keep their followers); every
+ * cached entry is dropped (coalesce_evict "reload"). */
 void coalescer_set_limits(struct coalescer *co, const struct gw_config *cfg);
 
-/* Frees the map; every flight must have finished.  NULL-safe. */
+/* Frees the map and the cache; every flight must have finished.
+ * NULL-safe. */
 void coalescer_free(struct coalescer *co);
 
 /*
  * May this request coalesce?  Returns 1, or 0 with OUT *why set.
  * Refused: coalescing off (globally or for the tenant), opt-out headers
  * (X-Infergw-Coalesce: off, Cache-Control: no-cache or no-store, in any
- * of their field lines), and sampling that is not reproducible:
+ * of their field lines; but where the cache applies to the tenant,
+ * no-cache only keeps it from entries and running flights:
+ * coalesce_cache_ask()), and sampling that is not reproducible:
  *  - a "seed" that is not an integer >= 0 (present: it decides alone);
  *  - without a seed, a "temperature" that is not the number 0;
  *  - without either, omitted_temperature > 0, or another control set to
@@ -102,6 +143,16 @@ void coalescer_free(struct coalescer *co);
 int coalesce_eligible(const struct gw_config *cfg, size_t tenant,
                       const struct http_request *r, const json_t *body,
                       enum metrics_bypass *why);
+
+/*
+ * The cache's part in an eligible request of 'tenant' (its index in
+ * 'cfg', or past num_tenants: the default one): OUT *ask from [cache],
+ * the tenant's cache switch and the request's Cache-Control (every
+ * field line; a max-age that does not parse is ignored).  Borrows all.
+ */
+void coalesce_cache_ask(const struct gw_config *cfg, size_t tenant,
+                        const struct http_request *r,
+                        struct coalesce_cache_ask *ask);
 
 /*
  * The key: SHA-256 over the configuration's generation (generation.h), the
@@ -130,7 +181,13 @@ void coalesce_key_hex(const unsigned char key[FLIGHT_KEY_LEN],
 
 /*
  * Join the flight for 'key' or start it, attaching 'r' to it.  'about'
- * (borrowed) describes it for the status view, if 'r' leads.
+ * (borrowed) describes it for the status view, if 'r' leads; 'ask'
+ * (borrowed) says what the request may take from the cache.  A cached
+ * entry past the ttl is dropped ("expired"), one too old for 'ask' is
+ * replaced by the new flight ("replaced").
+ *  HIT:    OUT *f is a finished flight from the cache, 'r' attached at
+ *          chunk 0, OUT *age_ms its age (since it finished); the caller
+ *          holds one reference.  Only with ask->use.
  *  LEADER: OUT *f is a new flight in the map with 'r' attached; the
  *          caller holds two references (one as the driver of the
  *          upstream call, one as a reader).
@@ -144,8 +201,9 @@ void coalesce_key_hex(const unsigned char key[FLIGHT_KEY_LEN],
 enum coalesce_role coalescer_join(struct coalescer *co,
                                   const unsigned char key[FLIGHT_KEY_LEN],
                                   const struct coalesce_about *about,
+                                  const struct coalesce_cache_ask *ask,
                                   struct flight_reader *r, struct flight **f,
-                                  enum metrics_bypass *why);
+                                  int64_t *age_ms, enum metrics_bypass *why);
 
 /*
  * Leader: the upstream call ended with outcome 'o' (borrowed; outcome.h;
@@ -153,15 +211,28 @@ enum coalesce_role coalescer_join(struct coalescer *co,
  * for 'key' if it is still this flight's (a stale flight never removes
  * its successor) and sets the final state, in one step under the map
  * lock.  Drops the map's reference, not the caller's.  The caller then
- * wakes the parked readers (flight_wake_all()).
+ * wakes the parked readers (flight_wake_all()).  With 'keep' (the
+ * caller's verdict: a 200 that ended cleanly, cacheable for its leader's
+ * request and by its upstream) and the cache on, a replayable flight of
+ * at most max_entry_bytes stays in the map as a cached entry instead,
+ * the least recently used going past max_bytes.  Returns 1 when kept.
  */
-void coalescer_finish(struct coalescer *co,
-                      const unsigned char key[FLIGHT_KEY_LEN],
-                      struct flight *f, const struct call_outcome *o);
+int coalescer_finish(struct coalescer *co,
+                     const unsigned char key[FLIGHT_KEY_LEN],
+                     struct flight *f, const struct call_outcome *o,
+                     int keep);
+
+/*
+ * The cache now, its expired entries dropped first (the status view
+ * and /metrics call it, so an idle cache shows what it holds).  OUT *st.
+ */
+void coalescer_cache_status(struct coalescer *co,
+                            struct coalesce_cache_status *st);
 
 /*
  * A reader leaves (its client is done or gone): detaches 'r' and drops
- * its reference.  When the last reader leaves a running flight, the
+ * its reference (a cached entry stays).  When the last reader leaves a
+ * running flight, the
  * entry goes, so the next identical request starts afresh while the
  * leader aborts the now useless upstream call.  Returns the readers
  * still attached: with 0 none can join any more.

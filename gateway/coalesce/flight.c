@@ -285,8 +285,24 @@ flight_finish(struct flight *f, const struct call_outcome *o)
     assert(f->state == FLIGHT_RUNNING);
     f->state = o->kind == CALL_OK ? FLIGHT_DONE : FLIGHT_FAILED;
     f->outcome = *o;
-    f->joinable = 0;
+    /* A whole log stays joinable: the cache (coalesce.h) may let hits
+     * replay it.  Out of the map, nobody can reach it to join. */
+    if (f->state != FLIGHT_DONE)
+        f->joinable = 0;
     gw_mutex_unlock(&f->lock);
+}
+
+int
+flight_replayable(struct flight *f, uint64_t *bytes)
+{
+    int ok;
+
+    gw_mutex_lock(&f->lock);
+    ok = f->state == FLIGHT_DONE && f->joinable && f->head_set;
+    *bytes = (uint64_t)f->total + sizeof(*f)
+             + f->cap * sizeof(struct flight_chunk *);
+    gw_mutex_unlock(&f->lock);
+    return ok;
 }
 
 void

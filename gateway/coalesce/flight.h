@@ -246,8 +246,9 @@ void flight_ref(struct flight *f);
 void flight_unref(struct flight *f);
 
 /*
- * Attach 'r' (at chunk 0) if the flight still takes joiners.  Returns 0,
- * or GW_ETOOBIG: it grew past max_flight_bytes (or ended), and a newcomer
+ * Attach 'r' (at chunk 0) if the flight still takes joiners: it runs, or
+ * it is DONE with its whole log (flight_replayable()).  Returns 0, or
+ * GW_ETOOBIG: it grew past max_flight_bytes (or failed), and a newcomer
  * could no longer be given everything.
  */
 int flight_attach(struct flight *f, struct flight_reader *r);
@@ -295,6 +296,15 @@ int flight_append(struct flight *f, const char *p, size_t n,
  * caller hands them back (flight_wake_all()).
  */
 void flight_finish(struct flight *f, const struct call_outcome *o);
+
+/*
+ * Can a finished flight be replayed whole to a newcomer: DONE, with its
+ * head, and never past max_flight_bytes (so no chunk was freed)?  A DONE
+ * flight stays joinable for that (flight_attach()); only the coalescer's
+ * cache lets anyone reach it then.  OUT *bytes: its memory, chunks with
+ * their overhead, the struct and the chunk vector.
+ */
+int flight_replayable(struct flight *f, uint64_t *bytes);
 
 /* Before a successful flight_finish(): the call's token usage.  The
  * driver only. */

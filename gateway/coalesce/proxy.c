@@ -134,7 +134,7 @@ peer_check_due(int64_t *last)
 
 /*
  * Bill the usage hr's client received (tenant.h), if it received all of
- * it: a 2xx body that ended cleanly.  'saved': a follower's.
+ * it: a 2xx body that ended cleanly.  'saved': tenants_bill()'s.
  */
 static void
 bill(struct handler_req *hr, int64_t prompt, int64_t completion, int saved)
@@ -357,6 +357,7 @@ struct leader {
     int64_t self_moved_ms;          /* its client last took bytes */
     int64_t sweep_ms;               /* last fanout_sweep() */
     struct usage_scan usage;        /* what the call cost */
+    int cache;                      /* its answer may be cached */
 };
 
 static struct fanout_opts
@@ -551,9 +552,23 @@ lead_peer(void *arg)
  * client's: vLLM builds the completion's "id" from it, and every client
  * of the flight gets those same bytes.
  */
+/*
+ * May the cache keep the flight the leader 'l' has just ended with 'o'
+ * (coalescer_finish()'s 'keep')?  For a request the cache applies to,
+ * a 200 whose body ended cleanly and had no error (usage_scan_clean()),
+ * that its upstream did not mark no-store or private.
+ */
+static int
+cacheable(const struct leader *l, const struct call_outcome *o)
+{
+    return l->cache && o->kind == CALL_OK && l->f->head.status == 200
+           && !l->f->head.no_store && usage_scan_clean(&l->usage);
+}
+
 static void
 lead(struct handler_req *hr, struct flight *f, struct fanout_reader *self,
-     const struct fwd *fw, const unsigned char *key, const char *keyhex)
+     const struct fwd *fw, const unsigned char *key, const char *keyhex,
+     int cache)
 {
     const struct handler_ctx *ctx = hr->ctx;
     struct leader l;
@@ -577,6 +592,7 @@ lead(struct handler_req *hr, struct flight *f, struct fanout_reader *self,
     l.max_bytes = (size_t)ctx->cfg->max_flight_bytes;
     l.max_lag = (size_t)ctx->cfg->max_reader_lag;
     l.attached = 1;
+    l.cache = cache;
     l.sweep_ms = l.self_moved_ms = gw_now_ms();
     hr->reply->role = "leader";
     note_flight(hr, f);
@@ -598,8 +614,8 @@ lead(struct handler_req *hr, struct flight *f, struct fanout_reader *self,
     tokens = cost_of(&l.usage, fw, &out, &counted);
     flight_set_charge(f, tokens, counted);
     charge(hr, tokens, counted);
+    coalescer_finish(ctx->co, key, f, o, cacheable(&l, o));
     usage_scan_release(&l.usage);
-    coalescer_finish(ctx->co, key, f, o);
     flight_wake_all(f);
     if (o->kind != CALL_OK && call_kind_rc(o->kind) != GW_EABORTED)
         log_msg(GW_LOG_INFO, "coalesce: flight failed key=%s flight=%s "
@@ -644,9 +660,35 @@ follow(struct handler_req *hr, struct flight *f, struct fanout_reader *r,
     charged = flight_charge(f, &tokens, &counted);
     coalescer_detach(ctx->co, key, f, &r->fr);
     if (billed)
-        bill(hr, prompt, completion, 1);
+        bill(hr, prompt, completion, TENANT_SAVED_COALESCE);
     if (charged)
         charge(hr, tokens, counted);
+}
+
+/* ---- hit: a finished flight from the cache ---- */
+
+/*
+ * Replay the cached flight 'f' to hr's client, 'age_ms' after it ended:
+ * billed as a follower is (its tenant's tokens, saved by the cache), but
+ * charged nothing: no upstream spent anything for it.
+ */
+static void
+hit(struct handler_req *hr, struct flight *f, struct fanout_reader *r,
+    const unsigned char *key, int64_t age_ms)
+{
+    const struct handler_ctx *ctx = hr->ctx;
+    struct fanout_opts o = opts_of(ctx);
+    int64_t prompt, completion;
+    int billed;
+
+    hr->reply->age_s = age_ms / 1000;
+    note_flight(hr, f);
+    give_back_lease(hr);        /* it holds no upstream call */
+    fanout_relay(f, r, &o);
+    billed = flight_usage(f, &prompt, &completion);
+    coalescer_detach(ctx->co, key, f, &r->fr);
+    if (billed)
+        bill(hr, prompt, completion, TENANT_SAVED_CACHE);
 }
 
 static void
@@ -660,7 +702,21 @@ bypass(struct handler_req *hr, const struct fwd *fw, enum metrics_bypass why,
     forward_direct(hr, fw);
 }
 
-/* Eligible: lead, follow, or (a bound reached) go alone. */
+/*
+ * With [cache] on, what the cache did for hr's request: counted, told
+ * in X-Infergw-Cache and the access log.  Once per request.
+ */
+static void
+say_cache(struct handler_req *hr, enum metrics_cache_result res)
+{
+    if (hr->ctx->cfg->cache_ttl_ms <= 0)
+        return;
+    hr->reply->cache = metrics_cache_result_name(res);
+    metrics_cache_result(res);
+}
+
+/* Eligible: lead, follow, take a cached answer, or (a bound reached) go
+ * alone. */
 static void
 coalesce(struct handler_req *hr, const struct fwd *fw)
 {
@@ -668,24 +724,35 @@ coalesce(struct handler_req *hr, const struct fwd *fw)
     unsigned char key[FLIGHT_KEY_LEN];
     struct coalesce_about about = { hr->model,
                                     tenant_name(ctx->cfg, hr->tenant) };
+    struct coalesce_cache_ask ask;
     struct fanout_reader r;
     enum metrics_bypass why;
     struct flight *f;
+    int64_t age_ms;
     char keyhex[13];
 
     coalesce_key(tenant_name(ctx->cfg, hr->tenant), ctx->generation, &fw->ur,
                  key);
     coalesce_key_hex(key, keyhex);
+    coalesce_cache_ask(ctx->cfg, hr->tenant, hr->req, &ask);
     fanout_reader_init(&r, hr->reply, ctx->cfg->follower_timeout_ms,
                        keyhex);
-    switch (coalescer_join(ctx->co, key, &about, &r.fr, &f, &why)) {
+    switch (coalescer_join(ctx->co, key, &about, &ask, &r.fr, &f, &age_ms,
+                           &why)) {
     case COALESCE_LEADER:
-        lead(hr, f, &r, fw, key, keyhex);
+        say_cache(hr, ask.use ? METRICS_CACHE_MISS : METRICS_CACHE_BYPASS);
+        lead(hr, f, &r, fw, key, keyhex, ask.use);
         break;
     case COALESCE_FOLLOWER:
+        say_cache(hr, ask.use ? METRICS_CACHE_MISS : METRICS_CACHE_BYPASS);
         follow(hr, f, &r, key, keyhex);
         break;
+    case COALESCE_HIT:
+        say_cache(hr, METRICS_CACHE_HIT);
+        hit(hr, f, &r, key, age_ms);
+        break;
     case COALESCE_BYPASS:
+        say_cache(hr, METRICS_CACHE_BYPASS);
         bypass(hr, fw, why, keyhex);
         break;
     }
@@ -716,13 +783,16 @@ proxy_forward(struct handler_req *hr, const json_t *json, int coalescable)
     else if (fw.model != NULL
              && !pool_serves(hr->ctx->pool, fw.model, &fw.adm))
         reply_no_model(hr);
-    else if (!coalescable)
+    else if (!coalescable) {
+        say_cache(hr, METRICS_CACHE_BYPASS);
         forward_direct(hr, &fw);
-    else if (!coalesce_eligible(hr->ctx->cfg, hr->tenant, hr->req, json,
-                                &why))
+    } else if (!coalesce_eligible(hr->ctx->cfg, hr->tenant, hr->req, json,
+                                  &why)) {
+        say_cache(hr, METRICS_CACHE_BYPASS);
         bypass(hr, &fw, why, "-");
-    else
+    } else {
         coalesce(hr, &fw);
+    }
     fwd_release(&fw);
 }
 
@@ -738,6 +808,7 @@ proxy_forward_form(struct handler_req *hr, const char *model,
         reply_no_model(hr);
     } else {
         fw.ur.content_type = content_type;
+        say_cache(hr, METRICS_CACHE_BYPASS);
         forward_direct(hr, &fw);
     }
     fwd_release(&fw);

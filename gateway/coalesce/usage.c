@@ -48,6 +48,7 @@ usage_scan_head(struct usage_scan *u, int status, const char *content_type)
     u->overflow = 0;
     u->prompt = u->completion = -1;
     u->events = u->bytes = 0;
+    u->done = u->error = 0;
     if (status < 200 || status > 299)
         u->mode = USAGE_OFF;
     else if (strncasecmp(ct, "text/event-stream", 17) == 0)
@@ -196,6 +197,41 @@ carries_text(const char *p, size_t n)
     return 0;
 }
 
+/*
+ * A "data:" line's value p[0..n): the stream's end ("[DONE]"), or an
+ * error event (vLLM's mid-stream failure: {"error": {...}}, or an
+ * ErrorResponse, "object": "error"), which it may still end with [DONE].
+ */
+static void
+note_end(struct usage_scan *u, const char *p, size_t n)
+{
+    static const char oerr[] = "\"object\"";
+    const char *q;
+
+    while (n > 0 && (*p == ' ' || *p == '\t')) {
+        p++;
+        n--;
+    }
+    if (n == 6 && memcmp(p, "[DONE]", 6) == 0) {
+        u->done = 1;
+        return;
+    }
+    if (n == 0 || *p != '{')
+        return;
+    q = p + 1;
+    while (q < p + n && (*q == ' ' || *q == '\t'))
+        q++;
+    if ((size_t)(p + n - q) >= 7 && memcmp(q, "\"error\"", 7) == 0)
+        u->error = 1;
+    else if ((q = memmem(p, n, oerr, sizeof(oerr) - 1)) != NULL) {
+        q += sizeof(oerr) - 1;
+        while (q < p + n && (*q == ' ' || *q == '\t' || *q == ':'))
+            q++;
+        if ((size_t)(p + n - q) >= 7 && memcmp(q, "\"error\"", 7) == 0)
+            u->error = 1;
+    }
+}
+
 /* One whole SSE line (no '\n'): a "data:" event with a usage object?
  * With text? */
 static void
@@ -207,6 +243,7 @@ sse_line(struct usage_scan *u, const char *p, size_t n)
         return;
     p += 5;
     n -= 5;
+    note_end(u, p, n);
     if (may_hold_usage(p, n))
         take_usage(u, p, n);
     if (carries_text(p, n))
@@ -272,6 +309,14 @@ usage_scan_end(struct usage_scan *u, int64_t *prompt, int64_t *completion)
     *prompt = u->prompt;
     *completion = u->completion;
     return 1;
+}
+
+int
+usage_scan_clean(const struct usage_scan *u)
+{
+    if (u->mode == USAGE_SSE)
+        return u->done && !u->error;
+    return u->mode == USAGE_JSON;
 }
 
 /* n / 4, rounded up. */

@@ -74,6 +74,8 @@ struct usage_scan {
     int64_t prompt, completion; /* -1 until a usage object was read */
     uint64_t events;            /* SSE: events that carry text */
     uint64_t bytes;             /* the body's bytes, all of them */
+    int done;                   /* SSE: "data: [DONE]" came */
+    int error;                  /* SSE: an error event came */
 };
 
 /*
@@ -98,6 +100,14 @@ void usage_scan_feed(struct usage_scan *u, const char *p, size_t n);
  */
 int usage_scan_end(struct usage_scan *u, int64_t *prompt,
                    int64_t *completion);
+
+/*
+ * After a transfer that ended cleanly: is the body an answer whole and
+ * without error, as the response cache keeps it (coalesce.h)?  A 2xx
+ * JSON body, or a stream that ended with "data: [DONE]" and carried no
+ * error event.  0 for anything else (not 2xx, no head).
+ */
+int usage_scan_clean(const struct usage_scan *u);
 
 /*
  * What the call costs a tenant's token limits (tenant.h), after

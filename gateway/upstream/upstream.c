@@ -345,6 +345,7 @@ deliver_head(struct xfer *x)
     x->out.status = x->head.status;
     x->out.content_length = x->head.has_cl ? x->head.content_length : -1;
     x->out.retry_after_s = x->res.outcome.retry_after_s;  /* header_cb() */
+    x->out.no_store = x->head.no_store;
     rc = s->on_head(s->arg, &x->out);
     if (rc != 0)
         sink_stop(x, rc);

@@ -64,6 +64,8 @@ reply_start(struct reply *r, const char *request_id, int minor,
     r->broken = 0;
     r->linger = 0;
     r->role = NULL;
+    r->cache = NULL;
+    r->age_s = -1;
     r->head_only = 0;
     r->tenant_head[0] = '\0';
     r->error_code[0] = '\0';
@@ -88,7 +90,8 @@ draining(const struct reply *r)
 /*
  * Prepare the response head: status, Content-Type (NULL: none), framing
  * from 'content_length' (-1: chunked, or close-delimited for HTTP/1.0),
- * X-Request-Id, X-Infergw-Coalesce when r->role is set, 'extra' header
+ * X-Request-Id, X-Infergw-Coalesce when r->role is set, X-Infergw-Cache
+ * and Age when r->cache and r->age_s are, 'extra' header
  * lines (each ending in CRLF; NULL for none) and Connection.  Nothing is
  * written yet.  Returns 0 or a buf error.
  */
@@ -132,6 +135,10 @@ reply_begin(struct reply *r, int status, const char *content_type,
         rc = buf_printf(h, "X-Request-Id: %s\r\n", r->request_id);
     if (rc == 0 && r->role != NULL)
         rc = buf_printf(h, "X-Infergw-Coalesce: %s\r\n", r->role);
+    if (rc == 0 && r->cache != NULL)
+        rc = buf_printf(h, "X-Infergw-Cache: %s\r\n", r->cache);
+    if (rc == 0 && r->age_s >= 0)
+        rc = buf_printf(h, "Age: %lld\r\n", (long long)r->age_s);
     if (rc == 0 && extra != NULL)
         rc = buf_append_str(h, extra);
     if (rc == 0 && r->tenant_head[0] != '\0')

@@ -73,6 +73,8 @@ struct reply {
     int linger;                 /* close with request bytes unread:
                                    drain them first (conn.c) */
     const char *role;           /* X-Infergw-Coalesce value, or NULL */
+    const char *cache;          /* X-Infergw-Cache value, or NULL */
+    int64_t age_s;              /* Age of a cache hit, or -1 */
     int head_only;              /* HEAD: the head GET would have, and no
                                    body (RFC 9110 9.3.2); set by route.c */
     char tenant_head[REPLY_TENANT_HEAD];    /* header lines (CRLF each)

@@ -32,8 +32,10 @@ join(struct coalescer *co, const unsigned char *k, struct flight_reader *r,
      struct flight **f, enum metrics_bypass *why)
 {
     static const struct coalesce_about about = { "m", "t" };
+    static const struct coalesce_cache_ask no_cache = { 0, 0, -1 };
+    int64_t age;
 
-    return coalescer_join(co, k, &about, r, f, why);
+    return coalescer_join(co, k, &about, &no_cache, r, f, &age, why);
 }
 
 static void
@@ -92,7 +94,7 @@ START_TEST(test_leader_then_follower)
     ck_assert_uint_eq(flight_readers(a), 2);
     ck_assert_uint_eq(coalescer_count(co), 1);
 
-    coalescer_finish(co, k, a, &complete);
+    coalescer_finish(co, k, a, &complete, 0);
     ck_assert_uint_eq(coalescer_count(co), 0);      /* checkpoint 4 */
     coalescer_detach(co, k, b, &rb);                /* follower */
     coalescer_detach(co, k, a, &ra);                /* leader's client */
@@ -137,7 +139,7 @@ START_TEST(test_status_copies_the_map)
     ck_assert_int_eq(st[0].phase, FLIGHT_PHASE_WAITING);
     ck_assert_str_eq(st[0].upstream, "u1");
     flight_set_head(a, &(struct http_head){ 200, -1, "text/event-stream",
-                                           0 });
+                                           0, 0 });
     ck_assert_int_eq(flight_append(a, "hello", 5, 1 << 20, 1 << 20), 0);
     coalescer_status(co, st, 2);
     ck_assert_int_eq(st[0].phase, FLIGHT_PHASE_STREAMING);
@@ -149,10 +151,10 @@ START_TEST(test_status_copies_the_map)
     ck_assert_uint_eq(coalescer_status(co, st, 1), 2);
     ck_assert_uint_eq(coalescer_status(co, NULL, 0), 2);
 
-    coalescer_finish(co, k2, d, &complete);
+    coalescer_finish(co, k2, d, &complete, 0);
     coalescer_detach(co, k2, d, &rd);
     flight_unref(d);
-    coalescer_finish(co, k, a, &complete);
+    coalescer_finish(co, k, a, &complete, 0);
     ck_assert_uint_eq(coalescer_status(co, st, 2), 0);
     coalescer_detach(co, k, b, &rb);
     coalescer_detach(co, k, a, &ra);
@@ -171,12 +173,12 @@ START_TEST(test_after_finish_is_fresh_call)
 
     key_of("{\"x\":1}", k);
     ck_assert_int_eq(join(co, k, &ra, &a, &why), COALESCE_LEADER);
-    coalescer_finish(co, k, a, &complete);
+    coalescer_finish(co, k, a, &complete, 0);
     /* Not a cache: the same key now leads a new flight. */
     ck_assert_int_eq(join(co, k, &rb, &b, &why), COALESCE_LEADER);
     ck_assert_ptr_ne(a, b);
     ck_assert_str_ne(a->id, b->id);
-    coalescer_finish(co, k, b, &complete);
+    coalescer_finish(co, k, b, &complete, 0);
     coalescer_detach(co, k, a, &ra);
     flight_unref(a);
     coalescer_detach(co, k, b, &rb);
@@ -201,13 +203,13 @@ START_TEST(test_stale_flight_keeps_successor)
     ck_assert_int_eq(join(co, k, &rb, &b, &why), COALESCE_LEADER);
     ck_assert_ptr_ne(a, b);
     /* A's leader finishes late: B must stay in the map. */
-    coalescer_finish(co, k, a, &nobody);
+    coalescer_finish(co, k, a, &nobody, 0);
     flight_unref(a);
     ck_assert_uint_eq(coalescer_count(co), 1);
     ck_assert_int_eq(join(co, k, &rc, &c, &why),
                      COALESCE_FOLLOWER);
     ck_assert_ptr_eq(c, b);
-    coalescer_finish(co, k, b, &complete);
+    coalescer_finish(co, k, b, &complete, 0);
     coalescer_detach(co, k, c, &rc);
     coalescer_detach(co, k, b, &rb);
     flight_unref(b);
@@ -248,18 +250,18 @@ START_TEST(test_bounds_bypass)
     coalescer_detach(co, k1, a, &ra);
     ck_assert_int_eq(join(co, k1, &rx, &x, &why), COALESCE_BYPASS);
     ck_assert_int_eq(why, METRICS_BYPASS_MAX_FOLLOWERS);
-    coalescer_finish(co, k1, a, &complete);
+    coalescer_finish(co, k1, a, &complete, 0);
     coalescer_detach(co, k1, b, &rb);
     flight_unref(a);
 
     /* Past max_flight_bytes the flight stops taking joiners. */
     ck_assert_int_eq(join(co, k1, &ra, &a, &why), COALESCE_LEADER);
     flight_set_head(a, &(struct http_head){ 200, -1, "text/event-stream",
-                                           0 });
+                                           0, 0 });
     ck_assert_int_eq(flight_append(a, "0123456789ab", 12, 10, 1 << 30), 0);
     ck_assert_int_eq(join(co, k1, &rx, &x, &why), COALESCE_BYPASS);
     ck_assert_int_eq(why, METRICS_BYPASS_MAX_FLIGHT_BYTES);
-    coalescer_finish(co, k1, a, &complete);
+    coalescer_finish(co, k1, a, &complete, 0);
     coalescer_detach(co, k1, a, &ra);
     flight_unref(a);
     coalescer_free(co);
@@ -293,7 +295,7 @@ START_TEST(test_join_enomem_bypasses)
     ck_assert_int_eq(join(co, k, &ra, &a, &why), COALESCE_LEADER);
     ck_assert_int_eq(join(co, k, &rb, &b, &why),
                      COALESCE_FOLLOWER);
-    coalescer_finish(co, k, a, &complete);
+    coalescer_finish(co, k, a, &complete, 0);
     coalescer_detach(co, k, b, &rb);
     coalescer_detach(co, k, a, &ra);
     flight_unref(a);
@@ -542,6 +544,171 @@ START_TEST(test_tenants)
 }
 END_TEST
 
+/* ---- the response cache ---- */
+
+static const struct coalesce_cache_ask use_cache = { 1, 0, -1 };
+
+static enum coalesce_role
+join_cache(struct coalescer *co, const unsigned char *k,
+           const struct coalesce_cache_ask *ask, struct flight_reader *r,
+           struct flight **f, int64_t *age)
+{
+    static const struct coalesce_about about = { "m", "t" };
+    enum metrics_bypass why;
+
+    return coalescer_join(co, k, &about, ask, r, f, age, &why);
+}
+
+/*
+ * Lead the flight for 'body' to its end with an answer of 'n' bytes
+ * and 'status', offered to the cache with 'keep'; its client leaves.
+ * Returns coalescer_finish()'s verdict.
+ */
+static int
+answer(struct coalescer *co, const char *body, size_t n, int status,
+       int keep)
+{
+    static char bytes[512 * 1024];
+    unsigned char k[FLIGHT_KEY_LEN];
+    struct flight_reader r;
+    struct flight *f;
+    int64_t age;
+    int kept;
+
+    key_of(body, k);
+    ck_assert_int_eq(join_cache(co, k, &use_cache, &r, &f, &age),
+                     COALESCE_LEADER);
+    flight_set_head(f, &(struct http_head){ status, -1, "text/event-stream",
+                                           0, 0 });
+    ck_assert_uint_le(n, sizeof(bytes));
+    ck_assert_int_eq(flight_append(f, bytes, n, 1 << 30, 1 << 30), 0);
+    kept = coalescer_finish(co, k, f, &complete, keep);
+    coalescer_detach(co, k, f, &r);
+    flight_unref(f);
+    return kept;
+}
+
+/* Is 'body' a hit now for 'ask'?  (Its reader leaves at once.) */
+static int
+is_hit(struct coalescer *co, const char *body,
+       const struct coalesce_cache_ask *ask)
+{
+    unsigned char k[FLIGHT_KEY_LEN];
+    struct flight_reader r;
+    struct flight *f;
+    int64_t age;
+    enum coalesce_role role;
+
+    key_of(body, k);
+    role = join_cache(co, k, ask, &r, &f, &age);
+    if (role == COALESCE_LEADER)
+        coalescer_finish(co, k, f, &nobody, 0);
+    if (role != COALESCE_BYPASS) {
+        coalescer_detach(co, k, f, &r);
+        if (role == COALESCE_LEADER)
+            flight_unref(f);
+    }
+    return role == COALESCE_HIT;
+}
+
+static void
+cache_cfg(int64_t ttl_ms, uint64_t max_bytes, uint64_t max_entry)
+{
+    cfg.cache_ttl_ms = ttl_ms;
+    cfg.cache_max_bytes = max_bytes;
+    cfg.cache_max_entry_bytes = max_entry;
+}
+
+START_TEST(test_cache_keeps_a_finished_flight)
+{
+    struct coalescer *co;
+    struct coalesce_cache_status st;
+
+    cache_cfg(60000, 1 << 20, 1 << 18);
+    co = coalescer_new(&cfg);
+    coalescer_set_limits(co, &cfg);
+    ck_assert_int_eq(answer(co, "{\"a\":1}", 1000, 200, 1), 1);
+    ck_assert_uint_eq(coalescer_count(co), 0);  /* no flight runs */
+    coalescer_cache_status(co, &st);
+    ck_assert_uint_eq(st.entries, 1);
+    ck_assert_uint_gt(st.bytes, 1000);
+    ck_assert(is_hit(co, "{\"a\":1}", &use_cache));
+    ck_assert(is_hit(co, "{\"a\":1}", &use_cache));
+    /* Not offered (the caller's verdict), a failure, too big: not kept. */
+    ck_assert_int_eq(answer(co, "{\"b\":1}", 1000, 200, 0), 0);
+    ck_assert_int_eq(answer(co, "{\"c\":1}", (1 << 18) + 1, 200, 1), 0);
+    ck_assert(!is_hit(co, "{\"b\":1}", &use_cache));
+    ck_assert(!is_hit(co, "{\"c\":1}", &use_cache));
+    /* A request the cache does not apply to never hits. */
+    ck_assert(!is_hit(co, "{\"a\":1}",
+                      &(struct coalesce_cache_ask){ 0, 0, -1 }));
+    coalescer_free(co);
+}
+END_TEST
+
+/* no-cache and max-age replace the entry; the next plain one hits. */
+START_TEST(test_cache_fresh_and_max_age_replace)
+{
+    struct coalescer *co;
+    struct coalesce_cache_status st;
+    int64_t t0;
+
+    cache_cfg(60000, 1 << 20, 1 << 18);
+    co = coalescer_new(&cfg);
+    coalescer_set_limits(co, &cfg);
+    ck_assert_int_eq(answer(co, "{\"a\":1}", 100, 200, 1), 1);
+    ck_assert(!is_hit(co, "{\"a\":1}",
+                      &(struct coalesce_cache_ask){ 1, 1, -1 }));
+    coalescer_cache_status(co, &st);
+    ck_assert_uint_eq(st.entries, 0);       /* replaced, then not kept */
+    ck_assert_int_eq(answer(co, "{\"a\":1}", 100, 200, 1), 1);
+    t0 = gw_now_ms();
+    while (gw_now_ms() < t0 + 2)
+        ;                                   /* the entry is 2 ms old */
+    ck_assert(is_hit(co, "{\"a\":1}",
+                     &(struct coalesce_cache_ask){ 1, 0, 60000 }));
+    ck_assert(!is_hit(co, "{\"a\":1}",
+                      &(struct coalesce_cache_ask){ 1, 0, 1 }));
+    coalescer_free(co);
+}
+END_TEST
+
+/* Past max_bytes the least recently used go; past the ttl, all. */
+START_TEST(test_cache_lru_and_ttl)
+{
+    struct coalescer *co;
+    struct coalesce_cache_status st;
+    int64_t t0;
+
+    cache_cfg(60000, 64 * 1024, 32 * 1024);
+    co = coalescer_new(&cfg);
+    coalescer_set_limits(co, &cfg);
+    ck_assert_int_eq(answer(co, "{\"a\":1}", 25000, 200, 1), 1);
+    ck_assert_int_eq(answer(co, "{\"b\":1}", 25000, 200, 1), 1);
+    ck_assert(is_hit(co, "{\"a\":1}", &use_cache));     /* a: recent */
+    ck_assert_int_eq(answer(co, "{\"c\":1}", 25000, 200, 1), 1);
+    coalescer_cache_status(co, &st);
+    ck_assert_uint_le(st.bytes, 64 * 1024);
+    ck_assert_uint_eq(st.entries, 2);
+    ck_assert(!is_hit(co, "{\"b\":1}", &use_cache));    /* b went */
+    ck_assert(is_hit(co, "{\"a\":1}", &use_cache));
+    ck_assert(is_hit(co, "{\"c\":1}", &use_cache));
+    /* A reload drops everything; then a 1 ms ttl expires on its own. */
+    cache_cfg(1, 64 * 1024, 32 * 1024);
+    coalescer_set_limits(co, &cfg);
+    coalescer_cache_status(co, &st);
+    ck_assert_uint_eq(st.entries, 0);
+    ck_assert_uint_eq(st.bytes, 0);
+    ck_assert_int_eq(answer(co, "{\"a\":1}", 100, 200, 1), 1);
+    t0 = gw_now_ms();
+    while (gw_now_ms() < t0 + 2)
+        ;
+    coalescer_cache_status(co, &st);
+    ck_assert_uint_eq(st.entries, 0);
+    coalescer_free(co);
+}
+END_TEST
+
 static Suite *
 coalesce_suite(void)
 {
@@ -557,6 +724,9 @@ coalesce_suite(void)
     tcase_add_test(tc, test_stale_flight_keeps_successor);
     tcase_add_test(tc, test_bounds_bypass);
     tcase_add_test(tc, test_join_enomem_bypasses);
+    tcase_add_test(tc, test_cache_keeps_a_finished_flight);
+    tcase_add_test(tc, test_cache_fresh_and_max_age_replace);
+    tcase_add_test(tc, test_cache_lru_and_ttl);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("policy");

@@ -152,7 +152,7 @@ START_TEST(test_every_client_gets_every_byte)
     char line[32];
 
     flight_set_head(f, &(struct http_head){ 200, -1, "text/event-stream",
-                                           0 });
+                                           0, 0 });
     for (int i = 0; i < 8; i++) {
         client_open(&c[i], f, 60000);
         c[i].o = &o;
@@ -217,7 +217,7 @@ START_TEST(test_full_socket_hands_back_with_pending)
     static char big[1 << 20];
 
     memset(big, 'b', sizeof(big));
-    flight_set_head(f, &(struct http_head){ 200, -1, "", 0 });
+    flight_set_head(f, &(struct http_head){ 200, -1, "", 0, 0 });
     open_fast_and_slow(f, &fast, &slow);
     park_threadless(f, &fast);
     park_threadless(f, &slow);
@@ -256,7 +256,7 @@ START_TEST(test_pending_enomem_drops_that_client)
     static char big[1 << 20];
 
     memset(big, 'b', sizeof(big));
-    flight_set_head(f, &(struct http_head){ 200, -1, "", 0 });
+    flight_set_head(f, &(struct http_head){ 200, -1, "", 0, 0 });
     open_fast_and_slow(f, &ok, &slow);
     park_threadless(f, &slow);
     park_threadless(f, &ok);
@@ -320,7 +320,7 @@ START_TEST(test_helper_serves_its_own_client_between_takes)
         pthread_t t;
         int busy;
 
-        flight_set_head(f, &(struct http_head){ 200, -1, "", 0 });
+        flight_set_head(f, &(struct http_head){ 200, -1, "", 0, 0 });
         for (int i = 0; i <= N; i++) {
             client_open(&c[i], f, 60000);
             park_threadless(f, &c[i]);      /* c[0] first: the helper */
@@ -368,7 +368,7 @@ START_TEST(test_sweep_finds_gone_and_late)
     struct client ok, gone, late;
     int64_t now = gw_now_ms();
 
-    flight_set_head(f, &(struct http_head){ 200, -1, "", 0 });
+    flight_set_head(f, &(struct http_head){ 200, -1, "", 0, 0 });
     client_open(&ok, f, 60000);
     client_open(&gone, f, 60000);
     client_open(&late, f, 60000);
@@ -453,7 +453,7 @@ START_TEST(test_relay_stop_ends_stream_defined_way)
     struct buf got;
 
     flight_set_head(f, &(struct http_head){ 200, -1, "text/event-stream",
-                                           0 });
+                                           0, 0 });
     append_str(f, "data: 1\n\n");
     client_open(&c, f, 60000);
     c.o = &o;
@@ -515,7 +515,7 @@ START_TEST(test_relay_cut_lets_go_while_its_client_blocks)
 
     memset(chunk, 'c', sizeof(chunk));
     flight_set_head(f, &(struct http_head){ 200, -1, "text/event-stream",
-                                           0 });
+                                           0, 0 });
     ck_assert_int_eq(flight_attach(f, &fast), 0);
     client_open(&slow, f, 60000);
     ck_assert_int_eq(setsockopt(slow.fd, SOL_SOCKET, SO_SNDBUF, &small,
@@ -572,7 +572,7 @@ START_TEST(test_relay_failure_same_for_all)
     struct buf got[3];
 
     flight_set_head(f, &(struct http_head){ 200, -1, "text/event-stream",
-                                           0 });
+                                           0, 0 });
     for (int i = 0; i < 3; i++) {
         client_open(&c[i], f, 60000);
         c[i].o = &o;

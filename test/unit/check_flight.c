@@ -69,7 +69,7 @@ START_TEST(test_replay_from_zero)
     ck_assert_ptr_null(s.head);         /* no head yet */
     ck_assert_uint_eq(s.n, 0);
     flight_set_head(f, &(struct http_head){ 200, -1, "text/event-stream",
-                                           0 });
+                                           0, 0 });
     append_n(f, 0, 20, BIG);
     /* A late joiner gets everything, FLIGHT_SNAP_MAX at a time. */
     ck_assert_int_eq(flight_attach(f, &b), 0);
@@ -115,7 +115,7 @@ START_TEST(test_bound_counts_chunk_overhead)
     size_t max = 1024, n = 0;
 
     ck_assert_int_eq(flight_attach(f, &a), 0);
-    flight_set_head(f, &(struct http_head){ 200, -1, "", 0 });
+    flight_set_head(f, &(struct http_head){ 200, -1, "", 0, 0 });
     while (n * (1 + FLIGHT_CHUNK_OVERHEAD) <= max) {
         ck_assert_int_eq(flight_attach(f, &b), 0);  /* still joinable */
         flight_detach(f, &b);
@@ -146,7 +146,7 @@ START_TEST(test_trim_follows_the_slowest_reader)
     memset(chunk, 'z', sizeof(chunk));
     ck_assert_int_eq(flight_attach(f, &fast), 0);
     ck_assert_int_eq(flight_attach(f, &slow), 0);
-    flight_set_head(f, &(struct http_head){ 200, -1, "", 0 });
+    flight_set_head(f, &(struct http_head){ 200, -1, "", 0, 0 });
     for (size_t i = 0; i < 1000; i++) {
         ck_assert_int_eq(flight_append(f, chunk, sizeof(chunk), max, BIG), 0);
         set_pos(&fast, i + 1);          /* the fast one keeps up */
@@ -187,7 +187,7 @@ flight_of_two(struct flight_reader *a, struct flight_reader *b)
     ck_assert_ptr_nonnull(f);
     ck_assert_int_eq(flight_attach(f, a), 0);
     ck_assert_int_eq(flight_attach(f, b), 0);
-    flight_set_head(f, &(struct http_head){ 200, -1, "", 0 });
+    flight_set_head(f, &(struct http_head){ 200, -1, "", 0, 0 });
     return f;
 }
 
@@ -320,7 +320,7 @@ START_TEST(test_caught_up_reader_never_cut)
 
     memset(big, 'b', sizeof(big));
     ck_assert_int_eq(flight_attach(f, &a), 0);
-    flight_set_head(f, &(struct http_head){ 200, -1, "", 0 });
+    flight_set_head(f, &(struct http_head){ 200, -1, "", 0, 0 });
     for (size_t i = 0; i < 20; i++) {
         ck_assert_int_eq(flight_append(f, big, sizeof(big), max, lag), 0);
         ck_assert(!is_cut(f, &a));
@@ -344,7 +344,7 @@ START_TEST(test_no_trim_while_joinable)
     struct flight_snap s;
 
     ck_assert_int_eq(flight_attach(f, &a), 0);
-    flight_set_head(f, &(struct http_head){ 200, -1, "", 0 });
+    flight_set_head(f, &(struct http_head){ 200, -1, "", 0, 0 });
     for (int i = 0; i < 50; i++) {
         append_n(f, i, 1, BIG);
         set_pos(&a, (size_t)i + 1);
@@ -375,7 +375,7 @@ START_TEST(test_append_enomem_leaves_flight_unchanged)
     struct flight_snap s;
 
     ck_assert_int_eq(flight_attach(f, &a), 0);
-    flight_set_head(f, &(struct http_head){ 200, -1, "", 0 });
+    flight_set_head(f, &(struct http_head){ 200, -1, "", 0, 0 });
     alloc_fail_after(1, 0);             /* the chunk */
     ck_assert_int_eq(flight_append(f, "x", 1, BIG, BIG), GW_ENOMEM);
     alloc_fail_after(2, 0);             /* the vector (its first slots) */
@@ -451,7 +451,7 @@ START_TEST(test_take_only_the_readers_behind)
     struct flight_reader r[3], *batch, *fr;
     struct flight_snap s;
 
-    flight_set_head(f, &(struct http_head){ 200, -1, "", 0 });
+    flight_set_head(f, &(struct http_head){ 200, -1, "", 0, 0 });
     park_n(f, r, 3);
     ck_assert_uint_eq(flight_parked(f), 3);
     ck_assert_int_eq(r[0].state, FLIGHT_READER_PARKED);
@@ -504,7 +504,7 @@ START_TEST(test_release_parks_only_the_caught_up)
     struct flight *f = flight_new();
     struct flight_reader r[4], *batch;
 
-    flight_set_head(f, &(struct http_head){ 200, -1, "", 0 });
+    flight_set_head(f, &(struct http_head){ 200, -1, "", 0, 0 });
     park_n(f, r, 4);
     batch = flight_claim_parked(f);
     ck_assert_ptr_eq(batch, &r[0]);
@@ -545,7 +545,7 @@ START_TEST(test_helpers_bounded_per_flight)
     struct flight_reader r[10], *batch, *fr;
     struct flight_snap s;
 
-    flight_set_head(f, &(struct http_head){ 200, -1, "", 0 });
+    flight_set_head(f, &(struct http_head){ 200, -1, "", 0, 0 });
     park_n(f, r, 10);
     ck_assert_uint_eq(flight_call_helpers(f, 2, 1), 0); /* none behind */
     append_n(f, 0, 1, BIG);
@@ -644,7 +644,7 @@ START_TEST(test_wait_parks_until_handed_back)
     struct flight *f = flight_new();
     struct waiter w;
 
-    flight_set_head(f, &(struct http_head){ 200, -1, "", 0 });
+    flight_set_head(f, &(struct http_head){ 200, -1, "", 0, 0 });
     append_n(f, 0, 1, BIG);
     waiter_start(&w, f, 0, &no_stop);   /* chunk 0 is news: no park */
     waiter_end(&w);
@@ -677,7 +677,7 @@ START_TEST(test_wait_returns_to_help)
     struct waiter w;
     struct flight_snap s;
 
-    flight_set_head(f, &(struct http_head){ 200, -1, "", 0 });
+    flight_set_head(f, &(struct http_head){ 200, -1, "", 0, 0 });
     waiter_start(&w, f, 0, &no_stop);
     ck_assert(await_parked(f, 1));
     append_n(f, 0, 1, BIG);
@@ -701,7 +701,7 @@ START_TEST(test_wait_ends_at_the_stop)
     struct flight *f = flight_new();
     struct waiter w;
 
-    flight_set_head(f, &(struct http_head){ 200, -1, "", 0 });
+    flight_set_head(f, &(struct http_head){ 200, -1, "", 0, 0 });
     atomic_store(&stop, 0);
     waiter_start(&w, f, 0, &stop);
     ck_assert(await_parked(f, 1));

@@ -756,6 +756,47 @@ START_TEST(test_find_header)
 }
 END_TEST
 
+/* max-age=N as a client's Cache-Control has it (coalesce.h's cache). */
+static const struct {
+    const char *fields;
+    int found;
+    int64_t seconds;
+    const char *note;
+} seconds_cases[] = {
+    { "Cache-Control: max-age=60\r\n", 1, 60, "plain" },
+    { "Cache-Control: no-cache, MAX-AGE = 5 \r\n", 1, 5, "case, blanks" },
+    { "Cache-Control: max-age=\"7\"\r\n", 1, 7, "quoted" },
+    { "Cache-Control: max-age=9\r\ncache-control: max-age=3\r\n", 1, 3,
+      "two lines: the smallest" },
+    { "Cache-Control: max-age=soon\r\n", 0, 0, "not digits: ignored" },
+    { "Cache-Control: max-age=-1\r\n", 0, 0, "negative: ignored" },
+    { "Cache-Control: max-age=\r\n", 0, 0, "empty" },
+    { "Cache-Control: max-age\r\n", 0, 0, "no argument" },
+    { "Cache-Control: xmax-age=1, max-stale=2\r\n", 0, 0, "other names" },
+    { "Pragma: max-age=1\r\n", 0, 0, "another field" },
+    { "Cache-Control: max-age=99999999999999999999999\r\n", 1,
+      INT64_MAX / 1000, "too large: capped" },
+};
+
+START_TEST(test_lists_seconds)
+{
+    char in[256];
+    struct http_request r;
+    int64_t v = -2;
+    int found;
+
+    snprintf(in, sizeof(in), RL "Host: a\r\n%s\r\n",
+             seconds_cases[_i].fields);
+    ck_assert_int_gt(parse_guarded(in, strlen(in), MAX_HEAD, &r), 0);
+    found = http_lists_seconds(&r, "Cache-Control", "max-age", &v);
+    ck_assert_msg(found == seconds_cases[_i].found, "%s",
+                  seconds_cases[_i].note);
+    if (found)
+        ck_assert_msg(v == seconds_cases[_i].seconds, "%s: %lld",
+                      seconds_cases[_i].note, (long long)v);
+}
+END_TEST
+
 START_TEST(test_reason)
 {
     ck_assert_str_eq(http_reason(200), "OK");
@@ -817,6 +858,8 @@ http_suite(void)
     tcase_add_checked_fixture(tc, arena_setup, arena_teardown);
     tcase_add_test(tc, test_has_token);
     tcase_add_test(tc, test_find_header);
+    tcase_add_loop_test(tc, test_lists_seconds, 0,
+                        (int)GW_ARRAY_LEN(seconds_cases));
     tcase_add_test(tc, test_reason);
     tcase_set_timeout(tc, 10);
     suite_add_tcase(s, tc);

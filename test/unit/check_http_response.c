@@ -181,6 +181,35 @@ START_TEST(test_response_head)
 }
 END_TEST
 
+/* Cache-Control: no-store or private marks the head; others do not. */
+START_TEST(test_response_no_store)
+{
+    static const struct {
+        const char *line;
+        int no_store;
+    } cases[] = {
+        { "Cache-Control: no-store\r\n", 1 },
+        { "cache-control: max-age=60, PRIVATE\r\n", 1 },
+        { "Cache-Control: private=\"x\"\r\n", 1 },
+        { "Cache-Control: max-age=60, no-cache\r\n", 0 },
+        { "Cache-Control: no-storex\r\n", 0 },
+        { "X-Cache-Control: no-store\r\n", 0 },
+    };
+
+    for (size_t i = 0; i < GW_ARRAY_LEN(cases); i++) {
+        struct http_response_head h;
+        const char *lines[] = { "HTTP/1.1 200 OK\r\n", cases[i].line,
+                                "\r\n" };
+
+        http_response_head_init(&h, RESP_MAX_HEAD, RESP_RETRY_MAX_MS);
+        for (int k = 0; k < 3; k++)
+            http_response_head_line(&h, guarded(lines[k], strlen(lines[k])),
+                                    strlen(lines[k]));
+        ck_assert_msg(h.no_store == cases[i].no_store, "%s", cases[i].line);
+    }
+}
+END_TEST
+
 /* A head that reaches max_head exactly is taken; one byte more is not. */
 START_TEST(test_response_head_limit)
 {
@@ -217,6 +246,7 @@ http_response_suite(void)
     tcase_add_loop_test(tc, test_response_head, 0,
                         (int)GW_ARRAY_LEN(resp_cases));
     tcase_add_test(tc, test_response_head_limit);
+    tcase_add_test(tc, test_response_no_store);
     tcase_set_timeout(tc, 10);
     suite_add_tcase(s, tc);
 

@@ -372,6 +372,44 @@ START_TEST(test_a_padded_responses_event_is_billed)
 }
 END_TEST
 
+/* What the response cache may keep: a whole answer without error. */
+START_TEST(test_clean)
+{
+    static const char *const ok = "data: {\"choices\":[]}\n\n"
+                                  "data: [DONE]\n\n";
+    static const struct {
+        const char *body;
+        int clean;
+    } clean_cases[] = {
+        { "data: {\"choices\":[]}\n\ndata: [DONE]\r\n\r\n", 1 },
+        { "data: {\"choices\":[]}\n\n", 0 },
+        { "data: {\"error\": {\"message\":\"x\"}}\n\ndata: [DONE]\n\n",
+          0 },
+        { "data: { \"object\" : \"error\", \"message\":\"x\"}\n\n"
+          "data: [DONE]\n\n", 0 },
+        { "data: {\"text\":\"\\\"error\\\"\"}\n\ndata: [DONE]\n\n", 1 },
+        { "data: [DONE] and more\n\n", 0 },
+    };
+    struct usage_scan u;
+
+    for (size_t i = 0; i < GW_ARRAY_LEN(clean_cases); i++) {
+        usage_scan_init(&u, LIMIT);
+        usage_scan_head(&u, 200, "text/event-stream");
+        usage_scan_feed(&u, clean_cases[i].body, strlen(clean_cases[i].body));
+        ck_assert_msg(usage_scan_clean(&u) == clean_cases[i].clean, "%zu: %s", i,
+                      clean_cases[i].body);
+        usage_scan_release(&u);
+    }
+    usage_scan_init(&u, LIMIT);
+    usage_scan_head(&u, 500, "text/event-stream");
+    usage_scan_feed(&u, ok, strlen(ok));
+    ck_assert_int_eq(usage_scan_clean(&u), 0);      /* not 2xx */
+    usage_scan_head(&u, 200, "application/json");
+    ck_assert_int_eq(usage_scan_clean(&u), 1);      /* a whole body */
+    usage_scan_release(&u);
+}
+END_TEST
+
 /*
  * A retried call's scan sees a second head: what the first attempt's
  * bytes said is forgotten (usage_scan_head() starts over).
@@ -544,6 +582,7 @@ usage_suite(void)
 
     tc = tcase("reuse");
     tcase_add_test(tc, test_a_new_head_starts_over);
+    tcase_add_test(tc, test_clean);
     suite_add_tcase(s, tc);
 
     tc = tcase("charge");

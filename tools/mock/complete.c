@@ -160,6 +160,17 @@ complete_fault_mid_stream(struct req *q)
         wait_stall(q);
         return 1;
     }
+    if (q->fault == FAULT_ERROR_EVENT) {
+        /* vLLM's failure inside a stream: an error event, then [DONE],
+         * in a body that ends cleanly. */
+        if (send_event(q, json_pack("{s:{s:s, s:s, s:s, s:i}}", "error",
+                                    "object", "error", "message",
+                                    "mock: engine error mid-stream", "type",
+                                    "InternalServerError", "code", 500)) == 0
+            && send_piece(q, "data: [DONE]\n\n", 14) == 0)
+            send_end(q);
+        return 1;
+    }
     return 0;
 }
 
@@ -170,7 +181,8 @@ complete_stream(struct req *q)
     long n = q->chunks, i;
 
     buf_init(&text, MOCK_MAX_PAD + 64);     /* the longest word and pad */
-    if (q->fault == FAULT_DIE || q->fault == FAULT_STALL_MID)
+    if (q->fault == FAULT_DIE || q->fault == FAULT_STALL_MID
+        || q->fault == FAULT_ERROR_EVENT)
         n = 2;
     if (send_head(q, 200, "text/event-stream", -1, NULL, 0) != 0)
         goto out;

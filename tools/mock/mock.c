@@ -31,7 +31,7 @@ struct mock_state st;
 static const char *const fault_names[] = {
     "", "reset", "stall", "die_mid_stream", "stall_mid_stream",
     "big_headers", "chunked_json", "chunked_json_die", "head_then_die",
-    "head_then_stall",
+    "head_then_stall", "error_event", "no_store", "private",
 };
 
 void

@@ -206,6 +206,9 @@ enum fault {
     FAULT_CHUNKED_JSON_DIE,
     FAULT_HEAD_DIE,
     FAULT_HEAD_STALL,
+    FAULT_ERROR_EVENT,          /* stream: an error event, then [DONE] */
+    FAULT_NO_STORE,             /* Cache-Control: no-store on the head */
+    FAULT_PRIVATE,              /* Cache-Control: private on the head */
 };
 
 /* One request and what has been answered so far. */

@@ -194,7 +194,7 @@ read_knobs(struct req *q, char *err, size_t errlen, const char **param)
             snprintf(err, errlen, "mock_fault must be one of reset, stall, "
                      "die_mid_stream, stall_mid_stream, big_headers, "
                      "chunked_json, chunked_json_die, head_then_die, "
-                     "head_then_stall");
+                     "head_then_stall, error_event, no_store, private");
             return GW_EINVAL;
         }
     }

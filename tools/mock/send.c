@@ -67,6 +67,10 @@ send_head(struct req *q, int status, const char *ctype, int64_t clen,
         rc = buf_append_str(h, "Connection: keep-alive\r\n");
     if (rc == 0 && q->fault == FAULT_BIG_HEADERS)
         rc = append_big_header(h);
+    if (rc == 0 && (q->fault == FAULT_NO_STORE || q->fault == FAULT_PRIVATE))
+        rc = buf_printf(h, "Cache-Control: %s\r\n",
+                        q->fault == FAULT_NO_STORE ? "no-store"
+                                                   : "private, max-age=60");
     if (rc == 0)
         rc = buf_append_str(h, "\r\n");
     if (rc != 0) {
