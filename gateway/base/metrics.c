@@ -92,6 +92,7 @@ static struct {
     struct upstream_hist upstream[METRICS_UPSTREAMS_MAX];   /* by slot in
                                                    'upstreams' */
     _Atomic uint64_t upstream_calls;
+    _Atomic uint64_t proxied;
     _Atomic int64_t connections;
     _Atomic uint64_t connections_total;
     _Atomic uint64_t rejected;
@@ -287,6 +288,12 @@ void
 metrics_upstream_call(void)
 {
     INC(m.upstream_calls);
+}
+
+void
+metrics_proxied(void)
+{
+    INC(m.proxied);
 }
 
 void
@@ -528,6 +535,9 @@ struct scalar {
 static const struct scalar scalars[] = {
     { "infergw_upstream_requests_total", "Calls made upstream.",
       &m.upstream_calls, NULL },
+    { "infergw_proxied_requests_total", "Client requests that reached "
+      "proxying: led or followed a flight, bypassed coalescing, or took "
+      "a route that never coalesces.", &m.proxied, NULL },
     { "infergw_connections_active", "Client connections open.",
       NULL, &m.connections },
     { "infergw_connections_total", "Client connections accepted.",

@@ -178,6 +178,17 @@ void metrics_upstream_attempt(const char *upstream, int64_t ttfb_us,
 double metrics_upstream_ttfb_quantile(const char *upstream, double q);
 
 void metrics_upstream_call(void);
+
+/*
+ * A client request reached proxying: it is about to lead a flight,
+ * follow one, bypass coalescing or take a route that never coalesces
+ * (proxy.h), past every check that answers without an upstream (the
+ * route's, the tenant's limits, a model no upstream serves).
+ * infergw_proxied_requests_total; infergw_upstream_requests_total over
+ * it is the upstream calls per client request.
+ */
+void metrics_proxied(void);
+
 void metrics_connections_add(int delta);
 void metrics_connection_rejected(void);     /* 503 at max_connections */
 void metrics_coalesce_leader(void);
