@@ -31,6 +31,7 @@
 #include <stdint.h>
 
 #include "buf.h"
+#include "window.h"
 
 struct gw_config;
 
@@ -201,6 +202,31 @@ void metrics_pushed(uint64_t chunks);   /* chunks written for parked ones */
 void metrics_helpers(uint64_t n);       /* helper threads woken to write */
 void metrics_keepalive_idle_add(int delta); /* idle upstream connections */
 void metrics_keepalive_closed(enum metrics_keepalive_close why);
+
+/*
+ * What the status view's summary reads of these counters (status.h).
+ * The answers are those of the client routes: every route but the
+ * operator's (/healthz, /readyz, /metrics, /status.json and /status),
+ * which a balancer or the status page itself asks every second or so;
+ * a request no route took (a 404, a head that could not be read) is a
+ * client's.  Index c of a class array counts statuses (c+1)xx.
+ */
+struct metrics_summary {
+    uint64_t minute[WINDOW_CLASSES];    /* answered in the last minute */
+    int64_t minute_ms;                  /* ... which covers this long */
+    uint64_t total[WINDOW_CLASSES];     /* answered since the start: the
+                                           sum of infergw_requests_total
+                                           over the client routes */
+    uint64_t upstream_calls;            /* infergw_upstream_requests_
+                                           total: attempts, retries and
+                                           hedges included */
+    uint64_t proxied;                   /* infergw_proxied_requests_total */
+    uint64_t followers;                 /* infergw_coalesce_followers_
+                                           total */
+};
+
+/* OUT *out: the summary's counts now.  Lock-free, any thread. */
+void metrics_summary(struct metrics_summary *out);
 
 /* The TLS handshake counters (tls.h), for every tls_server to share. */
 struct tls_stats *metrics_tls_stats(void);
