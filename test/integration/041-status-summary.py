@@ -18,8 +18,8 @@ import re
 import time
 
 from coalesce_util import finish_all, held_trio, new_tag
-from gwtest import (assert_error, chat_body, has_metric, metric,
-                    refused_port, request, wait_for)
+from gwtest import (assert_error, chat_body, chromium_dom, has_metric,
+                    metric, refused_port, request, wait_for)
 
 CHAT = "/v1/chat/completions"
 ADMIN = {"admin": {"listen": "127.0.0.1:0"}}
@@ -262,3 +262,38 @@ def test_time_in_state_grows_and_resets_on_a_change(t):
     # ... and grows again in its new state.
     wait_for(lambda: upstream_row(status(g), "a")["for_ms"]
              >= ej["for_ms"] + 300, 10, msg="a's time ejected grows")
+
+
+def test_the_page_draws_the_summary(t):
+    """The summary block at the top of /status, in headless Chromium:
+    the rate line, the answers, the calls per request, the followers'
+    line, no cache line, and each upstream's state with its time."""
+    m = t.mock()
+    g = t.gateway(None, conf=ADMIN, extra=(
+        "[upstream alpha]\nurl = http://127.0.0.1:%d\n" % m.port))
+    trio = held_trio(g, m, chat_body("page", temperature=0,
+                                     mock_hold=new_tag()))
+    finish_all(trio)
+    r = g.post(CHAT, b"{", {"Content-Type": "application/json"})
+    assert r.status == 400, r
+    wait_for(lambda: summary(g)["since_start"]["requests"] == 4, 10,
+             msg="four answers counted")
+    dom = chromium_dom(t.tmp, "http://127.0.0.1:%d/status" % g.admin_port)
+
+    def text(id_):
+        """The text of <div id=id_>, its tags dropped."""
+        mo = re.search(r'<div id="%s"[^>]*>(.*?)</div>' % id_, dom, re.S)
+        assert mo, (id_, dom)
+        return re.sub(r"<[^>]+>", "", mo.group(1))
+    assert re.fullmatch(r"\d+\.\d requests/s over the last \d+ s: "
+                        "2xx 3 \u00b7 4xx 1 \u00b7 5xx 0",
+                        text("sum-rate")), text("sum-rate")
+    assert text("sum-start") == \
+        "since start 4 requests: 2xx 3 \u00b7 4xx 1 \u00b7 5xx 0", dom
+    assert text("sum-calls") == \
+        "0.33 upstream calls per request (1 calls, 3 requests proxied)", dom
+    assert text("sum-followers").startswith(
+        "followers 2 (67% of calls saved), tokens saved "), dom
+    assert '<div id="sum-cache" hidden="">' in dom, dom
+    assert re.fullmatch(r"alpha up \d+s", text("sum-upstreams")), dom
+    assert "HTTP 4" not in dom and "HTTP 5" not in dom, dom
