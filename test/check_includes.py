@@ -191,6 +191,7 @@ COMMON = {
     "jsonx": "buf util",
     "multipart": "http util",
     "prom": "buf util",
+    "window": "",
     "prom_read": "util",
     "redis": "alloc util",
     "buf": "alloc util",

@@ -89,7 +89,7 @@ def main():
                 [gwtest.tool("chromium"), "--headless", "--disable-gpu",
                  "--no-sandbox", "--no-first-run",
                  "--user-data-dir=" + os.path.join(tmp, "profile"),
-                 "--hide-scrollbars", "--window-size=1280,560",
+                 "--hide-scrollbars", "--window-size=1280,720",
                  "--virtual-time-budget=3000",
                  "--screenshot=" + os.path.abspath(args.out),
                  "http://127.0.0.1:%d/status" % g.admin_port],

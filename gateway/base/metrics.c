@@ -19,6 +19,7 @@
 #include "base/config.h"
 #include "prom.h"
 #include "util.h"
+#include "window.h"
 
 #define STATUS_MIN 100
 #define STATUS_MAX 599
@@ -92,6 +93,9 @@ static struct {
     struct upstream_hist upstream[METRICS_UPSTREAMS_MAX];   /* by slot in
                                                    'upstreams' */
     _Atomic uint64_t upstream_calls;
+    _Atomic uint64_t proxied;
+    struct window answers;          /* the client routes' answers of the
+                                       last minute, by class */
     _Atomic int64_t connections;
     _Atomic uint64_t connections_total;
     _Atomic uint64_t rejected;
@@ -225,6 +229,7 @@ metrics_start(const char *version)
 {
     build_version = version;
     start_time_s = wall_s();
+    window_start(&m.answers, gw_now_ms());
 }
 
 void
@@ -265,6 +270,14 @@ observe(struct histogram *h, int64_t us)
                               memory_order_relaxed);
 }
 
+/* Is 'r' a client's route, as the summary counts them (metrics.h)? */
+static int
+client_route(enum metrics_route r)
+{
+    return r != METRICS_ROUTE_HEALTHZ && r != METRICS_ROUTE_READYZ
+           && r != METRICS_ROUTE_METRICS && r != METRICS_ROUTE_STATUS;
+}
+
 void
 metrics_request(enum metrics_route r, const char *model, int stream,
                 int status, int64_t duration_us, int64_t ttfb_us)
@@ -281,8 +294,11 @@ metrics_request(enum metrics_route r, const char *model, int stream,
             mi = MODEL_OTHER;
     }
     stream = stream != 0;
-    if (status >= STATUS_MIN && status <= STATUS_MAX)
+    if (status >= STATUS_MIN && status <= STATUS_MAX) {
         INC(m.requests[r][status - STATUS_MIN]);
+        if (client_route(r))
+            window_add(&m.answers, gw_now_ms(), (size_t)(status / 100 - 1));
+    }
     observe(&m.duration[r][mi][stream], duration_us);
     observe(&m.ttfb[r][mi][stream], ttfb_us);
 }
@@ -306,6 +322,12 @@ void
 metrics_upstream_call(void)
 {
     INC(m.upstream_calls);
+}
+
+void
+metrics_proxied(void)
+{
+    INC(m.proxied);
 }
 
 void
@@ -410,6 +432,23 @@ metrics_keepalive_closed(enum metrics_keepalive_close why)
 }
 
 #define LOAD(x) atomic_load_explicit(&(x), memory_order_relaxed)
+
+void
+metrics_summary(struct metrics_summary *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->minute_ms = window_read(&m.answers, gw_now_ms(), out->minute);
+    for (size_t r = 0; r < METRICS_ROUTE_COUNT; r++) {
+        if (!client_route((enum metrics_route)r))
+            continue;
+        for (int st = STATUS_MIN; st <= STATUS_MAX; st++)
+            out->total[st / 100 - 1] += LOAD(m.requests[r][st - STATUS_MIN]);
+    }
+    out->upstream_calls = LOAD(m.upstream_calls);
+    out->proxied = LOAD(m.proxied);
+    out->followers = LOAD(m.followers);
+    out->cache_hits = LOAD(m.cache_result[METRICS_CACHE_HIT]);
+}
 
 /*
  * A copy of 'h' in seconds for prom_histogram(): 'le' and 'counts' are
@@ -571,6 +610,9 @@ struct scalar {
 static const struct scalar scalars[] = {
     { "infergw_upstream_requests_total", "Calls made upstream.",
       &m.upstream_calls, NULL },
+    { "infergw_proxied_requests_total", "Client requests that reached "
+      "proxying: led or followed a flight, bypassed coalescing, or took "
+      "a route that never coalesces.", &m.proxied, NULL },
     { "infergw_connections_active", "Client connections open.",
       NULL, &m.connections },
     { "infergw_connections_total", "Client connections accepted.",

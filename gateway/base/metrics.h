@@ -31,6 +31,7 @@
 #include <stdint.h>
 
 #include "buf.h"
+#include "window.h"
 
 struct gw_config;
 
@@ -199,6 +200,17 @@ void metrics_upstream_attempt(const char *upstream, int64_t ttfb_us,
 double metrics_upstream_ttfb_quantile(const char *upstream, double q);
 
 void metrics_upstream_call(void);
+
+/*
+ * A client request reached proxying: it is about to lead a flight,
+ * follow one, bypass coalescing or take a route that never coalesces
+ * (proxy.h), past every check that answers without an upstream (the
+ * route's, the tenant's limits, a model no upstream serves).
+ * infergw_proxied_requests_total; infergw_upstream_requests_total over
+ * it is the upstream calls per client request.
+ */
+void metrics_proxied(void);
+
 void metrics_connections_add(int delta);
 void metrics_connection_rejected(void);     /* 503 at max_connections */
 void metrics_coalesce_leader(void);
@@ -215,6 +227,33 @@ void metrics_pushed(uint64_t chunks);   /* chunks written for parked ones */
 void metrics_helpers(uint64_t n);       /* helper threads woken to write */
 void metrics_keepalive_idle_add(int delta); /* idle upstream connections */
 void metrics_keepalive_closed(enum metrics_keepalive_close why);
+
+/*
+ * What the status view's summary reads of these counters (status.h).
+ * The answers are those of the client routes: every route but the
+ * operator's (/healthz, /readyz, /metrics, /status.json and /status),
+ * which a balancer or the status page itself asks every second or so;
+ * a request no route took (a 404, a head that could not be read) is a
+ * client's.  Index c of a class array counts statuses (c+1)xx.
+ */
+struct metrics_summary {
+    uint64_t minute[WINDOW_CLASSES];    /* answered in the last minute */
+    int64_t minute_ms;                  /* ... which covers this long */
+    uint64_t total[WINDOW_CLASSES];     /* answered since the start: the
+                                           sum of infergw_requests_total
+                                           over the client routes */
+    uint64_t upstream_calls;            /* infergw_upstream_requests_
+                                           total: attempts, retries and
+                                           hedges included */
+    uint64_t proxied;                   /* infergw_proxied_requests_total */
+    uint64_t followers;                 /* infergw_coalesce_followers_
+                                           total */
+    uint64_t cache_hits;                /* infergw_cache_requests_total
+                                           {result="hit"} */
+};
+
+/* OUT *out: the summary's counts now.  Lock-free, any thread. */
+void metrics_summary(struct metrics_summary *out);
 
 /* The TLS handshake counters (tls.h), for every tls_server to share. */
 struct tls_stats *metrics_tls_stats(void);

@@ -6,7 +6,9 @@
  * Locking: the ring's mutex is the only lock of this module, and it is
  * never held while another is.  status_render_json() calls the other
  * modules' snapshot functions one at a time (each takes its own lock to
- * copy, and lets go), then builds the document with no lock held.
+ * copy, and lets go), then builds the document with no lock held.  The
+ * pool's and the tenants' copies are taken once, for the summary and
+ * for their tables alike.
  */
 #include "client/status.h"
 
@@ -28,6 +30,7 @@
 #include "client/status_page.h"
 #include "base/tenant.h"
 #include "util.h"
+#include "window.h"
 
 /* ---- the ring of recent errors ---- */
 
@@ -326,29 +329,34 @@ lora_json(const struct pool_upstream_status *u, int *failed)
     return o;
 }
 
+/*
+ * What the summary and the tables show of the pool and the tenants:
+ * each module's copy, taken once (status_render_json()).  Owned.
+ */
+struct copies {
+    struct pool_upstream_status *up;
+    size_t num_up;
+    struct tenant_status *tenants;
+    size_t num_tenants;
+};
+
 static int
-render_upstreams(const struct handler_ctx *ctx, json_t *doc)
+render_upstreams(const struct handler_ctx *ctx, json_t *doc,
+                 const struct copies *cp)
 {
-    struct pool_upstream_status *v;
-    size_t n;
     json_t *a = json_array();
     char url[1024];                 /* shown cut past this */
     int failed = 0, any_ready = 0;
 
-    v = gw_calloc(CONFIG_MAX_UPSTREAMS, sizeof(*v));
-    if (v == NULL) {
-        json_decref(a);
-        return GW_ENOMEM;
-    }
-    n = pool_status(ctx->pool, v, CONFIG_MAX_UPSTREAMS);
-    for (size_t i = 0; i < n; i++) {
-        const struct pool_upstream_status *u = &v[i];
+    for (size_t i = 0; i < cp->num_up; i++) {
+        const struct pool_upstream_status *u = &cp->up[i];
         json_t *o = json_object(), *fails = json_object();
 
         put(o, "name", json_string(u->name), &failed);
         copy_url(url, sizeof(url), u->url);
         put(o, "url", json_string(url), &failed);
         put(o, "state", json_string(state_name(u->state)), &failed);
+        put(o, "state_for_ms", json_integer(u->state_for_ms), &failed);
         put(o, "state_left_ms", u->state == POOL_OPEN
                                 ? json_integer(u->state_left_ms)
                                 : json_null(), &failed);
@@ -380,7 +388,6 @@ render_upstreams(const struct handler_ctx *ctx, json_t *doc)
     put(doc, "readyz", json_string(handler_draining(ctx) ? "draining"
                                    : any_ready ? "ready" : "no_upstream"),
         &failed);
-    gw_free(v);
     return failed ? GW_ENOMEM : 0;
 }
 
@@ -459,18 +466,19 @@ tenant_json(const struct tenant_status *t, const struct config_tenant *ct,
  * reload removed: no limits).  A tenant with no request yet has zeros.
  */
 static int
-render_tenants(const struct handler_ctx *ctx, json_t *doc)
+render_tenants(const struct handler_ctx *ctx, json_t *doc,
+               const struct copies *cp)
 {
     const struct gw_config *cfg = ctx->cfg;
-    struct tenant_status *v = NULL, zero;
-    size_t n = 0, i, k, shown = cfg->num_tenants > 0 ? cfg->num_tenants : 1;
+    const struct tenant_status *v = cp->tenants;
+    struct tenant_status zero;
+    size_t n = cp->num_tenants, i, k;
+    size_t shown = cfg->num_tenants > 0 ? cfg->num_tenants : 1;
     unsigned char *used = NULL;
     json_t *a = json_array();
     int failed = 0;
 
-    if (tenants_status(ctx->tenants, cfg, gw_now_us(), gw_wall_s(),
-                       &v, &n) != 0
-        || (n > 0 && (used = gw_calloc(n, 1)) == NULL)) {
+    if (n > 0 && (used = gw_calloc(n, 1)) == NULL) {
         failed = 1;
         goto out;
     }
@@ -503,7 +511,6 @@ render_tenants(const struct handler_ctx *ctx, json_t *doc)
 out:
     put(doc, "tenants", a, &failed);
     gw_free(used);
-    gw_free(v);
     return failed ? GW_ENOMEM : 0;
 }
 
@@ -592,6 +599,129 @@ render_cluster(const struct handler_ctx *ctx, json_t *doc)
     return failed ? GW_ENOMEM : 0;
 }
 
+/* ---- the summary ---- */
+
+/*
+ * The cache's row of the summary, and the one place it is filled: shown
+ * while the cache is on ([cache] ttl > 0), its hits as
+ * infergw_cache_requests_total{result="hit"} counts them, and the tokens
+ * they received (infergw_cache_tokens_saved_total, every tenant's).
+ */
+static void
+summary_cache(const struct handler_ctx *ctx, const struct copies *cp,
+              struct status_summary *s)
+{
+    s->cache_enabled = ctx->cfg->cache_ttl_ms > 0;
+    s->cache_hits = s->m.cache_hits;
+    s->cache_tokens_saved = 0;
+    for (size_t i = 0; i < cp->num_tenants; i++)
+        s->cache_tokens_saved += cp->tenants[i].cache_saved;
+}
+
+/* part / whole, or null when there is no whole yet. */
+static json_t *
+ratio(uint64_t part, uint64_t whole)
+{
+    return whole > 0 ? json_real((double)part / (double)whole)
+                     : json_null();
+}
+
+/* Answers by class, c[i] counting the (i+1)xx ones (metrics.h). */
+static json_t *
+classes_json(const uint64_t c[WINDOW_CLASSES], int *failed)
+{
+    json_t *o = json_object();
+    uint64_t all = 0;
+
+    for (size_t i = 0; i < WINDOW_CLASSES; i++)
+        all += c[i];
+    put(o, "requests", count(all), failed);
+    put(o, "2xx", count(c[1]), failed);
+    put(o, "4xx", count(c[3]), failed);
+    put(o, "5xx", count(c[4]), failed);
+    return o;
+}
+
+/*
+ * One way of answering without a call of one's own (followers, cache
+ * hits): 'n' requests answered so, which received 'tokens', and their
+ * shares (struct status_summary).  The same shape for both.
+ */
+static json_t *
+saving_json(const struct status_summary *s, uint64_t n, uint64_t tokens,
+            int *failed)
+{
+    uint64_t would = s->m.upstream_calls + s->m.followers + s->cache_hits;
+    json_t *o = json_object();
+
+    put(o, "requests", count(n), failed);
+    put(o, "calls_saved_share", ratio(n, would), failed);
+    put(o, "tokens_saved", count(tokens), failed);
+    put(o, "tokens_saved_share", ratio(tokens, s->tokens), failed);
+    return o;
+}
+
+GW_TESTABLE json_t *
+summary_json(const struct status_summary *s)
+{
+    json_t *o = json_object();
+    double window_s = (double)s->m.minute_ms / 1000.0;
+    uint64_t minute = 0;
+    int failed = 0;
+
+    for (size_t i = 0; i < WINDOW_CLASSES; i++)
+        minute += s->m.minute[i];
+    put(o, "window_s", json_real(window_s), &failed);
+    put(o, "requests_per_s", json_real((double)minute / window_s), &failed);
+    put(o, "last_minute", classes_json(s->m.minute, &failed), &failed);
+    put(o, "since_start", classes_json(s->m.total, &failed), &failed);
+    put(o, "upstream_calls", count(s->m.upstream_calls), &failed);
+    put(o, "proxied_requests", count(s->m.proxied), &failed);
+    put(o, "calls_per_request", ratio(s->m.upstream_calls, s->m.proxied),
+        &failed);
+    put(o, "coalesced", saving_json(s, s->m.followers, s->tokens_saved,
+                                    &failed), &failed);
+    put(o, "cache_enabled", json_boolean(s->cache_enabled), &failed);
+    put(o, "cache", saving_json(s, s->cache_hits, s->cache_tokens_saved,
+                                &failed), &failed);
+    if (failed) {
+        json_decref(o);             /* NULL-safe */
+        return NULL;
+    }
+    return o;
+}
+
+/* "summary": its numbers, then each upstream's state and time in it. */
+static int
+render_summary(const struct handler_ctx *ctx, json_t *doc,
+               const struct copies *cp)
+{
+    struct status_summary s;
+    json_t *o, *a = json_array();
+    int failed = 0;
+
+    memset(&s, 0, sizeof(s));
+    metrics_summary(&s.m);
+    for (size_t i = 0; i < cp->num_tenants; i++) {
+        s.tokens += cp->tenants[i].prompt_tokens
+                    + cp->tenants[i].completion_tokens;
+        s.tokens_saved += cp->tenants[i].saved;
+    }
+    summary_cache(ctx, cp, &s);
+    o = summary_json(&s);
+    for (size_t i = 0; i < cp->num_up; i++) {
+        json_t *u = json_object();
+
+        put(u, "name", json_string(cp->up[i].name), &failed);
+        put(u, "state", json_string(state_name(cp->up[i].state)), &failed);
+        put(u, "for_ms", json_integer(cp->up[i].state_for_ms), &failed);
+        append(a, u, &failed);
+    }
+    put(o, "upstreams", a, &failed);
+    put(doc, "summary", o, &failed);
+    return failed ? GW_ENOMEM : 0;
+}
+
 static int
 render_head(const struct handler_ctx *ctx, json_t *doc, int64_t now)
 {
@@ -625,16 +755,24 @@ int
 status_render_json(const struct handler_ctx *ctx, struct buf *out)
 {
     int64_t now = gw_now_ms();
+    struct copies cp = { NULL, 0, NULL, 0 };
     json_t *doc = json_object();
     char *text = NULL;
     int rc = GW_ENOMEM;
 
     if (doc == NULL)
         goto out;
+    cp.up = gw_calloc(CONFIG_MAX_UPSTREAMS, sizeof(*cp.up));
+    if (cp.up == NULL
+        || tenants_status(ctx->tenants, ctx->cfg, gw_now_us(), gw_wall_s(),
+                          &cp.tenants, &cp.num_tenants) != 0)
+        goto out;
+    cp.num_up = pool_status(ctx->pool, cp.up, CONFIG_MAX_UPSTREAMS);
     if (render_head(ctx, doc, now) != 0
+        || render_summary(ctx, doc, &cp) != 0
         || render_flights(ctx, doc, now) != 0
-        || render_upstreams(ctx, doc) != 0
-        || render_tenants(ctx, doc) != 0
+        || render_upstreams(ctx, doc, &cp) != 0
+        || render_tenants(ctx, doc, &cp) != 0
         || render_cluster(ctx, doc) != 0
         || render_errors(doc) != 0)
         goto out;
@@ -646,6 +784,8 @@ status_render_json(const struct handler_ctx *ctx, struct buf *out)
 out:
     free(text);                     /* jansson's malloc */
     json_decref(doc);
+    gw_free(cp.tenants);
+    gw_free(cp.up);
     return rc;
 }
 

@@ -25,6 +25,16 @@
  * upstream and the path: never a query string (conn.c gives the path
  * without it) nor a key (no error message carries one).
  *
+ * The summary: what an operator reads in a second, at the top of the
+ * page and as "summary" in the document: requests per second over the
+ * last minute, answers by class over it and since the start, upstream
+ * calls per client request, what coalesced followers (and, once there
+ * is a cache, its hits) saved, and how long each upstream has been in
+ * its state.  Its numbers are a struct status_summary, filled from
+ * metrics.h (lock-free), the tenants' copy (tokens) and the pool's
+ * (states) that the tables use too, and from one function for the
+ * cache's row (status.c summary_cache()).
+ *
  * Bounds: at most [admin] status_flights flights are listed (the rest are
  * counted), every upstream (64 at most), every tenant seen, and
  * STATUS_ERRORS errors of bounded size.
@@ -36,6 +46,7 @@
 #include <stdint.h>
 
 #include "buf.h"
+#include "base/metrics.h"
 
 struct handler_ctx;
 
@@ -51,6 +62,33 @@ struct status_error_note {
     const char *upstream;           /* the one that answered last; NULL */
     const char *path;               /* the request's, without the query */
 };
+
+/*
+ * The summary's numbers (status.h "The summary"), but the upstreams'
+ * states, which it takes from the pool's copy.  A share is of what the
+ * requests answered without a call of their own would have cost: the
+ * calls made plus the followers plus the cache's hits, and the tokens
+ * every client received.
+ */
+struct status_summary {
+    struct metrics_summary m;       /* answers, calls, requests proxied,
+                                       followers */
+    uint64_t tokens;                /* every client received, prompt and
+                                       completion (infergw_tokens_total) */
+    uint64_t tokens_saved;          /* ... of them, followers'
+                                       (infergw_coalesce_tokens_saved_total) */
+    /* The cache's row, filled by summary_cache() alone: */
+    int cache_enabled;              /* show the row (the cache is on) */
+    uint64_t cache_hits;            /* requests answered from the cache */
+    uint64_t cache_tokens_saved;    /* tokens those hits received */
+};
+
+#ifdef INFERGW_UNIT_TEST
+/* The "summary" object of 's' but its upstreams (status.c, GW_TESTABLE);
+ * NULL out of memory. */
+struct json_t;
+struct json_t *summary_json(const struct status_summary *s);
+#endif
 
 /*
  * Keep 'n' as the newest of the recent errors (the oldest of

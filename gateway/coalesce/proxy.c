@@ -778,20 +778,23 @@ proxy_forward(struct handler_req *hr, const json_t *json, int coalescable)
     struct fwd fw;
 
     if (fwd_init(&fw, hr, json_string_value(json_object_get(json, "model")),
-                 json) != 0)
+                 json) != 0) {
         reply_out_of_memory(hr->reply, "out of memory");
-    else if (fw.model != NULL
-             && !pool_serves(hr->ctx->pool, fw.model, &fw.adm))
+    } else if (fw.model != NULL
+               && !pool_serves(hr->ctx->pool, fw.model, &fw.adm)) {
         reply_no_model(hr);
-    else if (!coalescable) {
-        say_cache(hr, METRICS_CACHE_BYPASS);
-        forward_direct(hr, &fw);
-    } else if (!coalesce_eligible(hr->ctx->cfg, hr->tenant, hr->req, json,
-                                  &why)) {
-        say_cache(hr, METRICS_CACHE_BYPASS);
-        bypass(hr, &fw, why, "-");
     } else {
-        coalesce(hr, &fw);
+        metrics_proxied();
+        if (!coalescable) {
+            say_cache(hr, METRICS_CACHE_BYPASS);
+            forward_direct(hr, &fw);
+        } else if (!coalesce_eligible(hr->ctx->cfg, hr->tenant, hr->req,
+                                      json, &why)) {
+            say_cache(hr, METRICS_CACHE_BYPASS);
+            bypass(hr, &fw, why, "-");
+        } else {
+            coalesce(hr, &fw);
+        }
     }
     fwd_release(&fw);
 }
@@ -807,6 +810,7 @@ proxy_forward_form(struct handler_req *hr, const char *model,
     } else if (!pool_serves(hr->ctx->pool, model, &fw.adm)) {
         reply_no_model(hr);
     } else {
+        metrics_proxied();
         fw.ur.content_type = content_type;
         say_cache(hr, METRICS_CACHE_BYPASS);
         forward_direct(hr, &fw);

@@ -26,7 +26,8 @@ struct handler_req;
  * parsed body, a JSON object (borrowed): its "model" picks the upstreams
  * (404 model_not_found when none serves it), and the call is made on the
  * pool (dispatch.h).  'coalescable' says the route may coalesce (the
- * policy decides).
+ * policy decides).  A request that gets past the model's check has
+ * reached proxying (metrics_proxied()), here and in the form's path.
  */
 void proxy_forward(struct handler_req *hr, const json_t *json,
                    int coalescable);

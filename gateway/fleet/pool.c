@@ -60,6 +60,7 @@ pool_new(const struct gw_config *cfg)
         goto out;
     for (i = 0; i < p->n; i++) {
         p->m[i].cfg = &cfg->upstreams[i];
+        p->m[i].state_since_ms = gw_now_ms();   /* CLOSED from now */
         for (size_t k = 0; k < cfg->upstreams[i].num_models; k++)
             metrics_model_known(cfg->upstreams[i].models[k]);
     }
@@ -108,6 +109,7 @@ pool_state_now_locked(struct pool *p, struct member *m, int64_t now)
     assert(gw_mutex_held(&p->lock));
     if (m->state == POOL_OPEN && now >= m->open_until_ms) {
         m->state = POOL_HALF_OPEN;
+        m->state_since_ms = m->open_until_ms;   /* not when first seen */
         m->trial_out = 0;
     }
     return m->state;

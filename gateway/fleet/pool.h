@@ -426,6 +426,9 @@ struct pool_upstream_status {
     const char *name;
     const char *url;
     enum pool_state state;
+    int64_t state_for_ms;       /* how long it has been in 'state': since
+                                   the change, or since the pool was made
+                                   (a reload's breakers start CLOSED) */
     int64_t state_left_ms;      /* OPEN: until it turns HALF_OPEN; else 0 */
     int64_t held_left_ms;       /* a Retry-After holds it back this long */
     enum pool_probe probe;      /* (meaningless with the health beat off) */

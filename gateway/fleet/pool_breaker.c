@@ -296,6 +296,7 @@ eject(struct pool *p, struct member *m, int64_t now, const char *why,
     if (m->streak < STREAK_MAX)
         m->streak++;
     m->state = POOL_OPEN;
+    m->state_since_ms = now;
     m->open_until_ms = now + ms;
     m->fails = 0;
     m->trial_out = 0;
@@ -342,6 +343,7 @@ judge(struct pool *p, struct member *m, enum pool_outcome o,
         m->fails = 0;
         if (s == POOL_HALF_OPEN) {
             m->state = POOL_CLOSED;
+            m->state_since_ms = now;
             m->closed_ms = now;
             ev->what = "closed";
             ev->name = m->cfg->name;

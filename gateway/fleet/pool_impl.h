@@ -59,6 +59,9 @@ struct member {
 
     /* The breaker (pool.h). */
     enum pool_state state;
+    int64_t state_since_ms;     /* when 'state' last changed (the pool
+                                   made: its start; HALF_OPEN: when the
+                                   ejection ran out, open_until_ms) */
     int64_t open_until_ms;      /* OPEN: when it turns HALF_OPEN */
     uint64_t fails;             /* failures in a row while CLOSED */
     unsigned streak;            /* ejections since it last stayed up */

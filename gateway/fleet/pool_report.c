@@ -39,6 +39,7 @@ pool_status(struct pool *p, struct pool_upstream_status *out, size_t max)
         st->name = m->cfg->name;
         st->url = m->cfg->url;
         st->state = pool_state_now_locked(p, m, now);
+        st->state_for_ms = now - m->state_since_ms;
         st->state_left_ms = st->state == POOL_OPEN ? m->open_until_ms - now
                                                    : 0;
         st->held_left_ms = m->hold_until_ms > now ? m->hold_until_ms - now

@@ -14,15 +14,13 @@ Every flight is held at the mock (mock_hold) while the view is read, and
 every wait polls status.json with a deadline.
 """
 
-import os
 import re
 import signal
-import subprocess
 
 import gwtest
 from coalesce_util import finish, finish_all, new_tag, send, start, \
     wait_state
-from gwtest import (ADMIN_KEY, assert_error, budget, chat_body, refused_port,
+from gwtest import (ADMIN_KEY, assert_error, chat_body, refused_port,
                     request, wait_for)
 
 CHAT = "/v1/chat/completions"
@@ -488,20 +486,6 @@ def test_no_password_of_an_upstream_url(t):
         "http://127.0.0.1:%d" % m.port, r.body
 
 
-def chromium_dom(t, url):
-    """The DOM of 'url' after its script ran, from headless Chromium."""
-    exe = gwtest.tool("chromium")
-    profile = os.path.join(t.tmp, "chromium-profile")
-    p = subprocess.run(
-        [exe, "--headless", "--disable-gpu", "--no-sandbox",
-         "--no-first-run", "--user-data-dir=" + profile,
-         "--virtual-time-budget=5000", "--dump-dom", url],
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, timeout=budget(90))
-    assert p.returncode == 0, p.stderr.decode(errors="replace")[-2000:]
-    return p.stdout.decode("utf-8", "replace")
-
-
 def test_page_in_headless_chromium(t):
     m = t.mock()
     g = t.gateway(None, conf=ADMIN, extra=(
@@ -514,7 +498,8 @@ def test_page_in_headless_chromium(t):
                                    mock_hold=tag)))
     flights_where(g, lambda f: f["followers"] == 1, "a follower")
     g.wait_ready()
-    dom = chromium_dom(t, "http://127.0.0.1:%d/status" % g.admin_port)
+    dom = gwtest.chromium_dom(t.tmp,
+                              "http://127.0.0.1:%d/status" % g.admin_port)
     # The head says what /readyz answers.
     head = re.search(r"<div id=\"head\">([^<]*)</div>", dom)
     assert head and head.group(1).startswith("ready \u00b7 "), dom
@@ -529,6 +514,16 @@ def test_page_in_headless_chromium(t):
     cells = re.findall(r"<td[^>]*>([^<]*)</td>", rows[0])
     assert cells[:2] == ["alpha", "http://127.0.0.1:%d" % m.port], cells
     assert cells[3:5] == ["passed", "yes"], cells   # probe, takes calls
+    assert cells[2].startswith("up "), cells        # ... for how long
+    # The summary at the top (041 reads it closer): the follower so far
+    # saves one call of two, and the one upstream is up.
+    summary = re.search(r"<div id=\"summary\">(.*?)</div>\s*<h2>", dom, re.S)
+    assert summary, dom
+    text = re.sub(r"<[^>]+>", "", summary.group(1))
+    assert "requests/s over the last" in text, text
+    assert "followers 1 (50% of calls saved)" in text, text
+    assert "alpha up " in text, text
+    assert '<div id="sum-cache" hidden="">' in dom, dom    # no cache
     assert "HTTP 4" not in dom and "HTTP 5" not in dom, dom
     release(g, m, tag)
     finish_all(conns)

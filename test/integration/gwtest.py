@@ -1224,6 +1224,21 @@ def run_infergw(bin_dir, args, timeout=10.0):
     return p.returncode, out.decode("utf-8", "replace")
 
 
+def chromium_dom(tmpdir, url):
+    """The DOM of 'url' after its script ran, from headless Chromium (its
+    profile in 'tmpdir'); skips without chromium."""
+    exe = tool("chromium")
+    profile = os.path.join(tmpdir, "chromium-profile")
+    p = subprocess.run(
+        [exe, "--headless", "--disable-gpu", "--no-sandbox",
+         "--no-first-run", "--user-data-dir=" + profile,
+         "--virtual-time-budget=5000", "--dump-dom", url],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, timeout=budget(90))
+    assert p.returncode == 0, p.stderr.decode(errors="replace")[-2000:]
+    return p.stdout.decode("utf-8", "replace")
+
+
 class _ProcHandle:
     def __init__(self, proc):
         self.proc = proc
