@@ -28,6 +28,7 @@ struct entry {
      * when, what it takes, and its places on the lists by age and by
      * use; none of it is set while the flight runs. */
     int cached;
+    uint64_t epoch;                 /* the coalescer's when it was led */
     int64_t stored_ms, expires_ms;
     uint64_t bytes;
     struct entry *age_prev, *age_next;  /* oldest first */
@@ -56,6 +57,8 @@ struct coalescer {
     size_t nbuckets;                /* a power of two */
     size_t count;                   /* running flights' entries */
     uint64_t cached, cached_bytes;  /* cached entries, their memory */
+    uint64_t epoch;                 /* reloads so far: a flight led
+                                       before the last one is not kept */
     struct list by_age, by_use;
 };
 
@@ -92,6 +95,7 @@ coalescer_set_limits(struct coalescer *co, const struct gw_config *cfg)
     co->ttl_ms = cfg->cache_ttl_ms;
     co->max_bytes = cfg->cache_max_bytes;
     co->max_entry_bytes = cfg->cache_max_entry_bytes;
+    co->epoch++;
     while (co->by_age.head != NULL)
         drop_cached_locked(co, co->by_age.head, METRICS_EVICT_RELOAD);
     gw_mutex_unlock(&co->lock);
@@ -523,6 +527,7 @@ lead_locked(struct coalescer *co, struct entry **pp, const unsigned char *key,
     e->followers = 0;
     e->followers_peak = 0;
     e->cached = 0;
+    e->epoch = co->epoch;
     e->start_ms = gw_now_ms();
     snprintf(e->model, sizeof(e->model), "%s", about->model);
     snprintf(e->tenant, sizeof(e->tenant), "%s", about->tenant);
@@ -591,7 +596,8 @@ coalescer_finish(struct coalescer *co, const unsigned char key[FLIGHT_KEY_LEN],
     flight_finish(f, o);
     pp = find_locked(co, key);
     if (*pp != NULL && (*pp)->f == f) {  /* identity: never a successor */
-        if (keep && co->ttl_ms > 0 && flight_replayable(f, &bytes)
+        if (keep && co->ttl_ms > 0 && (*pp)->epoch == co->epoch
+            && flight_replayable(f, &bytes)
             && bytes <= co->max_entry_bytes) {
             co->count--;
             metrics_flights_add(-1);

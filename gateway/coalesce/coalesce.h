@@ -36,8 +36,9 @@
  * follower does.  Cached entries are kept on two lists, by age (expired
  * ones go first, from the oldest, on every join) and by use (past
  * max_bytes, the least recently used go).  A reload drops them all
- * (coalescer_set_limits()), and the generation in the key makes sure no
- * request under a new configuration could hit an old one anyway.
+ * (coalescer_set_limits()), and a flight led before it is not kept when
+ * it ends after it: the generation in its key means no request under
+ * the new configuration could ever hit it.
  * Only running flights count against max_flights or appear in
  * coalescer_status().
  *

@@ -709,6 +709,38 @@ START_TEST(test_cache_lru_and_ttl)
 }
 END_TEST
 
+/* A flight led before a reload and ended after it is not kept: its
+ * key holds the old generation, so nothing could ever hit it. */
+START_TEST(test_cache_never_keeps_a_flight_led_before_a_reload)
+{
+    struct coalescer *co;
+    struct coalesce_cache_status st;
+    unsigned char k[FLIGHT_KEY_LEN];
+    struct flight_reader r;
+    struct flight *f;
+    int64_t age;
+
+    cache_cfg(60000, 1 << 20, 1 << 18);
+    co = coalescer_new(&cfg);
+    coalescer_set_limits(co, &cfg);
+    key_of("{\"a\":1}", k);
+    ck_assert_int_eq(join_cache(co, k, &use_cache, &r, &f, &age),
+                     COALESCE_LEADER);
+    flight_set_head(f, &(struct http_head){ 200, -1, "text/event-stream",
+                                           0, 0 });
+    ck_assert_int_eq(flight_append(f, "x", 1, 1 << 30, 1 << 30), 0);
+    coalescer_set_limits(co, &cfg);             /* the reload */
+    ck_assert_int_eq(coalescer_finish(co, k, f, &complete, 1), 0);
+    coalescer_detach(co, k, f, &r);
+    flight_unref(f);
+    coalescer_cache_status(co, &st);
+    ck_assert_uint_eq(st.entries, 0);
+    /* The next one, led after it, is. */
+    ck_assert_int_eq(answer(co, "{\"a\":1}", 1, 200, 1), 1);
+    coalescer_free(co);
+}
+END_TEST
+
 static Suite *
 coalesce_suite(void)
 {
@@ -727,6 +759,7 @@ coalesce_suite(void)
     tcase_add_test(tc, test_cache_keeps_a_finished_flight);
     tcase_add_test(tc, test_cache_fresh_and_max_age_replace);
     tcase_add_test(tc, test_cache_lru_and_ttl);
+    tcase_add_test(tc, test_cache_never_keeps_a_flight_led_before_a_reload);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("policy");
