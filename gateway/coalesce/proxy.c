@@ -677,7 +677,7 @@ coalesce(struct handler_req *hr, const struct fwd *fw)
                  key);
     coalesce_key_hex(key, keyhex);
     fanout_reader_init(&r, hr->reply, ctx->cfg->follower_timeout_ms,
-                       keyhex);
+                       keyhex, 1);
     switch (coalescer_join(ctx->co, key, &about, &r.fr, &f, &why)) {
     case COALESCE_LEADER:
         lead(hr, f, &r, fw, key, keyhex);
