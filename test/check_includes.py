@@ -178,6 +178,9 @@ CALLBACKS = {
                           "beat, in batches, never from a request",
     "keepalive.keepalive_drop_fn": "upstream_session (same layer) frees a "
                                    "session the cache lets go",
+    "usage.usage_piece_fn": "proxy (same layer): the leader appends each "
+                            "piece of a stream cut for its usage event "
+                            "to the flight, as the split gives it",
 }
 
 # The same for common/ (libinfergw.a).

@@ -12,7 +12,9 @@
  * request that reaches the upstream, and coalesce_key() hashes every
  * field of it but the request id, which on a coalesced call is the
  * flight's own (proxy.c); the rest of the upstream request is constant
- * (upstream_request.c).
+ * (upstream_request.c).  Its body is the client's, but a stream's asks
+ * for the usage (usage.h's usage_ask(), a constant of the
+ * configuration): the key is taken over the body as sent.
  * Content-Type and Accept are constants; a forwarded credential is
  * hashed into the key; the tenant is always in it.
  *
@@ -159,7 +161,7 @@ void coalesce_cache_ask(const struct gw_config *cfg, size_t tenant,
  * The key: SHA-256 over the configuration's generation (generation.h), the
  * tenant name and every client-derived field
  * of 'ur' that reaches the upstream (upstream.h):
- * method, path (with its query), the raw body, its content type (or its
+ * method, path (with its query), the body as sent, its content type (or its
  * absence: application/json) and the forwarded credential (client_auth,
  * or its absence), each length-prefixed so that
  * no two different field tuples hash the same bytes.  ur->request_id is

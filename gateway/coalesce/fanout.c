@@ -41,13 +41,14 @@ enum push_result {
 
 void
 fanout_reader_init(struct fanout_reader *r, struct reply *reply,
-                   int64_t timeout_ms, const char *key_hex)
+                   int64_t timeout_ms, const char *key_hex, int usage)
 {
     memset(r, 0, sizeof(*r));
     flight_reader_init(&r->fr);
     r->reply = reply;
     r->timeout_ms = timeout_ms;
     r->key_hex = key_hex;
+    r->usage = usage;
     buf_init(&r->pending, SIZE_MAX);    /* at most one snapshot's bytes */
 }
 
@@ -120,8 +121,9 @@ fanout_flush(struct fanout_reader *r)
 /*
  * The chunk (an index into the snapshot, 'first' or after) that the
  * socket did not take whole when it took 'w' of the bytes in iov[]:
- * chunk k's iovecs end before ends[k].  The head's iovec counts with
- * the first chunk.  'w' is less than all of them.
+ * chunk k's iovecs end before ends[k] (a chunk skipped has none: its
+ * end is the one before's).  The head's iovec counts with the first
+ * chunk.  'w' is less than all of them.
  */
 static size_t
 chunk_cut(const struct iovec *iov, const int *ends, size_t first,
@@ -181,8 +183,12 @@ push(struct fanout_reader *r, const struct flight_snap *s, int whole)
         iov[cnt++].iov_len = buf_len(&rp->head);
     }
     for (k = pos - s->lo; k < s->n; k++) {
-        cnt += reply_frame_iov(rp, s->chunk[k]->data, s->chunk[k]->len,
-                               &iov[cnt], size_line[k]);
+        /* A usage event its client did not ask for: no iovec, so no
+         * byte of it is written, kept or counted, and the position
+         * moves past it with the rest. */
+        if (!s->chunk[k]->usage || r->usage)
+            cnt += reply_frame_iov(rp, s->chunk[k]->data, s->chunk[k]->len,
+                                   &iov[cnt], size_line[k]);
         ends[k] = cnt;
     }
     for (int i = 0; i < cnt; i++)
@@ -201,7 +207,8 @@ push(struct fanout_reader *r, const struct flight_snap *s, int whole)
     /* Every byte up to 'end' is now the client's: sent, or pending. */
     reply_note_sent(rp, 0);
     for (k = pos - s->lo; k < end; k++)
-        reply_note_sent(rp, s->chunk[k]->len);
+        if (!s->chunk[k]->usage || r->usage)
+            reply_note_sent(rp, s->chunk[k]->len);
     flight_reader_advance(&r->fr, s->lo + end);
     r->deadline = gw_now_ms() + r->timeout_ms;
     return w < total ? PUSH_BLOCKED : PUSH_CAUGHT_UP;

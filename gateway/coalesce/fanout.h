@@ -85,6 +85,9 @@ struct fanout_reader {
     struct reply *reply;            /* the client; borrowed */
     const char *key_hex;            /* the flight's key, for log lines;
                                        borrowed */
+    int usage;                      /* its client asked for a stream's
+                                       usage event: the chunks flagged
+                                       'usage' (flight.h) are its too */
     struct buf pending;             /* framed bytes its socket did not
                                        take when someone pushed for it */
 };
@@ -114,10 +117,15 @@ struct fanout_opts {
     const _Atomic int *stopping;    /* set: every wait ends */
 };
 
-/* A RUNNING reader for 'reply' (borrowed, like 'key_hex', the flight
- * key's prefix for log lines), not yet attached. */
+/*
+ * A RUNNING reader for 'reply' (borrowed, like 'key_hex', the flight
+ * key's prefix for log lines), not yet attached.  'usage': its client
+ * asked for the usage event (usage_asked()); else every chunk flagged
+ * 'usage' is skipped, never written to it, and its client gets the
+ * stream it asked for, byte for byte.
+ */
 void fanout_reader_init(struct fanout_reader *r, struct reply *reply,
-                        int64_t timeout_ms, const char *key_hex);
+                        int64_t timeout_ms, const char *key_hex, int usage);
 void fanout_reader_release(struct fanout_reader *r);
 
 /*

@@ -240,9 +240,10 @@ make_room_locked(struct flight *f)
     return 0;
 }
 
-int
-flight_append(struct flight *f, const char *p, size_t n, size_t max_bytes,
-              size_t max_lag)
+/* flight_append(), with the chunk flagged 'usage' or not. */
+static int
+append(struct flight *f, const char *p, size_t n, int usage,
+       size_t max_bytes, size_t max_lag)
 {
     struct flight_chunk *c;
     size_t size, cost;
@@ -254,6 +255,7 @@ flight_append(struct flight *f, const char *p, size_t n, size_t max_bytes,
     if (c == NULL)
         return GW_ENOMEM;
     c->len = n;
+    c->usage = usage;
     memcpy(c->data, p, n);
 
     gw_mutex_lock(&f->lock);
@@ -276,6 +278,20 @@ flight_append(struct flight *f, const char *p, size_t n, size_t max_bytes,
         trim_locked(f, max_bytes, max_lag);
     gw_mutex_unlock(&f->lock);
     return 0;
+}
+
+int
+flight_append(struct flight *f, const char *p, size_t n, size_t max_bytes,
+              size_t max_lag)
+{
+    return append(f, p, n, 0, max_bytes, max_lag);
+}
+
+int
+flight_append_usage(struct flight *f, const char *p, size_t n,
+                    size_t max_bytes, size_t max_lag)
+{
+    return append(f, p, n, 1, max_bytes, max_lag);
 }
 
 void

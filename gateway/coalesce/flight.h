@@ -109,6 +109,9 @@ struct flight_chunk {
     size_t len;
     size_t at;                      /* the flight's bytes before it, with
                                        the overhead: readers' lag */
+    int usage;                      /* a stream's usage event, alone: sent
+                                       only to the clients that asked
+                                       (flight_append_usage()) */
     char data[];                    /* immutable once appended */
 };
 
@@ -288,6 +291,15 @@ void flight_set_head(struct flight *f, const struct http_head *h);
  */
 int flight_append(struct flight *f, const char *p, size_t n,
                   size_t max_bytes, size_t max_lag);
+
+/*
+ * Leader only.  The same for p[0..n) that is a stream's usage event and
+ * nothing else (usage.h's struct usage_split): the chunk is flagged
+ * 'usage', and a reader whose client did not ask for the usage skips it
+ * (fanout.h).  Its bytes count as any chunk's.
+ */
+int flight_append_usage(struct flight *f, const char *p, size_t n,
+                        size_t max_bytes, size_t max_lag);
 
 /*
  * Set the final state from the call's outcome 'o' (copied): DONE when it

@@ -56,6 +56,8 @@ struct fwd {
     struct upstream_request ur;
     char *path;                 /* owned */
     char *auth;                 /* owned, wiped before free; or NULL */
+    size_t client_len;          /* the client's body bytes (ur.body may
+                                   be more: usage_ask()) */
     const char *model;          /* the body's; NULL: any upstream */
     struct pool_admission adm;  /* pool_serves()'s for 'model', for the
                                    call's pool_acquire(); or none */
@@ -91,6 +93,7 @@ fwd_init(struct fwd *f, const struct handler_req *hr, const char *model,
     f->ur.path = f->path;
     f->ur.body = buf_ptr(hr->body);
     f->ur.body_len = buf_len(hr->body);
+    f->client_len = f->ur.body_len;
     f->ur.request_id = hr->request_id;
     f->ur.client_auth = f->auth;
     f->model = model;
@@ -151,13 +154,14 @@ bill(struct handler_req *hr, int64_t prompt, int64_t completion, int saved)
 
 /*
  * The bytes the prompt is counted from when the response has no usage
- * (usage_scan_charge()): the request's, but none of a form's, whose
- * bytes are audio, not text.
+ * (usage_scan_charge()): the client's request's (not what the gateway
+ * added to it, usage_ask()), but none of a form's, whose bytes are
+ * audio, not text.
  */
 static size_t
 prompt_bytes(const struct fwd *fw)
 {
-    return fw->ur.content_type == NULL ? fw->ur.body_len : 0;
+    return fw->ur.content_type == NULL ? fw->client_len : 0;
 }
 
 /*
@@ -358,6 +362,11 @@ struct leader {
     int64_t sweep_ms;               /* last fanout_sweep() */
     struct usage_scan usage;        /* what the call cost */
     int cache;                      /* its answer may be cached */
+    int asks_usage;                 /* the body sent asks for the usage
+                                       event (usage_ask()) */
+    int split;                      /* ... and it is a stream that comes
+                                       as it is read: it is cut */
+    struct usage_split events;      /* the cut, usage event alone */
 };
 
 static struct fanout_opts
@@ -470,6 +479,10 @@ lead_head(void *arg, const struct http_head *h)
 
     flight_set_head(l->f, h);
     usage_scan_head(&l->usage, h->status, h->content_type);
+    /* A stream of a known length would lose its framing for the clients
+     * that skip the usage event: it is not cut (vLLM's is chunked). */
+    l->split = l->asks_usage && l->usage.mode == USAGE_SSE
+               && h->content_length < 0;
     /* From the flight's head, as every follower's: the same bytes. */
     r->upstream_status = h->status;
     if (l->attached && reply_begin_head(r, &l->f->head) != 0)
@@ -478,26 +491,46 @@ lead_head(void *arg, const struct http_head *h)
 }
 
 /*
- * Each upstream piece: append it to the flight, write it to the leader's
- * own client and then to the parked followers, each as far as its socket
+ * usage_piece_fn: append p[0..n) to the flight ('usage': the usage event
+ * alone, for the clients that asked), write it to the leader's own
+ * client and then to the parked followers, each as far as its socket
  * takes without waiting (fanout.h).  Out of memory here fails the whole
  * flight, honestly, for every client.
+ */
+static int
+lead_piece(void *arg, const char *p, size_t n, int usage)
+{
+    struct leader *l = arg;
+    int rc;
+
+    rc = usage ? flight_append_usage(l->f, p, n, l->max_bytes, l->max_lag)
+               : flight_append(l->f, p, n, l->max_bytes, l->max_lag);
+    if (rc != 0) {
+        log_msg(GW_LOG_ERROR, "coalesce: out of memory appending a chunk "
+                "flight=%s bytes=%zu", l->f->id, n);
+        return GW_ENOMEM;
+    }
+    if (l->attached || l->cut)
+        lead_push_self(l);
+    fanout_after_append(l->f, &l->opts);
+    return 0;
+}
+
+/*
+ * Each upstream piece goes to the flight as it came; or, when the usage
+ * event is cut out, as the split gives it: whole events, with only the
+ * start of one that has not ended held back.
  */
 static int
 lead_data(void *arg, const char *p, size_t n)
 {
     struct leader *l = arg;
+    int rc;
 
-    if (flight_append(l->f, p, n, l->max_bytes, l->max_lag) != 0) {
-        log_msg(GW_LOG_ERROR, "coalesce: out of memory appending a chunk "
-                "flight=%s bytes=%zu", l->f->id, n);
-        return GW_ENOMEM;
-    }
     usage_scan_feed(&l->usage, p, n);
-    if (l->attached || l->cut)
-        lead_push_self(l);
-    fanout_after_append(l->f, &l->opts);
-    return lead_nobody(l);
+    rc = l->split ? usage_split_feed(&l->events, p, n, lead_piece, l)
+                  : lead_piece(l, p, n, 0);
+    return rc != 0 ? rc : lead_nobody(l);
 }
 
 /*
@@ -550,7 +583,9 @@ lead_peer(void *arg)
 /*
  * The leader.  The request id it sends upstream is the flight's, not its
  * client's: vLLM builds the completion's "id" from it, and every client
- * of the flight gets those same bytes.
+ * of the flight gets those same bytes.  'asks_usage': fw's body asks
+ * for the usage event, so a stream's is cut out for the clients that
+ * did not ask (coalesce()).
  */
 /*
  * May the cache keep the flight the leader 'l' has just ended with 'o'
@@ -567,8 +602,8 @@ cacheable(const struct leader *l, const struct call_outcome *o)
 
 static void
 lead(struct handler_req *hr, struct flight *f, struct fanout_reader *self,
-     const struct fwd *fw, const unsigned char *key, const char *keyhex,
-     int cache)
+     const struct fwd *fw, int asks_usage, const unsigned char *key,
+     const char *keyhex, int cache)
 {
     const struct handler_ctx *ctx = hr->ctx;
     struct leader l;
@@ -584,6 +619,8 @@ lead(struct handler_req *hr, struct flight *f, struct fanout_reader *self,
 
     memset(&l, 0, sizeof(l));
     usage_scan_init(&l.usage, usage_limit(hr->ctx->cfg->max_request_body));
+    usage_split_init(&l.events);
+    l.asks_usage = asks_usage;
     l.hr = hr;
     l.self = self;
     l.f = f;
@@ -607,6 +644,11 @@ lead(struct handler_req *hr, struct flight *f, struct fanout_reader *self,
                   &sink, net_stream_fd(hr->reply->stream), &out);
     hr->upstream = out.upstream;
     hr->attempts = out.attempts;
+    /* The end of a stream that did not end with its event's blank line
+     * (or was cut short) goes on as it came. */
+    if (l.split)
+        usage_split_end(&l.events, lead_piece, &l);
+    usage_split_release(&l.events);
     if (o->kind == CALL_OK && usage_scan_end(&l.usage, &prompt, &completion))
         flight_set_usage(f, prompt, completion);
     /* The leader's tenant now, attached or not; each follower's from the
@@ -715,33 +757,54 @@ say_cache(struct handler_req *hr, enum metrics_cache_result res)
     metrics_cache_result(res);
 }
 
-/* Eligible: lead, follow, take a cached answer, or (a bound reached) go
- * alone. */
+/*
+ * Eligible: lead, follow, take a cached answer, or (a bound reached) go
+ * alone.  A coalesced stream always asks the upstream for its usage
+ * (usage_ask(): a constant of the configuration), so that each follower
+ * and hit is billed what it saved, and the key is taken over the body
+ * as sent, so the contract holds by construction: a client that asked
+ * in exactly the words of the rewrite shares the flight of those that
+ * did not.  A bypass goes alone, with the client's own body.
+ */
 static void
-coalesce(struct handler_req *hr, const struct fwd *fw)
+coalesce(struct handler_req *hr, const struct fwd *fw, const json_t *json)
 {
     const struct handler_ctx *ctx = hr->ctx;
     unsigned char key[FLIGHT_KEY_LEN];
     struct coalesce_about about = { hr->model,
                                     tenant_name(ctx->cfg, hr->tenant) };
     struct coalesce_cache_ask ask;
+    struct fwd sent = *fw;          /* borrows fw's strings: no release */
     struct fanout_reader r;
     enum metrics_bypass why;
+    struct buf body;
     struct flight *f;
     int64_t age_ms;
     char keyhex[13];
+    int asked;
 
-    coalesce_key(tenant_name(ctx->cfg, hr->tenant), ctx->generation, &fw->ur,
-                 key);
+    buf_init(&body, fw->ur.body_len + sizeof(USAGE_ASK));
+    asked = usage_ask(fw->ur.body, fw->ur.body_len, json, &body);
+    if (asked < 0) {
+        reply_out_of_memory(hr->reply, "out of memory");
+        goto out;
+    }
+    if (asked) {
+        sent.ur.body = buf_ptr(&body);
+        sent.ur.body_len = buf_len(&body);
+    }
+    coalesce_key(tenant_name(ctx->cfg, hr->tenant), ctx->generation,
+                 &sent.ur, key);
     coalesce_key_hex(key, keyhex);
     coalesce_cache_ask(ctx->cfg, hr->tenant, hr->req, &ask);
     fanout_reader_init(&r, hr->reply, ctx->cfg->follower_timeout_ms,
-                       keyhex);
+                       keyhex, usage_asked(json));
     switch (coalescer_join(ctx->co, key, &about, &ask, &r.fr, &f, &age_ms,
                            &why)) {
     case COALESCE_LEADER:
         say_cache(hr, ask.use ? METRICS_CACHE_MISS : METRICS_CACHE_BYPASS);
-        lead(hr, f, &r, fw, key, keyhex, ask.use);
+        lead(hr, f, &r, &sent, asked || usage_asked(json), key, keyhex,
+             ask.use);
         break;
     case COALESCE_FOLLOWER:
         say_cache(hr, ask.use ? METRICS_CACHE_MISS : METRICS_CACHE_BYPASS);
@@ -757,6 +820,8 @@ coalesce(struct handler_req *hr, const struct fwd *fw)
         break;
     }
     fanout_reader_release(&r);
+out:
+    buf_release(&body);
 }
 
 /* 404 in OpenAI's shape for a model no upstream serves. */
@@ -793,7 +858,7 @@ proxy_forward(struct handler_req *hr, const json_t *json, int coalescable)
             say_cache(hr, METRICS_CACHE_BYPASS);
             bypass(hr, &fw, why, "-");
         } else {
-            coalesce(hr, &fw);
+            coalesce(hr, &fw, json);
         }
     }
     fwd_release(&fw);

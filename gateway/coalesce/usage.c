@@ -345,3 +345,192 @@ usage_scan_charge(const struct usage_scan *u, size_t request_bytes,
     return quarter_ceil(request_bytes)
            + (u->mode == USAGE_SSE ? u->events : quarter_ceil(u->bytes));
 }
+
+/* ---- asking for the usage of a stream, and cutting it out ---- */
+
+int
+usage_asked(const json_t *body)
+{
+    const json_t *so = json_object_get(body, "stream_options");
+
+    return json_is_object(so)
+           && json_is_true(json_object_get(so, "include_usage"));
+}
+
+int
+usage_ask(const char *p, size_t n, const json_t *body, struct buf *out)
+{
+    size_t i = 0;
+    int rc;
+
+    if (!json_is_object(body)
+        || !json_is_true(json_object_get(body, "stream"))
+        || json_object_get(body, "stream_options") != NULL)
+        return 0;
+    /* RFC 8259 section 2: whitespace may come before the object. */
+    while (i < n && (p[i] == ' ' || p[i] == '\t' || p[i] == '\n'
+                     || p[i] == '\r'))
+        i++;
+    if (i == n || p[i] != '{')
+        return 0;               /* not the bytes 'body' was parsed from */
+    i++;
+    /* The object has "stream": a member follows, so the comma is right. */
+    rc = buf_append(out, p, i);
+    if (rc == 0)
+        rc = buf_append_str(out, USAGE_ASK);
+    if (rc == 0)
+        rc = buf_append(out, p + i, n - i);
+    return rc != 0 ? rc : 1;
+}
+
+void
+usage_split_init(struct usage_split *s)
+{
+    buf_init(&s->held, USAGE_SPLIT_MAX);
+    s->blank = 1;
+    s->passing = 0;
+}
+
+void
+usage_split_release(struct usage_split *s)
+{
+    buf_release(&s->held);
+}
+
+/*
+ * The length of the first event that ends in p[0..n), through the
+ * blank line that ends it, or 0 when none does.  's->blank' carries
+ * the state of the line being read from one call to the next: 1 while
+ * it holds nothing but '\r' (a CRLF's), so an event ends at "\n\n" and
+ * at "\r\n\r\n" alike.
+ */
+static size_t
+event_len(struct usage_split *s, const char *p, size_t n)
+{
+    const char *q = p, *end = p + n, *nl;
+    int blank;
+
+    while ((nl = memchr(q, '\n', (size_t)(end - q))) != NULL) {
+        for (blank = s->blank; blank && q < nl; q++)
+            blank = *q == '\r';
+        s->blank = 1;                   /* a line starts after the '\n' */
+        if (blank)
+            return (size_t)(nl + 1 - p);
+        q = nl + 1;
+    }
+    for (; q < end && s->blank; q++)
+        s->blank = *q == '\r';
+    return 0;
+}
+
+/*
+ * Is the event p[0..n) (through its blank line) a usage event: one
+ * "data:" line of JSON with a "usage" object and "choices": [] at its
+ * top level, then the blank line?  vLLM's other events carry no usage
+ * (or, with continuous_usage_stats, with their choices): never cut.
+ */
+static int
+is_usage_event(const char *p, size_t n)
+{
+    const char *nl = memchr(p, '\n', n), *q;
+    json_t *root = NULL;
+    const json_t *choices;
+    size_t len;
+    int yes;
+    char err[96];
+
+    if (nl == NULL)
+        return 0;
+    for (q = nl + 1; q < p + n; q++)
+        if (*q != '\r' && *q != '\n')
+            return 0;                   /* more than one line */
+    len = (size_t)(nl - p);
+    if (len > 0 && p[len - 1] == '\r')
+        len--;
+    if (len < 5 || memcmp(p, "data:", 5) != 0
+        || !may_hold_usage(p + 5, len - 5)
+        || jsonx_parse_object(p + 5, len - 5, JSONX_MAX_DEPTH, &root, err,
+                              sizeof(err)) != 0)
+        return 0;
+    choices = json_object_get(root, "choices");
+    yes = json_is_object(json_object_get(root, "usage"))
+          && json_is_array(choices) && json_array_size(choices) == 0;
+    json_decref(root);
+    return yes;
+}
+
+/* Hand p[0..n) on, unless it is empty. */
+static int
+give(usage_piece_fn *piece, void *arg, const char *p, size_t n, int usage)
+{
+    return n > 0 ? piece(arg, p, n, usage) : 0;
+}
+
+int
+usage_split_feed(struct usage_split *s, const char *p, size_t n,
+                 usage_piece_fn *piece, void *arg)
+{
+    const char *end = p + n, *run;
+    size_t e, len;
+    int rc;
+
+    if (s->passing) {
+        e = event_len(s, p, n);
+        if (e == 0)
+            return give(piece, arg, p, n, 0);
+        s->passing = 0;
+        if ((rc = give(piece, arg, p, e, 0)) != 0)
+            return rc;
+        p += e;
+    } else if (buf_len(&s->held) > 0) {
+        /* The event held back ends here, or is held on. */
+        e = event_len(s, p, n);
+        len = e > 0 ? e : n;
+        if (buf_append(&s->held, p, len) == 0) {
+            if (e == 0)
+                return 0;
+            rc = give(piece, arg, buf_ptr(&s->held), buf_len(&s->held),
+                      is_usage_event(buf_ptr(&s->held), buf_len(&s->held)));
+            buf_reset(&s->held);
+        } else {
+            /* Past the bound: what is held goes on as it is, this too,
+             * and the rest of the event as it comes. */
+            rc = give(piece, arg, buf_ptr(&s->held), buf_len(&s->held), 0);
+            buf_release(&s->held);
+            if (rc == 0)
+                rc = give(piece, arg, p, len, 0);
+            s->passing = e == 0;
+        }
+        if (rc != 0 || e == 0)
+            return rc;
+        p += e;
+    }
+    /* Whole events: runs of them as they are, a usage event alone. */
+    run = p;
+    while ((e = event_len(s, p, (size_t)(end - p))) > 0) {
+        if (is_usage_event(p, e)) {
+            if ((rc = give(piece, arg, run, (size_t)(p - run), 0)) != 0
+                || (rc = piece(arg, p, e, 1)) != 0)
+                return rc;
+            run = p + e;
+        }
+        p += e;
+    }
+    if ((rc = give(piece, arg, run, (size_t)(p - run), 0)) != 0)
+        return rc;
+    /* The start of an event that has not ended: held back. */
+    if (p < end && buf_append(&s->held, p, (size_t)(end - p)) != 0) {
+        s->passing = 1;
+        return give(piece, arg, p, (size_t)(end - p), 0);
+    }
+    return 0;
+}
+
+int
+usage_split_end(struct usage_split *s, usage_piece_fn *piece, void *arg)
+{
+    int rc = give(piece, arg, buf_ptr(&s->held), buf_len(&s->held), 0);
+
+    buf_reset(&s->held);
+    return rc;
+}

@@ -44,13 +44,22 @@
  * that sends several tokens per event is counted one per event
  * (docs/CONFIGURATION.md: make the upstream always send usage).
  *
- * A struct usage_scan belongs to one transfer's thread; no locking.
+ * A coalesced stream always has a usage (proxy.c): the leader asks the
+ * upstream for it (usage_ask()) when its client did not, so that every
+ * follower is billed what it saved, and the flight cuts the usage event
+ * out of the stream (struct usage_split), so that only the clients that
+ * asked for it are sent it (fanout.h).
+ *
+ * A struct usage_scan or usage_split belongs to one transfer's thread;
+ * no locking.
  */
 #ifndef INFERGW_GATEWAY_COALESCE_USAGE_H
 #define INFERGW_GATEWAY_COALESCE_USAGE_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include <jansson.h>
 
 #include "buf.h"
 
@@ -128,5 +137,76 @@ uint64_t usage_scan_charge(const struct usage_scan *u, size_t request_bytes,
 uint64_t usage_count_prompt(size_t request_bytes);
 
 void usage_scan_release(struct usage_scan *u);
+
+/* ---- asking for the usage of a stream, and cutting it out ---- */
+
+/* What usage_ask() inserts, right after the body's opening '{'. */
+#define USAGE_ASK "\"stream_options\":{\"include_usage\":true},"
+
+/*
+ * Did the client ask for a stream's usage event: does 'body' (a
+ * request's JSON, borrowed; NULL: no) have a top-level "stream_options"
+ * object whose "include_usage" is true?
+ */
+int usage_asked(const json_t *body);
+
+/*
+ * The body a coalesced request sends upstream: when 'body' (p[0..n)
+ * parsed, borrowed) is an object with "stream": true at its top level
+ * and no "stream_options" member at all, p with USAGE_ASK inserted
+ * right after its opening '{' (the bytes are never re-serialised: that
+ * would reformat numbers) is appended to 'out' (borrowed, initialised
+ * by the caller), and 1 returned.  Else 0, 'out' untouched: a body
+ * with "stream_options" in any form is the client's choice, and one
+ * that does not stream has no usage event.  GW_ENOMEM (GW_ETOOBIG past
+ * out's limit): 'out' may hold part of it.
+ */
+int usage_ask(const char *p, size_t n, const json_t *body, struct buf *out);
+
+/*
+ * Called for each piece usage_split_feed() cuts, in order: p[0..n)
+ * (borrowed for the call), and whether it is a usage event alone
+ * ('usage').  A non-zero return stops the feed and is returned by it.
+ */
+typedef int usage_piece_fn(void *arg, const char *p, size_t n, int usage);
+
+/* The most usage_split holds back of an event that has not ended. */
+#define USAGE_SPLIT_MAX (64u << 10)
+
+/*
+ * A stream's SSE events (an event ends at a blank line: "\n\n" or
+ * "\r\n\r\n"), cut so that the usage event stands alone: each feed
+ * gives every completed run of events as one piece, and a usage event
+ * ("data:" and one line of JSON with a top-level "usage" object and
+ * "choices": [], what vLLM sends last with include_usage) as a piece of
+ * its own, flagged.  Only the bytes of an event that has not ended are
+ * held back, so an upstream that sends an event per write (vLLM) is
+ * passed on as soon as it came.  Memory is bounded: an event that grows
+ * past USAGE_SPLIT_MAX before its end (one huge event, or an upstream
+ * that never ends one) goes on as it is, unflagged, what was held first
+ * and then each byte of it as it comes, and the cutting resumes after
+ * its end.  The pieces, joined, are the bytes fed, in order.
+ */
+struct usage_split {
+    struct buf held;            /* the event that has not ended yet */
+    int blank;                  /* the line being read is blank so far */
+    int passing;                /* in an event past the bound: passed on
+                                   unheld until it ends */
+};
+
+void usage_split_init(struct usage_split *s);
+void usage_split_release(struct usage_split *s);
+
+/*
+ * Cut p[0..n) (borrowed), giving each piece to piece(arg, ...).
+ * Returns 0, or the first non-zero return of 'piece' (the rest of
+ * p[0..n) is then dropped).
+ */
+int usage_split_feed(struct usage_split *s, const char *p, size_t n,
+                     usage_piece_fn *piece, void *arg);
+
+/* The stream ended: what is held back goes on, unflagged.  As above. */
+int usage_split_end(struct usage_split *s, usage_piece_fn *piece,
+                    void *arg);
 
 #endif

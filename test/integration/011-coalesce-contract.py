@@ -15,9 +15,10 @@ import re
 
 from gwtest import chat_body, wait_for
 
-from coalesce_util import (assert_complete_stream, assert_same_bodies,
-                           bypassed_trio, finish, finish_all, held_trio,
-                           new_tag, role, roles, send, wait_state)
+from coalesce_util import (as_sent, assert_complete_stream,
+                           assert_same_bodies, bypassed_trio, finish,
+                           finish_all, held_trio, new_tag, role, roles,
+                           send, wait_state)
 
 FLIGHT_ID = re.compile(r"^flight-[0-9a-f]{24}$")
 
@@ -104,7 +105,9 @@ def flight_ids_in_log(g):
 
 def assert_coalesced_call(rec, body, mock_port, auth=None):
     """The one upstream request of a flight carries nothing but constants
-    and values derived from the key (and the flight's id)."""
+    and values derived from the key (and the flight's id).  'body' is
+    the client's: a stream's asks for its usage upstream (as_sent()),
+    and the key is taken over that."""
     h = headers_of(rec)
     allowed = CONSTANT | FROM_KEY | FROM_FLIGHT
     extra = set(h) - allowed
@@ -118,7 +121,8 @@ def assert_coalesced_call(rec, body, mock_port, auth=None):
     assert h["accept"] == ["application/json, text/event-stream"], \
         h["accept"]
     assert h["accept-encoding"] == ["identity"], h["accept-encoding"]
-    assert h["content-length"] == [str(len(body))], h["content-length"]
+    assert h["content-length"] == [str(len(as_sent(body)))], \
+        h["content-length"]
     assert FLIGHT_ID.match(h["x-request-id"][0]), h["x-request-id"]
     if auth is None:
         assert "authorization" not in h, h.get("authorization")
@@ -159,6 +163,8 @@ def test_upstream_sees_only_constants_and_key_data(t):
     recs = completions(m)
     assert len(recs) == 1, recs
     fid = assert_coalesced_call(recs[0], body, m.port)
+    assert m.stats()["last_body"].encode() == as_sent(body), \
+        m.stats()["last_body"]
     assert fid not in ids
     # The body is the flight's: vLLM (and the mock) build the completion
     # id from the request id, so no client's trace id is in it.

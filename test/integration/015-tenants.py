@@ -351,9 +351,11 @@ def test_tokens_billed_from_usage(t):
     assert_complete_stream(s)
     u2 = usage_of_stream(s.body)
     assert u2 is not None, "the mock sent no usage chunk"
-    # Streamed without it: nothing to bill.
+    # Streamed without it, alone (a coalesced stream asks the upstream
+    # for its usage, 040-stream-usage.py): nothing to bill.
     s = finish(send(g, chat_body("no usage asked", stream=True),
-                    headers=auth(KEY_A)))
+                    headers=dict(auth(KEY_A),
+                                 **{"X-Infergw-Coalesce": "off"})))
     assert_complete_stream(s)
     assert usage_of_stream(s.body) is None
     model = "mock-model"

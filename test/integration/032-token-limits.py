@@ -152,9 +152,11 @@ def test_a_stream_without_usage_is_charged_by_count(t):
     # No include_usage, and the mock adds none: the prompt is the
     # request's bytes / 4 (rounded up), the completion one token per
     # event with text (the role chunk's "" and the finish chunk carry
-    # none).  For chat and for completions.
+    # none).  For chat and for completions.  Not coalesced: a coalesced
+    # stream asks the upstream for its usage (040-stream-usage.py).
     m = t.mock("-n", "12")
-    g = t.gateway(m, extra=TENANT_A + "tokens_per_minute = 1000\n")
+    g = t.gateway(m, extra=TENANT_A + "tokens_per_minute = 1000\n"
+                  "coalesce = off\n")
     want = 0
     for path, body in ((CHAT, chat_body("count me", stream=True)),
                        (COMPLETIONS, completion_body("count me too",
@@ -366,9 +368,11 @@ def test_an_audio_form_is_charged_its_events_not_its_bytes(t):
 
 def test_a_non_2xx_answer_costs_nothing(t):
     # The upstream refused (400): nothing charged.  A 200 after it, on
-    # the same connection, is then the whole charge.
+    # the same connection, is then the whole charge (counted: not
+    # coalesced, the stream has no usage).
     m = t.mock()
-    g = t.gateway(m, extra=TENANT_A + "tokens_per_minute = 100000\n")
+    g = t.gateway(m, extra=TENANT_A + "tokens_per_minute = 100000\n"
+                  "coalesce = off\n")
     r = g.post(CHAT, chat_body("refused", mock_status=400), JSON_A)
     assert r.status == 400, r
     ok = chat_body("after the refusal", stream=True)

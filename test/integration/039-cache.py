@@ -330,3 +330,17 @@ def test_bad_cache_settings_are_file_line_errors(t):
                    "cache = maybe\n")
     rc, out = t.infergw("-t", "-c", path)
     assert rc != 0 and "badt.conf:8" in out, out
+
+
+def test_a_stream_hit_is_billed_though_its_client_asked_no_usage(t):
+    """The leader's call asked the upstream for usage (usage_ask()): the
+    hit of a client that did not ask gets no usage event, and is billed
+    what it saved all the same."""
+    m = t.mock()
+    g = t.gateway(m, CACHE)
+    body = chat_body("stream usage", stream=True)
+    first = ask(g, body)
+    second = ask(g, body)
+    assert cache_of(second) == "hit" and second.body == first.body
+    assert b'"usage"' not in second.body, second.body[-300:]
+    assert counter(g, "infergw_cache_tokens_saved_total") > 0

@@ -16,6 +16,7 @@ join a flight that is certainly still running; the waits poll the
 gateway's /metrics and the mock's /stats with deadlines (gwtest.wait_for).
 """
 
+import json
 import os
 import re
 import socket
@@ -41,6 +42,22 @@ PUSHED = "infergw_coalesce_pushed_chunks_total"
 HELPERS = "infergw_coalesce_helpers_total"
 UPSTREAM = "infergw_upstream_requests_total"
 REQUESTS = "infergw_requests_total"
+
+
+# What the gateway inserts right after the '{' of a coalesced stream's
+# body that has no stream_options of its own (usage.h's USAGE_ASK).
+USAGE_ASK = b'"stream_options":{"include_usage":true},'
+
+
+def as_sent(body):
+    """A coalesced request's body as the upstream receives it: a stream
+    without stream_options asks for its usage (proxy.c, usage_ask());
+    any other body goes as it is."""
+    d = json.loads(body)
+    if d.get("stream") is True and "stream_options" not in d:
+        i = body.index(b"{") + 1
+        return body[:i] + USAGE_ASK + body[i:]
+    return body
 
 
 def new_tag():

@@ -49,8 +49,10 @@ struct client {
     struct flight *f;
 };
 
+/* A client of 'f' that asked for the usage event ('usage') or not. */
 static void
-client_open(struct client *c, struct flight *f, int64_t timeout_ms)
+client_open_as(struct client *c, struct flight *f, int64_t timeout_ms,
+               int usage)
 {
     int sv[2];
 
@@ -63,8 +65,14 @@ client_open(struct client *c, struct flight *f, int64_t timeout_ms)
     net_stream_init(&c->stream, c->fd);
     reply_init(&c->reply, &c->stream, 4096, 5000, -1, &no);
     reply_start(&c->reply, "test-id", 1, 1);
-    fanout_reader_init(&c->r, &c->reply, timeout_ms, "testkey");
+    fanout_reader_init(&c->r, &c->reply, timeout_ms, "testkey", usage);
     ck_assert_int_eq(flight_attach(f, &c->r.fr), 0);
+}
+
+static void
+client_open(struct client *c, struct flight *f, int64_t timeout_ms)
+{
+    client_open_as(c, f, timeout_ms, 1);
 }
 
 static void
@@ -605,6 +613,122 @@ START_TEST(test_relay_failure_same_for_all)
 }
 END_TEST
 
+/* The events of a stream with its usage event (vLLM's, abridged). */
+static const char *const usage_log[] = {
+    "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n",
+    "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3}}\n\n",
+    "data: [DONE]\n\n",
+};
+#define USAGE_AT 1                  /* usage_log[USAGE_AT] is flagged */
+
+/*
+ * Append usage_log[from..] to 'f': the usage event flagged ('flag'),
+ * unflagged, or (skip) not at all.  Then, with 'o', push.
+ */
+enum usage_as { AS_FLAGGED, AS_PLAIN, AS_ABSENT };
+
+static void
+append_log(struct flight *f, size_t from, size_t to, enum usage_as as,
+           const struct fanout_opts *o)
+{
+    for (size_t i = from; i < to; i++) {
+        const char *e = usage_log[i];
+
+        if (i == USAGE_AT && as == AS_ABSENT)
+            continue;
+        if (i == USAGE_AT && as == AS_FLAGGED)
+            ck_assert_int_eq(flight_append_usage(f, e, strlen(e), BIG, BIG),
+                             0);
+        else
+            append_str(f, e);
+        if (o != NULL)
+            fanout_after_append(f, o);
+    }
+}
+
+/* What a client of a finished flight of 'as' gets, relayed alone. */
+static void
+reference(enum usage_as as, size_t from, struct buf *out)
+{
+    struct fanout_opts o = { &fanout_push_policy, 2, &no };
+    struct flight *f = flight_new();
+    struct client c;
+
+    flight_set_head(f, &(struct http_head){ 200, -1, "text/event-stream",
+                                           0, 0 });
+    client_open(&c, f, 60000);
+    append_log(f, from, GW_ARRAY_LEN(usage_log), as, NULL);
+    flight_finish(f, &complete);
+    fanout_relay(f, &c.r, &o);
+    buf_init(out, 1 << 20);
+    peer_read(&c, out);
+    client_close(&c);
+    flight_unref(f);
+}
+
+/*
+ * A usage event appended flagged reaches only the clients that asked:
+ * they get the log byte for byte, as if nothing were flagged, and the
+ * others every other byte, as if it were not there at all.  Both when
+ * the leader pushes to parked readers and when a late joiner's own
+ * thread replays the log; with the usage event in the middle of the
+ * log (_i = 0) and first of all (_i = 1: the response head goes alone
+ * to a client that skips it).
+ */
+START_TEST(test_usage_event_only_to_who_asked)
+{
+    struct fanout_opts o = { &fanout_push_policy, 2, &no };
+    size_t from = _i == 0 ? 0 : USAGE_AT;
+    struct flight *f = flight_new();
+    struct buf got[4], asked, not_asked;
+    struct client c[4];             /* even: asked; 0, 1 parked early */
+
+    reference(AS_PLAIN, from, &asked);
+    reference(AS_ABSENT, from, &not_asked);
+    ck_assert_uint_lt(buf_len(&not_asked), buf_len(&asked));
+    flight_set_head(f, &(struct http_head){ 200, -1, "text/event-stream",
+                                           0, 0 });
+    for (int i = 0; i < 2; i++) {
+        client_open_as(&c[i], f, 60000, i % 2 == 0);
+        c[i].o = &o;
+        ck_assert_int_eq(pthread_create(&c[i].t, NULL, relay_main, &c[i]),
+                         0);
+    }
+    ck_assert(await_parked(f, 2));
+    append_log(f, from, USAGE_AT + 1, AS_FLAGGED, &o);
+    for (int i = 2; i < 4; i++) {   /* late: they replay from chunk 0 */
+        client_open_as(&c[i], f, 60000, i % 2 == 0);
+        c[i].o = &o;
+        ck_assert_int_eq(pthread_create(&c[i].t, NULL, relay_main, &c[i]),
+                         0);
+    }
+    append_log(f, USAGE_AT + 1, GW_ARRAY_LEN(usage_log), AS_FLAGGED, &o);
+    flight_finish(f, &complete);
+    flight_wake_all(f);
+    for (int i = 0; i < 4; i++) {
+        const struct buf *want = i % 2 == 0 ? &asked : &not_asked;
+
+        pthread_join(c[i].t, NULL);
+        buf_init(&got[i], 1 << 20);
+        peer_read(&c[i], &got[i]);
+        ck_assert_int_eq(c[i].reply.broken, 0);
+        ck_assert_msg(buf_len(&got[i]) == buf_len(want)
+                      && memcmp(buf_ptr(&got[i]), buf_ptr(want),
+                                buf_len(want)) == 0,
+                      "client %d (%s) got\n%s\nwant\n%s", i,
+                      i % 2 == 0 ? "asked" : "did not ask",
+                      buf_ptr(&got[i]), buf_ptr(want));
+        buf_release(&got[i]);
+        client_close(&c[i]);
+    }
+    ck_assert(strstr(buf_ptr(&asked), "\"usage\"") != NULL);
+    ck_assert(strstr(buf_ptr(&not_asked), "\"usage\"") == NULL);
+    buf_release(&asked);
+    buf_release(&not_asked);
+    flight_unref(f);
+}
+END_TEST
+
 static Suite *
 fanout_suite(void)
 {
@@ -622,6 +746,9 @@ fanout_suite(void)
     tcase_add_test(tc, test_relay_failure_same_for_all);
     tcase_add_loop_test(tc, test_relay_cut_lets_go_while_its_client_blocks,
                         0, 2);
+    suite_add_tcase(s, tc);
+    tc = tcase("usage");
+    tcase_add_loop_test(tc, test_usage_event_only_to_who_asked, 0, 2);
     suite_add_tcase(s, tc);
     return s;
 }

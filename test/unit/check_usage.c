@@ -15,8 +15,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
 #include "buf.h"
 #include "coalesce/usage.h"
+#include "jsonx.h"
 
 #include "util.h"
 #include "testutil.h"
@@ -219,43 +221,71 @@ check_scan(const struct usage_case *c, const size_t *cuts, size_t ncuts,
                       (long long)c->prompt, (long long)c->completion);
 }
 
-START_TEST(test_whole)
+/*
+ * The three ways a table's row 'i' (of 'n' bytes) is fed to its check:
+ * whole, in two pieces cut at every offset, and byte by byte ('cuts':
+ * where each piece starts).
+ */
+typedef void row_check_fn(int i, const size_t *cuts, size_t ncuts,
+                          const char *how);
+
+static void
+fed_whole(row_check_fn *check, int i)
 {
     size_t cut = 0;
 
-    check_scan(&cases[_i], &cut, 1, "whole");
+    check(i, &cut, 1, "whole");
 }
-END_TEST
 
-START_TEST(test_two_pieces_at_every_offset)
+static void
+fed_in_two(row_check_fn *check, int i, size_t n)
 {
-    const struct usage_case *c = &cases[_i];
-    size_t n = strlen(c->body);
     char how[32];
 
     for (size_t at = 1; at < n; at++) {
         size_t cuts[2] = { 0, at };
 
         snprintf(how, sizeof(how), "cut at %zu", at);
-        check_scan(c, cuts, 2, how);
+        check(i, cuts, 2, how);
     }
 }
-END_TEST
 
-START_TEST(test_byte_by_byte)
+static void
+fed_byte_by_byte(row_check_fn *check, int i, size_t n)
 {
-    const struct usage_case *c = &cases[_i];
-    size_t n = strlen(c->body);
     size_t *cuts;
 
     if (n == 0)
         return;
     cuts = malloc(n * sizeof(*cuts));
     ck_assert_ptr_nonnull(cuts);
-    for (size_t i = 0; i < n; i++)
-        cuts[i] = i;
-    check_scan(c, cuts, n, "byte by byte");
+    for (size_t k = 0; k < n; k++)
+        cuts[k] = k;
+    check(i, cuts, n, "byte by byte");
     free(cuts);
+}
+
+static void
+scan_row(int i, const size_t *cuts, size_t ncuts, const char *how)
+{
+    check_scan(&cases[i], cuts, ncuts, how);
+}
+
+START_TEST(test_whole)
+{
+    fed_whole(scan_row, _i);
+}
+END_TEST
+
+START_TEST(test_two_pieces_at_every_offset)
+{
+    fed_in_two(scan_row, _i, strlen(cases[_i].body));
+}
+END_TEST
+
+START_TEST(test_byte_by_byte)
+{
+    fed_byte_by_byte(scan_row, _i, strlen(cases[_i].body));
 }
 END_TEST
 
@@ -561,6 +591,375 @@ START_TEST(test_charge_of_a_cut_stream_and_a_retry)
 }
 END_TEST
 
+/* ---- asking for the usage, and cutting the usage event out ---- */
+
+/*
+ * usage_ask() and usage_asked() (usage.h): a table of (request body,
+ * the body sent upstream or NULL for "left alone", whether the client
+ * asked, note).  Each body ends at a guard page; the JSON given is
+ * parsed from the same bytes, as proxy.c's is.
+ */
+#define ASKED 1, "include_usage true: asked already, the client's words"
+
+static const struct ask_case {
+    const char *body;
+    const char *want;
+    int asked;
+    const char *note;
+} asks[] = {
+    { "{\"model\":\"m\",\"stream\":true}",
+      "{\"stream_options\":{\"include_usage\":true},\"model\":\"m\","
+      "\"stream\":true}", 0, "a stream: asked right after the '{'" },
+    { " \r\n\t{\"stream\":true}",
+      " \r\n\t{\"stream_options\":{\"include_usage\":true},\"stream\":true}",
+      0, "whitespace before the '{' is kept, the '{' found" },
+    { "{ \"stream\" : true , \"temperature\":0.10, \"seed\":1e2 }",
+      "{\"stream_options\":{\"include_usage\":true}, \"stream\" : true , "
+      "\"temperature\":0.10, \"seed\":1e2 }", 0,
+      "the rest byte for byte: numbers are never re-serialised" },
+    { "{\"stre\\u0061m\":true}",
+      "{\"stream_options\":{\"include_usage\":true},\"stre\\u0061m\":true}",
+      0, "an escaped key is the key: the upstream reads it so too" },
+    { "{}", NULL, 0, "{} is not a stream" },
+    { "{\"stream\":\"true\"}", NULL, 0, "the string \"true\" is not true" },
+    { "{\"stream\":1}", NULL, 0, "1 is not true" },
+    { "{\"stream\":false}", NULL, 0, "not a stream" },
+    { "{\"stream\":null}", NULL, 0, "null is not true" },
+    { "{\"messages\":[{\"stream\":true}]}", NULL, 0,
+      "a nested \"stream\" does not count" },
+    { "{\"stream\":true,\"stream_options\":{\"include_usage\":true}}", NULL,
+      ASKED },
+    { "{\"stream_options\":{\"include_usage\":true,"
+      "\"continuous_usage_stats\":true}}", NULL, ASKED },
+    { "{\"stream\":true,\"stream_options\":{\"include_usage\":false}}", NULL,
+      0, "refused: the client's choice" },
+    { "{\"stream\":true,\"stream_options\":{\"include_usage\":\"true\"}}",
+      NULL, 0, "stream_options in any form: left alone, and not asked" },
+    { "{\"stream\":true,\"stream_options\":{\"include_usage\":1}}", NULL, 0,
+      "1 is not true" },
+    { "{\"stream\":true,\"stream_options\":{}}", NULL, 0, "{}" },
+    { "{\"stream\":true,\"stream_options\":null}", NULL, 0, "null" },
+    { "{\"stream\":true,\"stream_options\":true}", NULL, 0, "true" },
+    { "{\"stream\":true,\"stream\\u005foptions\":1}", NULL, 0,
+      "stream_options escaped is stream_options" },
+    { "{\"include_usage\":true}", NULL, 0, "not in stream_options" },
+    { "{\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"x\","
+      "\"stream_options\":{\"include_usage\":true}}]}",
+      "{\"stream_options\":{\"include_usage\":true},\"stream\":true,"
+      "\"messages\":[{\"role\":\"user\",\"content\":\"x\","
+      "\"stream_options\":{\"include_usage\":true}}]}", 0,
+      "a nested stream_options does not count: only a top-level member" },
+};
+
+START_TEST(test_ask)
+{
+    const struct ask_case *c = &asks[_i];
+    size_t n = strlen(c->body);
+    char *p = guarded_copy(c->body, n);
+    json_t *body = NULL, *sent = NULL;
+    struct buf out;
+    char err[96];
+    int rc;
+
+    ck_assert_msg(jsonx_parse_object(p, n, JSONX_MAX_DEPTH, &body, err,
+                                     sizeof(err)) == 0, "%s: %s", c->note,
+                  err);
+    buf_init(&out, n + sizeof(USAGE_ASK));
+    rc = usage_ask(p, n, body, &out);
+    if (c->want == NULL) {
+        ck_assert_msg(rc == 0 && buf_len(&out) == 0, "%s: rc %d, %s",
+                      c->note, rc, buf_ptr(&out));
+    } else {
+        ck_assert_msg(rc == 1 && strcmp(buf_ptr(&out), c->want) == 0,
+                      "%s: rc %d\n%s\nwant\n%s", c->note, rc, buf_ptr(&out),
+                      c->want);
+        /* What is sent asks, and asks once: it is left alone again. */
+        ck_assert_int_eq(jsonx_parse_object(buf_ptr(&out), buf_len(&out),
+                                            JSONX_MAX_DEPTH, &sent, err,
+                                            sizeof(err)), 0);
+        ck_assert_int_eq(usage_asked(sent), 1);
+        ck_assert_int_eq(usage_ask(buf_ptr(&out), buf_len(&out), sent,
+                                   &out), 0);
+        json_decref(sent);
+    }
+    ck_assert_msg(usage_asked(body) == c->asked, "%s: asked", c->note);
+    ck_assert_int_eq(usage_asked(NULL), 0);
+    json_decref(body);
+    buf_release(&out);
+    guarded_free(p, n);
+}
+END_TEST
+
+/* Past the buffer's limit, or out of memory: the error, never 1. */
+START_TEST(test_ask_errors)
+{
+    static const char b[] = "{\"stream\":true}";
+    json_t *body = json_pack("{s:b}", "stream", 1);
+    struct buf out;
+
+    buf_init(&out, sizeof(b) + sizeof(USAGE_ASK) - 3);
+    ck_assert_int_eq(usage_ask(b, sizeof(b) - 1, body, &out), GW_ETOOBIG);
+    buf_release(&out);
+    buf_init(&out, SIZE_MAX);
+    alloc_fail_after(1, 0);
+    ck_assert_int_eq(usage_ask(b, sizeof(b) - 1, body, &out), GW_ENOMEM);
+    alloc_fail_after(0, 0);
+    buf_release(&out);
+    json_decref(body);
+}
+END_TEST
+
+/* vLLM's last events with include_usage, chat and completions. */
+#define USAGE_EV "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\"," \
+    "\"choices\":[],\"usage\":{\"prompt_tokens\":7,"                      \
+    "\"completion_tokens\":3,\"total_tokens\":10}}\n\n"
+#define USAGE_EV_CRLF "data: {\"choices\": [ ], \"usage\": "            \
+    "{\"prompt_tokens\":7}}\r\n\r\n"
+#define ROLE_EV "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\n\n"
+#define TEXT_EV "data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\n\n"
+#define DONE_EV "data: [DONE]\n\n"
+
+/*
+ * The split (struct usage_split): a table of (stream, its usage events
+ * joined, note).  Fed whole, in two pieces cut at every offset, and
+ * byte by byte, each piece ending at a guard page: the pieces joined
+ * are the stream; the flagged ones are exactly the usage events, each
+ * alone; and after each feed every event that has ended was given on,
+ * so only the start of one that has not is ever held back.
+ */
+static const struct split_case {
+    const char *stream;
+    const char *usage;          /* the flagged pieces, joined */
+    const char *note;
+} splits[] = {
+    { ROLE_EV TEXT_EV TEXT_EV USAGE_EV DONE_EV, USAGE_EV,
+      "vLLM chat with include_usage: the usage event alone" },
+    { "data: {\"choices\":[{\"text\":\"a\"}]}\r\n\r\n" USAGE_EV_CRLF
+      "data: [DONE]\r\n\r\n", USAGE_EV_CRLF, "CRLF lines" },
+    { ROLE_EV TEXT_EV DONE_EV, "", "no usage event: nothing flagged" },
+    { USAGE_EV, USAGE_EV, "the usage event alone in the stream" },
+    { USAGE_EV USAGE_EV DONE_EV, USAGE_EV USAGE_EV, "two: each alone" },
+    { "data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}],\"usage\":"
+      "{\"prompt_tokens\":1}}\n\n" DONE_EV, "",
+      "usage with a choice (continuous_usage_stats): never cut" },
+    { "data: {\"choices\":[],\"usage\":null}\n\n" DONE_EV, "",
+      "usage null: not a usage event" },
+    { "data: {\"choices\":[],\"x\":\"\\\"usage\\\": {\"}\n\n" DONE_EV, "",
+      "text that quotes \"usage\": { is text" },
+    { "event: usage\ndata: {\"choices\":[],\"usage\":{}}\n\n" DONE_EV, "",
+      "two lines: not vLLM's usage event" },
+    { "data: {\"usage\":{\"prompt_tokens\":1}}\n\n" DONE_EV, "",
+      "no \"choices\": [] (a Responses or JSON shape): not cut" },
+    { ROLE_EV "data: [DONE]", "",
+      "the last event never ends: given at the end, as it is" },
+    { "\n\n" USAGE_EV "\r\n" DONE_EV, USAGE_EV,
+      "stray blank lines go with the runs" },
+};
+
+/* What usage_piece_fn gave: everything, the flagged pieces, counts. */
+struct got {
+    struct buf all;
+    struct buf flagged;
+    size_t pieces;
+    int fail;                   /* returned by the next piece */
+};
+
+static int
+collect(void *arg, const char *p, size_t n, int usage)
+{
+    struct got *g = arg;
+
+    ck_assert_uint_gt(n, 0);
+    ck_assert_int_eq(buf_append(&g->all, p, n), 0);
+    if (usage)
+        ck_assert_int_eq(buf_append(&g->flagged, p, n), 0);
+    g->pieces++;
+    return g->fail;
+}
+
+static void
+got_init(struct got *g)
+{
+    memset(g, 0, sizeof(*g));
+    buf_init(&g->all, SIZE_MAX);
+    buf_init(&g->flagged, SIZE_MAX);
+}
+
+static void
+got_release(struct got *g)
+{
+    buf_release(&g->all);
+    buf_release(&g->flagged);
+}
+
+/*
+ * Where the last event that ends in s[0..n) ends (0: none): after the
+ * '\n' of a blank line ("" or "\r"; the stream starts a line).
+ */
+static size_t
+last_event_end(const char *s, size_t n)
+{
+    size_t end = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        size_t start = i > 0 && s[i - 1] == '\r' ? i - 1 : i;
+
+        if (s[i] == '\n' && (start == 0 || s[start - 1] == '\n'))
+            end = i + 1;
+    }
+    return end;
+}
+
+/* Split c->stream fed in the pieces that start at each of 'cuts'. */
+static void
+check_split(const struct split_case *c, const size_t *cuts, size_t ncuts,
+            const char *how)
+{
+    struct usage_split s;
+    struct got g;
+    size_t n = strlen(c->stream);
+
+    got_init(&g);
+    usage_split_init(&s);
+    for (size_t i = 0; i < ncuts; i++) {
+        size_t end = i + 1 < ncuts ? cuts[i + 1] : n;
+        char *p = guarded_copy(c->stream + cuts[i], end - cuts[i]);
+
+        ck_assert_int_eq(usage_split_feed(&s, p, end - cuts[i], collect,
+                                          &g), 0);
+        guarded_free(p, end - cuts[i]);
+        ck_assert_msg(buf_len(&g.all) == last_event_end(c->stream, end),
+                      "%s (%s): %zu given after %zu fed", c->note, how,
+                      buf_len(&g.all), end);
+    }
+    ck_assert_int_eq(usage_split_end(&s, collect, &g), 0);
+    usage_split_release(&s);
+    ck_assert_msg(buf_len(&g.all) == n
+                  && memcmp(buf_ptr(&g.all), c->stream, n) == 0,
+                  "%s (%s): the pieces are not the stream", c->note, how);
+    ck_assert_msg(strcmp(buf_ptr(&g.flagged), c->usage) == 0,
+                  "%s (%s): flagged\n%s\nwant\n%s", c->note, how,
+                  buf_ptr(&g.flagged), c->usage);
+    got_release(&g);
+}
+
+static void
+split_row(int i, const size_t *cuts, size_t ncuts, const char *how)
+{
+    check_split(&splits[i], cuts, ncuts, how);
+}
+
+START_TEST(test_split_whole)
+{
+    fed_whole(split_row, _i);
+}
+END_TEST
+
+START_TEST(test_split_two_pieces_at_every_offset)
+{
+    fed_in_two(split_row, _i, strlen(splits[_i].stream));
+}
+END_TEST
+
+START_TEST(test_split_byte_by_byte)
+{
+    fed_byte_by_byte(split_row, _i, strlen(splits[_i].stream));
+}
+END_TEST
+
+/* A whole vLLM stream in one read is three pieces: the usage event
+ * alone between the runs before and after it. */
+START_TEST(test_split_runs)
+{
+    static const char stream[] = ROLE_EV TEXT_EV USAGE_EV DONE_EV;
+    struct usage_split s;
+    struct got g;
+
+    got_init(&g);
+    usage_split_init(&s);
+    ck_assert_int_eq(usage_split_feed(&s, GUARDED(stream), collect, &g), 0);
+    ck_assert_uint_eq(g.pieces, 3);
+    ck_assert_int_eq(usage_split_end(&s, collect, &g), 0);
+    ck_assert_uint_eq(g.pieces, 3);
+    usage_split_release(&s);
+    got_release(&g);
+}
+END_TEST
+
+/*
+ * Memory is bounded: an event past USAGE_SPLIT_MAX (one huge event, fed
+ * 1 KiB at a time) is given on as it comes, never more than the bound
+ * held, and the cut resumes after it: the usage event that follows is
+ * still flagged alone.  An upstream that never ends an event is given
+ * on whole, holding no more.
+ */
+START_TEST(test_split_bound)
+{
+    struct usage_split s;
+    struct buf big;
+    struct got g;
+    size_t step = 1024, fed;
+
+    buf_init(&big, SIZE_MAX);
+    padded(&big, "data: {\"choices\":[{\"delta\":{\"content\":\"",
+           4 * USAGE_SPLIT_MAX, "\"}}]}\n\n" USAGE_EV DONE_EV);
+    got_init(&g);
+    usage_split_init(&s);
+    for (fed = 0; fed < buf_len(&big); fed += step) {
+        size_t len = buf_len(&big) - fed < step ? buf_len(&big) - fed : step;
+
+        ck_assert_int_eq(usage_split_feed(&s, buf_ptr(&big) + fed, len,
+                                          collect, &g), 0);
+        ck_assert_uint_le(buf_len(&s.held), USAGE_SPLIT_MAX);
+        ck_assert_uint_ge(buf_len(&g.all) + USAGE_SPLIT_MAX, fed + len);
+    }
+    ck_assert_int_eq(usage_split_end(&s, collect, &g), 0);
+    ck_assert_uint_eq(buf_len(&g.all), buf_len(&big));
+    ck_assert_int_eq(memcmp(buf_ptr(&g.all), buf_ptr(&big), buf_len(&big)),
+                     0);
+    ck_assert_str_eq(buf_ptr(&g.flagged), USAGE_EV);
+    usage_split_release(&s);
+    got_release(&g);
+
+    /* No blank line ever: given on, held at most the bound. */
+    padded(&big, "data: ", 4 * USAGE_SPLIT_MAX, "");
+    got_init(&g);
+    usage_split_init(&s);
+    for (fed = 0; fed < buf_len(&big); fed += step) {
+        size_t len = buf_len(&big) - fed < step ? buf_len(&big) - fed : step;
+
+        ck_assert_int_eq(usage_split_feed(&s, buf_ptr(&big) + fed, len,
+                                          collect, &g), 0);
+        ck_assert_uint_le(buf_len(&s.held), USAGE_SPLIT_MAX);
+    }
+    ck_assert_uint_ge(buf_len(&g.all) + USAGE_SPLIT_MAX, buf_len(&big));
+    ck_assert_int_eq(usage_split_end(&s, collect, &g), 0);
+    ck_assert_uint_eq(buf_len(&g.all), buf_len(&big));
+    ck_assert_uint_eq(buf_len(&g.flagged), 0);
+    usage_split_release(&s);
+    got_release(&g);
+    buf_release(&big);
+}
+END_TEST
+
+/* A piece refused (the flight out of memory): the feed says so. */
+START_TEST(test_split_piece_error)
+{
+    static const char stream[] = TEXT_EV USAGE_EV;
+    struct usage_split s;
+    struct got g;
+
+    got_init(&g);
+    g.fail = GW_ENOMEM;
+    usage_split_init(&s);
+    ck_assert_int_eq(usage_split_feed(&s, GUARDED(stream), collect, &g),
+                     GW_ENOMEM);
+    ck_assert_uint_eq(g.pieces, 1);
+    usage_split_release(&s);
+    got_release(&g);
+}
+END_TEST
+
 static Suite *
 usage_suite(void)
 {
@@ -588,6 +987,23 @@ usage_suite(void)
     tc = tcase("charge");
     tcase_add_loop_test(tc, test_charge, 0, (int)GW_ARRAY_LEN(charges));
     tcase_add_test(tc, test_charge_of_a_cut_stream_and_a_retry);
+    suite_add_tcase(s, tc);
+
+    tc = tcase("ask");
+    tcase_add_loop_test(tc, test_ask, 0, (int)GW_ARRAY_LEN(asks));
+    tcase_add_test(tc, test_ask_errors);
+    suite_add_tcase(s, tc);
+
+    tc = tcase("split");
+    tcase_add_checked_fixture(tc, arena_setup, arena_teardown);
+    tcase_add_loop_test(tc, test_split_whole, 0, (int)GW_ARRAY_LEN(splits));
+    tcase_add_loop_test(tc, test_split_two_pieces_at_every_offset, 0,
+                        (int)GW_ARRAY_LEN(splits));
+    tcase_add_loop_test(tc, test_split_byte_by_byte, 0,
+                        (int)GW_ARRAY_LEN(splits));
+    tcase_add_test(tc, test_split_runs);
+    tcase_add_test(tc, test_split_bound);
+    tcase_add_test(tc, test_split_piece_error);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -257,7 +257,7 @@ void
 control_stats(struct req *q)
 {
     uint64_t v[11], loads;
-    json_t *hdrs, *resident = lora_resident_new(&loads);
+    json_t *hdrs, *body, *resident = lora_resident_new(&loads);
 
     mock_lock();
     v[0] = st.requests;
@@ -272,9 +272,10 @@ control_stats(struct req *q)
     v[9] = st.prefix_misses;
     v[10] = st.gated;
     hdrs = json_deep_copy(st.last_headers);
+    body = st.last_body != NULL ? json_deep_copy(st.last_body) : json_null();
     mock_unlock();
     send_json(q, 200, json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
-                                "s:I, s:I, s:I, s:o, s:I, s:o}",
+                                "s:I, s:I, s:I, s:o, s:o, s:I, s:o}",
                                 "probes", (json_int_t)v[7],
                                 "prefix_hits", (json_int_t)v[8],
                                 "prefix_misses", (json_int_t)v[9],
@@ -287,6 +288,7 @@ control_stats(struct req *q)
                                 "held", (json_int_t)v[6],
                                 "gated", (json_int_t)v[10],
                                 "last_headers", hdrs,
+                                "last_body", body,
                                 "lora_loads", (json_int_t)loads,
                                 "lora_resident", resident), 0);
 }
@@ -294,7 +296,7 @@ control_stats(struct req *q)
 void
 control_reset(struct req *q)
 {
-    json_t *fresh = json_object(), *old;
+    json_t *fresh = json_object(), *old, *old_body;
     struct rec_entry *ring = gw_calloc(MOCK_REC_MAX, sizeof(*ring));
     struct rec_entry *old_ring;
     size_t old_head, old_count;
@@ -321,6 +323,8 @@ control_reset(struct req *q)
     json_object_clear(st.gates);
     old = st.last_headers;
     st.last_headers = fresh;
+    old_body = st.last_body;
+    st.last_body = NULL;
     old_ring = st.rec;
     old_head = st.rec_head;
     old_count = st.rec_count;
@@ -333,6 +337,7 @@ control_reset(struct req *q)
     if (engine != NULL)
         engine_reset(engine);   /* its own lock, never under st.mu */
     json_decref(old);
+    json_decref(old_body);
     record_free(old_ring, old_head, old_count);
     send_json(q, 200, json_pack("{s:b}", "reset", 1), 0);
 }

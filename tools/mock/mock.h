@@ -119,6 +119,8 @@ struct mock_state {
                                    gated on it may send (POST /gate) */
     uint64_t gated;             /* requests waiting at a gate now */
     json_t *last_headers;       /* of the last /v1 request */
+    json_t *last_body;          /* of the last /v1 POST: a string
+                                   (record_body()), or NULL */
     struct rec_entry *rec;      /* ring of MOCK_REC_MAX, for /recorded */
     size_t rec_head;            /* index of the oldest entry */
     size_t rec_count;

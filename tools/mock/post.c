@@ -26,6 +26,7 @@
 #include "jsonx.h"
 #include "mock.h"
 #include "multipart.h"
+#include "record.h"
 #include "send.h"
 #include "util.h"
 #include "vllm.h"
@@ -203,6 +204,82 @@ read_knobs(struct req *q, char *err, size_t errlen, const char **param)
 }
 
 /*
+ * Where body p[0..n)'s top-level "stream_options" member is, with the
+ * comma that joins it to the others: OUT [*from, *to).  Returns 1, or
+ * 0 for none.  The body parsed as a JSON object, so the scan checks
+ * nothing: it skips strings (and their escapes) and nested values, and
+ * finds the key only as written plainly.
+ */
+static int
+options_span(const char *p, size_t n, size_t *from, size_t *to)
+{
+    static const char name[] = "\"stream_options\"";
+    size_t i, s, member = 0;
+    int depth = 0, key = 0, first = 0, hit = 0;
+
+    for (i = 0; i < n; i++) {
+        switch (p[i]) {
+        case '"':
+            for (s = i++; i < n && p[i] != '"'; i++)
+                i += p[i] == '\\';        /* an escape: skip its char */
+            hit |= key && i + 1 - s == sizeof(name) - 1
+                   && memcmp(p + s, name, sizeof(name) - 1) == 0;
+            key = 0;
+            break;
+        case '{':
+        case '[':
+            if (++depth == 1) {
+                key = first = 1;
+                member = i + 1;         /* the first: to its comma */
+            }
+            break;
+        case ',':
+            if (depth != 1)
+                break;
+            if (hit) {
+                *from = member;
+                *to = first ? i + 1 : i;
+                return 1;
+            }
+            key = 1;
+            first = 0;
+            member = i;                 /* the others: from their comma */
+            break;
+        case '}':
+        case ']':
+            if (depth-- == 1 && hit) {
+                *from = member;
+                *to = i;
+                return 1;
+            }
+            break;
+        }
+    }
+    return 0;
+}
+
+/*
+ * The hash an answer's words and numbers come from: the body's bytes,
+ * but for a top-level "stream_options" member, which changes what a
+ * stream carries around the text (its usage event), never the text.  So
+ * a gateway that asks for the usage on its client's behalf, inserting
+ * the member, gets the words its client's own body would have got.
+ */
+static uint64_t
+content_hash(const struct req *q)
+{
+    const char *p = buf_ptr(&q->c->body);
+    size_t n = buf_len(&q->c->body), from, to;
+
+    if (mock_is_audio(q->route)
+        || json_object_get(q->json, "stream_options") == NULL
+        || !options_span(p, n, &from, &to))
+        return gw_fnv1a64(GW_FNV1A64_OFFSET, p, n);
+    return gw_fnv1a64(gw_fnv1a64(GW_FNV1A64_OFFSET, p, from), p + to,
+                      n - to);
+}
+
+/*
  * The OpenAI parameters the answer depends on: model, stream,
  * stream_options.include_usage and max_tokens.  Nothing here is refused:
  * vLLM's validation is not what the gateway's tests exercise.
@@ -260,8 +337,7 @@ read_params(struct req *q)
     if (q->prompt_tokens < 1)
         q->prompt_tokens = 1;   /* vLLM always counts at least BOS */
 
-    q->hash = gw_fnv1a64(GW_FNV1A64_OFFSET, buf_ptr(&q->c->body),
-                         buf_len(&q->c->body));
+    q->hash = content_hash(q);
     /*
      * vLLM's ids: a prefix and the request's X-Request-Id when it has one
      * (OpenAIServing._base_request_id), else a random UUID's 32 hex
@@ -490,6 +566,7 @@ post_answer(struct req *q)
         st.completing++;
     mock_unlock();
     q->open = 1;
+    record_body(buf_ptr(&q->c->body), buf_len(&q->c->body));
     if (mock_is_audio(q->route)) {
         if (read_form(q) != 0)
             goto out;

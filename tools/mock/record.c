@@ -22,6 +22,7 @@
 
 #define MOCK_REC_BYTES (64 * 1024 * 1024)   /* the entries' JSON text */
 #define MOCK_REC_ENTRY (4 * MOCK_MAX_HEAD)  /* one entry's JSON text */
+#define MOCK_BODY_KEPT (64 * 1024)          /* of the last body */
 
 /* So the record's text, and the /recorded answer, stay under the cap. */
 _Static_assert(MOCK_REC_ENTRY <= MOCK_REC_BYTES,
@@ -52,10 +53,23 @@ lossy_string(const char *p, size_t n)
     return s;
 }
 
+/* Put 'v' (stolen) in st's '*slot' under the lock; the old one goes. */
+static void
+keep_last(json_t **slot, json_t *v)
+{
+    json_t *old;
+
+    mock_lock();
+    old = *slot;
+    *slot = v;
+    mock_unlock();
+    json_decref(old);
+}
+
 void
 record_headers(const struct http_request *r)
 {
-    json_t *o = json_object(), *old;
+    json_t *o = json_object();
     struct buf v;
     char *name = NULL;
     const json_t *prev;
@@ -93,11 +107,16 @@ record_headers(const struct http_request *r)
         json_decref(o);
         return;                 /* keep the previous ones; only a test aid */
     }
-    mock_lock();
-    old = st.last_headers;
-    st.last_headers = o;
-    mock_unlock();
-    json_decref(old);
+    keep_last(&st.last_headers, o);
+}
+
+void
+record_body(const char *p, size_t n)
+{
+    json_t *s = lossy_string(p, n < MOCK_BODY_KEPT ? n : MOCK_BODY_KEPT);
+
+    if (s != NULL)              /* else keep the previous one: a test aid */
+        keep_last(&st.last_body, s);
 }
 
 void

@@ -24,6 +24,14 @@ struct req;
 void record_headers(const struct http_request *r);
 
 /*
+ * Remember the body p[0..n) of a /v1 POST for /stats' last_body: its
+ * first MOCK_BODY_KEPT bytes, as a string ('?' for the bytes of one that
+ * is not UTF-8, as lossy_string() says), so that a test sees what the
+ * upstream was sent.  Out of memory keeps the previous one.
+ */
+void record_body(const char *p, size_t n);
+
+/*
  * Record the head of a /v1 request for /recorded: method, target and
  * every field as received, names in their original case, in wire order,
  * repeats kept, values with '?' for bytes that cannot be UTF-8
