@@ -268,6 +268,7 @@ bench: deps
 	@python3 tools/bench_flight_memory.py --bin $(BUILD)/bin
 	@BIN=$(BUILD)/bin sh tools/bench_pool.sh
 	@BIN=$(BUILD)/bin sh tools/bench_stream_cost.sh
+	@BIN=$(BUILD)/bin sh tools/bench_cache.sh
 	@python3 tools/bench_scaleout.py --bin $(BUILD)/bin
 	@python3 tools/bench_sched.py --quick --bin $(BUILD)/bin
 	@python3 tools/bench_cluster.py --bin $(BUILD)/bin
