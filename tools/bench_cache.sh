@@ -143,23 +143,6 @@ children() {
     pgrep -P "$1" 2>/dev/null | tr '\n' ' ' || true
 }
 
-# stop PID...: SIGTERM, then SIGKILL after 5 s; only our own processes.
-stop() {
-    for p in "$@"; do
-        kill "$p" 2>/dev/null || continue
-        i=0
-        # kill -0 succeeds on a zombie: look at the state instead.
-        while [ $i -lt 100 ]; do
-            st=$(awk '{ print $3 }' "/proc/$p/stat" 2>/dev/null || true)
-            case $st in "" | Z) break ;; esac
-            sleep 0.05
-            i=$((i + 1))
-        done
-        kill -9 "$p" 2>/dev/null || true
-        wait "$p" 2>/dev/null || true
-    done
-}
-
 # wait_http URL: until it answers 200 (10 s at most; Varnish compiles its
 # VCL first).
 wait_http() {

@@ -4,7 +4,8 @@
 # free_port: a free loopback port (the kernel's pick, released before use,
 # so a tiny race with other programs is possible and shows as a start-up
 # failure).  wait_line FILE REGEX: until FILE has a line matching REGEX,
-# 5 s at most, else the script's die().
+# 5 s at most, else the script's die().  stop PID...: SIGTERM, then
+# SIGKILL after 5 s, and reaped; only the script's own processes.
 #
 # bench_tmp: a temp dir in $TMP and $PIDS, the background processes the
 # script starts; on exit every one is killed and reaped and the dir
@@ -33,5 +34,21 @@ wait_line() {   # wait_line FILE REGEX
         i=$((i + 1))
         [ $i -lt 250 ] || die "no '$2' in $1: $(tail -3 "$1")"
         sleep 0.02
+    done
+}
+
+stop() {        # stop PID...
+    for p in "$@"; do
+        kill "$p" 2>/dev/null || continue
+        i=0
+        # kill -0 succeeds on a zombie: look at the state instead.
+        while [ $i -lt 100 ]; do
+            st=$(awk '{ print $3 }' "/proc/$p/stat" 2>/dev/null || true)
+            case $st in "" | Z) break ;; esac
+            sleep 0.05
+            i=$((i + 1))
+        done
+        kill -9 "$p" 2>/dev/null || true
+        wait "$p" 2>/dev/null || true
     done
 }

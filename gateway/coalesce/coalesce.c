@@ -146,10 +146,15 @@ coalesce_cache_ask(const struct gw_config *cfg, size_t tenant,
 {
     int64_t s;
 
-    ask->use = cache_on(cfg, tenant)
-               && !http_lists_token(r, "Cache-Control", "no-store");
-    ask->fresh = http_lists_token(r, "Cache-Control", "no-cache");
+    ask->use = 0;
+    ask->fresh = 0;
     ask->max_age_ms = -1;
+    /* Without the cache nothing here matters: no header is read. */
+    if (!cache_on(cfg, tenant)
+        || http_lists_token(r, "Cache-Control", "no-store"))
+        return;
+    ask->use = 1;
+    ask->fresh = http_lists_token(r, "Cache-Control", "no-cache");
     if (http_lists_seconds(r, "Cache-Control", "max-age", &s))
         ask->max_age_ms = s * 1000;
 }

@@ -781,7 +781,7 @@ coalesce(struct handler_req *hr, const struct fwd *fw, const json_t *json)
     struct flight *f;
     int64_t age_ms;
     char keyhex[13];
-    int asked;
+    int asked, own = usage_asked(json);     /* the client asked itself */
 
     buf_init(&body, fw->ur.body_len + sizeof(USAGE_ASK));
     asked = usage_ask(fw->ur.body, fw->ur.body_len, json, &body);
@@ -798,12 +798,12 @@ coalesce(struct handler_req *hr, const struct fwd *fw, const json_t *json)
     coalesce_key_hex(key, keyhex);
     coalesce_cache_ask(ctx->cfg, hr->tenant, hr->req, &ask);
     fanout_reader_init(&r, hr->reply, ctx->cfg->follower_timeout_ms,
-                       keyhex, usage_asked(json));
+                       keyhex, own);
     switch (coalescer_join(ctx->co, key, &about, &ask, &r.fr, &f, &age_ms,
                            &why)) {
     case COALESCE_LEADER:
         say_cache(hr, ask.use ? METRICS_CACHE_MISS : METRICS_CACHE_BYPASS);
-        lead(hr, f, &r, &sent, asked || usage_asked(json), key, keyhex,
+        lead(hr, f, &r, &sent, asked || own, key, keyhex,
              ask.use);
         break;
     case COALESCE_FOLLOWER:
