@@ -4,7 +4,8 @@ flight's answer kept for [cache] ttl and replayed to identical requests
 that come after it.
 
 Requests here are sent one after the other (the second once the first
-has ended), so each is a hit or a miss by construction, never by timing;
+has ended: its answer read and its flight closed, see ask()), so each is
+a hit or a miss by construction, never by timing;
 where a flight must still run, the mock holds it (mock_hold).  Waits for
 an entry to expire poll /metrics (which drops what has expired) with a
 deadline.
@@ -28,10 +29,17 @@ BYTES = "infergw_cache_bytes"
 
 
 def ask(g, body, headers=None, path="/v1/chat/completions"):
-    """One request on its own connection, read to its end."""
+    """One request on its own connection, read to its end, and then its
+    flight closed.  A client can have the last byte of a JSON answer (its
+    Content-Length) before the leader's thread has ended the call and
+    charged it: a request sent in that gap follows the flight (the same
+    bytes, no second call) rather than hitting the kept entry, and the
+    tests here mean to send each one after the other has ended."""
     h = dict(JSON_HEADERS)
     h.update(headers or {})
-    return g.post(path, body, headers=h)
+    resp = g.post(path, body, headers=h)
+    wait_state(g, None, flights=0)
+    return resp
 
 
 def cache_of(resp):

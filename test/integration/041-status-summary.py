@@ -17,7 +17,7 @@ deadline, and every metric is checked to exist before it is read.
 import re
 import time
 
-from coalesce_util import finish_all, held_trio, new_tag
+from coalesce_util import finish_all, held_trio, new_tag, wait_state
 from gwtest import (assert_error, chat_body, chromium_dom, has_metric,
                     metric, refused_port, request, wait_for)
 
@@ -168,6 +168,9 @@ def test_the_cache_row_adds_up_with_metrics(t):
         assert r.status == 200, r
         assert r.headers.get("X-Infergw-Cache") == ("miss" if i == 0
                                                     else "hit"), r.headers
+        # The next once this one's flight has closed: a JSON answer's
+        # client can read its last byte just before (039's ask()).
+        wait_state(g, None, flights=0)
 
     def settled():
         s = summary(g)
