@@ -16,7 +16,7 @@ import subprocess
 import threading
 
 import gwtest
-from gwtest import budget, chat_body, request, tool, wait_for
+from gwtest import budget, chat_body, metric, request, tool, wait_for
 
 from coalesce_util import (CHAT, FOLLOWERS, LEADERS, assert_complete_stream,
                            assert_same_bodies, finish_all, new_tag, present,
@@ -278,10 +278,16 @@ def test_distinct_requests_spread_over_every_gateway(t):
         assert r.status == 200, r
     def ok_counts(total):
         """Each gateway's 200s, once they add up to 'total' (a request
-        is counted after its client has the answer)."""
-        c = [present(g.metrics(), "infergw_requests_total",
-                     route="chat_completions", status="200") for g in gws]
-        return c if sum(c) == total else None
+        is counted after its client has the answer, so a gateway may
+        have no such series yet: present() only once they add up)."""
+        ms = [g.metrics() for g in gws]
+        c = [metric(x, "infergw_requests_total", route="chat_completions",
+                    status="200") for x in ms]
+        if sum(c) != total:
+            return None
+        return [present(x, "infergw_requests_total",
+                        route="chat_completions", status="200")
+                for x in ms]
     counts = wait_for(lambda: ok_counts(30), msg="30 counted")
     assert min(counts) > 0, counts
     # The tenant's key is hashed too: one body from many keys spreads.

@@ -119,7 +119,9 @@ def test_redis_restarted_empty_counts_once(t):
     a, b = gateways(t, m, r)
     ask(a, 2, "before-a")
     ask(b, 1, "before-b")
-    wait_for(lambda: own([a, b]) and fleet(a) == own([a, b]), budget(3),
+    # (A request is counted just after its client has the answer.)
+    wait_for(lambda: own([a, b]) and own([a, b])["requests"] == 3
+             and fleet(a) == own([a, b]), budget(3),
              msg="everything in Redis before the kill")
     before = {f: sum(acme(g)["usage"][f] for g in (a, b)) for f in FIELDS}
 
@@ -128,8 +130,12 @@ def test_redis_restarted_empty_counts_once(t):
         wait_for(lambda g=g: up(g) == 0, budget(3), msg="cluster_up 0")
     ask(a, 2, "down-a")
     ask(b, 3, "down-b")
-    now = {f: sum(acme(g)["usage"][f] for g in (a, b)) for f in FIELDS}
-    meanwhile = {f: now[f] - before[f] for f in FIELDS}
+
+    def counted():
+        now = {f: sum(acme(g)["usage"][f] for g in (a, b)) for f in FIELDS}
+        d = {f: now[f] - before[f] for f in FIELDS}
+        return d if d["requests"] >= 5 else None
+    meanwhile = wait_for(counted, budget(3), msg="the 5 answers counted")
     assert meanwhile["requests"] == 5, meanwhile
     for g in (a, b):
         assert acme(g)["usage_unsent"]["requests"] > 0, acme(g)
