@@ -150,18 +150,20 @@ chunk_cut(const struct iovec *iov, const int *ends, size_t first,
  * after it wait for the next snapshot (the reader's own thread, which
  * then waits on that copy for the client, as it would have on the chunk
  * itself).  The caller holds the reader, marked as being read, and may
- * let go of the chunks right after.
+ * let go of the chunks right after.  When these are the last chunks of a
+ * finished flight, the body's end goes in the same write, counted with
+ * the last chunk (a cache hit is one write, head to end, where it fits).
  */
 static enum push_result
 push(struct fanout_reader *r, const struct flight_snap *s, int whole)
 {
     struct reply *rp = r->reply;
-    struct iovec iov[1 + 3 * FLIGHT_SNAP_MAX];
+    struct iovec iov[1 + 3 * FLIGHT_SNAP_MAX + 1];
     char size_line[FLIGHT_SNAP_MAX][REPLY_SIZE_LINE];
     int ends[FLIGHT_SNAP_MAX];
     size_t pos = get_pos(r), w, total = 0, k, end;
     const struct http_head *h = s->head;
-    int cnt = 0, upto;
+    int cnt = 0, upto, last;
 
     if (rp->broken)
         return PUSH_GONE;
@@ -191,6 +193,11 @@ push(struct fanout_reader *r, const struct flight_snap *s, int whole)
                                    &iov[cnt], size_line[k]);
         ends[k] = cnt;
     }
+    last = s->state == FLIGHT_DONE && s->lo + s->n == s->nchunks;
+    if (last) {
+        cnt += reply_end_iov(rp, &iov[cnt]);
+        ends[s->n - 1] = cnt;
+    }
     for (int i = 0; i < cnt; i++)
         total += iov[i].iov_len;
     w = 0;
@@ -209,6 +216,8 @@ push(struct fanout_reader *r, const struct flight_snap *s, int whole)
     for (k = pos - s->lo; k < end; k++)
         if (!s->chunk[k]->usage || r->usage)
             reply_note_sent(rp, s->chunk[k]->len);
+    if (last && end == s->n)
+        reply_note_end(rp);
     flight_reader_advance(&r->fr, s->lo + end);
     r->deadline = gw_now_ms() + r->timeout_ms;
     return w < total ? PUSH_BLOCKED : PUSH_CAUGHT_UP;

@@ -97,7 +97,7 @@
 
 #define FLIGHT_KEY_LEN 32           /* SHA-256 (coalesce.h) */
 #define FLIGHT_ID_LEN 31            /* "flight-" and 24 hex digits */
-#define FLIGHT_SNAP_MAX 16          /* chunk pointers in one snapshot */
+#define FLIGHT_SNAP_MAX 64          /* chunk pointers in one snapshot */
 
 enum flight_state {
     FLIGHT_RUNNING = 0,

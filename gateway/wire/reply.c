@@ -24,6 +24,10 @@
 #include "net.h"
 #include "util.h"
 
+/* Chunked framing's last chunk: the end of a clean body. */
+#define LAST_CHUNK "0\r\n\r\n"
+#define LAST_CHUNK_LEN (sizeof(LAST_CHUNK) - 1)
+
 /* Defined below, used above (static outside test builds). */
 GW_TESTABLE void reply_retry_after_line(char *out, size_t n, int seconds);
 
@@ -67,6 +71,7 @@ reply_start(struct reply *r, const char *request_id, int minor,
     r->cache = NULL;
     r->age_s = -1;
     r->head_only = 0;
+    r->end_sent = 0;
     r->tenant_head[0] = '\0';
     r->error_code[0] = '\0';
     r->error_msg[0] = '\0';
@@ -325,8 +330,8 @@ reply_end(struct reply *r)
         if (rc != 0)
             return rc;
     }
-    if (r->framing == REPLY_CHUNKED && !r->head_only) {
-        rc = net_stream_write_all(r->stream, "0\r\n\r\n", 5,
+    if (r->framing == REPLY_CHUNKED && !r->head_only && !r->end_sent) {
+        rc = net_stream_write_all(r->stream, LAST_CHUNK, LAST_CHUNK_LEN,
                                   reply_deadline(r), r->stop_fd);
         if (rc != 0) {
             reply_gone(r);
@@ -334,6 +339,22 @@ reply_end(struct reply *r)
         }
     }
     return 0;
+}
+
+int
+reply_end_iov(const struct reply *r, struct iovec *iov)
+{
+    if (r->framing != REPLY_CHUNKED || r->head_only || r->end_sent)
+        return 0;
+    iov->iov_base = (void *)LAST_CHUNK;
+    iov->iov_len = LAST_CHUNK_LEN;
+    return 1;
+}
+
+void
+reply_note_end(struct reply *r)
+{
+    r->end_sent = 1;
 }
 
 /*

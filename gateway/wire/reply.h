@@ -77,6 +77,8 @@ struct reply {
     int64_t age_s;              /* Age of a cache hit, or -1 */
     int head_only;              /* HEAD: the head GET would have, and no
                                    body (RFC 9110 9.3.2); set by route.c */
+    int end_sent;               /* the body's end went out with its last
+                                   bytes (reply_note_end()) */
     char tenant_head[REPLY_TENANT_HEAD];    /* header lines (CRLF each)
                                    every head of this answer carries:
                                    route.c's x-ratelimit-* for a tenant
@@ -144,6 +146,18 @@ int reply_write_all(struct reply *r, const char *p, size_t len);
 
 /* End the body cleanly: the head if still held, the last chunk. */
 int reply_end(struct reply *r);
+
+/*
+ * For a caller that writes the body's last bytes at its own pace and
+ * knows they are the last (a finished flight, fanout.h): the wire bytes
+ * reply_end() would write after them (chunked framing's last chunk), as
+ * iov[0], so that they go in the same write.  Returns how many iovecs it
+ * filled (0 or 1).  Once they are the client's (written, or kept by the
+ * caller to write), reply_note_end() says so and reply_end() writes
+ * nothing more.
+ */
+int reply_end_iov(const struct reply *r, struct iovec *iov);
+void reply_note_end(struct reply *r);
 
 /*
  * The same in two steps, for a caller that writes at its own pace (the

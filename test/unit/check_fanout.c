@@ -613,6 +613,122 @@ START_TEST(test_relay_failure_same_for_all)
 }
 END_TEST
 
+/*
+ * A finished flight (a cache hit) whose log fits one snapshot reaches a
+ * new client in one push, head to end: the body's end goes in the same
+ * write as the last chunk, and reply_end() then writes nothing more.
+ */
+START_TEST(test_finished_flight_ends_with_its_last_chunk)
+{
+    struct fanout_opts o = { &fanout_push_policy, 2, &no };
+    struct flight *f = flight_new();
+    struct client c;
+    struct buf got;
+    char line[32];
+
+    flight_set_head(f, &(struct http_head){ 200, -1, "text/event-stream",
+                                           0, 0 });
+    for (int i = 0; i < 20; i++) {
+        snprintf(line, sizeof(line), "data: %d\n\n", i);
+        append_str(f, line);
+    }
+    flight_finish(f, &complete);
+    client_open(&c, f, 60000);          /* joins the finished flight */
+    ck_assert_int_eq(fanout_push(f, &c.r), 0);
+    buf_init(&got, 1 << 16);
+    peer_read(&c, &got);
+    ck_assert(strstr(buf_ptr(&got), "HTTP/1.1 200 OK\r\n") != NULL);
+    ck_assert_uint_ge(buf_len(&got), 5);
+    ck_assert_int_eq(memcmp(buf_ptr(&got) + buf_len(&got) - 17,
+                            "data: 19\n\n\r\n0\r\n\r\n", 17), 0);
+    ck_assert_int_eq(c.reply.end_sent, 1);
+    /* The relay ends the answer cleanly without another byte. */
+    fanout_relay(f, &c.r, &o);
+    ck_assert_int_eq(c.reply.broken, 0);
+    buf_reset(&got);
+    peer_read(&c, &got);
+    ck_assert_uint_eq(buf_len(&got), 0);
+    buf_release(&got);
+    client_close(&c);
+    flight_unref(f);
+}
+END_TEST
+
+struct relay_run {
+    struct client *c;
+    _Atomic int done;
+};
+
+static void *
+relay_then_flag(void *p)
+{
+    struct relay_run *run = p;
+
+    fanout_relay(run->c->f, &run->c->r, run->c->o);
+    atomic_store(&run->done, 1);
+    return NULL;
+}
+
+/*
+ * The same through a socket that takes a few KiB at a time (chunk sizes
+ * vary with _i, so the socket cuts the log at different places, the last
+ * chunk and its end included): what the client reads is the head, every
+ * chunk framed, and the end once.
+ */
+START_TEST(test_finished_flight_through_a_small_socket)
+{
+    struct fanout_opts o = { &fanout_push_policy, 2, &no };
+    struct flight *f = flight_new();
+    struct client c;
+    struct relay_run run = { &c, 0 };
+    struct buf got;
+    size_t want = 0, size = 700 + 331 * (size_t)_i, head;
+    int small = 4096;
+    char *chunk = malloc(size);
+    char line[REPLY_SIZE_LINE];
+    pthread_t t;
+    int64_t end;
+
+    ck_assert_ptr_nonnull(chunk);
+    memset(chunk, 'x', size);
+    flight_set_head(f, &(struct http_head){ 200, -1, "text/event-stream",
+                                           0, 0 });
+    for (int i = 0; i < 40; i++) {
+        chunk[0] = (char)('a' + i % 26);
+        ck_assert_int_eq(flight_append(f, chunk, size, BIG, BIG), 0);
+        want += (size_t)snprintf(line, sizeof(line), "%zx\r\n", size)
+                + size + 2;
+    }
+    want += 5;
+    flight_finish(f, &complete);
+    client_open(&c, f, 60000);
+    c.o = &o;
+    ck_assert_int_eq(setsockopt(c.fd, SOL_SOCKET, SO_SNDBUF, &small,
+                                sizeof(small)), 0);
+    ck_assert_int_eq(pthread_create(&t, NULL, relay_then_flag, &run), 0);
+    buf_init(&got, 1 << 22);
+    end = gw_now_ms() + 5000;
+    while (!atomic_load(&run.done) && gw_now_ms() < end) {
+        struct pollfd p = { c.peer, POLLIN, 0 };
+
+        (void)poll(&p, 1, 10);
+        peer_read(&c, &got);
+    }
+    pthread_join(t, NULL);
+    peer_read(&c, &got);
+    ck_assert_int_eq(c.reply.broken, 0);
+    ck_assert_int_eq(c.reply.end_sent, 1);
+    head = (size_t)(strstr(buf_ptr(&got), "\r\n\r\n") - buf_ptr(&got)) + 4;
+    ck_assert_uint_eq(buf_len(&got) - head, want);
+    ck_assert_int_eq(memcmp(buf_ptr(&got) + buf_len(&got) - 7,
+                            "\r\n0\r\n\r\n", 7), 0);
+    buf_release(&got);
+    free(chunk);
+    client_close(&c);
+    flight_unref(f);
+}
+END_TEST
+
 /* The events of a stream with its usage event (vLLM's, abridged). */
 static const char *const usage_log[] = {
     "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n",
@@ -744,6 +860,9 @@ fanout_suite(void)
     tcase_add_test(tc, test_relay_follower_timeout);
     tcase_add_test(tc, test_relay_stop_ends_stream_defined_way);
     tcase_add_test(tc, test_relay_failure_same_for_all);
+    tcase_add_test(tc, test_finished_flight_ends_with_its_last_chunk);
+    tcase_add_loop_test(tc, test_finished_flight_through_a_small_socket, 0,
+                        8);
     tcase_add_loop_test(tc, test_relay_cut_lets_go_while_its_client_blocks,
                         0, 2);
     suite_add_tcase(s, tc);

@@ -70,7 +70,7 @@ START_TEST(test_replay_from_zero)
     ck_assert_uint_eq(s.n, 0);
     flight_set_head(f, &(struct http_head){ 200, -1, "text/event-stream",
                                            0, 0 });
-    append_n(f, 0, 20, BIG);
+    append_n(f, 0, FLIGHT_SNAP_MAX + 4, BIG);
     /* A late joiner gets everything, FLIGHT_SNAP_MAX at a time. */
     ck_assert_int_eq(flight_attach(f, &b), 0);
     ck_assert_uint_eq(flight_readers(f), 2);
@@ -79,16 +79,16 @@ START_TEST(test_replay_from_zero)
     ck_assert_int_eq(s.head->status, 200);
     ck_assert_str_eq(s.head->content_type, "text/event-stream");
     ck_assert_int_eq(s.state, FLIGHT_RUNNING);
-    ck_assert_uint_eq(s.nchunks, 20);
+    ck_assert_uint_eq(s.nchunks, FLIGHT_SNAP_MAX + 4);
     ck_assert_uint_eq(s.lo, 0);
     ck_assert_uint_eq(s.n, FLIGHT_SNAP_MAX);
     for (size_t i = 0; i < s.n; i++)
         ck_assert(chunk_is(s.chunk[i], (int)i));
-    flight_snap(f, 16, &s);
+    flight_snap(f, FLIGHT_SNAP_MAX, &s);
     ck_assert_uint_eq(s.n, 4);
-    ck_assert(chunk_is(s.chunk[3], 19));
+    ck_assert(chunk_is(s.chunk[3], FLIGHT_SNAP_MAX + 3));
     flight_finish(f, &overloaded);
-    flight_snap(f, 20, &s);
+    flight_snap(f, FLIGHT_SNAP_MAX + 4, &s);
     ck_assert_int_eq(s.state, FLIGHT_FAILED);
     /* Every client is told the same, whole. */
     ck_assert_int_eq(s.outcome.kind, CALL_STATUS);
