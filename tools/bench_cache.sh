@@ -51,8 +51,12 @@
 #   c. the CPU of a hit: a cache warmed with one request (HIT_TTL = 60s
 #      here, so that no entry expires during a run; what a hit costs does
 #      not depend on it), then wrk with HIT_CONNS kept-alive connections
-#      for HIT_S seconds of the same request against ttl10, nginx and
-#      varnish, interleaved, once per body in HIT_BODIES (json: the
+#      for HIT_S seconds of the same request against ttl10, nginx,
+#      varnish and the floor, interleaved, once per body in HIT_BODIES
+#      (the floor: tools/relay_floor -a, a thread per connection that
+#      reads each request and writes the bytes of an infergw hit captured
+#      first, in one write: the least the design's model does per hit;
+#      what infergw costs above it is the gateway's own) (json: the
 #      non-streamed answer, 382 bytes of body; stream: the SSE answer,
 #      4,031 bytes in 19 events).  CPU time (utime + stime from
 #      /proc/PID/stat, summed over nginx's master and workers, and over
@@ -72,7 +76,8 @@
 #   SEQ_N="3 20"                             b
 #   HIT_S=10 HIT_CONNS=4 HIT_TTL=60 HIT_BODIES="json stream"     c
 #   SKIP="a b c"   scenarios to skip
-#   SERVERS="ttl0 ttl10 varnish nginx"   the servers to run
+#   SERVERS="ttl0 ttl10 varnish nginx floor"   the servers to run (floor:
+#                  c only)
 #   NGINX_EXTRA=   more directives for nginx's cached location, e.g.
 #                  'proxy_cache_use_stale updating;' (not in the defaults)
 #   LOAD_MAX=1.5 QUIET_PCT=30 QUIET_MAX=150
@@ -96,7 +101,7 @@ HIT_CONNS=${HIT_CONNS:-4}
 HIT_TTL=${HIT_TTL:-60}
 HIT_BODIES=${HIT_BODIES:-json stream}
 SKIP=${SKIP:-}
-SERVERS=${SERVERS:-ttl0 ttl10 varnish nginx}
+SERVERS=${SERVERS:-ttl0 ttl10 varnish nginx floor}
 NGINX_EXTRA=${NGINX_EXTRA:-}
 LOAD_MAX=${LOAD_MAX:-1.5}
 QUIET_PCT=${QUIET_PCT:-30}
@@ -314,8 +319,21 @@ EOF
     SRV_PIDS="$SRV_PID $(children "$SRV_PID")"
 }
 
+# start_floor DIR: tools/relay_floor -a ANSWER (set by hit_case): the
+# model's floor for a hit, every request answered with ANSWER's bytes.
+start_floor() {
+    SRV_PORT=$(free_port)
+    "$BIN/relay_floor" -l "127.0.0.1:$SRV_PORT" -a "$ANSWER" \
+        >"$1/floor.out" 2>"$1/floor.err" &
+    SRV_PID=$!
+    PIDS="$PIDS $SRV_PID"
+    wait_line "$1/floor.out" 'listening port='
+    SRV_PIDS=$SRV_PID
+}
+
 # start_server DIR SERVER TTL_S: the mock, then SERVER (ttl0 | ttl10 |
-# varnish | nginx) in front of it; TTL_S is the cache's ttl (not ttl0's).
+# varnish | nginx | floor) in front of it; TTL_S is the cache's ttl (not
+# ttl0's).
 start_server() {
     start_mock "$1"
     case $2 in
@@ -323,6 +341,7 @@ start_server() {
     ttl10) start_infergw "$1" "${3}s" ;;
     varnish) start_varnish "$1" "$3" ;;
     nginx) start_nginx "$1" "$3" ;;
+    floor) start_floor "$1" ;;
     *) die "unknown server $2" ;;
     esac
 }
@@ -553,6 +572,50 @@ fi
 
 # ---- c. the CPU of a hit ------------------------------------------------
 
+# capture_answer BODY(json|stream) FILE: the bytes of one infergw hit of
+# BODY, head and body as its client receives them, into FILE: what the
+# floor answers.
+capture_answer() {
+    d=$TMP/capture-$1
+    mkdir -p "$d"
+    case $1 in
+    json) body=$BODY_JSON ;;
+    stream) body=$BODY_STREAM ;;
+    esac
+    start_server "$d" ttl10 "$HIT_TTL"
+    warm_up "$d" "$body"
+    python3 - "$SRV_PORT" "$PATH_V1" "$body" "$2" <<'EOF' \
+        || die "no hit to capture"
+import socket, sys
+port, path, body, out = sys.argv[1:]
+req = ("POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+       "application/json\r\nContent-Length: %d\r\n\r\n%s"
+       % (path, len(body), body)).encode()
+s = socket.create_connection(("127.0.0.1", int(port)))
+s.sendall(req)
+got = b""
+while True:
+    b = s.recv(65536)
+    if not b:
+        sys.exit(1)
+    got += b
+    end = got.find(b"\r\n\r\n")
+    if end < 0:
+        continue
+    head = got[:end].decode().lower()
+    assert "x-infergw-cache: hit" in head, head
+    if "transfer-encoding: chunked" in head:
+        if got.endswith(b"\r\n0\r\n\r\n"):
+            break
+    else:
+        n = int(head.split("content-length:")[1].split("\r\n")[0])
+        if len(got) >= end + 4 + n:
+            break
+open(out, "wb").write(got)
+EOF
+    stop_all
+}
+
 # hit_case SERVER BODY(json|stream) REP
 hit_case() {
     d=$TMP/hit-$1-$2-$3
@@ -561,6 +624,7 @@ hit_case() {
     json) body=$BODY_JSON ;;
     stream) body=$BODY_STREAM ;;
     esac
+    ANSWER=$TMP/answer-$2
     start_server "$d" "$1" "$HIT_TTL"
     cat >"$d/post.lua" <<EOF
 wrk.method = "POST"
@@ -603,10 +667,15 @@ EOF
 
 if ! skipped c; then
     note "c. CPU of a hit: wrk -c$HIT_CONNS for ${HIT_S}s, $HIT_BODIES"
+    if [ -n "$(servers floor)" ]; then
+        for b in $HIT_BODIES; do
+            capture_answer "$b" "$TMP/answer-$b"
+        done
+    fi
     rep=1
     while [ $rep -le "$REPS" ]; do
         for b in $HIT_BODIES; do
-            for s in $(servers ttl10 nginx varnish); do
+            for s in $(servers ttl10 nginx varnish floor); do
                 hit_case "$s" "$b" "$rep"
             done
         done
@@ -626,7 +695,8 @@ NAN = float("nan")
 NAMES = {"ttl0": "infergw, ttl = 0 (coalescing only)",
          "ttl10": "infergw, ttl = %ds" % ttl,
          "varnish": "Varnish, ttl %ds" % ttl,
-         "nginx": "nginx proxy_cache, valid %ds" % ttl}
+         "nginx": "nginx proxy_cache, valid %ds" % ttl,
+         "floor": "floor (relay_floor -a)"}
 
 def med(xs):
     xs = [x for x in xs if x == x]
@@ -766,20 +836,21 @@ for body in ("json", "stream"):
                "errors |")
     out.append("|---|---|---|---|---|---|---|---|---|")
     per = {}
-    for s in ("ttl10", "nginx", "varnish"):
+    for s in ("ttl10", "nginx", "varnish", "floor"):
         rs = pick("hit-" + body, s)
         if not rs:
             continue
         us = [r["server_cpu_ms"] * 1000 / max(1, r["requests"]) for r in rs]
         per[s] = med(us)
-    for s in ("ttl10", "nginx", "varnish"):
+    for s in ("ttl10", "nginx", "varnish", "floor"):
         rs = pick("hit-" + body, s)
         if not rs:
             continue
         us = [r["server_cpu_ms"] * 1000 / max(1, r["requests"]) for r in rs]
         out.append("| %s | %.0f | %.0f | %g / %g | %.2f | %.1f (%s) | "
                    "%.2fx | %d | %d |" % (
-            NAMES[s].split(",")[0] if s == "ttl10" else s,
+            NAMES[s].split(",")[0] if s == "ttl10"
+            else NAMES[s] if s == "floor" else s,
             med([r["requests"] / r["seconds"] for r in rs]),
             med([r["bytes"] / max(1, r["requests"]) for r in rs]),
             med([r["lat_p50_us"] for r in rs]),
@@ -795,6 +866,14 @@ for body in ("json", "stream"):
                    "%s (%.1f / %.1f µs = %.2fx)" % (
                        ok(per["ttl10"] <= 1.5 * per["nginx"]), per["ttl10"],
                        per["nginx"], per["ttl10"] / per["nginx"]))
+    if per.get("ttl10") and per.get("floor") and per.get("nginx"):
+        out.append("- against the model's floor (a thread per connection "
+                   "that only reads a request and writes the kept bytes): "
+                   "the floor costs %.2fx nginx; infergw %.2fx the floor "
+                   "(%.1f µs above it)" % (
+                       per["floor"] / per["nginx"],
+                       per["ttl10"] / per["floor"],
+                       per["ttl10"] - per["floor"]))
     out.append("- every answer a hit: %s (upstream calls during the runs: "
                "%d)" % (ok(all(r["upstream_calls"] == 0 for r in hr)),
                         sum(r["upstream_calls"] for r in hr)))

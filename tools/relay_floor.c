@@ -6,6 +6,7 @@
  *
  *   relay_floor -l 127.0.0.1:0 -u 127.0.0.1:PORT
  *       [-r HOST:PORT -- COMMAND ARG...]
+ *   relay_floor -l 127.0.0.1:0 -a FILE
  *
  * prints "relay_floor listening port=N" and serves until killed.  Every
  * client connection gets a thread with its own keep-alive connection to
@@ -35,6 +36,12 @@
  * one connection per client) and waits for Redis against a deadline, so
  * this is less than infergw can do, never more.  An error reply or a
  * lost or refused Redis connection closes the client's connection.
+ *
+ * With -a, there is no upstream: every request is answered with the
+ * bytes of FILE (a whole response, head and body, as a cache would keep
+ * it), in one write.  The least a thread-per-connection cache does per
+ * hit (tools/bench_cache.sh, issue 30): read the request, write the
+ * answer, wait for the next; no key, no lookup, no lock, no framing.
  *
  * Why: infergw's design card fixes the model (one blocking thread per
  * client, libcurl upstream).  This program measures what that model can
@@ -77,11 +84,18 @@ struct admission {
     size_t *argvlen;            /* strlen() of each, measured once */
 };
 
+/* -a's answer, read by main() before the first thread; never changed. */
+struct answer {
+    char *p;
+    size_t len;
+};
+
 struct job {
     int client;
     struct sockaddr_storage up;
     socklen_t up_len;
     const struct admission *adm;        /* NULL without -r */
+    const struct answer *ans;           /* -a: no upstream; else NULL */
 };
 
 /* The message length (head + Content-Length body) once the head is in. */
@@ -246,6 +260,19 @@ relay_response(struct side *u, int to)
     }
 }
 
+/* -a: answer every request of client 'c' with 'a', until it leaves. */
+static void
+answer_all(struct side *c, const struct answer *a)
+{
+    size_t n;
+
+    while ((n = read_message(c)) != 0
+           && write_all(c->fd, a->p, a->len) == 0) {
+        memmove(c->buf, c->buf + n, c->len - n);
+        c->len -= n;
+    }
+}
+
 static void *
 serve(void *arg)
 {
@@ -258,6 +285,10 @@ serve(void *arg)
     if (c == NULL || u == NULL)
         goto out;
     c->fd = j->client;
+    if (j->ans != NULL) {
+        answer_all(c, j->ans);
+        goto out;
+    }
     if (j->adm != NULL) {
         redis = redis_open(j->adm);
         if (redis == NULL || redis->err)
@@ -347,21 +378,50 @@ fail:
     return NULL;
 }
 
+/* -a's FILE, whole, or NULL (said on stderr). */
+static struct answer *
+answer_read(const char *path)
+{
+    struct answer *a = calloc(1, sizeof(*a));
+    FILE *f = fopen(path, "rb");
+    long n;
+
+    if (a == NULL || f == NULL || fseek(f, 0, SEEK_END) != 0
+        || (n = ftell(f)) <= 0 || fseek(f, 0, SEEK_SET) != 0
+        || (a->p = malloc((size_t)n)) == NULL
+        || fread(a->p, 1, (size_t)n, f) != (size_t)n) {
+        fprintf(stderr, "relay_floor: -a %s: cannot read it, or empty\n",
+                path);
+        if (f != NULL)
+            fclose(f);
+        if (a != NULL)
+            free(a->p);
+        free(a);
+        return NULL;
+    }
+    fclose(f);
+    a->len = (size_t)n;
+    return a;
+}
+
 int
 main(int argc, char **argv)
 {
     const char *listen_addr = "127.0.0.1:0", *up_addr = NULL;
-    const char *redis_addr = NULL;
+    const char *redis_addr = NULL, *answer_path = NULL;
     struct admission *adm = NULL;
-    struct sockaddr_storage up;
+    struct answer *ans = NULL;
+    struct sockaddr_storage up = { 0 };
     socklen_t up_len = sizeof(up);
     pthread_attr_t attr;
     uint16_t port;
     int lfd, opt, probe;
 
-    while ((opt = getopt(argc, argv, "l:u:r:")) != -1) {
+    while ((opt = getopt(argc, argv, "l:u:r:a:")) != -1) {
         if (opt == 'l')
             listen_addr = optarg;
+        else if (opt == 'a')
+            answer_path = optarg;
         else if (opt == 'u')
             up_addr = optarg;
         else if (opt == 'r')
@@ -369,21 +429,31 @@ main(int argc, char **argv)
         else
             goto usage;
     }
-    /* The command, after "--", comes with -r and only with it. */
-    if (up_addr == NULL || (redis_addr == NULL) != (optind == argc))
+    /* The command, after "--", comes with -r and only with it; -a
+     * instead of an upstream, alone. */
+    if (answer_path != NULL) {
+        if (up_addr != NULL || redis_addr != NULL || optind != argc)
+            goto usage;
+        ans = answer_read(answer_path);
+        if (ans == NULL)
+            return 1;
+    } else if (up_addr == NULL || (redis_addr == NULL) != (optind == argc)) {
         goto usage;
+    }
     if (redis_addr != NULL) {
         adm = admission_new(redis_addr, argc - optind, argv + optind);
         if (adm == NULL)
             return 1;
     }
     /* Resolve the upstream once, through common/net.c's parser. */
-    if (net_connect(up_addr, gw_now_ms() + 5000, &probe) != 0
-        || getpeername(probe, (struct sockaddr *)&up, &up_len) != 0) {
-        fprintf(stderr, "relay_floor: cannot reach %s\n", up_addr);
-        return 1;
+    if (ans == NULL) {
+        if (net_connect(up_addr, gw_now_ms() + 5000, &probe) != 0
+            || getpeername(probe, (struct sockaddr *)&up, &up_len) != 0) {
+            fprintf(stderr, "relay_floor: cannot reach %s\n", up_addr);
+            return 1;
+        }
+        close(probe);
     }
-    close(probe);
     if (net_listen(listen_addr, 1024, &lfd, &port) != 0) {
         fprintf(stderr, "relay_floor: cannot listen on %s\n", listen_addr);
         return 1;
@@ -414,6 +484,7 @@ main(int argc, char **argv)
         j->up = up;
         j->up_len = up_len;
         j->adm = adm;
+        j->ans = ans;
         if (pthread_create(&t, &attr, serve, j) != 0) {
             close(cfd);
             free(j);
@@ -422,6 +493,7 @@ main(int argc, char **argv)
 
 usage:
     fprintf(stderr, "usage: relay_floor [-l HOST:PORT] -u HOST:PORT "
-                    "[-r HOST:PORT -- COMMAND [ARG...]]\n");
+                    "[-r HOST:PORT -- COMMAND [ARG...]]\n"
+                    "       relay_floor [-l HOST:PORT] -a FILE\n");
     return 2;
 }
