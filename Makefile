@@ -75,8 +75,10 @@ CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null)
 # Debian's mbedTLS 2.28 ships no .pc file.
 MBEDTLS_LIBS ?= -lmbedtls -lmbedx509 -lmbedcrypto
 # libcurl's TLS backend, asked one thing directly
-# (upstream_session_tls_leftover()): whether it holds bytes nobody read.
-OPENSSL_LIBS := $(shell pkg-config --libs libssl 2>/dev/null || echo -lssl)
+# (upstream_session_tls_leftover()): whether it holds bytes nobody read;
+# and its SHA-256, the coalescing key's (coalesce.c says why).
+OPENSSL_LIBS := $(shell pkg-config --libs libssl libcrypto 2>/dev/null \
+                  || echo -lssl -lcrypto)
 
 ALL_CFLAGS = $(BASE_CFLAGS) $(PKG_CFLAGS) $(CFLAGS)
 ALL_LDFLAGS = -pthread $(SAN_LDFLAGS) $(LDFLAGS)

@@ -126,17 +126,49 @@ buf_vprintf(struct buf *b, const char *fmt, va_list ap)
     char *dst;
     int n, rc;
 
-    va_copy(ap2, ap);
-    n = vsnprintf(NULL, 0, fmt, ap2);
-    va_end(ap2);
-    if (n < 0)
-        return GW_EINVAL;
+    /* Into the room there is first: most lines fit, and then the
+     * format is run once, not once to measure and once to write. */
+    if (b->data != NULL && !(b->off > 0 && b->off == b->len)
+        && b->cap - b->len > 1) {
+        size_t room = b->cap - b->len;      /* with the NUL's slot */
+
+        va_copy(ap2, ap);
+        n = vsnprintf(b->data + b->len, room, fmt, ap2);
+        va_end(ap2);
+        if (n < 0) {
+            b->data[b->len] = '\0';
+            return GW_EINVAL;
+        }
+        if ((size_t)n < room) {
+            if (b->len + (size_t)n > b->limit) {
+                b->data[b->len] = '\0';    /* as if never written */
+                return GW_ETOOBIG;
+            }
+            b->len += (size_t)n;
+            return 0;
+        }
+        b->data[b->len] = '\0';            /* too long: measured, redo */
+    } else {
+        va_copy(ap2, ap);
+        n = vsnprintf(NULL, 0, fmt, ap2);
+        va_end(ap2);
+        if (n < 0)
+            return GW_EINVAL;
+    }
     rc = buf_reserve(b, (size_t)n, &dst);
     if (rc != 0)
         return rc;
     vsnprintf(dst, (size_t)n + 1, fmt, ap);
     buf_commit(b, (size_t)n);
     return 0;
+}
+
+int
+buf_append_u64(struct buf *b, uint64_t v)
+{
+    char d[GW_U64_DIGITS];
+
+    return buf_append(b, d, gw_fmt_u64(v, d));
 }
 
 int

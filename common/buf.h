@@ -15,6 +15,7 @@
 
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "util.h"
 
@@ -49,6 +50,7 @@ static inline size_t buf_len(const struct buf *b)
 /* Append; GW_ENOMEM or GW_ETOOBIG leave the buffer unchanged. */
 int buf_append(struct buf *b, const void *p, size_t n);
 int buf_append_str(struct buf *b, const char *s);
+int buf_append_u64(struct buf *b, uint64_t v);     /* in decimal */
 int buf_printf(struct buf *b, const char *fmt, ...) GW_PRINTF(2, 3);
 int buf_vprintf(struct buf *b, const char *fmt, va_list ap) GW_PRINTF(2, 0);
 

@@ -38,15 +38,10 @@ void
 redis_script_init(struct redis_script *s, const char *src)
 {
     unsigned char d[20];
-    static const char hex[] = "0123456789abcdef";
 
     s->src = src;
     mbedtls_sha1_ret((const unsigned char *)src, strlen(src), d);
-    for (size_t i = 0; i < sizeof(d); i++) {
-        s->sha1[2 * i] = hex[d[i] >> 4];
-        s->sha1[2 * i + 1] = hex[d[i] & 15];
-    }
-    s->sha1[40] = '\0';
+    gw_hex(d, sizeof(d), s->sha1);
 }
 
 /* ---- connections ---- */

@@ -202,6 +202,33 @@ gw_mix64(uint64_t z)
     return z ^ (z >> 31);
 }
 
+size_t
+gw_fmt_u64(uint64_t v, char out[GW_U64_DIGITS])
+{
+    char rev[GW_U64_DIGITS];
+    size_t k = 0, n = 0;
+
+    do {
+        rev[k++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v != 0);
+    while (k > 0)
+        out[n++] = rev[--k];
+    return n;
+}
+
+void
+gw_hex(const unsigned char *p, size_t n, char *out)
+{
+    static const char hex[] = "0123456789abcdef";
+
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = hex[p[i] >> 4];
+        out[2 * i + 1] = hex[p[i] & 15];
+    }
+    out[2 * n] = '\0';
+}
+
 void
 gw_random_hex(char *out, size_t n)
 {

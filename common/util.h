@@ -136,6 +136,16 @@ uint64_t gw_fnv1a64(uint64_t h, const void *p, size_t n);
 uint64_t gw_mix64(uint64_t z);
 
 /*
+ * 'v' in decimal into out[0..GW_U64_DIGITS), no NUL; returns how many
+ * digits.  printf's %llu without printf: for the request path.
+ */
+#define GW_U64_DIGITS 20
+size_t gw_fmt_u64(uint64_t v, char out[GW_U64_DIGITS]);
+
+/* 'n' bytes at 'p' as 2n lowercase hex digits and a NUL into 'out'. */
+void gw_hex(const unsigned char *p, size_t n, char *out);
+
+/*
  * Fill 'out' with 'n' random lowercase hex digits and a NUL ('out' must hold
  * n + 1 bytes).  Uses a per-thread xorshift seeded from the clock and thread;
  * good for request ids, not for secrets.

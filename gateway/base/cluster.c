@@ -264,18 +264,13 @@ static char instance[CLUSTER_INSTANCE_LEN + 1];
 static void
 instance_init(void)
 {
-    static const char hex[] = "0123456789abcdef";
     unsigned char r[CLUSTER_INSTANCE_LEN / 2];
 
     if (getrandom(r, sizeof(r), GRND_NONBLOCK) != (ssize_t)sizeof(r)) {
         gw_random_hex(instance, CLUSTER_INSTANCE_LEN);
         return;
     }
-    for (size_t i = 0; i < sizeof(r); i++) {
-        instance[2 * i] = hex[r[i] >> 4];
-        instance[2 * i + 1] = hex[r[i] & 15];
-    }
-    instance[CLUSTER_INSTANCE_LEN] = '\0';
+    gw_hex(r, sizeof(r), instance);
 }
 
 const char *

@@ -92,6 +92,28 @@ draining(const struct reply *r)
            && atomic_load_explicit(r->draining, memory_order_relaxed);
 }
 
+/* "NAME: VALUE\r\n" (NAME with its ": "), appended to 'h'. */
+static int
+header_value(struct buf *h, const char *name, const char *value)
+{
+    int rc = buf_append_str(h, name);
+
+    if (rc == 0)
+        rc = buf_append_str(h, value);
+    if (rc == 0)
+        rc = buf_append(h, "\r\n", 2);
+    return rc;
+}
+
+static int
+header_u64(struct buf *h, const char *name, uint64_t v)
+{
+    char d[GW_U64_DIGITS + 1];
+
+    d[gw_fmt_u64(v, d)] = '\0';
+    return header_value(h, name, d);
+}
+
 /*
  * Prepare the response head: status, Content-Type (NULL: none), framing
  * from 'content_length' (-1: chunked, or close-delimited for HTTP/1.0),
@@ -126,24 +148,28 @@ reply_begin(struct reply *r, int status, const char *content_type,
     if (draining(r))
         r->keep_alive = 0;
     buf_reset(h);
-    rc = buf_printf(h, "HTTP/1.1 %d %s\r\n", status, http_reason(status));
+    /* Appends, not printf: this runs for every answer. */
+    rc = buf_append_str(h, "HTTP/1.1 ");
+    if (rc == 0)
+        rc = buf_append_u64(h, (uint64_t)status);
+    if (rc == 0)
+        rc = header_value(h, " ", http_reason(status));
     if (rc == 0 && content_type != NULL)
-        rc = buf_printf(h, "Content-Type: %s\r\n", content_type);
+        rc = header_value(h, "Content-Type: ", content_type);
     if (rc == 0 && r->framing == REPLY_LENGTH && !no_body)
-        rc = buf_printf(h, "Content-Length: %lld\r\n",
-                        (long long)content_length);
+        rc = header_u64(h, "Content-Length: ", (uint64_t)content_length);
     if (rc == 0 && r->framing == REPLY_CHUNKED)
         rc = buf_append_str(h, "Transfer-Encoding: chunked\r\n");
     if (rc == 0 && r->event_stream)
         rc = buf_append_str(h, "Cache-Control: no-cache\r\n");
     if (rc == 0)
-        rc = buf_printf(h, "X-Request-Id: %s\r\n", r->request_id);
+        rc = header_value(h, "X-Request-Id: ", r->request_id);
     if (rc == 0 && r->role != NULL)
-        rc = buf_printf(h, "X-Infergw-Coalesce: %s\r\n", r->role);
+        rc = header_value(h, "X-Infergw-Coalesce: ", r->role);
     if (rc == 0 && r->cache != NULL)
-        rc = buf_printf(h, "X-Infergw-Cache: %s\r\n", r->cache);
+        rc = header_value(h, "X-Infergw-Cache: ", r->cache);
     if (rc == 0 && r->age_s >= 0)
-        rc = buf_printf(h, "Age: %lld\r\n", (long long)r->age_s);
+        rc = header_u64(h, "Age: ", (uint64_t)r->age_s);
     if (rc == 0 && extra != NULL)
         rc = buf_append_str(h, extra);
     if (rc == 0 && r->tenant_head[0] != '\0')
@@ -166,6 +192,26 @@ reply_body_complete(const struct reply *r)
            && ((int64_t)r->bytes_out >= r->content_length || r->head_only);
 }
 
+/* A chunk's size line, "%zx\r\n", into 'out'; its length.  (printf's
+ * cost, per chunk of every stream, is worth the loop.) */
+static size_t
+size_line_of(size_t n, char out[REPLY_SIZE_LINE])
+{
+    static const char hex[] = "0123456789abcdef";
+    char rev[2 * sizeof(size_t)];
+    size_t k = 0, len = 0;
+
+    do {
+        rev[k++] = hex[n & 15];
+        n >>= 4;
+    } while (n != 0);
+    while (k > 0)
+        out[len++] = rev[--k];
+    out[len++] = '\r';
+    out[len++] = '\n';
+    return len;
+}
+
 int
 reply_frame_iov(const struct reply *r, const char *p, size_t n,
                 struct iovec iov[3], char size_line[REPLY_SIZE_LINE])
@@ -176,8 +222,7 @@ reply_frame_iov(const struct reply *r, const char *p, size_t n,
         return 0;               /* an empty chunk would end the body */
     if (r->framing == REPLY_CHUNKED) {
         iov[cnt].iov_base = size_line;
-        iov[cnt++].iov_len = (size_t)snprintf(size_line, REPLY_SIZE_LINE,
-                                              "%zx\r\n", n);
+        iov[cnt++].iov_len = size_line_of(n, size_line);
     }
     iov[cnt].iov_base = (void *)p;
     iov[cnt++].iov_len = n;

@@ -485,6 +485,60 @@ START_TEST(test_printf)
 }
 END_TEST
 
+/*
+ * buf_printf() formats into the room the buffer has when the line fits
+ * it, else measures and grows: every length around the room's edge
+ * (one less than the room, the room, one more) comes out whole.
+ */
+START_TEST(test_printf_at_the_room_edge)
+{
+    struct buf b;
+    char want[400];
+
+    for (size_t n = 1; n < 300; n++) {
+        buf_init(&b, 1 << 16);
+        ck_assert_int_eq(buf_append(&b, "ab", 2), 0);     /* cap 64 */
+        buf_consume(&b, 1);                     /* partly read */
+        ck_assert_int_eq(buf_printf(&b, "%0*d", (int)n, 7), 0);
+        memset(want, '0', n);
+        want[0] = n == 1 ? '7' : '0';
+        want[n - 1] = '7';
+        ck_assert_uint_eq(buf_len(&b), 1 + n);
+        ck_assert_int_eq(buf_ptr(&b)[0], 'b');
+        ck_assert_int_eq(memcmp(buf_ptr(&b) + 1, want, n), 0);
+        assert_terminated(&b);
+        ck_assert_int_eq(buf_printf(&b, "|%s", "z"), 0);
+        ck_assert_str_eq(buf_ptr(&b) + 1 + n, "|z");
+        buf_release(&b);
+    }
+}
+END_TEST
+
+START_TEST(test_append_u64_and_hex)
+{
+    struct buf b;
+    char d[GW_U64_DIGITS + 1];
+    char h[9];
+    const unsigned char bytes[4] = { 0x00, 0x9f, 0xa0, 0xff };
+
+    buf_init(&b, 64);
+    ck_assert_int_eq(buf_append_u64(&b, 0), 0);
+    ck_assert_int_eq(buf_append_str(&b, " "), 0);
+    ck_assert_int_eq(buf_append_u64(&b, UINT64_MAX), 0);
+    ck_assert_int_eq(buf_append_str(&b, " "), 0);
+    ck_assert_int_eq(buf_append_u64(&b, 1000000007), 0);
+    ck_assert_str_eq(buf_ptr(&b), "0 18446744073709551615 1000000007");
+    buf_release(&b);
+    d[gw_fmt_u64(10, d)] = '\0';
+    ck_assert_str_eq(d, "10");
+    ck_assert_uint_eq(gw_fmt_u64(UINT64_MAX, d), GW_U64_DIGITS);
+    gw_hex(bytes, sizeof(bytes), h);
+    ck_assert_str_eq(h, "009fa0ff");
+    gw_hex(bytes, 0, h);
+    ck_assert_str_eq(h, "");
+}
+END_TEST
+
 /* ---- util ------------------------------------------------------------- */
 
 static const struct {
@@ -936,6 +990,8 @@ buf_suite(void)
 
     tc = tcase("printf");
     tcase_add_test(tc, test_printf);
+    tcase_add_test(tc, test_printf_at_the_room_edge);
+    tcase_add_test(tc, test_append_u64_and_hex);
     suite_add_tcase(s, tc);
     return s;
 }

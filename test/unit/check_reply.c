@@ -825,6 +825,18 @@ START_TEST(test_frame_iov)
     ck_assert(memcmp(iov[1].iov_base, "0123456789abcdefg", 17) == 0);
     ck_assert_uint_eq(iov[2].iov_len, 2);
     ck_assert(memcmp(iov[2].iov_base, "\r\n", 2) == 0);
+    /* The size line is printf's "%zx\r\n", at every digit count. */
+    for (size_t n = 1; n != 0 && n < SIZE_MAX / 7; n = n * 7 + 3) {
+        char want[REPLY_SIZE_LINE];
+        int w = snprintf(want, sizeof(want), "%zx\r\n", n);
+
+        ck_assert_int_eq(reply_frame_iov(&cl.r, "x", n, iov, size_line), 3);
+        ck_assert_uint_eq(iov[0].iov_len, (size_t)w);
+        ck_assert(memcmp(iov[0].iov_base, want, (size_t)w) == 0);
+    }
+    ck_assert_int_eq(reply_frame_iov(&cl.r, "x", SIZE_MAX, iov, size_line),
+                     3);
+    ck_assert_uint_eq(iov[0].iov_len, 2 * sizeof(size_t) + 2);
     reply_note_sent(&cl.r, 17);
     ck_assert_int_eq(cl.r.head_sent, 1);
     ck_assert_uint_eq(cl.r.bytes_out, 17);
