@@ -25,6 +25,116 @@
 #include "buf.h"
 #include "util.h"
 
+/* ---- a member, found by a scan ---- */
+
+static size_t
+skip_blank(const char *p, size_t len, size_t i)
+{
+    while (i < len && (p[i] == ' ' || p[i] == '\t' || p[i] == '\n'
+                       || p[i] == '\r'))
+        i++;
+    return i;
+}
+
+/* Past the string whose '"' is at p[i]; OUT *escaped: it has a '\\'.
+ * 0 when it does not end. */
+static size_t
+skip_string(const char *p, size_t len, size_t i, int *escaped)
+{
+    *escaped = 0;
+    for (i++; i < len; i++) {
+        if (p[i] == '\\') {
+            *escaped = 1;
+            i++;                /* the escaped byte cannot end it */
+        } else if (p[i] == '"') {
+            return i + 1;
+        }
+    }
+    return 0;
+}
+
+/* Past the value that starts at p[i] (no blank before it); 0 when it
+ * does not end (a string or a bracket left open, or nothing there). */
+static size_t
+skip_value(const char *p, size_t len, size_t i)
+{
+    size_t depth = 0;
+    int escaped;
+
+    if (i >= len)
+        return 0;
+    if (p[i] == '"')
+        return skip_string(p, len, i, &escaped);
+    if (p[i] != '{' && p[i] != '[') {
+        size_t start = i;
+
+        while (i < len && strchr(",}] \t\r\n", p[i]) == NULL)
+            i++;
+        return i > start ? i : 0;
+    }
+    while (i < len) {
+        char c = p[i];
+
+        if (c == '"') {
+            i = skip_string(p, len, i, &escaped);
+            if (i == 0)
+                return 0;
+            continue;
+        }
+        if (c == '{' || c == '[') {
+            depth++;
+        } else if (c == '}' || c == ']') {
+            if (--depth == 0)
+                return i + 1;
+        }
+        i++;
+    }
+    return 0;
+}
+
+int
+jsonx_member(const char *p, size_t len, const char *key, const char **vp,
+             size_t *vn)
+{
+    size_t klen = strlen(key), i = skip_blank(p, len, 0), k, v;
+    int escaped, match;
+
+    if (i >= len || p[i] != '{')
+        return -1;
+    i = skip_blank(p, len, i + 1);
+    if (i < len && p[i] == '}')
+        return 0;
+    for (;;) {
+        if (i >= len || p[i] != '"')
+            return -1;
+        k = i + 1;
+        i = skip_string(p, len, i, &escaped);
+        if (i == 0 || escaped)
+            return -1;
+        match = i - 1 - k == klen && memcmp(p + k, key, klen) == 0;
+        i = skip_blank(p, len, i);
+        if (i >= len || p[i] != ':')
+            return -1;
+        v = skip_blank(p, len, i + 1);
+        i = skip_value(p, len, v);
+        if (i == 0)
+            return -1;
+        if (match) {
+            *vp = p + v;
+            *vn = i - v;
+            return 1;
+        }
+        i = skip_blank(p, len, i);
+        if (i < len && p[i] == '}')
+            return 0;
+        if (i >= len || p[i] != ',')
+            return -1;
+        i = skip_blank(p, len, i + 1);
+    }
+}
+
+/* ---- bounded parsing ---- */
+
 /* 1 if no bracket in p[0..len) nests deeper than max_depth. */
 static int
 depth_ok(const char *p, size_t len, int max_depth)

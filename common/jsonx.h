@@ -27,6 +27,21 @@ int jsonx_parse_object(const char *p, size_t len, int max_depth,
                        json_t **out, char *err, size_t errlen);
 
 /*
+ * The member named 'key' (plain ASCII, no escapes) at the top level of the
+ * JSON object in p[0..len), found without building the document: a
+ * response's "usage" is a few dozen bytes at the end of what may be
+ * kilobytes of text.  OUT *vp, *vn: the value's raw JSON text.  Returns 1
+ * found, 0 not a member, -1 when the scan cannot tell (not an object,
+ * a string or bracket not closed, a key written with an escape, which
+ * might spell 'key'): then the caller parses the whole text instead.
+ * The scan checks the structure (strings, brackets, ':' and ','), not the
+ * grammar of every value: whoever uses the value parses it
+ * (jsonx_parse_object()), as strictly as ever.
+ */
+int jsonx_member(const char *p, size_t len, const char *key,
+                 const char **vp, size_t *vn);
+
+/*
  * Append an OpenAI error body to 'b':
  *   {"error":{"message":M,"type":T,"param":P|null,"code":C|null}}
  * 'param' and 'code' may be NULL.  Strings are JSON-escaped.

@@ -114,8 +114,30 @@ take_usage(struct usage_scan *u, const char *p, size_t n)
 {
     json_t *root = NULL, *usage;
     int64_t prompt, completion;
+    const char *v;
+    size_t vn;
     char err[96];
+    int r;
 
+    /* Only the usage object is parsed: the rest of an answer (its text,
+     * kilobytes of it) is scanned for its structure, not built into a
+     * document (jsonx_member()); where the scan cannot tell, the whole. */
+    r = jsonx_member(p, n, "usage", &v, &vn);
+    if (r == 0 && jsonx_member(p, n, "response", &v, &vn) == 1)
+        r = jsonx_member(v, vn, "usage", &v, &vn);
+    if (r == 1) {
+        if (jsonx_parse_object(v, vn, JSONX_MAX_DEPTH, &usage, err,
+                               sizeof(err)) != 0)
+            return;             /* null, or not an object */
+        if (read_counts(usage, &prompt, &completion) == 0) {
+            u->prompt = prompt;
+            u->completion = completion;
+        }
+        json_decref(usage);
+        return;
+    }
+    if (r == 0)
+        return;
     if (jsonx_parse_object(p, n, JSONX_MAX_DEPTH, &root, err,
                            sizeof(err)) != 0)
         return;

@@ -408,6 +408,128 @@ END_TEST
 
 /* ---- runner ----------------------------------------------------------- */
 
+/* ---- jsonx_member() ---- */
+
+static const struct {
+    const char *doc;
+    const char *key;
+    int want;                       /* 1, 0 or -1 */
+    const char *value;              /* when 1 */
+} member_cases[] = {
+    { "{\"usage\":{\"a\":1}}", "usage", 1, "{\"a\":1}" },
+    { " {\n \"x\" : \"usage\" , \"usage\" :\t[1,{\"b\":\"}\"}] } ", "usage",
+      1, "[1,{\"b\":\"}\"}]" },
+    { "{\"text\":\"\\\"usage\\\": {\",\"usage\":null}", "usage", 1, "null" },
+    { "{\"a\":{\"usage\":1},\"b\":2}", "usage", 0, NULL },
+    { "{}", "usage", 0, NULL },
+    { "{ }", "usage", 0, NULL },
+    { "{\"usage\":-12.5e3}", "usage", 1, "-12.5e3" },
+    { "{\"usage\":true,\"x\":1}", "usage", 1, "true" },
+    { "{\"usag\":1,\"usagex\":2}", "usage", 0, NULL },
+    { "{\"us\\u0061ge\":1}", "usage", -1, NULL },     /* might spell it */
+    { "[\"usage\"]", "usage", -1, NULL },
+    { "", "usage", -1, NULL },
+    { "{\"usage\":{\"a\":1}", "usage", 1, "{\"a\":1}" },   /* found first */
+    { "{\"a\":{\"b\":1}", "usage", -1, NULL },              /* not closed */
+    { "{\"a\":\"open", "usage", -1, NULL },
+    { "{\"a\" 1}", "usage", -1, NULL },
+    { "{\"a\":1 \"usage\":2}", "usage", -1, NULL },
+    { "{\"a\":}", "usage", -1, NULL },
+    { "{\"a\":1,}", "usage", -1, NULL },
+};
+
+START_TEST(test_member_cases)
+{
+    const char *v = NULL;
+    size_t vn = 0;
+    const char *doc = member_cases[_i].doc;
+    int r = jsonx_member(doc, strlen(doc), member_cases[_i].key, &v, &vn);
+
+    ck_assert_msg(r == member_cases[_i].want, "case %d: %d", _i, r);
+    if (r == 1) {
+        ck_assert_uint_eq(vn, strlen(member_cases[_i].value));
+        ck_assert(memcmp(v, member_cases[_i].value, vn) == 0);
+    }
+}
+END_TEST
+
+/* A random JSON value, 'depth' levels at most, into 'b'. */
+static void
+random_value(struct buf *b, unsigned *seed, int depth)
+{
+    static const char *const atoms[] = {
+        "0", "-1.5e-3", "true", "false", "null", "\"\"", "\"a\\\"}]\"",
+        "\"usage\"", "\"\\\\\"", "\"{[\"", "\"\\u00e9\"",
+    };
+    static const char *const keys[] = {
+        "usage", "response", "a", "us", "usage2", "",
+    };
+    int kind = depth > 0 ? rand_r(seed) % 4 : 0;
+    int n = rand_r(seed) % 4;
+
+    if (kind < 2) {
+        buf_append_str(b, atoms[rand_r(seed) % GW_ARRAY_LEN(atoms)]);
+        return;
+    }
+    buf_append_str(b, kind == 2 ? "[" : "{");
+    for (int i = 0; i < n; i++) {
+        if (i > 0)
+            buf_append_str(b, rand_r(seed) % 2 ? "," : " ,\n ");
+        if (kind == 3) {
+            /* A key used once in this object: jansson keeps the last of
+             * two, jsonx_member() the first. */
+            buf_printf(b, "\"%s%d\" : ", keys[rand_r(seed)
+                                              % GW_ARRAY_LEN(keys)], i);
+        }
+        random_value(b, seed, depth - 1);
+    }
+    buf_append_str(b, kind == 2 ? "]" : "}");
+}
+
+/*
+ * Against jansson on 20,000 random objects: where jansson parses the
+ * text, jsonx_member() finds each top-level member that jansson has,
+ * with the same value, and says 0 for one it has not.
+ */
+START_TEST(test_member_agrees_with_jansson)
+{
+    unsigned seed = 7;
+
+    for (int t = 0; t < 20000; t++) {
+        struct buf b;
+        json_t *root, *want, *got;
+        json_error_t e;
+        const char *k, *v;
+        size_t vn;
+        char key[32];
+
+        buf_init(&b, 1 << 20);
+        buf_append_str(&b, "{");
+        for (int i = 0, n = rand_r(&seed) % 5; i < n; i++) {
+            buf_printf(&b, "%s\"%s%d\":", i > 0 ? "," : "",
+                       i % 2 ? "usage" : "response", i);
+            random_value(&b, &seed, 3);
+        }
+        buf_append_str(&b, "}");
+        root = json_loadb(buf_ptr(&b), buf_len(&b), 0, &e);
+        ck_assert_msg(root != NULL, "%s: %s", buf_ptr(&b), e.text);
+        json_object_foreach(root, k, want) {
+            ck_assert_int_eq(jsonx_member(buf_ptr(&b), buf_len(&b), k, &v,
+                                          &vn), 1);
+            got = json_loadb(v, vn, JSON_DECODE_ANY, &e);
+            ck_assert_msg(got != NULL && json_equal(got, want), "%s: %s",
+                          buf_ptr(&b), k);
+            json_decref(got);
+        }
+        snprintf(key, sizeof(key), "usage%d", 9);
+        ck_assert_int_eq(jsonx_member(buf_ptr(&b), buf_len(&b), key, &v,
+                                      &vn), 0);
+        json_decref(root);
+        buf_release(&b);
+    }
+}
+END_TEST
+
 static Suite *
 jsonx_suite(void)
 {
@@ -445,6 +567,9 @@ jsonx_suite(void)
     tcase_add_test(tc, test_error_body_appends);
     tcase_add_test(tc, test_error_body_too_big);
     tcase_add_test(tc, test_error_body_alloc_fail);
+    tcase_add_loop_test(tc, test_member_cases, 0,
+                        (int)GW_ARRAY_LEN(member_cases));
+    tcase_add_test(tc, test_member_agrees_with_jansson);
     suite_add_tcase(s, tc);
     return s;
 }
