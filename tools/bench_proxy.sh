@@ -176,7 +176,8 @@ nginx_start origin "$ORIGIN_WORKERS" "$ORIGIN_PORT" "" "
             client_body_buffer_size 16k;
             return 200 '$CHAT_BODY';
         }
-        location = /v1/models { return 200 '$MODELS_BODY'; }"
+        location = /v1/models { return 200 '$MODELS_BODY'; }
+        location = /health { return 200 'ok'; }"
 wait_http "http://127.0.0.1:$ORIGIN_PORT/v1/models" \
     || die "origin nginx did not start: $(cat "$TMP/origin/logs/"*.log)"
 
