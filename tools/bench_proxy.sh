@@ -101,99 +101,15 @@ done
 FLOOR=${FLOOR:-$(dirname "$INFERGW")/relay_floor}
 [ -x "$FLOOR" ] || die "$FLOOR not built (make, or set FLOOR=)"
 
-TMP=$(mktemp -d)
-PIDS=""
-cleanup() {
-    for p in $PIDS; do
-        kill "$p" 2>/dev/null || true
-    done
-    for p in $PIDS; do
-        wait "$p" 2>/dev/null || true
-    done
-    if [ -z "$KEEP" ]; then rm -rf "$TMP"; else echo "kept $TMP" >&2; fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-# A free loopback port (the kernel's pick; released before use, so a tiny
-# race with other programs is possible and shows as a start-up failure).
-free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-
-# wait_http URL: until it answers 200 (5 s at most).
-wait_http() {
-    i=0
-    while [ $i -lt 100 ]; do
-        if [ "$(curl -s -o /dev/null -w '%{http_code}' "$1" 2>/dev/null)" = 200 ]; then
-            return 0
-        fi
-        i=$((i + 1))
-        sleep 0.05
-    done
-    return 1
-}
+. tools/bench_lib.sh
+bench_tmp
 
 CHAT_BODY='{"id":"chatcmpl-bench","object":"chat.completion","created":1700000000,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"hello"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}'
 MODELS_BODY='{"object":"list","data":[{"id":"m","object":"model","created":1700000000,"owned_by":"bench"}]}'
 REQ_BODY='{"model":"m","messages":[{"role":"user","content":"hi"}],"temperature":0.7}'
 
-# nginx_start NAME WORKERS SERVER_BLOCK [HTTP_EXTRA]: run an nginx under
-# $TMP/NAME as the current user, in the foreground of a background job.
-nginx_start() {
-    d=$TMP/$1
-    mkdir -p "$d/logs" "$d/tmp"
-    cat >"$d/nginx.conf" <<EOF
-worker_processes $2;
-pid $d/nginx.pid;
-error_log $d/logs/error.log warn;
-events { worker_connections 4096; multi_accept on; }
-http {
-    access_log off;
-    client_body_temp_path $d/tmp/body;
-    proxy_temp_path $d/tmp/proxy;
-    fastcgi_temp_path $d/tmp/fastcgi;
-    uwsgi_temp_path $d/tmp/uwsgi;
-    scgi_temp_path $d/tmp/scgi;
-    keepalive_requests 1000000;
-    keepalive_timeout 120s;
-    $4
-    server {
-        listen 127.0.0.1:$3;
-$5
-    }
-}
-EOF
-    "$NGINX" -p "$d" -e "$d/logs/error.log" -c "$d/nginx.conf" \
-        -g 'daemon off;' >"$d/logs/stdout.log" 2>&1 &
-    PIDS="$PIDS $!"
-}
-
-ORIGIN_PORT=$(free_port)
-nginx_start origin "$ORIGIN_WORKERS" "$ORIGIN_PORT" "" "
-        default_type application/json;
-        location = /v1/chat/completions {
-            client_body_buffer_size 16k;
-            return 200 '$CHAT_BODY';
-        }
-        location = /v1/models { return 200 '$MODELS_BODY'; }"
-wait_http "http://127.0.0.1:$ORIGIN_PORT/v1/models" \
-    || die "origin nginx did not start: $(cat "$TMP/origin/logs/"*.log)"
-
-PROXY_PORT=$(free_port)
-nginx_start proxy "$PROXY_WORKERS" "$PROXY_PORT" "
-    upstream origin {
-        server 127.0.0.1:$ORIGIN_PORT;
-        keepalive 64;
-        keepalive_requests 1000000;
-    }" "
-        location / {
-            proxy_pass http://origin;
-            proxy_http_version 1.1;
-            proxy_set_header Connection \"\";
-        }"
-wait_http "http://127.0.0.1:$PROXY_PORT/v1/models" \
-    || die "proxy nginx did not start: $(cat "$TMP/proxy/logs/"*.log)"
+origin_start "$ORIGIN_WORKERS"
+proxy_start "$PROXY_WORKERS"
 
 cat >"$TMP/gateway.conf" <<EOF
 [server]
@@ -288,25 +204,8 @@ run() {
     f=$TMP/wrk-$1-$2-c$4-r$6.txt
     wrk -t"$threads" -c"$4" -d"$5" --latency -s "$lua" \
         "http://127.0.0.1:$3$path" >"$f" 2>&1 || die "wrk failed: $(cat "$f")"
-    python3 - "$f" "$1" "$2" "$4" "$6" >>"$RAW" <<'EOF'
-import re, sys
-f, variant, target, conns, rep = sys.argv[1:]
-t = open(f).read()
-unit = {"us": 1.0, "ms": 1e3, "s": 1e6}
-def pct(p):
-    m = re.search(r"^\s+%s%%\s+([\d.]+)(us|ms|s)\s*$" % p, t, re.M)
-    return float(m.group(1)) * unit[m.group(2)]
-rps = float(re.search(r"Requests/sec:\s+([\d.]+)", t).group(1))
-m = re.search(r"(\d+) requests in", t)
-reqs = int(m.group(1))
-bad = re.search(r"Non-2xx or 3xx responses: (\d+)", t)
-err = re.search(r"Socket errors: (.*)", t)
-errs = int(bad.group(1)) if bad else 0
-if err:
-    errs += sum(int(x) for x in re.findall(r"\d+", err.group(1)))
-print("\t".join([variant, target, conns, rep, "%.1f" % rps, "%.1f" % pct(50),
-                 "%.1f" % pct(99), str(reqs), str(errs)]))
-EOF
+    sum=$(wrk_summary "$f") || die "cannot read $f"
+    printf '%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$4" "$6" "$sum" >>"$RAW"
     tail -n 1 "$RAW" | awk -F'\t' '{ printf "  %-4s %-8s c=%-3s rep %s: %9.0f req/s  p50 %7.1f us  p99 %8.1f us%s\n", $1, $2, $3, $4, $5, $6, $7, ($9 > 0 ? "  ERRORS " $9 : "") }' >&2
 }
 
