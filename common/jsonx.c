@@ -97,13 +97,13 @@ jsonx_member(const char *p, size_t len, const char *key, const char **vp,
              size_t *vn)
 {
     size_t klen = strlen(key), i = skip_blank(p, len, 0), k, v;
-    int escaped, match;
+    int escaped, match, found = 0;
 
     if (i >= len || p[i] != '{')
         return -1;
     i = skip_blank(p, len, i + 1);
     if (i < len && p[i] == '}')
-        return 0;
+        return skip_blank(p, len, i + 1) == len ? 0 : -1;
     for (;;) {
         if (i >= len || p[i] != '"')
             return -1;
@@ -119,14 +119,14 @@ jsonx_member(const char *p, size_t len, const char *key, const char **vp,
         i = skip_value(p, len, v);
         if (i == 0)
             return -1;
-        if (match) {
+        if (match && !found) {
             *vp = p + v;
             *vn = i - v;
-            return 1;
+            found = 1;
         }
         i = skip_blank(p, len, i);
-        if (i < len && p[i] == '}')
-            return 0;
+        if (i < len && p[i] == '}')     /* the end, and nothing after it */
+            return skip_blank(p, len, i + 1) == len ? found : -1;
         if (i >= len || p[i] != ',')
             return -1;
         i = skip_blank(p, len, i + 1);

@@ -30,10 +30,13 @@ int jsonx_parse_object(const char *p, size_t len, int max_depth,
  * The member named 'key' (plain ASCII, no escapes) at the top level of the
  * JSON object in p[0..len), found without building the document: a
  * response's "usage" is a few dozen bytes at the end of what may be
- * kilobytes of text.  OUT *vp, *vn: the value's raw JSON text.  Returns 1
- * found, 0 not a member, -1 when the scan cannot tell (not an object,
- * a string or bracket not closed, a key written with an escape, which
- * might spell 'key'): then the caller parses the whole text instead.
+ * kilobytes of text.  OUT *vp, *vn: the value's raw JSON text (the
+ * first, if the key is there twice).  Returns 1 found, 0 not a member,
+ * -1 when the scan cannot tell (not one whole object: a string or
+ * bracket not closed, bytes after its end; a key written with an
+ * escape, which might spell 'key'): then the caller parses the whole
+ * text instead.  The whole text is scanned either way, so that a member
+ * of an object cut short is never found.
  * The scan checks the structure (strings, brackets, ':' and ','), not the
  * grammar of every value: whoever uses the value parses it
  * (jsonx_parse_object()), as strictly as ever.

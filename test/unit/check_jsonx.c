@@ -429,7 +429,9 @@ static const struct {
     { "{\"us\\u0061ge\":1}", "usage", -1, NULL },     /* might spell it */
     { "[\"usage\"]", "usage", -1, NULL },
     { "", "usage", -1, NULL },
-    { "{\"usage\":{\"a\":1}", "usage", 1, "{\"a\":1}" },   /* found first */
+    { "{\"usage\":{\"a\":1}", "usage", -1, NULL },       /* cut short */
+    { "{\"usage\":1,\"usage\":2}", "usage", 1, "1" },       /* the first */
+    { "{\"usage\":1} x", "usage", -1, NULL },
     { "{\"a\":{\"b\":1}", "usage", -1, NULL },              /* not closed */
     { "{\"a\":\"open", "usage", -1, NULL },
     { "{\"a\" 1}", "usage", -1, NULL },
