@@ -11,8 +11,10 @@
 #   1. instructions (valgrind --tool=callgrind, Ir), by phase, per request
 #      and per chunk, summed by tools/callgrind_phases.py;
 #   2. system calls per request and per chunk (strace -f -c, attached to
-#      the warm gateway), and with PERF=1 context switches and CPU per
-#      request (perf stat -e context-switches,task-clock, attached).
+#      the warm gateway); context switches and CPU per request and per
+#      chunk (perf stat -e context-switches,task-clock, attached); and
+#      the share of CPU samples by object, kernel, libcurl, libc ...
+#      (perf record -e cpu-clock: this VM has no hardware counters).
 #
 # Origins: the request is the one of tools/bench_proxy.sh (temperature
 # 0.7, so never coalesced) answered by an nginx 'return 200' with the
@@ -274,6 +276,12 @@ with_perf() {   # with_perf NAME KIND COUNT CHUNKS: counts in NAME.perf
          -p $GW_PID 2>/dev/null & echo \$! >$TMP/tracer.pid; sleep 1" \
         "sleep 0.3; $STOP $TMP/tracer.pid"
 }
+with_record() { # with_record NAME KIND COUNT CHUNKS: samples in NAME.data
+    send "$2" "$3" "$4" \
+        "perf record -q -e cpu-clock -F 20000 -o $TMP/$1.data \
+         -p $GW_PID >/dev/null 2>&1 & echo \$! >$TMP/tracer.pid; sleep 1" \
+        "sleep 0.3; $STOP $TMP/tracer.pid"
+}
 units() {       # units FN: FN for the requests and each stream path
     "$1" request request "$N" 0
     for p in direct leader; do
@@ -341,6 +349,36 @@ if [ "$PERF" = 1 ]; then
         echo
         units with_perf
         per_unit perf
+        echo
+        echo "## Where the CPU is (perf record -e cpu-clock, share of" \
+            "samples by object)"
+        echo
+        with_record request request "$N" 0
+        with_record direct100 direct "$STREAMS" 100
+        with_record leader100 leader "$STREAMS" 100
+        echo "| run | samples | kernel | libcurl | libc | jansson |" \
+            "mbedcrypto | infergw | other |"
+        echo "|---|---|---|---|---|---|---|---|---|"
+        for r in request direct100 leader100; do
+            perf report -i "$TMP/$r.data" --sort dso --stdio 2>/dev/null \
+                | awk -v r="$r" '
+                /^# Samples:/ { n = $3 }
+                /^ *[0-9.]+%/ {
+                    pct = $1; sub("%", "", pct); d = $2
+                    if (d ~ /kernel/) k += pct
+                    else if (d ~ /libcurl/) c += pct
+                    else if (d ~ /^libc[.]so|^libc-/) l += pct
+                    else if (d ~ /jansson/) j += pct
+                    else if (d ~ /mbedcrypto/) m += pct
+                    else if (d ~ /infergw/) g += pct
+                    else o += pct
+                }
+                END {
+                    printf "| %s | %s | %.1f %% | %.1f %% | %.1f %% |" \
+                        " %.1f %% | %.1f %% | %.1f %% | %.1f %% |\n",
+                        r, n, k, c, l, j, m, g, o
+                }'
+        done
         echo
     fi
 fi
