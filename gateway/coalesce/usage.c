@@ -105,6 +105,68 @@ read_counts(const json_t *usage, int64_t *prompt, int64_t *completion)
 }
 
 /*
+ * The count 'name' of the usage object whose text is v[0..vn), read from
+ * the text as get_count() reads it from jansson's tree: 1 read (*out), 0
+ * absent, -1 when the text does not say plainly (not a plain decimal
+ * integer: a sign, a fraction, an exponent, leading zeros, past 2^32;
+ * or the scan cannot tell): then jansson decides.
+ */
+static int
+text_count(const char *v, size_t vn, const char *name, int64_t *out)
+{
+    const char *c;
+    size_t cn;
+    int64_t n = 0;
+    int r = jsonx_member(v, vn, name, &c, &cn);
+
+    if (r != 1)
+        return r;
+    if (cn == 0 || cn > 10 || (cn > 1 && c[0] == '0'))
+        return -1;
+    for (size_t i = 0; i < cn; i++) {
+        if (c[i] < '0' || c[i] > '9')
+            return -1;
+        n = n * 10 + (c[i] - '0');
+    }
+    if (n > (INT64_C(1) << 32))
+        return -1;
+    *out = n;
+    return 1;
+}
+
+/*
+ * read_counts() over the usage object's text (jsonx_member()), without a
+ * jansson tree: the same names in the same order.  Returns 0, GW_EINVAL
+ * (no count there), or -1 when the text does not say plainly
+ * (text_count()): then the caller asks jansson.
+ */
+static int
+text_counts(const char *v, size_t vn, int64_t *prompt, int64_t *completion)
+{
+    static const char *const names[][2] = {
+        { "prompt_tokens", "completion_tokens" },
+        { "input_tokens", "output_tokens" },
+        { "total_tokens", NULL },
+    };
+
+    for (size_t i = 0; i < GW_ARRAY_LEN(names); i++) {
+        int r = text_count(v, vn, names[i][0], prompt);
+
+        if (r <= 0) {
+            if (r < 0)
+                return -1;
+            continue;           /* not this API's names */
+        }
+        *completion = 0;
+        if (names[i][1] != NULL
+            && text_count(v, vn, names[i][1], completion) < 0)
+            return -1;
+        return 0;
+    }
+    return GW_EINVAL;
+}
+
+/*
  * The usage object of the JSON object in p[0..n), if it has one: at the
  * top level, or in the Responses API's events (response.completed,
  * .incomplete, .failed) inside their "response" object.
@@ -126,6 +188,14 @@ take_usage(struct usage_scan *u, const char *p, size_t n)
     if (r == 0 && jsonx_member(p, n, "response", &v, &vn) == 1)
         r = jsonx_member(v, vn, "usage", &v, &vn);
     if (r == 1) {
+        /* Its counts read from the text where it says them plainly. */
+        r = text_counts(v, vn, &prompt, &completion);
+        if (r == 0) {
+            u->prompt = prompt;
+            u->completion = completion;
+        }
+        if (r != -1)
+            return;
         if (jsonx_parse_object(v, vn, JSONX_MAX_DEPTH, &usage, err,
                                sizeof(err)) != 0)
             return;             /* null, or not an object */
