@@ -511,6 +511,9 @@ fanout_relay(struct flight *f, struct fanout_reader *r,
             return;             /* gone: a write, or the sweep, saw it */
         if (flush_all(r) != 0)
             return;
+        if (rp->end_sent)
+            return;             /* whole: the end went with the last chunk
+                                   (push()); nothing may follow it */
         if (stopping(o)) {
             /*
              * Every stream still open ends alike at the stop, even one

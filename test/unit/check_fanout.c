@@ -618,6 +618,11 @@ END_TEST
  * new client in one push, head to end: the body's end goes in the same
  * write as the last chunk, and reply_end() then writes nothing more.
  */
+static _Atomic int stop_now;
+static const struct fanout_opts stopping_opts = {
+    &fanout_push_policy, 2, &stop_now,
+};
+
 START_TEST(test_finished_flight_ends_with_its_last_chunk)
 {
     struct fanout_opts o = { &fanout_push_policy, 2, &no };
@@ -642,10 +647,16 @@ START_TEST(test_finished_flight_ends_with_its_last_chunk)
     ck_assert_int_eq(memcmp(buf_ptr(&got) + buf_len(&got) - 17,
                             "data: 19\n\n\r\n0\r\n\r\n", 17), 0);
     ck_assert_int_eq(c.reply.end_sent, 1);
-    /* The relay ends the answer cleanly without another byte. */
-    fanout_relay(f, &c.r, &o);
+    /* The relay ends the answer cleanly without another byte, even with
+     * the process stopping (no "shutting down" event after the end). */
+    atomic_store(&stop_now, 1);
+    fanout_relay(f, &c.r, &stopping_opts);
+    atomic_store(&stop_now, 0);
     ck_assert_int_eq(c.reply.broken, 0);
     buf_reset(&got);
+    peer_read(&c, &got);
+    ck_assert_uint_eq(buf_len(&got), 0);
+    fanout_relay(f, &c.r, &o);
     peer_read(&c, &got);
     ck_assert_uint_eq(buf_len(&got), 0);
     buf_release(&got);
