@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include <jansson.h>
+#include <mbedtls/sha256.h>
 
 #include "alloc.h"
 #include "coalesce/coalesce.h"
@@ -314,6 +315,50 @@ key4(const char *t, const char *method, const char *path,
 
     coalesce_key(t, 1, &ur, key);
 }
+
+/* 'n' bytes at 'p' after their length, 8 bytes little-endian. */
+static void
+spec_field(mbedtls_sha256_context *h, const void *p, size_t n)
+{
+    unsigned char len[8];
+
+    for (int i = 0; i < 8; i++)
+        len[i] = (unsigned char)((uint64_t)n >> (8 * i));
+    mbedtls_sha256_update_ret(h, len, sizeof(len));
+    mbedtls_sha256_update_ret(h, p, n);
+}
+
+/*
+ * The key is the digest coalesce.h describes, whichever library computes
+ * it (OpenSSL, or mbedTLS when OpenSSL fails): computed here from the
+ * description with mbedTLS, it is the same bytes.
+ */
+START_TEST(test_key_is_the_described_digest)
+{
+    unsigned char got[FLIGHT_KEY_LEN], want[FLIGHT_KEY_LEN];
+    unsigned char gen[8] = { 7, 0, 0, 0, 0, 0, 0, 0 };
+    struct upstream_request ur = ureq("POST", "/v1/completions",
+                                      "{\"prompt\":\"x\"}", "Bearer k");
+    mbedtls_sha256_context h;
+
+    coalesce_key("acme", 7, &ur, got);
+    mbedtls_sha256_init(&h);
+    mbedtls_sha256_starts_ret(&h, 0);
+    spec_field(&h, "infergw-coalesce-v5", 19);
+    spec_field(&h, gen, 8);
+    spec_field(&h, "acme", 4);
+    spec_field(&h, "POST", 4);
+    spec_field(&h, "/v1/completions", 15);
+    spec_field(&h, "{\"prompt\":\"x\"}", 14);
+    spec_field(&h, "0", 1);                 /* no Content-Type */
+    spec_field(&h, "", 0);
+    spec_field(&h, "1", 1);                 /* a credential */
+    spec_field(&h, "Bearer k", 8);
+    mbedtls_sha256_finish_ret(&h, want);
+    mbedtls_sha256_free(&h);
+    ck_assert_int_eq(memcmp(got, want, FLIGHT_KEY_LEN), 0);
+}
+END_TEST
 
 START_TEST(test_key_separates_fields)
 {
@@ -766,6 +811,7 @@ coalesce_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 10);
     tcase_add_test(tc, test_key_separates_fields);
+    tcase_add_test(tc, test_key_is_the_described_digest);
     tcase_add_loop_test(tc, test_sampling_rule, 0,
                         (int)(sizeof(sampling) / sizeof(sampling[0])));
     tcase_add_loop_test(tc, test_opt_out_headers, 0,
