@@ -145,20 +145,13 @@ emit(const char *line, size_t n)
 static size_t
 format_int(long long v, char *out)
 {
-    unsigned long long m = v < 0 ? 0ULL - (unsigned long long)v
-                                 : (unsigned long long)v;
-    char rev[24];
-    size_t k = 0, n = 0;
+    uint64_t m = v < 0 ? 0ULL - (unsigned long long)v
+                       : (unsigned long long)v;
 
-    do {
-        rev[k++] = (char)('0' + m % 10);
-        m /= 10;
-    } while (m != 0);
-    if (v < 0)
-        out[n++] = '-';
-    while (k > 0)
-        out[n++] = rev[--k];
-    return n;
+    if (v >= 0)
+        return gw_fmt_u64(m, out);
+    out[0] = '-';
+    return 1 + gw_fmt_u64(m, out + 1);
 }
 
 /* ---- JSON lines --------------------------------------------------- */

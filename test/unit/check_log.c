@@ -10,6 +10,7 @@
  * never leak from one to the next.
  */
 #include <check.h>
+#include <limits.h>
 
 #include <errno.h>
 #include <jansson.h>
@@ -151,6 +152,9 @@ START_TEST(test_json_fields)
         log_str("flight", NULL),
         log_int("status", 429),
         log_int("bytes", 0),
+        log_int("neg", -42),
+        log_int("min", LLONG_MIN),
+        log_int("max", LLONG_MAX),
         log_opt_int("ttft_ms", -1),
         log_opt_int("duration_ms", 12),
         log_str("odd", "q\"\\\n\xff"),
@@ -167,6 +171,9 @@ START_TEST(test_json_fields)
     ck_assert(json_is_integer(json_object_get(j, "status")));
     ck_assert_int_eq(json_integer_value(json_object_get(j, "status")), 429);
     ck_assert_int_eq(json_integer_value(json_object_get(j, "bytes")), 0);
+    ck_assert_int_eq(json_integer_value(json_object_get(j, "neg")), -42);
+    ck_assert(json_integer_value(json_object_get(j, "min")) == LLONG_MIN);
+    ck_assert(json_integer_value(json_object_get(j, "max")) == LLONG_MAX);
     ck_assert(json_is_null(json_object_get(j, "ttft_ms")));
     ck_assert_int_eq(json_integer_value(json_object_get(j, "duration_ms")),
                      12);
