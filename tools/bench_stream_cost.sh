@@ -14,7 +14,10 @@
 # what it traces).
 #
 # Beside them runs tools/relay_floor, the least a thread-per-connection
-# relay does per chunk (one read, one write): the floor of the design
+# relay does per chunk (one read, one write), and relay_floor -c
+# ("cfloor"), the same reaching the mock through libcurl as the design
+# card has infergw do (one easy handle per thread, set once; a chunk is
+# one libcurl write callback and one writev): the floors of the design
 # card's model, to tell the model's cost from the gateway's.
 # BASE=path/to/an/older/infergw adds another infergw, to compare a
 # change of the transfer loop in one run.
@@ -146,12 +149,21 @@ wait_line "$TMP/floor.out" 'listening port='
 FL_PORT=$(sed -n 's/.*listening port=\([0-9]*\).*/\1/p' "$TMP/floor.out")
 TARGETS="$TARGETS floor"
 
+"$BIN/relay_floor" -l 127.0.0.1:0 \
+    -c "http://127.0.0.1:$MOCK/v1/chat/completions" >"$TMP/cfloor.out" 2>&1 &
+CF_PID=$!
+PIDS="$PIDS $CF_PID"
+wait_line "$TMP/cfloor.out" 'listening port='
+CF_PORT=$(sed -n 's/.*listening port=\([0-9]*\).*/\1/p' "$TMP/cfloor.out")
+TARGETS="$TARGETS cfloor"
+
 port_of() {
     case $1 in
     infergw) echo "$IG_PORT" ;;
     base) echo "$BASE_PORT" ;;
     nginx) echo "$NG_PORT" ;;
     floor) echo "$FL_PORT" ;;
+    cfloor) echo "$CF_PORT" ;;
     esac
 }
 pids_of() {
@@ -160,6 +172,7 @@ pids_of() {
     base) echo "$BASE_PID" ;;
     nginx) echo "$NG_PID $(pgrep -P "$NG_PID" | tr '\n' ' ')" ;;
     floor) echo "$FL_PID" ;;
+    cfloor) echo "$CF_PID" ;;
     esac
 }
 # CPU ticks (utime + stime, all threads) of the given processes.
@@ -229,19 +242,21 @@ for line in open(tmp + "/raw").read().split("\n")[1:]:
     rows.setdefault((tgt, int(c)), []).append(
         (int(ok) / (float(wall) / 1000), float(p99), us_chunk))
 med = lambda v: statistics.median(v)
-print("| conns | proxy | streams/s | p99 stream ms | CPU µs per chunk | CPU / nginx | CPU / floor |")
-print("|---|---|---|---|---|---|---|")
+print("| conns | proxy | streams/s | p99 stream ms | CPU µs per chunk | CPU / nginx | CPU / floor | CPU / libcurl floor |")
+print("|---|---|---|---|---|---|---|---|")
 for c in sorted({k[1] for k in rows}):
     ng = med([r[2] for r in rows[("nginx", c)]])
     fl = med([r[2] for r in rows[("floor", c)]])
-    for tgt in ("infergw", "base", "nginx", "floor"):
+    cf = med([r[2] for r in rows[("cfloor", c)]])
+    for tgt in ("infergw", "base", "nginx", "floor", "cfloor"):
         if (tgt, c) not in rows:
             continue
         v = rows[(tgt, c)]
         cpu = med([r[2] for r in v])
-        print("| %d | %s | %.1f | %.0f | %.1f | %.2fx | %.2fx |" % (
-            c, tgt, med([r[0] for r in v]), med([r[1] for r in v]), cpu,
-            cpu / ng, cpu / fl))
+        print("| %d | %s | %.1f | %.0f | %.1f | %.2fx | %.2fx | %.2fx |" % (
+            c, "libcurl floor" if tgt == "cfloor" else tgt,
+            med([r[0] for r in v]), med([r[1] for r in v]), cpu,
+            cpu / ng, cpu / fl, cpu / cf))
 if sys_targets:
     print("")
     print("| proxy (50 conns, strace -c) | system calls per chunk | top calls |")

@@ -9,7 +9,9 @@
 # prints markdown tables:
 #
 #   1. instructions (valgrind --tool=callgrind, Ir), by phase, per request
-#      and per chunk, summed by tools/callgrind_phases.py;
+#      and per chunk, summed by tools/callgrind_phases.py, and in total
+#      beside the design card's floor for the same work (tools/relay_floor
+#      -c: a thread per connection and libcurl, nothing else);
 #   2. system calls per request and per chunk (strace -f -c, attached to
 #      the warm gateway); context switches and CPU per request and per
 #      chunk (perf stat -e context-switches,task-clock, attached); and
@@ -190,7 +192,7 @@ start_gw() {    # start_gw [WRAPPER...]: sets GW_PID
 send() {
     w=$WARM
     [ "$1" = request ] || w=$WARM_STREAMS
-    python3 "$TMP/send.py" "$GW" "$w" "$2" "$1" "$3" ${4:+"$4"} \
+    python3 "$TMP/send.py" "${TO:-$GW}" "$w" "$2" "$1" "$3" ${4:+"$4"} \
         ${5:+"$5"} || die "client failed ($1)"
 }
 
@@ -218,15 +220,21 @@ if [ "$CALLGRIND" = 1 ]; then
     start_gw valgrind --tool=callgrind --callgrind-out-file="$TMP/cg.out"
     CG="callgrind_control"
     part=0
-    count() {       # count NAME KIND COUNT CHUNKS: a dump of the counted part
-        send "$2" "$3" "$4" "$CG -z $GW_PID >/dev/null 2>&1" \
-            "$CG -d $GW_PID >/dev/null 2>&1"
-        part=$((part + 1))
+    # counted PID DUMP KIND COUNT CHUNKS: send, with PID's callgrind
+    # counts zeroed before the counted part and dumped after it; waits
+    # for the dump's file DUMP.
+    counted() {
+        send "$3" "$4" "$5" "$CG -z $1 >/dev/null 2>&1" \
+            "$CG -d $1 >/dev/null 2>&1"
         i=0
-        while ! [ -s "$TMP/cg.out.$part" ] && [ $i -lt 100 ]; do
+        while ! [ -s "$2" ] && [ $i -lt 100 ]; do
             sleep 0.1
             i=$((i + 1))
         done
+    }
+    count() {       # count NAME KIND COUNT CHUNKS: a dump of the counted part
+        part=$((part + 1))
+        counted "$GW_PID" "$TMP/cg.out.$part" "$2" "$3" "$4"
         mv "$TMP/cg.out.$part" "$TMP/$1.cg"
     }
     count request request "$N" 0
@@ -235,6 +243,38 @@ if [ "$CALLGRIND" = 1 ]; then
     count leader100 leader "$STREAMS" 100
     count leader1 leader "$STREAMS" 1
     stop "$GW_PID"
+
+    # The model's floor on the same requests and chunks: relay_floor -c,
+    # a thread per connection reaching the origin through libcurl with
+    # nothing else (no parse, no policy, no reset, no usage, no logs).
+    # Its total is compared, not its phases: it has none of infergw's.
+    floor_count() { # floor_count NAME URL KIND COUNT CHUNKS [KIND COUNT CHUNKS]
+        name=$1 url=$2
+        shift 2
+        valgrind --tool=callgrind --callgrind-out-file="$TMP/$name.cg" \
+            "$BIN/relay_floor" -l 127.0.0.1:0 -c "$url" \
+            >"$TMP/$name.log" 2>&1 &
+        FL_PID=$!
+        PIDS="$PIDS $FL_PID"
+        wait_line "$TMP/$name.log" 'listening port='
+        TO=$(sed -n 's/.*listening port=\([0-9]*\).*/\1/p' "$TMP/$name.log")
+        part=0
+        while [ $# -ge 3 ]; do
+            part=$((part + 1))
+            counted "$FL_PID" "$TMP/$name.cg.$part" "$1" "$2" "$3"
+            shift 3
+        done
+        TO=
+        stop "$FL_PID"
+    }
+    total_of() {    # total_of FILE: the dump's instructions
+        awk '/^(summary|totals):/ { if ($2 > t) t = $2 } END { print t + 0 }' \
+            "$1"
+    }
+    floor_count floor_req "http://127.0.0.1:$ORIGIN/v1/chat/completions" \
+        request "$N" 0
+    floor_count floor_chunk "http://127.0.0.1:$MOCK/v1/chat/completions" \
+        direct "$STREAMS" 100 direct "$STREAMS" 1
 
     PH="python3 $TOOLS/callgrind_phases.py"
     echo "## Instructions per request (callgrind, $N requests)"
@@ -250,6 +290,25 @@ if [ "$CALLGRIND" = 1 ]; then
             "$TMP/${p}100.cg"
         echo
     done
+    echo "## Beside the model's floor (relay_floor -c: thread per" \
+        "connection, libcurl, nothing else; callgrind, the same requests)"
+    echo
+    echo "| per | infergw | libcurl floor | infergw − floor | infergw / floor |"
+    echo "|---|---|---|---|---|"
+    python3 - "$N" "$CH" "$(total_of "$TMP/request.cg")" \
+        "$(total_of "$TMP/floor_req.cg.1")" \
+        "$(total_of "$TMP/direct100.cg")" "$(total_of "$TMP/direct1.cg")" \
+        "$(total_of "$TMP/floor_chunk.cg.1")" \
+        "$(total_of "$TMP/floor_chunk.cg.2")" <<'EOF'
+import sys
+n, ch, req, freq, d100, d1, f100, f1 = (int(x) for x in sys.argv[1:])
+for label, g, f in (("request", req / n, freq / n),
+                    ("chunk, direct path", (d100 - d1) / ch,
+                     (f100 - f1) / ch)):
+    print("| %s | %.1fk | %.1fk | %.1fk | %.2fx |"
+          % (label, g / 1e3, f / 1e3, (g - f) / 1e3, g / f))
+EOF
+    echo
 fi
 
 # ---- 2. system calls, context switches, CPU ----

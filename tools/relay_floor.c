@@ -7,6 +7,7 @@
  *   relay_floor -l 127.0.0.1:0 -u 127.0.0.1:PORT
  *       [-r HOST:PORT -- COMMAND ARG...]
  *   relay_floor -l 127.0.0.1:0 -a FILE
+ *   relay_floor -l 127.0.0.1:0 -c URL
  *
  * prints "relay_floor listening port=N" and serves until killed.  Every
  * client connection gets a thread with its own keep-alive connection to
@@ -43,6 +44,20 @@
  * hit (tools/bench_cache.sh, issue 30): read the request, write the
  * answer, wait for the next; no key, no lookup, no lock, no framing.
  *
+ * With -c, the upstream is reached through libcurl, as the design card
+ * has the gateway reach it: every connection thread keeps one easy
+ * handle, set once (URL, Content-Type, no Expect, HTTP/1.1, TCP_NODELAY,
+ * the callbacks), and per request only points it at the body and calls
+ * curl_easy_perform() on the handle's kept connection.  A JSON answer is
+ * gathered and written back with its Content-Length in one writev; an
+ * answer whose Content-Type is text/event-stream is passed on as libcurl
+ * hands it over, each piece one chunk of a chunked reply, one writev per
+ * piece.  The least a thread-per-connection gateway on libcurl does
+ * (tools/profile_request.sh, issue 31): no reset, no per-request
+ * options beyond the body, no header parsing of our own, no share
+ * handle.  Every request is POSTed to URL, whatever its own line says;
+ * any failure closes the client's connection.
+ *
  * Why: infergw's design card fixes the model (one blocking thread per
  * client, libcurl upstream).  This program measures what that model can
  * reach on a machine before any of infergw's own work, so that the
@@ -59,6 +74,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <sys/uio.h>
+
+#include <curl/curl.h>
 #include <hiredis/hiredis.h>
 
 #include "net.h"
@@ -90,8 +108,23 @@ struct answer {
     size_t len;
 };
 
+/*
+ * -c's per-thread libcurl state.  The handle and its header list live as
+ * long as the client's connection; 'ans' gathers a JSON answer.
+ */
+struct via_curl {
+    CURL *e;
+    struct curl_slist *hdrs;
+    int client;
+    int streaming;              /* this answer: a chunked reply begun */
+    int failed;                 /* a write to the client failed */
+    char *ans;
+    size_t len, cap;
+};
+
 struct job {
     int client;
+    const char *curl_url;               /* -c; else NULL */
     struct sockaddr_storage up;
     socklen_t up_len;
     const struct admission *adm;        /* NULL without -r */
@@ -273,6 +306,136 @@ answer_all(struct side *c, const struct answer *a)
     }
 }
 
+/* -c: writev all of iov[0..n) to fd; 0, or -1 on failure. */
+static int
+writev_all(int fd, struct iovec *iov, int n)
+{
+    while (n > 0) {
+        ssize_t w = writev(fd, iov, n);
+
+        if (w <= 0)
+            return -1;
+        while (n > 0 && (size_t)w >= iov->iov_len) {
+            w -= (ssize_t)iov->iov_len;
+            iov++;
+            n--;
+        }
+        if (n > 0) {
+            iov->iov_base = (char *)iov->iov_base + w;
+            iov->iov_len -= (size_t)w;
+        }
+    }
+    return 0;
+}
+
+static const char stream_head[] =
+    "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+    "Transfer-Encoding: chunked\r\n\r\n";
+
+/* -c's CURLOPT_WRITEFUNCTION: pass a stream's piece on, or gather. */
+static size_t
+curl_piece(char *p, size_t size, size_t n, void *arg)
+{
+    struct via_curl *v = arg;
+    const char *type = NULL;
+    char line[24];
+    struct iovec iov[4];
+    int k = 0;
+
+    n *= size;
+    if (!v->streaming && v->len == 0) {
+        curl_easy_getinfo(v->e, CURLINFO_CONTENT_TYPE, &type);
+        if (type != NULL && strncmp(type, "text/event-stream", 17) == 0) {
+            v->streaming = 1;
+            iov[k++] = (struct iovec){ (char *)stream_head,
+                                       sizeof(stream_head) - 1 };
+        }
+    }
+    if (!v->streaming) {
+        if (v->len + n > v->cap) {
+            size_t cap = (v->len + n) * 2;
+            char *q = realloc(v->ans, cap);
+
+            if (q == NULL)
+                return 0;
+            v->ans = q;
+            v->cap = cap;
+        }
+        memcpy(v->ans + v->len, p, n);
+        v->len += n;
+        return n;
+    }
+    iov[k++] = (struct iovec){ line, (size_t)snprintf(line, sizeof(line),
+                                                      "%zx\r\n", n) };
+    iov[k++] = (struct iovec){ p, n };
+    iov[k++] = (struct iovec){ (char *)"\r\n", 2 };
+    if (writev_all(v->client, iov, k) != 0) {
+        v->failed = 1;
+        return 0;
+    }
+    return n;
+}
+
+/* -c: one request of 'c' (n bytes in c->buf) through v's handle. */
+static int
+curl_one(struct via_curl *v, struct side *c, size_t n)
+{
+    const char *end = memmem(c->buf, n, "\r\n\r\n", 4);
+    size_t head = (size_t)(end - c->buf) + 4;
+    char line[96];
+    struct iovec iov[2];
+    long status = 0;
+
+    v->streaming = 0;
+    v->len = 0;
+    if (curl_easy_setopt(v->e, CURLOPT_POSTFIELDSIZE, (long)(n - head))
+            != CURLE_OK
+        || curl_easy_setopt(v->e, CURLOPT_POSTFIELDS, c->buf + head)
+            != CURLE_OK
+        || curl_easy_perform(v->e) != CURLE_OK || v->failed)
+        return -1;
+    if (v->streaming)
+        return write_all(v->client, "0\r\n\r\n", 5);
+    curl_easy_getinfo(v->e, CURLINFO_RESPONSE_CODE, &status);
+    iov[0] = (struct iovec){ line, (size_t)snprintf(line, sizeof(line),
+        "HTTP/1.1 %ld OK\r\nContent-Type: application/json\r\n"
+        "Content-Length: %zu\r\n\r\n", status, v->len) };
+    iov[1] = (struct iovec){ v->ans, v->len };
+    return writev_all(v->client, iov, 2);
+}
+
+/* -c: relay every request of client 'c' through libcurl to 'url'. */
+static void
+curl_all(struct side *c, const char *url)
+{
+    struct via_curl v = { .client = c->fd };
+    size_t n;
+
+    v.e = curl_easy_init();
+    v.hdrs = curl_slist_append(NULL, "Content-Type: application/json");
+    if (v.hdrs != NULL)
+        v.hdrs = curl_slist_append(v.hdrs, "Expect:");
+    if (v.e == NULL || v.hdrs == NULL
+        || curl_easy_setopt(v.e, CURLOPT_URL, url) != CURLE_OK
+        || curl_easy_setopt(v.e, CURLOPT_NOSIGNAL, 1L) != CURLE_OK
+        || curl_easy_setopt(v.e, CURLOPT_TCP_NODELAY, 1L) != CURLE_OK
+        || curl_easy_setopt(v.e, CURLOPT_HTTP_VERSION,
+                            (long)CURL_HTTP_VERSION_1_1) != CURLE_OK
+        || curl_easy_setopt(v.e, CURLOPT_HTTPHEADER, v.hdrs) != CURLE_OK
+        || curl_easy_setopt(v.e, CURLOPT_WRITEFUNCTION, curl_piece)
+            != CURLE_OK
+        || curl_easy_setopt(v.e, CURLOPT_WRITEDATA, &v) != CURLE_OK)
+        goto out;
+    while ((n = read_message(c)) != 0 && curl_one(&v, c, n) == 0) {
+        memmove(c->buf, c->buf + n, c->len - n);
+        c->len -= n;
+    }
+out:
+    curl_easy_cleanup(v.e);             /* NULL-safe */
+    curl_slist_free_all(v.hdrs);
+    free(v.ans);
+}
+
 static void *
 serve(void *arg)
 {
@@ -287,6 +450,10 @@ serve(void *arg)
     c->fd = j->client;
     if (j->ans != NULL) {
         answer_all(c, j->ans);
+        goto out;
+    }
+    if (j->curl_url != NULL) {
+        curl_all(c, j->curl_url);
         goto out;
     }
     if (j->adm != NULL) {
@@ -408,7 +575,7 @@ int
 main(int argc, char **argv)
 {
     const char *listen_addr = "127.0.0.1:0", *up_addr = NULL;
-    const char *redis_addr = NULL, *answer_path = NULL;
+    const char *redis_addr = NULL, *answer_path = NULL, *curl_url = NULL;
     struct admission *adm = NULL;
     struct answer *ans = NULL;
     struct sockaddr_storage up = { 0 };
@@ -417,11 +584,13 @@ main(int argc, char **argv)
     uint16_t port;
     int lfd, opt, probe;
 
-    while ((opt = getopt(argc, argv, "l:u:r:a:")) != -1) {
+    while ((opt = getopt(argc, argv, "l:u:r:a:c:")) != -1) {
         if (opt == 'l')
             listen_addr = optarg;
         else if (opt == 'a')
             answer_path = optarg;
+        else if (opt == 'c')
+            curl_url = optarg;
         else if (opt == 'u')
             up_addr = optarg;
         else if (opt == 'r')
@@ -429,11 +598,17 @@ main(int argc, char **argv)
         else
             goto usage;
     }
-    /* The command, after "--", comes with -r and only with it; -a
+    /* The command, after "--", comes with -r and only with it; -a or -c
      * instead of an upstream, alone. */
-    if (answer_path != NULL) {
-        if (up_addr != NULL || redis_addr != NULL || optind != argc)
+    if (answer_path != NULL || curl_url != NULL) {
+        if (up_addr != NULL || redis_addr != NULL || optind != argc
+            || (answer_path != NULL && curl_url != NULL))
             goto usage;
+    }
+    if (curl_url != NULL) {
+        if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+            return 1;
+    } else if (answer_path != NULL) {
         ans = answer_read(answer_path);
         if (ans == NULL)
             return 1;
@@ -446,7 +621,7 @@ main(int argc, char **argv)
             return 1;
     }
     /* Resolve the upstream once, through common/net.c's parser. */
-    if (ans == NULL) {
+    if (ans == NULL && curl_url == NULL) {
         if (net_connect(up_addr, gw_now_ms() + 5000, &probe) != 0
             || getpeername(probe, (struct sockaddr *)&up, &up_len) != 0) {
             fprintf(stderr, "relay_floor: cannot reach %s\n", up_addr);
@@ -485,6 +660,7 @@ main(int argc, char **argv)
         j->up_len = up_len;
         j->adm = adm;
         j->ans = ans;
+        j->curl_url = curl_url;
         if (pthread_create(&t, &attr, serve, j) != 0) {
             close(cfd);
             free(j);
@@ -494,6 +670,7 @@ main(int argc, char **argv)
 usage:
     fprintf(stderr, "usage: relay_floor [-l HOST:PORT] -u HOST:PORT "
                     "[-r HOST:PORT -- COMMAND [ARG...]]\n"
-                    "       relay_floor [-l HOST:PORT] -a FILE\n");
+                    "       relay_floor [-l HOST:PORT] -a FILE\n"
+                    "       relay_floor [-l HOST:PORT] -c URL\n");
     return 2;
 }
