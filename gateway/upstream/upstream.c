@@ -14,9 +14,12 @@
  * send).  That is the right thing to do (the request never reached the
  * upstream), but it used to be invisible, and capped at five per easy
  * handle for its whole life (CONN_MAX_RETRIES: a pooled handle's count
- * only grows), so the sixth race was a 502.  So every call starts with
+ * only grows), so the sixth race was a 502.  So a call starts with
  * curl_easy_reset() (upstream_session_handle()), which zeroes that
- * count, and the pre-request
+ * count, unless the handle's last transfer left it at 0 (attempt_end()
+ * marks the handle ready: one send, libcurl's own code OK, a POST, no
+ * one-off option such as attempt_restart()'s FRESH_CONNECT), and the
+ * pre-request
  * callback (CURLOPT_PREREQFUNCTION, called right before each request is
  * sent) tells a resend from the first send and reports it
  * (upstream_opts.on_resend), so the caller counts it as an attempt, or
@@ -526,6 +529,16 @@ attempt_end(struct call *c, struct xfer *x, CURLcode cc, enum call_kind own)
         kind = map_result(x, cc);
     else
         cc = CURLE_OK;
+    /*
+     * The handle keeps its options for the next call when this transfer
+     * left nothing behind: sent once (libcurl's resend count still 0),
+     * ended by libcurl with an answer (200 or not), not restarted (no
+     * FRESH_CONNECT), a POST (the method every call sets; a GET sets
+     * HTTPGET, upstream_request.c).  Anything else: the next call resets.
+     */
+    x->h->ready = own == CALL_OK && (kind == CALL_OK || kind == CALL_STATUS)
+                  && x->sends == 1 && !x->restarted
+                  && strcmp(c->req->method, "POST") == 0;
     o->kind = kind;
     o->fault = call_kind_fault(kind);
     if (kind == CALL_CLIENT_GONE && !x->lost) {

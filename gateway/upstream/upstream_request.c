@@ -57,7 +57,7 @@ scratch_add(struct buf *sb, size_t *off, const char *first,
 /*
  * The TLS settings of an https:// upstream (config.h) that differ from
  * libcurl's defaults, which upstream_session_handle()'s curl_easy_reset()
- * restored:
+ * restored (or the same upstream's last call set, on a handle kept):
  * its CA bundle (else libcurl's built-in one), its client certificate,
  * verification.  libcurl reuses a cached connection only for the same
  * TLS settings.  An http:// call needs none.  Returns 0 or GW_ENOMEM.
@@ -205,8 +205,9 @@ upstream_request_prepare(struct upstream_session_handle *h,
                              (curl_off_t)req->body_len) != CURLE_OK
             || curl_easy_setopt(c, CURLOPT_POSTFIELDS, body) != CURLE_OK)
             goto out;
+    } else if (curl_easy_setopt(c, CURLOPT_HTTPGET, 1L) != CURLE_OK) {
+        goto out;                       /* a kept handle's last was a POST */
     }
-    /* A GET needs nothing: curl_easy_reset() made the handle one. */
     rc = 0;
 
 out:

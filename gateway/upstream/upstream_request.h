@@ -4,10 +4,14 @@
  * client's request goes (struct upstream_request), and how it is set on
  * a libcurl handle for one transfer, with the constant lines beside it.
  *
- * Design: every option is set before every transfer, after
- * curl_easy_reset() (upstream_session_handle()), so no pointer from an
- * earlier request is ever followed and no setting of an earlier upstream
- * stays (the TLS files, say).  That costs a few setopt calls, no
+ * Design: every option of the request is set before every transfer,
+ * after curl_easy_reset() (upstream_session_handle()) or on a handle
+ * whose last transfer went to the same upstream and left nothing behind,
+ * so no pointer from an earlier request is ever followed and no setting
+ * of another upstream stays (the TLS files, say): the URL, the header
+ * list, the timeouts, the body or HTTPGET are set every time, and the
+ * TLS options depend on the upstream only.  That costs a few setopt
+ * calls, no
  * allocation but the URL's copy: the URL and the header lines are
  * formatted into the handle's scratch buffer, which keeps its memory,
  * and the header list is a chain of struct curl_slist nodes in the

@@ -161,6 +161,7 @@ upstream_session_handle(struct upstream_session *s, int i, size_t idx,
                         struct upstream_session_handle **out)
 {
     struct upstream_session_handle *h;
+    int keep;
 
     assert(i >= 0 && i < UPSTREAM_SESSION_HANDLES);
     if (s->h[i] == NULL)
@@ -169,9 +170,11 @@ upstream_session_handle(struct upstream_session *s, int i, size_t idx,
     *out = h;
     if (h == NULL)
         return GW_ENOMEM;
+    keep = h->ready && h->idx == idx;
+    h->ready = 0;
     h->idx = idx;
     h->opened = 0;
-    return transport_setup(s, h);
+    return keep ? 0 : transport_setup(s, h);
 }
 
 static void

@@ -84,6 +84,10 @@ struct upstream_session_handle {
     size_t idx;                 /* the upstream of its transfer */
     int opened;                 /* sockets libcurl opened for it since
                                    upstream_session_handle() */
+    int ready;                  /* set by the caller after a transfer that
+                                   left nothing behind (upstream.c): the
+                                   next upstream_session_handle() for the
+                                   same upstream keeps the options */
     struct buf scratch;         /* URL and header lines, NUL-separated */
     char errbuf[CURL_ERROR_SIZE];   /* libcurl's detail for the last error */
 };
@@ -150,6 +154,13 @@ void upstream_session_put(struct upstream_session_cache *sc,
  * callbacks and the share handle.  The caller then sets its own
  * callbacks and the request.  Returns 0, GW_ENOMEM (*out NULL) or
  * GW_EINVAL (logged) when this libcurl refuses an option.
+ *
+ * The reset (curl_easy_reset() and every option again) is skipped when
+ * the handle is 'ready' for 'idx': its last transfer was to the same
+ * upstream and left nothing behind (upstream.c says when), so its options
+ * are the session's and that upstream's already, and libcurl's resend
+ * count is still 0.  Either way 'ready' is 0 again until the caller sets
+ * it after this transfer.
  */
 int upstream_session_handle(struct upstream_session *s, int i, size_t idx,
                             struct upstream_session_handle **out);

@@ -89,6 +89,7 @@ class Scripted:
         self.connections = 0
         self.posts = 0
         self.gets = 0
+        self.seen = []                  # (method, target, body bytes)
         self.socks = []
         self.lsock = socket.socket()
         self.lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -150,6 +151,8 @@ class Scripted:
                     return
                 nth += 1
                 method, target, body, head = req
+                with self.lock:
+                    self.seen.append((method, target, len(body)))
                 if method != "POST":
                     with self.lock:
                         self.gets += 1
@@ -479,6 +482,30 @@ def test_the_idle_close_race_is_resent_every_time_rst(t):
 def test_the_idle_close_race_is_invisible_with_one_retry(t):
     """The resend is one of the retries, and one is enough for it."""
     race_test(t, lambda n: "close", routing={"retries": "1"})
+
+
+def test_a_kept_handle_sends_a_probe_as_a_get(t):
+    """A handle whose last call was a clean POST keeps its options for
+    the next call (no curl_easy_reset()); the health probe that comes next
+    on it must go as the GET it is, with no body, never as that POST's
+    method with a body pointer left from it."""
+    up = Scripted(lambda req, c: c.sendall(
+        response(answer_json(req.prompt()))))
+    g = gateway_over(t, [up.port], routing={"health_interval": "100ms"})
+    for i in range(3):
+        assert content_of(g.post("/v1/chat/completions",
+                                 chat_body("kept %d" % i))) \
+            == "answer to kept %d" % i
+        n = len(up.seen)
+        wait_for(lambda: len(up.seen) > n + 1,
+                 msg="health probes after the POST")
+    assert up.connections == 1, "not one kept connection: %d" % \
+        up.connections
+    for method, target, body_len in up.seen:
+        if target == "/v1/chat/completions":
+            assert method == "POST" and body_len > 0, up.seen
+        else:
+            assert method == "GET" and body_len == 0, up.seen
 
 
 def resend_then_503(t, retries):
