@@ -17,6 +17,15 @@
 # and proxy_start, the two nginx of the relay benchmarks.  wait_quiet:
 # until the machine is quiet enough to measure.  wrk_summary FILE: the
 # figures of one wrk run.
+#
+# FLOOR_H1..3: the request lines infergw sends upstream besides
+# Content-Type and "Expect:" (gateway/upstream/upstream_request.c), for
+# tools/relay_floor -c's -H: libcurl spends some 3.8k instructions per
+# request on each, so the model's floor sends the same request.
+
+FLOOR_H1='Accept: application/json, text/event-stream'
+FLOOR_H2='Accept-Encoding: identity'
+FLOOR_H3='X-Request-Id: 0123456789abcdef'
 
 bench_tmp() {
     TMP=$(mktemp -d)

@@ -12,8 +12,9 @@
 #            most infergw's thread-per-connection design could reach,
 #   cfloor   through tools/relay_floor -c: the same, reaching the origin
 #            through libcurl as the design card has infergw do (one easy
-#            handle per thread, set once): the floor of the whole model,
-#            thread per connection and libcurl (issue 31),
+#            handle per thread, set once, sending infergw's request lines):
+#            the floor of the whole model, thread per connection and
+#            libcurl (issue 31),
 # at 1, 10 and 50 connections, and prints a markdown table of medians
 # (requests/s, p50, p99) and the ratios the issue sets targets for:
 #   - at 1 connection, infergw p50 - direct p50 <= 50 us
@@ -163,7 +164,8 @@ floor_start() {
 }
 floor_start floor -u "127.0.0.1:$ORIGIN_PORT"
 FLOOR_PORT=$FLOOR_STARTED
-floor_start cfloor -c "http://127.0.0.1:$ORIGIN_PORT/v1/chat/completions"
+floor_start cfloor -c "http://127.0.0.1:$ORIGIN_PORT/v1/chat/completions" \
+    -H "$FLOOR_H1" -H "$FLOOR_H2" -H "$FLOOR_H3"
 CFLOOR_PORT=$FLOOR_STARTED
 
 # Every path answers the chat request with 200 and the same body.

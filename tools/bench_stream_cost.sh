@@ -16,9 +16,10 @@
 # Beside them runs tools/relay_floor, the least a thread-per-connection
 # relay does per chunk (one read, one write), and relay_floor -c
 # ("cfloor"), the same reaching the mock through libcurl as the design
-# card has infergw do (one easy handle per thread, set once; a chunk is
-# one libcurl write callback and one writev): the floors of the design
-# card's model, to tell the model's cost from the gateway's.
+# card has infergw do (one easy handle per thread, set once, infergw's
+# request lines; a chunk is one libcurl write callback and one writev):
+# the floors of the design card's model, to tell the model's cost from
+# the gateway's.
 # BASE=path/to/an/older/infergw adds another infergw, to compare a
 # change of the transfer loop in one run.
 #
@@ -150,7 +151,8 @@ FL_PORT=$(sed -n 's/.*listening port=\([0-9]*\).*/\1/p' "$TMP/floor.out")
 TARGETS="$TARGETS floor"
 
 "$BIN/relay_floor" -l 127.0.0.1:0 \
-    -c "http://127.0.0.1:$MOCK/v1/chat/completions" >"$TMP/cfloor.out" 2>&1 &
+    -c "http://127.0.0.1:$MOCK/v1/chat/completions" \
+    -H "$FLOOR_H1" -H "$FLOOR_H2" -H "$FLOOR_H3" >"$TMP/cfloor.out" 2>&1 &
 CF_PID=$!
 PIDS="$PIDS $CF_PID"
 wait_line "$TMP/cfloor.out" 'listening port='

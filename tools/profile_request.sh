@@ -11,7 +11,8 @@
 #   1. instructions (valgrind --tool=callgrind, Ir), by phase, per request
 #      and per chunk, summed by tools/callgrind_phases.py, and in total
 #      beside the design card's floor for the same work (tools/relay_floor
-#      -c: a thread per connection and libcurl, nothing else);
+#      -c: a thread per connection and libcurl, nothing else, sending the
+#      request lines infergw sends);
 #   2. system calls per request and per chunk (strace -f -c, attached to
 #      the warm gateway); context switches and CPU per request and per
 #      chunk (perf stat -e context-switches,task-clock, attached); and
@@ -253,6 +254,7 @@ if [ "$CALLGRIND" = 1 ]; then
         shift 2
         valgrind --tool=callgrind --callgrind-out-file="$TMP/$name.cg" \
             "$BIN/relay_floor" -l 127.0.0.1:0 -c "$url" \
+            -H "$FLOOR_H1" -H "$FLOOR_H2" -H "$FLOOR_H3" \
             >"$TMP/$name.log" 2>&1 &
         FL_PID=$!
         PIDS="$PIDS $FL_PID"

@@ -7,7 +7,7 @@
  *   relay_floor -l 127.0.0.1:0 -u 127.0.0.1:PORT
  *       [-r HOST:PORT -- COMMAND ARG...]
  *   relay_floor -l 127.0.0.1:0 -a FILE
- *   relay_floor -l 127.0.0.1:0 -c URL
+ *   relay_floor -l 127.0.0.1:0 -c URL [-H LINE]...
  *
  * prints "relay_floor listening port=N" and serves until killed.  Every
  * client connection gets a thread with its own keep-alive connection to
@@ -46,9 +46,13 @@
  *
  * With -c, the upstream is reached through libcurl, as the design card
  * has the gateway reach it: every connection thread keeps one easy
- * handle, set once (URL, Content-Type, no Expect, HTTP/1.1, TCP_NODELAY,
- * the callbacks), and per request only points it at the body and calls
- * curl_easy_perform() on the handle's kept connection.  A JSON answer is
+ * handle, set once (URL, Content-Type, no Expect, each -H LINE, HTTP/1.1,
+ * TCP_NODELAY, the callbacks), and per request only points it at the
+ * body and calls
+ * curl_easy_perform() on the handle's kept connection.  (libcurl 7.88
+ * spends some 3.8k instructions per request on each header line, so the
+ * benchmarks pass infergw's own lines with -H: the floor of the same
+ * request on the wire.)  A JSON answer is
  * gathered and written back with its Content-Length in one writev; an
  * answer whose Content-Type is text/event-stream is passed on as libcurl
  * hands it over, each piece one chunk of a chunked reply, one writev per
@@ -125,6 +129,7 @@ struct via_curl {
 struct job {
     int client;
     const char *curl_url;               /* -c; else NULL */
+    const struct curl_slist *curl_lines;    /* -c's -H lines; may be NULL */
     struct sockaddr_storage up;
     socklen_t up_len;
     const struct admission *adm;        /* NULL without -r */
@@ -404,9 +409,10 @@ curl_one(struct via_curl *v, struct side *c, size_t n)
     return writev_all(v->client, iov, 2);
 }
 
-/* -c: relay every request of client 'c' through libcurl to 'url'. */
+/* -c: relay every request of client 'c' through libcurl to 'url', with
+ * the header lines 'more' beside Content-Type and Expect. */
 static void
-curl_all(struct side *c, const char *url)
+curl_all(struct side *c, const char *url, const struct curl_slist *more)
 {
     struct via_curl v = { .client = c->fd };
     size_t n;
@@ -415,6 +421,8 @@ curl_all(struct side *c, const char *url)
     v.hdrs = curl_slist_append(NULL, "Content-Type: application/json");
     if (v.hdrs != NULL)
         v.hdrs = curl_slist_append(v.hdrs, "Expect:");
+    for (; more != NULL && v.hdrs != NULL; more = more->next)
+        v.hdrs = curl_slist_append(v.hdrs, more->data);
     if (v.e == NULL || v.hdrs == NULL
         || curl_easy_setopt(v.e, CURLOPT_URL, url) != CURLE_OK
         || curl_easy_setopt(v.e, CURLOPT_NOSIGNAL, 1L) != CURLE_OK
@@ -453,7 +461,7 @@ serve(void *arg)
         goto out;
     }
     if (j->curl_url != NULL) {
-        curl_all(c, j->curl_url);
+        curl_all(c, j->curl_url, j->curl_lines);
         goto out;
     }
     if (j->adm != NULL) {
@@ -576,6 +584,7 @@ main(int argc, char **argv)
 {
     const char *listen_addr = "127.0.0.1:0", *up_addr = NULL;
     const char *redis_addr = NULL, *answer_path = NULL, *curl_url = NULL;
+    struct curl_slist *curl_lines = NULL, *more;
     struct admission *adm = NULL;
     struct answer *ans = NULL;
     struct sockaddr_storage up = { 0 };
@@ -584,13 +593,16 @@ main(int argc, char **argv)
     uint16_t port;
     int lfd, opt, probe;
 
-    while ((opt = getopt(argc, argv, "l:u:r:a:c:")) != -1) {
+    while ((opt = getopt(argc, argv, "l:u:r:a:c:H:")) != -1) {
         if (opt == 'l')
             listen_addr = optarg;
         else if (opt == 'a')
             answer_path = optarg;
         else if (opt == 'c')
             curl_url = optarg;
+        else if (opt == 'H' && (more = curl_slist_append(curl_lines, optarg))
+                                   != NULL)
+            curl_lines = more;
         else if (opt == 'u')
             up_addr = optarg;
         else if (opt == 'r')
@@ -600,6 +612,8 @@ main(int argc, char **argv)
     }
     /* The command, after "--", comes with -r and only with it; -a or -c
      * instead of an upstream, alone. */
+    if (curl_lines != NULL && curl_url == NULL)
+        goto usage;
     if (answer_path != NULL || curl_url != NULL) {
         if (up_addr != NULL || redis_addr != NULL || optind != argc
             || (answer_path != NULL && curl_url != NULL))
@@ -661,6 +675,7 @@ main(int argc, char **argv)
         j->adm = adm;
         j->ans = ans;
         j->curl_url = curl_url;
+        j->curl_lines = curl_lines;
         if (pthread_create(&t, &attr, serve, j) != 0) {
             close(cfd);
             free(j);
@@ -671,6 +686,6 @@ usage:
     fprintf(stderr, "usage: relay_floor [-l HOST:PORT] -u HOST:PORT "
                     "[-r HOST:PORT -- COMMAND [ARG...]]\n"
                     "       relay_floor [-l HOST:PORT] -a FILE\n"
-                    "       relay_floor [-l HOST:PORT] -c URL\n");
+                    "       relay_floor [-l HOST:PORT] -c URL [-H LINE]...\n");
     return 2;
 }

@@ -526,6 +526,14 @@ static const struct charge_case {
       "\\\"x\\\"\"}}]}\n\n", 0, 4, 1,
       "tool arguments, reasoning, a Responses delta, quoted keys: 1 each" },
     { 200, "text/event-stream",
+      "data: {\"choices\":[{\"delta\":{\"refusal\" :\t\"no\"}}]}\n\n"
+      "data: {\"choices\":[{\"delta\":{\"content\":\"\"}}]}\n\n"
+      "data: {\"note\":\"content\"}\n\n"
+      "data: \"text\"\n\n"
+      "data: [DONE]\n\n", 0, 1, 1,
+      "a refusal with blanks: 1; an empty text, a key's name as a value and "
+      "a line ending in a quote: none" },
+    { 200, "text/event-stream",
       "data: {\"choices\":[{\"delta\":{\"content\":\"Hello\"}}]}\n\n"
       "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":30,"
       "\"completion_tokens\":7}}\n\ndata: [DONE]\n\n", 1000, 37, 0,
