@@ -115,6 +115,8 @@ struct upstream_session {
     int nsocks;
     int64_t timer_ms;           /* when to tell libcurl its time is up;
                                    -1 none */
+    int skipped;                /* the last wait ran the due timer without
+                                   a poll (upstream_session_wait()) */
 };
 
 /*
@@ -171,6 +173,12 @@ int upstream_session_handle(struct upstream_session *s, int i, size_t idx,
  * them, at most UPSTREAM_SESSION_MAX_EXTRA; OUT: their revents), then
  * tell libcurl what is ready and whether its timer is due.  Returns
  * CURLM_OK, or the CURLMcode that says the multi handle failed.
+ *
+ * When libcurl has no socket yet and its timer is already due (a
+ * transfer just added: it asks to be run at once), the wait runs the
+ * timer without a poll(), whose zero timeout would only have looked at
+ * 'extra' (their revents are then 0); never twice in a row, so the
+ * caller's descriptors are polled at least every other wait.
  */
 CURLMcode upstream_session_wait(struct upstream_session *s,
                                 struct pollfd *extra, int nextra,
