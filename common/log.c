@@ -78,11 +78,15 @@ log_set_fd(int fd)
 void
 log_set_request_id(const char *id)
 {
+    size_t n;
+
     if (id == NULL) {
         request_id[0] = '\0';
         return;
     }
-    snprintf(request_id, sizeof(request_id), "%s", id);
+    n = strnlen(id, sizeof(request_id) - 1);   /* cut as snprintf() would */
+    memcpy(request_id, id, n);
+    request_id[n] = '\0';
 }
 
 /* This thread's request id, "-" when none. */

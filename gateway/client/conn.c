@@ -56,6 +56,8 @@ struct conn {
     int admin;                  /* it came to [admin] listen */
     struct net_addr peer;       /* the socket's peer ... */
     int peer_known;             /* ... unless getpeername() failed */
+    char peer_text[NET_ADDR_STRLEN];    /* 'peer' formatted, once: the
+                                   usual client of every request */
     char client[NET_ADDR_STRLEN];   /* this request's client, as the
                                    access log names it (set_client()) */
     struct buf in;              /* bytes read, not yet parsed */
@@ -198,7 +200,10 @@ set_client(struct conn *c, int headers)
                                   &who))
                 break;
     }
-    net_addr_format(&who, c->client, sizeof(c->client));
+    if (memcmp(&who, &c->peer, sizeof(who)) == 0)
+        memcpy(c->client, c->peer_text, sizeof(c->client));
+    else
+        net_addr_format(&who, c->client, sizeof(c->client));
 }
 
 /*
@@ -517,6 +522,8 @@ conn_serve(const struct handler_ctx *ctx, int fd, int tls, int admin)
     c->base = ctx;
     c->fd = fd;
     c->peer_known = find_peer(fd, &c->peer);
+    if (c->peer_known)
+        net_addr_format(&c->peer, c->peer_text, sizeof(c->peer_text));
     net_stream_init(&c->stream, fd);
     c->admin = admin;
     use_generation(c);
