@@ -254,7 +254,7 @@ if [ "$CALLGRIND" = 1 ]; then
         shift 2
         valgrind --tool=callgrind --callgrind-out-file="$TMP/$name.cg" \
             "$BIN/relay_floor" -l 127.0.0.1:0 -c "$url" \
-            -H "$FLOOR_H1" -H "$FLOOR_H2" -H "$FLOOR_H3" \
+            -H "$FLOOR_H1" -H "$FLOOR_H2" -H "$FLOOR_H3" ${FL_J:+"$FL_J"} \
             >"$TMP/$name.log" 2>&1 &
         FL_PID=$!
         PIDS="$PIDS $FL_PID"
@@ -275,6 +275,12 @@ if [ "$CALLGRIND" = 1 ]; then
     }
     floor_count floor_req "http://127.0.0.1:$ORIGIN/v1/chat/completions" \
         request "$N" 0
+    # ... and checking each body with jansson (-j), as a gateway on the
+    # card must before it forwards it.
+    FL_J=-j
+    floor_count floor_json "http://127.0.0.1:$ORIGIN/v1/chat/completions" \
+        request "$N" 0
+    FL_J=
     floor_count floor_chunk "http://127.0.0.1:$MOCK/v1/chat/completions" \
         direct "$STREAMS" 100 direct "$STREAMS" 1
 
@@ -301,10 +307,13 @@ if [ "$CALLGRIND" = 1 ]; then
         "$(total_of "$TMP/floor_req.cg.1")" \
         "$(total_of "$TMP/direct100.cg")" "$(total_of "$TMP/direct1.cg")" \
         "$(total_of "$TMP/floor_chunk.cg.1")" \
-        "$(total_of "$TMP/floor_chunk.cg.2")" <<'EOF'
+        "$(total_of "$TMP/floor_chunk.cg.2")" \
+        "$(total_of "$TMP/floor_json.cg.1")" <<'EOF'
 import sys
-n, ch, req, freq, d100, d1, f100, f1 = (int(x) for x in sys.argv[1:])
+n, ch, req, freq, d100, d1, f100, f1, fjson = (int(x) for x in sys.argv[1:])
 for label, g, f in (("request", req / n, freq / n),
+                    ("request, the floor checking the body with jansson "
+                     "(-j)", req / n, fjson / n),
                     ("chunk, direct path", (d100 - d1) / ch,
                      (f100 - f1) / ch)):
     print("| %s | %.1fk | %.1fk | %.1fk | %.2fx |"

@@ -7,7 +7,7 @@
  *   relay_floor -l 127.0.0.1:0 -u 127.0.0.1:PORT
  *       [-r HOST:PORT -- COMMAND ARG...]
  *   relay_floor -l 127.0.0.1:0 -a FILE
- *   relay_floor -l 127.0.0.1:0 -c URL [-H LINE]...
+ *   relay_floor -l 127.0.0.1:0 -c URL [-H LINE]... [-j]
  *
  * prints "relay_floor listening port=N" and serves until killed.  Every
  * client connection gets a thread with its own keep-alive connection to
@@ -52,7 +52,12 @@
  * curl_easy_perform() on the handle's kept connection.  (libcurl 7.88
  * spends some 3.8k instructions per request on each header line, so the
  * benchmarks pass infergw's own lines with -H: the floor of the same
- * request on the wire.)  A JSON answer is
+ * request on the wire.)  With -j, each request's body is also parsed
+ * with jansson, the design card's JSON library, as strictly as infergw
+ * asks it (duplicate keys refused; an object), and the tree freed after
+ * the answer: the least a gateway on the card does that must refuse a
+ * body that is not JSON; one that is not closes the connection.  A JSON
+ * answer is
  * gathered and written back with its Content-Length in one writev; an
  * answer whose Content-Type is text/event-stream is passed on as libcurl
  * hands it over, each piece one chunk of a chunked reply, one writev per
@@ -82,6 +87,7 @@
 
 #include <curl/curl.h>
 #include <hiredis/hiredis.h>
+#include <jansson.h>
 
 #include "net.h"
 #include "util.h"
@@ -120,6 +126,7 @@ struct via_curl {
     CURL *e;
     struct curl_slist *hdrs;
     int client;
+    int check_json;             /* -j */
     int streaming;              /* this answer: a chunked reply begun */
     int failed;                 /* a write to the client failed */
     char *ans;
@@ -130,6 +137,7 @@ struct job {
     int client;
     const char *curl_url;               /* -c; else NULL */
     const struct curl_slist *curl_lines;    /* -c's -H lines; may be NULL */
+    int check_json;                     /* -c's -j */
     struct sockaddr_storage up;
     socklen_t up_len;
     const struct admission *adm;        /* NULL without -r */
@@ -381,21 +389,17 @@ curl_piece(char *p, size_t size, size_t n, void *arg)
     return n;
 }
 
-/* -c: one request of 'c' (n bytes in c->buf) through v's handle. */
+/* -c: POST body[0..len) through v's handle and write the answer back. */
 static int
-curl_one(struct via_curl *v, struct side *c, size_t n)
+relay_via_curl(struct via_curl *v, const char *body, size_t len)
 {
-    const char *end = memmem(c->buf, n, "\r\n\r\n", 4);
-    size_t head = (size_t)(end - c->buf) + 4;
     char line[96];
     struct iovec iov[2];
     long status = 0;
 
-    v->streaming = 0;
-    v->len = 0;
-    if (curl_easy_setopt(v->e, CURLOPT_POSTFIELDSIZE, (long)(n - head))
+    if (curl_easy_setopt(v->e, CURLOPT_POSTFIELDSIZE, (long)len)
             != CURLE_OK
-        || curl_easy_setopt(v->e, CURLOPT_POSTFIELDS, c->buf + head)
+        || curl_easy_setopt(v->e, CURLOPT_POSTFIELDS, body)
             != CURLE_OK
         || curl_easy_perform(v->e) != CURLE_OK || v->failed)
         return -1;
@@ -409,12 +413,38 @@ curl_one(struct via_curl *v, struct side *c, size_t n)
     return writev_all(v->client, iov, 2);
 }
 
-/* -c: relay every request of client 'c' through libcurl to 'url', with
- * the header lines 'more' beside Content-Type and Expect. */
-static void
-curl_all(struct side *c, const char *url, const struct curl_slist *more)
+/* -c: one request of 'c' (n bytes in c->buf) through v's handle. */
+static int
+curl_one(struct via_curl *v, struct side *c, size_t n)
 {
-    struct via_curl v = { .client = c->fd };
+    const char *end = memmem(c->buf, n, "\r\n\r\n", 4);
+    size_t head = (size_t)(end - c->buf) + 4;
+    json_t *root = NULL;
+    int rc;
+
+    v->streaming = 0;
+    v->len = 0;
+    if (v->check_json) {
+        root = json_loadb(c->buf + head, n - head, JSON_REJECT_DUPLICATES,
+                          NULL);
+        if (!json_is_object(root)) {
+            json_decref(root);          /* NULL-safe */
+            return -1;
+        }
+    }
+    rc = relay_via_curl(v, c->buf + head, n - head);
+    json_decref(root);
+    return rc;
+}
+
+/* -c: relay every request of client 'c' through libcurl to 'url', with
+ * the header lines 'more' beside Content-Type and Expect; 'check_json':
+ * -j. */
+static void
+curl_all(struct side *c, const char *url, const struct curl_slist *more,
+         int check_json)
+{
+    struct via_curl v = { .client = c->fd, .check_json = check_json };
     size_t n;
 
     v.e = curl_easy_init();
@@ -461,7 +491,7 @@ serve(void *arg)
         goto out;
     }
     if (j->curl_url != NULL) {
-        curl_all(c, j->curl_url, j->curl_lines);
+        curl_all(c, j->curl_url, j->curl_lines, j->check_json);
         goto out;
     }
     if (j->adm != NULL) {
@@ -585,6 +615,7 @@ main(int argc, char **argv)
     const char *listen_addr = "127.0.0.1:0", *up_addr = NULL;
     const char *redis_addr = NULL, *answer_path = NULL, *curl_url = NULL;
     struct curl_slist *curl_lines = NULL, *more;
+    int check_json = 0;
     struct admission *adm = NULL;
     struct answer *ans = NULL;
     struct sockaddr_storage up = { 0 };
@@ -593,13 +624,15 @@ main(int argc, char **argv)
     uint16_t port;
     int lfd, opt, probe;
 
-    while ((opt = getopt(argc, argv, "l:u:r:a:c:H:")) != -1) {
+    while ((opt = getopt(argc, argv, "l:u:r:a:c:H:j")) != -1) {
         if (opt == 'l')
             listen_addr = optarg;
         else if (opt == 'a')
             answer_path = optarg;
         else if (opt == 'c')
             curl_url = optarg;
+        else if (opt == 'j')
+            check_json = 1;
         else if (opt == 'H' && (more = curl_slist_append(curl_lines, optarg))
                                    != NULL)
             curl_lines = more;
@@ -612,7 +645,7 @@ main(int argc, char **argv)
     }
     /* The command, after "--", comes with -r and only with it; -a or -c
      * instead of an upstream, alone. */
-    if (curl_lines != NULL && curl_url == NULL)
+    if ((curl_lines != NULL || check_json) && curl_url == NULL)
         goto usage;
     if (answer_path != NULL || curl_url != NULL) {
         if (up_addr != NULL || redis_addr != NULL || optind != argc
@@ -676,6 +709,7 @@ main(int argc, char **argv)
         j->ans = ans;
         j->curl_url = curl_url;
         j->curl_lines = curl_lines;
+        j->check_json = check_json;
         if (pthread_create(&t, &attr, serve, j) != 0) {
             close(cfd);
             free(j);
@@ -686,6 +720,6 @@ usage:
     fprintf(stderr, "usage: relay_floor [-l HOST:PORT] -u HOST:PORT "
                     "[-r HOST:PORT -- COMMAND [ARG...]]\n"
                     "       relay_floor [-l HOST:PORT] -a FILE\n"
-                    "       relay_floor [-l HOST:PORT] -c URL [-H LINE]...\n");
+                    "       relay_floor [-l HOST:PORT] -c URL [-H LINE]... [-j]\n");
     return 2;
 }
