@@ -36,21 +36,40 @@ skip_blank(const char *p, size_t len, size_t i)
     return i;
 }
 
+/*
+ * Past the string whose '"' is at p[i]; 0 when it does not end.  Quote to
+ * quote with memchr(), so a long string (a prompt, an answer's text)
+ * costs little a byte: a quote ends the string unless an odd run of '\\'
+ * comes right before it.  That is exact for JSON, whose only escape of a
+ * quote is \" and whose escape sequences hold no quote or backslash of
+ * their own (a run of 2k backslashes is k escaped backslashes).
+ */
+static size_t
+string_end(const char *p, size_t len, size_t i)
+{
+    const char *q, *b;
+
+    for (i++; i < len; i = (size_t)(q - p) + 1) {
+        q = memchr(p + i, '"', len - i);
+        if (q == NULL)
+            return 0;
+        for (b = q; b > p + i && b[-1] == '\\'; b--)
+            ;
+        if (((q - b) & 1) == 0)
+            return (size_t)(q - p) + 1;
+    }
+    return 0;
+}
+
 /* Past the string whose '"' is at p[i]; OUT *escaped: it has a '\\'.
  * 0 when it does not end. */
 static size_t
 skip_string(const char *p, size_t len, size_t i, int *escaped)
 {
-    *escaped = 0;
-    for (i++; i < len; i++) {
-        if (p[i] == '\\') {
-            *escaped = 1;
-            i++;                /* the escaped byte cannot end it */
-        } else if (p[i] == '"') {
-            return i + 1;
-        }
-    }
-    return 0;
+    size_t end = string_end(p, len, i);
+
+    *escaped = end != 0 && memchr(p + i + 1, '\\', end - i - 2) != NULL;
+    return end;
 }
 
 /* Past the value that starts at p[i] (no blank before it); 0 when it
@@ -139,22 +158,16 @@ jsonx_member(const char *p, size_t len, const char *key, const char **vp,
 static int
 depth_ok(const char *p, size_t len, int max_depth)
 {
-    int depth = 0, in_string = 0;
-    size_t i;
+    int depth = 0;
+    size_t i, end;
 
     for (i = 0; i < len; i++) {
-        char c = p[i];
-
-        if (in_string) {
-            if (c == '\\')
-                i++;            /* the escaped byte cannot end the string */
-            else if (c == '"')
-                in_string = 0;
-            continue;
-        }
-        switch (c) {
+        switch (p[i]) {
         case '"':
-            in_string = 1;
+            end = string_end(p, len, i);
+            if (end == 0)
+                return 1;       /* not closed: jansson's to report */
+            i = end - 1;
             break;
         case '[':
         case '{':

@@ -438,6 +438,13 @@ static const struct {
     { "{\"a\":1 \"usage\":2}", "usage", -1, NULL },
     { "{\"a\":}", "usage", -1, NULL },
     { "{\"a\":1,}", "usage", -1, NULL },
+    /* A quote ends a string unless an odd run of backslashes is before
+     * it (string_end()). */
+    { "{\"a\":\"\\\"\",\"usage\":1}", "usage", 1, "1" },
+    { "{\"a\":\"\\\\\",\"usage\":2}", "usage", 1, "2" },
+    { "{\"a\":\"x\\\\\\\"y\\\\\\\\\",\"usage\":3}", "usage", 1, "3" },
+    { "{\"a\":\"\\\",\"usage\":4}", "usage", -1, NULL },
+    { "{\"usage\":\"\\\\\\\"\"}", "usage", 1, "\"\\\\\\\"\"" },
 };
 
 START_TEST(test_member_cases)
@@ -462,6 +469,7 @@ random_value(struct buf *b, unsigned *seed, int depth)
     static const char *const atoms[] = {
         "0", "-1.5e-3", "true", "false", "null", "\"\"", "\"a\\\"}]\"",
         "\"usage\"", "\"\\\\\"", "\"{[\"", "\"\\u00e9\"",
+        "\"\\\\\\\"}\\\\\"", "\"\\\"\\\"\"",
     };
     static const char *const keys[] = {
         "usage", "response", "a", "us", "usage2", "",
