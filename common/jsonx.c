@@ -61,7 +61,8 @@ string_end(const char *p, size_t len, size_t i)
     return 0;
 }
 
-/* Past the string whose '"' is at p[i]; OUT *escaped: it has a '\\'.
+/* Past the key string whose '"' is at p[i]; OUT *escaped: it has a
+ * '\\' (a second look, over a key only: values need string_end()).
  * 0 when it does not end. */
 static size_t
 skip_string(const char *p, size_t len, size_t i, int *escaped)
@@ -78,12 +79,11 @@ static size_t
 skip_value(const char *p, size_t len, size_t i)
 {
     size_t depth = 0;
-    int escaped;
 
     if (i >= len)
         return 0;
     if (p[i] == '"')
-        return skip_string(p, len, i, &escaped);
+        return string_end(p, len, i);
     if (p[i] != '{' && p[i] != '[') {
         size_t start = i;
 
@@ -95,7 +95,7 @@ skip_value(const char *p, size_t len, size_t i)
         char c = p[i];
 
         if (c == '"') {
-            i = skip_string(p, len, i, &escaped);
+            i = string_end(p, len, i);
             if (i == 0)
                 return 0;
             continue;

@@ -528,6 +528,50 @@ def test_a_kept_handle_sends_a_probe_as_a_get(t):
             assert method == "GET" and body_len == 0, seen
 
 
+def test_a_kept_handle_sends_only_its_own_calls_credentials(t):
+    """A kept handle (no curl_easy_reset() after a clean call) carries
+    nothing of its last call into the next: with forward_client_auth, a
+    client's credential, then a call with none (a coalesced one: the
+    gateway's key), then another client's, on one kept connection, each
+    reach the upstream with their own Authorization only, every other
+    field a constant or the call's own (the coalescing contract)."""
+    heads = []
+
+    def script(req, c):
+        heads.append((req.conn, req.nth, req.fields()))
+        c.sendall(response(answer_json(req.prompt())))
+
+    up = Scripted(script)
+    g = t.gateway(None, {
+        "routing": {"health_interval": "0", "load_interval": "0",
+                    "forward_client_auth": "on"},
+        "upstream u0": {"url": "http://127.0.0.1:%d" % up.port,
+                        "api_key": "sk-gateway"}})
+    wait_for(lambda: up.gets >= 1, msg="the start's GET /v1/models")
+    sent = [("one", "Bearer sk-client-one"), ("none", None),
+            ("two", "Bearer sk-client-two")]
+    for prompt, auth in sent:
+        back_in_cache(g, 1)             # the last call's handle, kept
+        headers = {"Content-Type": "application/json"}
+        if auth is not None:
+            headers["Authorization"] = auth
+        r = g.post("/v1/chat/completions", chat_body(prompt),
+                   headers=headers)
+        assert content_of(r) == "answer to " + prompt, r
+    # One connection, the calls one after another on it: one session,
+    # whose first handle each call took as the last one left it.
+    assert up.connections == 1 and len(heads) == 3, heads
+    assert [n - heads[0][1] for _, n, _ in heads] == [0, 1, 2], heads
+    allowed = {"host", "content-type", "accept", "accept-encoding",
+               "x-request-id", "content-length", "authorization"}
+    for (_, want), (_, _, fields) in zip(sent, heads):
+        assert {k for k, _ in fields} <= allowed, fields
+        got = [v for k, v in fields if k == "authorization"]
+        assert got == [want or "Bearer sk-gateway"], (want, fields)
+        assert [v for k, v in fields if k == "content-type"] \
+            == ["application/json"], fields
+
+
 def resend_then_503(t, retries):
     """u0's kept connection is closed under the request, which is sent
     again on a fresh one (a resend) and gets a 503 there.  Returns the
